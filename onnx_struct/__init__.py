@@ -1,0 +1,84 @@
+"""onnx_struct: structured views over byte buffers for ONNX (StructTypeProto and StructProto).
+
+Declare a block format once, store its bytes verbatim in an ONNX model, check the exact size,
+read it through bounds-checked views, and decode it with an ONNX function in onnxruntime.
+"""
+
+from __future__ import annotations
+
+from onnx_struct._proto import pb as _pb
+from onnx_struct.checker import check_model, validate
+from onnx_struct.errors import LeafNotFoundError, ValidationError
+from onnx_struct.helper import (
+    make_array,
+    make_bit_packing,
+    make_component,
+    make_constant_field,
+    make_field,
+    make_map_type_proto,
+    make_optional_type_proto,
+    make_sequence_type_proto,
+    make_struct_type_proto,
+    make_struct_value,
+    make_struct_value_info,
+    make_structure,
+    make_tensor_type,
+    make_type_reference,
+    make_value_info,
+)
+from onnx_struct.hooks import install, uninstall
+from onnx_struct.layout import size_in_bits
+from onnx_struct.model import (
+    add_struct_types,
+    add_struct_values,
+    add_value_infos,
+    from_onnx,
+    get_struct_types,
+    get_struct_values,
+    to_onnx,
+)
+
+__version__ = "0.1.0"
+
+# The proposal's messages (generated from schemas/onnx_struct.proto).
+StructTypeProto = _pb.StructTypeProto
+StructProto = _pb.StructProto
+
+__all__ = [
+    # messages
+    "StructTypeProto",
+    "StructProto",
+    # errors
+    "ValidationError",
+    "LeafNotFoundError",
+    # checking and sizes
+    "check_model",
+    "validate",
+    "size_in_bits",
+    "install",
+    "uninstall",
+    # builders
+    "make_array",
+    "make_bit_packing",
+    "make_component",
+    "make_constant_field",
+    "make_field",
+    "make_map_type_proto",
+    "make_optional_type_proto",
+    "make_sequence_type_proto",
+    "make_struct_type_proto",
+    "make_struct_value",
+    "make_struct_value_info",
+    "make_structure",
+    "make_tensor_type",
+    "make_type_reference",
+    "make_value_info",
+    # model access
+    "add_struct_types",
+    "add_struct_values",
+    "add_value_infos",
+    "get_struct_types",
+    "get_struct_values",
+    "from_onnx",
+    "to_onnx",
+]

@@ -1,0 +1,315 @@
+"""The proposal's rules as path-bearing diagnostics: ``check_model`` raises the first,
+``validate`` returns all of them. No payload byte is read; external files are only ``stat``-ed.
+
+The parts stock ONNX understands are checked by ``onnx.checker.check_model`` itself, on a view
+of the model it accepts: struct types shown as Opaque types, struct values as defined names.
+"""
+
+from __future__ import annotations
+
+import os
+
+import onnx
+import onnx.checker
+from onnx import numpy_helper
+
+from onnx_struct import bindings, external
+from onnx_struct.errors import ValidationError
+from onnx_struct.layout import TypeTable, element_label
+from onnx_struct.model import LoadedModel, ModelLike, StructTypeProto, iter_overlay, load, to_onnx
+
+# Captured at import so that install() (which replaces onnx.checker.check_model) cannot recurse.
+_stock_check_model = onnx.checker.check_model
+
+OPAQUE_DOMAIN = "onnx_struct"
+CONCRETE_KINDS = ("array", "structure", "bit_packing")
+
+
+class _Checker:
+    def __init__(self, loaded: LoadedModel) -> None:
+        self.loaded = loaded
+        self.proto = loaded.proto
+        self.table = TypeTable(loaded.struct_types)
+        self.diagnostics: list[ValidationError] = []
+        self._messages: set[str] = set()
+        self.value_names: dict[str, StructTypeProto | None] = {}
+
+    def report(self, error: ValidationError) -> None:
+        if str(error) not in self._messages:  # one cause reached from several places, once
+            self._messages.add(str(error))
+            self.diagnostics.append(error)
+
+    def attempt(self, function, *args):
+        try:
+            return function(*args)
+        except ValidationError as error:
+            self.report(error)
+        except RecursionError:
+            self.report(ValidationError(str(args[-1]), "nesting is too deep"))
+        return None
+
+    def run(self, full_check: bool) -> list[ValidationError]:
+        for i, declaration in enumerate(self.proto.struct_types):
+            self.check_root(declaration, self.table.path(i), model_level=True)
+        self.check_values()
+        self.check_graph_types()
+        self.check_consumers()
+        if not self.diagnostics:
+            self.check_stock(full_check)
+        return self.diagnostics
+
+    # ------------------------------------------------------------------ declarations
+    def check_root(self, declaration: StructTypeProto, path: str, model_level: bool) -> int | None:
+        kind = declaration.WhichOneof("kind")
+        if kind not in CONCRETE_KINDS:
+            what = "a type_index" if kind == "type_index" else "an unset kind (the unconstrained category)"
+            self.report(ValidationError(path, f"a concrete declaration may not be {what}"))
+            return None
+        self.check_tree(declaration, path)
+        size = self.attempt(self.table.size, declaration, path)
+        if size is not None:
+            self.check_functions(declaration, path)
+        return size
+
+    def check_tree(self, declaration: StructTypeProto, path: str) -> None:
+        kind = declaration.WhichOneof("kind")
+        if kind == "structure":
+            names: set[str] = set()
+            for i, field in enumerate(declaration.structure.field):
+                where = element_label(f"{path}.structure.field[{i}]", field.name)
+                self.check_name(field.name, names, where, "field")
+                content = field.WhichOneof("content")
+                if content == "constant":
+                    self.check_constant(field.constant, f"{where}.constant")
+                elif content == "type":
+                    self.check_physical_type(field.type, f"{where}.type")
+        elif kind == "bit_packing":
+            names = set()
+            for i, component in enumerate(declaration.bit_packing.component):
+                where = element_label(f"{path}.bit_packing.component[{i}]", component.name)
+                self.check_name(component.name, names, where, "component")
+        elif kind == "array":
+            self.check_physical_type(declaration.array.element_type, f"{path}.array.element_type")
+
+    def check_name(self, name: str, seen: set[str], where: str, what: str) -> None:
+        if not name:
+            self.report(ValidationError(where, f"{what} has no name"))
+        elif "." in name:
+            self.report(ValidationError(where, f"{what} name {name!r} contains '.', the leaf path separator"))
+        elif name in seen:
+            self.report(ValidationError(where, f"duplicate {what} name"))
+        seen.add(name)
+
+    def check_constant(self, tensor: onnx.TensorProto, where: str) -> None:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            self.report(ValidationError(where, "constants are stored in the type; external data is not allowed"))
+            return
+        try:
+            numpy_helper.to_array(tensor)
+        except Exception as error:  # onnx raises assorted types for inconsistent tensors
+            self.report(ValidationError(where, f"constant tensor is not readable: {error}"))
+
+    def check_physical_type(self, type_proto, where: str) -> None:
+        if type_proto.WhichOneof("value") == "struct_type":
+            self.check_static_form(type_proto.struct_type, f"{where}.struct_type")
+
+    def check_static_form(self, struct_type: StructTypeProto, where: str) -> None:
+        kind = struct_type.WhichOneof("kind")
+        if kind in CONCRETE_KINDS:
+            return  # reported by the size function (physical position) or by check_graph_types
+        for attribute in ("decoder", "encoder", "name"):
+            if struct_type.HasField(attribute):
+                self.report(ValidationError(where, f"a static struct type may not carry {attribute}"))
+        if len(struct_type.metadata_props):
+            self.report(ValidationError(where, "a static struct type may not carry metadata_props"))
+        if kind == "type_index":
+            self.attempt(self.table.declaration, struct_type.type_index, f"{where}.type_index")
+
+    def check_functions(self, declaration: StructTypeProto, path: str) -> None:
+        if not (declaration.HasField("decoder") or declaration.HasField("encoder")):
+            return
+        leaves = self.attempt(self.table.leaves, declaration, path)
+        for role, bind in (("decoder", bindings.bind_decoder), ("encoder", bindings.bind_encoder)):
+            if not declaration.HasField(role):
+                continue
+            function = getattr(declaration, role)
+            where = bindings.function_label(f"{path}.{role}", function)
+            self.attempt(check_function, function, where, self.proto.ir_version)
+            if leaves is not None:
+                self.attempt(bind, function, leaves, f"{path}.{role}")
+
+    # ------------------------------------------------------------------ values
+    def check_values(self) -> None:
+        graph = self.proto.graph
+        defined = {t.name for t in graph.initializer}
+        defined |= {t.values.name for t in graph.sparse_initializer}
+        defined |= {i.name for i in graph.input}
+        for k, value in enumerate(graph.struct_initializer):
+            where = element_label(f"graph.struct_initializer[{k}]", value.name)
+            if not value.name:
+                self.report(ValidationError(where, "struct value has no name"))
+            elif value.name in self.value_names:
+                self.report(ValidationError(where, "duplicate struct value name"))
+            elif value.name in defined:
+                self.report(ValidationError(where, "struct value name clashes with an initializer or graph input"))
+            declaration = self.value_declaration(value, where)
+            self.value_names.setdefault(value.name, declaration)
+            if declaration is None:
+                continue
+            if value.HasField("struct_type"):
+                size = self.check_root(declaration, f"{where}.struct_type", model_level=False)
+            else:
+                size = self.attempt(self.table.size_of_index, value.type, f"{where}.type")
+            if size is not None:
+                self.check_payload(value, size, where)
+        for path, message in iter_overlay(self.proto, into_struct_parts=False):
+            if path != "graph" and message.DESCRIPTOR.name == "GraphProto" and len(message.struct_initializer):
+                self.report(ValidationError(f"{path}.struct_initializer", "struct values are only allowed in the main graph"))
+
+    def value_declaration(self, value, where: str) -> StructTypeProto | None:
+        if value.HasField("struct_type"):
+            if value.type != -1:
+                self.report(ValidationError(f"{where}.type", f"type must be -1 when struct_type is present, not {value.type}"))
+                return None
+            return value.struct_type
+        if value.type == -1:
+            self.report(ValidationError(f"{where}.type", "type is -1 but struct_type is absent"))
+            return None
+        return self.attempt(self.table.declaration, value.type, f"{where}.type")
+
+    def check_payload(self, value, size_bits: int, where: str) -> None:
+        if size_bits % 8:
+            self.report(ValidationError(where, f"payload size {size_bits} bits is not a whole number of bytes", size_bits=size_bits))
+            return
+        expected = size_bits // 8
+        if len(value.external_data):
+            if value.HasField("raw_data"):
+                self.report(ValidationError(where, "payload is given both inline (raw_data) and as external_data"))
+                return
+            ref = self.attempt(external.parse_external_data, value.external_data, f"{where}.external_data")
+            if ref is None:
+                return
+            if ref.length is not None and ref.length != expected:
+                self.report(ValidationError(
+                    where, f"external payload length is {ref.length} bytes; the type requires {expected}",
+                    expected=expected, actual=ref.length,
+                ))
+                return
+            if self.loaded.base_dir is not None:
+                resolved = self.attempt(external.resolve, ref, self.loaded.base_dir, f"{where}.external_data")
+                if resolved is not None and resolved[1] != expected:
+                    self.report(ValidationError(
+                        where, f"external payload length is {resolved[1]} bytes; the type requires {expected}",
+                        expected=expected, actual=resolved[1],
+                    ))
+            return
+        actual = len(value.raw_data)
+        if actual != expected:
+            self.report(ValidationError(
+                where, f"payload is {actual} bytes; the type requires {expected}", expected=expected, actual=actual
+            ))
+
+    # ------------------------------------------------------------------ graph-level struct types
+    def check_graph_types(self) -> None:
+        for path, message in iter_overlay(self.proto, into_struct_parts=False):
+            if message.DESCRIPTOR.name != "TypeProto" or message.WhichOneof("value") != "struct_type":
+                continue
+            struct_type = message.struct_type
+            where = f"{path}.struct_type"
+            kind = struct_type.WhichOneof("kind")
+            if kind in CONCRETE_KINDS:
+                self.report(ValidationError(
+                    where, "a concrete declaration may only appear in ModelProto.struct_types or StructProto.struct_type; "
+                    "use type_index or the unconstrained category here",
+                ))
+                continue
+            self.check_static_form(struct_type, where)
+            if kind == "type_index" and 0 <= struct_type.type_index < len(self.table.declarations):
+                size = self.attempt(self.table.size_of_index, struct_type.type_index, f"{where}.type_index")
+                if size is not None and size % 8:
+                    self.report(ValidationError(where, f"referenced declaration is {size} bits, not a whole number of bytes"))
+
+    def check_consumers(self) -> None:
+        for path, message in iter_overlay(self.proto, into_struct_parts=False):
+            if message.DESCRIPTOR.name != "NodeProto":
+                continue
+            for j, name in enumerate(message.input):
+                declaration = self.value_names.get(name)
+                if name in self.value_names and declaration is not None and not declaration.HasField("decoder"):
+                    self.report(ValidationError(
+                        f"{path}.input[{j}]", f"consumes struct value {name!r}, whose type has no decoder to define its logical value"
+                    ))
+
+    # ------------------------------------------------------------------ stock onnx
+    def check_stock(self, full_check: bool) -> None:
+        view = stock_view(self.loaded)
+        try:
+            if full_check:
+                from onnx_struct import inference  # noqa: PLC0415 - optional until shape inference lands
+
+                view = inference.logical_view(self.loaded, view)
+            _stock_check_model(view, full_check=full_check)
+        except ImportError:
+            _stock_check_model(view, full_check=False)
+        except onnx.checker.ValidationError as error:
+            self.report(ValidationError("", f"onnx.checker: {error}"))
+        except onnx.shape_inference.InferenceError as error:
+            self.report(ValidationError("", f"onnx.shape_inference: {error}"))
+
+
+def check_function(function: onnx.FunctionProto, where: str, ir_version: int) -> None:
+    """A decoder/encoder as an ONNX function, with its own opset_import."""
+    try:
+        opsets = {o.domain: o.version for o in function.opset_import}
+        context = onnx.checker.C.CheckerContext()
+        context.ir_version = ir_version or onnx.IR_VERSION
+        context.opset_imports = opsets
+        onnx.checker.check_function(function, context)
+    except onnx.checker.ValidationError as error:
+        raise ValidationError(where, f"invalid function: {error}") from None
+
+
+def opaque_type(struct_type: StructTypeProto) -> onnx.TypeProto.Opaque:
+    kind = struct_type.WhichOneof("kind")
+    name = f"struct_types.{struct_type.type_index}" if kind == "type_index" else "struct"
+    return onnx.TypeProto.Opaque(domain=OPAQUE_DOMAIN, name=name)
+
+
+def stock_view(loaded: LoadedModel) -> onnx.ModelProto:
+    """The model as stock onnx can check it: struct types as Opaque, struct values as Opaque inputs."""
+    view = type(loaded.proto)()
+    view.CopyFrom(loaded.proto)
+    values = list(view.graph.struct_initializer)
+    del view.struct_types[:]
+    for _, message in list(iter_overlay(view, into_struct_parts=False)):
+        name = message.DESCRIPTOR.name
+        if name == "GraphProto":
+            del message.struct_initializer[:]
+        elif name == "TypeProto" and message.WhichOneof("value") == "struct_type":
+            message.opaque_type.CopyFrom(opaque_type(message.struct_type))  # replaces the oneof member
+    for value in values:
+        declaration = value.struct_type if value.HasField("struct_type") else StructTypeProto(type_index=value.type)
+        info = view.graph.input.add(name=value.name)
+        info.type.opaque_type.CopyFrom(opaque_type(declaration))
+    return to_onnx(view)
+
+
+def validate(
+    model: ModelLike, *, full_check: bool = False, base_dir: str | os.PathLike | None = None
+) -> list[ValidationError]:
+    """Every diagnostic of ``model`` (empty when valid). See :func:`check_model`."""
+    loaded = load(model, base_dir)
+    return _Checker(loaded).run(full_check)
+
+
+def check_model(model: ModelLike, full_check: bool = False, *, base_dir: str | os.PathLike | None = None) -> None:
+    """Check a model with struct parts; raise the first :class:`ValidationError` found.
+
+    ``model`` is an ``onnx.ModelProto`` (struct parts as unknown fields), serialized bytes, or a
+    path (external payloads are then resolved against the file's directory, or ``base_dir``).
+    The stock parts are checked by ``onnx.checker.check_model``; ``full_check`` adds struct-aware
+    shape inference, as onnx's ``full_check`` does.
+    """
+    diagnostics = validate(model, full_check=full_check, base_dir=base_dir)
+    if diagnostics:
+        raise diagnostics[0]

@@ -1,0 +1,48 @@
+"""The one diagnostic type: a path-bearing, attribute-carrying ValidationError.
+
+It subclasses ``onnx.checker.ValidationError`` so converters that already catch onnx's error catch
+ours. ``check_model`` raises the first, ``validate`` returns all of them, the CLI prints them (or
+their ``to_dict()`` with ``--json``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import onnx.checker
+
+
+class ValidationError(onnx.checker.ValidationError):
+    """A rule of the proposal (or of this package) is violated at ``path``.
+
+    Attributes:
+        path: where, e.g. ``struct_types[3].structure.field[1] ('scale')``; "" for the whole model.
+        reason: what is wrong, without the path.
+        details: structured facts (``expected``, ``actual``, ...) for tools.
+    """
+
+    def __init__(self, path: str, reason: str, **details: Any) -> None:
+        self.path = path
+        self.reason = reason
+        self.details = details
+        super().__init__(f"{path}: {reason}" if path else reason)
+
+    def __str__(self) -> str:  # KeyError's str() would add quotes; keep one message format
+        return f"{self.path}: {self.reason}" if self.path else self.reason
+
+    def __reduce__(self):  # picklable despite the keyword-only details
+        return (_rebuild, (type(self), self.path, self.reason, self.details))
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form: ``{"path", "reason", "message", **details}``."""
+        out: dict[str, Any] = {"path": self.path, "reason": self.reason, "message": str(self)}
+        out.update({k: v for k, v in self.details.items() if isinstance(v, (int, str, float, bool, type(None)))})
+        return out
+
+
+def _rebuild(cls: type[ValidationError], path: str, reason: str, details: dict) -> ValidationError:
+    return cls(path, reason, **details)
+
+
+class LeafNotFoundError(ValidationError, KeyError):
+    """A view was asked for a leaf path it does not have (also a ``KeyError``)."""

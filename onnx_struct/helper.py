@@ -1,0 +1,188 @@
+"""Builders in the style of ``onnx.helper``: declarations, fields, struct values, struct types.
+
+    values = make_field("values", make_tensor_type(TensorProto.INT4, [128]))
+    scale = make_constant_field("scale", np.float32(0.125))
+    decl = make_structure([values, scale], name="LINEAR_INT4_128")
+    (index,) = add_struct_types(model, decl)
+    add_struct_values(model, make_struct_value("weight", index, raw_data=payload))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from onnx_struct._proto import pb
+
+StructTypeProto = pb.StructTypeProto
+StructProto = pb.StructProto
+TypeProto = pb.TypeProto
+ValueInfoProto = pb.ValueInfoProto
+
+ElementType = int | pb.TypeProto  # an ONNX element type (a scalar) or a physical TypeProto
+
+
+def make_tensor_type(elem_type: int, shape: Sequence[int] = ()) -> pb.TypeProto:
+    """A static tensor TypeProto (a physical leaf); ``shape=()`` is a scalar."""
+    tensor = onnx.helper.make_tensor_type_proto(elem_type, list(shape)).tensor_type
+    return pb.TypeProto(tensor_type=tensor)
+
+
+def make_struct_type_proto(type_index: int | None = None, denotation: str = "") -> pb.TypeProto:
+    """A struct-typed TypeProto: the exact reference ``type_index``, or (None) the unconstrained
+    category accepting any concrete declaration, for graph inputs, outputs and value_info."""
+    struct_type = pb.StructTypeProto() if type_index is None else pb.StructTypeProto(type_index=type_index)
+    type_proto = pb.TypeProto(struct_type=struct_type)
+    if denotation:
+        type_proto.denotation = denotation
+    return type_proto
+
+
+def make_type_reference(type_index: int) -> pb.TypeProto:
+    """``TypeProto{struct_type{type_index}}``: a nested reference to a model-level declaration."""
+    return make_struct_type_proto(type_index)
+
+
+def make_sequence_type_proto(elem_type: pb.TypeProto) -> pb.TypeProto:
+    return pb.TypeProto(sequence_type=pb.TypeProto.Sequence(elem_type=elem_type))
+
+
+def make_map_type_proto(key_type: int, value_type: pb.TypeProto) -> pb.TypeProto:
+    return pb.TypeProto(map_type=pb.TypeProto.Map(key_type=key_type, value_type=value_type))
+
+
+def make_optional_type_proto(elem_type: pb.TypeProto) -> pb.TypeProto:
+    return pb.TypeProto(optional_type=pb.TypeProto.Optional(elem_type=elem_type))
+
+
+def make_value_info(name: str, type_proto: pb.TypeProto, doc_string: str = "") -> pb.ValueInfoProto:
+    """A ValueInfoProto whose type may be (or contain) a struct type."""
+    info = pb.ValueInfoProto(name=name, type=type_proto)
+    if doc_string:
+        info.doc_string = doc_string
+    return info
+
+
+def make_struct_value_info(name: str, type_index: int | None = None, doc_string: str = "") -> pb.ValueInfoProto:
+    """A graph input/output/value_info of struct type (exact reference, or None: any struct)."""
+    return make_value_info(name, make_struct_type_proto(type_index), doc_string)
+
+
+def _element(element: ElementType) -> pb.TypeProto:
+    return make_tensor_type(element) if isinstance(element, int) else element
+
+
+def _root(
+    declaration: pb.StructTypeProto,
+    name: str,
+    decoder: onnx.FunctionProto | None,
+    encoder: onnx.FunctionProto | None,
+    doc_string: str,
+    metadata_props: Mapping[str, str] | None,
+) -> pb.StructTypeProto:
+    if name:
+        declaration.name = name
+    if doc_string:
+        declaration.doc_string = doc_string
+    if decoder is not None:
+        declaration.decoder.CopyFrom(decoder)
+    if encoder is not None:
+        declaration.encoder.CopyFrom(encoder)
+    for key, value in (metadata_props or {}).items():
+        declaration.metadata_props.add(key=key, value=value)
+    return declaration
+
+
+def make_array(
+    element: ElementType,
+    dimension: int,
+    *,
+    name: str = "",
+    decoder: onnx.FunctionProto | None = None,
+    encoder: onnx.FunctionProto | None = None,
+    doc_string: str = "",
+    metadata_props: Mapping[str, str] | None = None,
+) -> pb.StructTypeProto:
+    """``Array(element, dimension)``: ``element`` is an ONNX element type (scalar), a static tensor
+    TypeProto, or a :func:`make_type_reference`."""
+    declaration = pb.StructTypeProto(array=pb.StructTypeProto.Array(element_type=_element(element), dimension=dimension))
+    return _root(declaration, name, decoder, encoder, doc_string, metadata_props)
+
+
+def make_field(name: str, type: ElementType, doc_string: str = "") -> pb.StructTypeProto.Field:
+    """A payload field: an ONNX element type (scalar), a static tensor TypeProto or a reference."""
+    field = pb.StructTypeProto.Field(name=name, type=_element(type))
+    if doc_string:
+        field.doc_string = doc_string
+    return field
+
+
+def make_constant_field(name: str, value: onnx.TensorProto | np.ndarray | np.generic, doc_string: str = "") -> pb.StructTypeProto.Field:
+    """A zero-size field holding a tensor constant (a TensorProto, or an array to convert)."""
+    tensor = value if isinstance(value, onnx.TensorProto) else numpy_helper.from_array(np.asarray(value), name)
+    field = pb.StructTypeProto.Field(name=name, constant=tensor)
+    if doc_string:
+        field.doc_string = doc_string
+    return field
+
+
+def make_structure(
+    fields: Iterable[pb.StructTypeProto.Field],
+    *,
+    name: str = "",
+    decoder: onnx.FunctionProto | None = None,
+    encoder: onnx.FunctionProto | None = None,
+    doc_string: str = "",
+    metadata_props: Mapping[str, str] | None = None,
+) -> pb.StructTypeProto:
+    """``Structure(fields...)``: fields serialized in declaration order, constants take no bytes."""
+    declaration = pb.StructTypeProto(structure=pb.StructTypeProto.Structure(field=list(fields)))
+    return _root(declaration, name, decoder, encoder, doc_string, metadata_props)
+
+
+def make_component(name: str, bit_width: int) -> pb.StructTypeProto.BitPacking.Component:
+    return pb.StructTypeProto.BitPacking.Component(name=name, bit_width=bit_width)
+
+
+def make_bit_packing(
+    components: Iterable[pb.StructTypeProto.BitPacking.Component | tuple[str, int]],
+    dimension: int,
+    *,
+    name: str = "",
+    decoder: onnx.FunctionProto | None = None,
+    encoder: onnx.FunctionProto | None = None,
+    doc_string: str = "",
+    metadata_props: Mapping[str, str] | None = None,
+) -> pb.StructTypeProto:
+    """``BitPacking(components..., dimension)``: records of named bit fields, LSB first."""
+    parts = [c if isinstance(c, pb.StructTypeProto.BitPacking.Component) else make_component(*c) for c in components]
+    declaration = pb.StructTypeProto(bit_packing=pb.StructTypeProto.BitPacking(component=parts, dimension=dimension))
+    return _root(declaration, name, decoder, encoder, doc_string, metadata_props)
+
+
+def make_struct_value(
+    name: str,
+    struct_type: int | pb.StructTypeProto,
+    raw_data: bytes | None = None,
+    *,
+    external_data: Mapping[str, str | int] | None = None,
+    doc_string: str = "",
+) -> pb.StructProto:
+    """A StructProto: ``struct_type`` is a model-level index or an inline declaration (type -1);
+    the payload is ``raw_data`` or ``external_data`` (``location``, ``offset``, ``length``)."""
+    value = pb.StructProto(name=name)
+    if isinstance(struct_type, pb.StructTypeProto):
+        value.type = -1
+        value.struct_type.CopyFrom(struct_type)
+    else:
+        value.type = struct_type
+    if raw_data is not None:
+        value.raw_data = bytes(raw_data)
+    for key, entry in (external_data or {}).items():
+        value.external_data.add(key=key, value=str(entry))
+    if doc_string:
+        value.doc_string = doc_string
+    return value

@@ -1,0 +1,85 @@
+"""install()/uninstall(): make onnx's own entry points struct-aware, reversibly.
+
+Importing onnx_struct changes nothing; install() swaps ``onnx.checker.check_model`` (and
+``onnx.shape_inference.infer_shapes`` once available) for struct-aware wrappers, and uninstall()
+puts the original function objects back. Models without struct parts go to the originals
+unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import onnx
+import onnx.checker
+import onnx.shape_inference
+
+_originals: dict[str, object] = {}
+
+
+def _has_struct_parts(model) -> bool:
+    from onnx_struct.model import load  # noqa: PLC0415 - keep import light
+
+    proto = load(model).proto
+    return bool(len(proto.struct_types) or len(proto.graph.struct_initializer)) or _has_struct_types(proto)
+
+
+def _has_struct_types(proto) -> bool:
+    from onnx_struct.model import iter_overlay  # noqa: PLC0415
+
+    return any(
+        m.DESCRIPTOR.name == "TypeProto" and m.WhichOneof("value") == "struct_type"
+        for _, m in iter_overlay(proto, into_struct_parts=False)
+    )
+
+
+def _wrap_check_model(original):
+    @functools.wraps(original)
+    def check_model(model, full_check=False, skip_opset_compatibility_check=False, check_custom_domain=False):
+        if isinstance(model, onnx.ModelProto | bytes | str) or hasattr(model, "__fspath__"):
+            if _has_struct_parts(model):
+                from onnx_struct.checker import check_model as struct_check  # noqa: PLC0415
+
+                return struct_check(model, full_check=full_check)
+        return original(model, full_check, skip_opset_compatibility_check, check_custom_domain)
+
+    return check_model
+
+
+def _wrap_infer_shapes(original):
+    @functools.wraps(original)
+    def infer_shapes(model, *args, **kwargs):
+        if isinstance(model, onnx.ModelProto | bytes) and _has_struct_parts(model):
+            from onnx_struct.inference import infer_shapes as struct_infer  # noqa: PLC0415
+
+            result = struct_infer(model)
+            return result.SerializeToString() if isinstance(model, bytes) else result
+        return original(model, *args, **kwargs)
+
+    return infer_shapes
+
+
+def install() -> None:
+    """Make ``onnx.checker.check_model`` (and ``onnx.shape_inference.infer_shapes``) struct-aware."""
+    if _originals:
+        return
+    _originals["check_model"] = onnx.checker.check_model
+    onnx.checker.check_model = _wrap_check_model(onnx.checker.check_model)
+    try:
+        import onnx_struct.inference  # noqa: F401, PLC0415
+    except ImportError:
+        return
+    _originals["infer_shapes"] = onnx.shape_inference.infer_shapes
+    onnx.shape_inference.infer_shapes = _wrap_infer_shapes(onnx.shape_inference.infer_shapes)
+
+
+def uninstall() -> None:
+    """Restore the exact original function objects replaced by :func:`install`."""
+    if "check_model" in _originals:
+        onnx.checker.check_model = _originals.pop("check_model")
+    if "infer_shapes" in _originals:
+        onnx.shape_inference.infer_shapes = _originals.pop("infer_shapes")
+
+
+def installed() -> bool:
+    return bool(_originals)

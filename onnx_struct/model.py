@@ -1,0 +1,158 @@
+"""The serde boundary: stock ``onnx.ModelProto`` (struct parts as unknown fields) <-> overlay.
+
+Every public function taking a model goes through :func:`load`, which accepts an
+``onnx.ModelProto``, an overlay ``onnx_struct`` ModelProto, serialized bytes, or a path; the rest
+of the package then reads one coherent object model (the overlay messages of
+``schemas/onnx_struct.proto``). Attaching struct parts to a stock model appends the encoded fields
+with ``MergeFromString``, so nothing else in the model is touched or copied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+from collections.abc import Iterable
+from typing import Union
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from onnx_struct._proto import pb
+from onnx_struct.errors import ValidationError
+
+StructTypeProto = pb.StructTypeProto
+StructProto = pb.StructProto
+ModelLike = Union[onnx.ModelProto, "pb.ModelProto", bytes, str, os.PathLike]
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    """An overlay model plus where its external payloads live (None: in memory, no file)."""
+
+    proto: pb.ModelProto
+    base_dir: pathlib.Path | None
+
+    @property
+    def struct_types(self):
+        return self.proto.struct_types
+
+    @property
+    def struct_values(self):
+        return self.proto.graph.struct_initializer
+
+    def struct_value(self, name: str) -> StructProto:
+        for value in self.proto.graph.struct_initializer:
+            if value.name == name:
+                return value
+        names = [v.name for v in self.proto.graph.struct_initializer]
+        raise ValidationError("graph.struct_initializer", f"no struct value named {name!r}", known=", ".join(names))
+
+
+def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = None) -> LoadedModel:
+    """Parse any accepted model form into the overlay object model (no payload is read)."""
+    if isinstance(model, LoadedModel):
+        return model if base_dir is None else LoadedModel(model.proto, pathlib.Path(base_dir))
+    directory = pathlib.Path(base_dir) if base_dir is not None else None
+    if isinstance(model, pb.ModelProto):
+        return LoadedModel(model, directory)
+    if isinstance(model, onnx.ModelProto):
+        return LoadedModel(from_onnx(model), directory)
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return LoadedModel(_parse(bytes(model), "<bytes>"), directory)
+    if isinstance(model, (str, os.PathLike)):
+        path = pathlib.Path(model)
+        proto = _parse(path.read_bytes(), str(path))
+        return LoadedModel(proto, directory if directory is not None else path.resolve().parent)
+    raise TypeError(f"expected onnx.ModelProto, bytes or a path, got {type(model).__name__}")
+
+
+def _parse(data: bytes, origin: str) -> pb.ModelProto:
+    try:
+        return pb.ModelProto.FromString(data)
+    except DecodeError as error:
+        raise ValidationError("", f"{origin} is not a parsable ONNX model: {error}") from None
+
+
+def from_onnx(model: onnx.ModelProto) -> pb.ModelProto:
+    """Stock model -> overlay (struct parts, unknown to onnx, become real fields)."""
+    return pb.ModelProto.FromString(model.SerializeToString())
+
+
+def to_onnx(model: pb.ModelProto) -> onnx.ModelProto:
+    """Overlay -> stock model (struct parts kept as unknown fields, written back on save)."""
+    return onnx.ModelProto.FromString(model.SerializeToString())
+
+
+def get_struct_types(model: ModelLike) -> list[StructTypeProto]:
+    """The model-level declarations ``ModelProto.struct_types``, in index order."""
+    return list(load(model).struct_types)
+
+
+def get_struct_values(model: ModelLike) -> list[StructProto]:
+    """The struct values of the main graph (``GraphProto.struct_initializer``)."""
+    return list(load(model).struct_values)
+
+
+def add_struct_types(model: onnx.ModelProto | pb.ModelProto, *declarations: StructTypeProto) -> list[int]:
+    """Append declarations to ``model.struct_types`` in place; returns their indices."""
+    first = len(load(model).struct_types) if isinstance(model, onnx.ModelProto) else len(model.struct_types)
+    _append(model, pb.ModelProto(struct_types=declarations))
+    return list(range(first, first + len(declarations)))
+
+
+def add_struct_values(model: onnx.ModelProto | pb.ModelProto, *values: StructProto) -> None:
+    """Append struct values to the main graph's ``struct_initializer`` in place."""
+    _append(model, pb.ModelProto(graph=pb.GraphProto(struct_initializer=values)))
+
+
+def add_value_infos(
+    model: onnx.ModelProto | pb.ModelProto,
+    *,
+    inputs: Iterable[pb.ValueInfoProto] = (),
+    outputs: Iterable[pb.ValueInfoProto] = (),
+    value_info: Iterable[pb.ValueInfoProto] = (),
+) -> None:
+    """Append (struct-typed) ValueInfoProtos to the main graph's inputs/outputs/value_info."""
+    graph = pb.GraphProto(input=list(inputs), output=list(outputs), value_info=list(value_info))
+    _append(model, pb.ModelProto(graph=graph))
+
+
+def _append(model: onnx.ModelProto | pb.ModelProto, fragment: pb.ModelProto) -> None:
+    # Merging a serialized fragment appends repeated fields (known or unknown to the target class)
+    # and leaves every other field as it was, so a stock model is never round-tripped whole.
+    if not isinstance(model, (onnx.ModelProto, pb.ModelProto)):
+        raise TypeError(f"expected an in-memory ModelProto, got {type(model).__name__}")
+    model.MergeFromString(fragment.SerializeToString())
+
+
+def is_overlay(message) -> bool:
+    """True for onnx_struct's own message classes (the only ones that can hold struct parts)."""
+    return message.DESCRIPTOR.file is pb.DESCRIPTOR
+
+
+def iter_overlay(message, path: str = "", *, into_struct_parts: bool = False):
+    """Yield ``(path, message)`` for ``message`` and every overlay message below it.
+
+    Only overlay messages are descended into: onnx's own messages (tensors with large raw_data
+    among them) can never contain struct parts, so they are not touched. With
+    ``into_struct_parts=False`` StructTypeProto/StructProto subtrees are not entered.
+    """
+    stack = [(path, message)]
+    while stack:
+        where, current = stack.pop()
+        yield where, current
+        children = []
+        for field, value in current.ListFields():
+            if field.message_type is None or field.message_type.file is not pb.DESCRIPTOR:
+                continue
+            if not into_struct_parts and field.message_type.name in ("StructTypeProto", "StructProto"):
+                continue
+            prefix = f"{where}.{field.name}" if where else field.name
+            if field.is_repeated:
+                for i, item in enumerate(value):
+                    name = getattr(item, "name", "") if "name" in item.DESCRIPTOR.fields_by_name else ""
+                    children.append((f"{prefix}[{i}] ({name!r})" if name else f"{prefix}[{i}]", item))
+            else:
+                children.append((prefix, value))
+        stack.extend(reversed(children))
