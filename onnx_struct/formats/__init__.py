@@ -1,0 +1,50 @@
+"""Ready-made declarations for real block formats: ``formats.get("Q4_0")``, ``formats.names()``.
+
+Each family module registers its formats on import; the registry imports them lazily so that
+``import onnx_struct`` stays fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from onnx_struct.formats.base import FORMAT_DOMAIN, BlockFormat, _REGISTRY, register
+
+FAMILY_MODULES = (
+    "onnx_struct.formats.gguf.blocks",
+    "onnx_struct.formats.gguf.iq",
+    "onnx_struct.formats.mx",
+    "onnx_struct.formats.nf4",
+    "onnx_struct.formats.linear",
+)
+_loaded = False
+
+
+def _load_families() -> None:
+    global _loaded
+    if not _loaded:
+        for module in FAMILY_MODULES:
+            try:
+                importlib.import_module(module)
+            except ModuleNotFoundError as error:  # a family still being written
+                if error.name != module:
+                    raise
+        _loaded = True
+
+
+def get(name: str) -> BlockFormat:
+    """The format registered as ``name`` (e.g. "Q4_K", "OCP_MXFP6_E2M3", "NF4")."""
+    _load_families()
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown format {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+
+
+def names() -> list[str]:
+    """Every registered format name, sorted."""
+    _load_families()
+    return sorted(_REGISTRY)
+
+
+__all__ = ["BlockFormat", "FORMAT_DOMAIN", "get", "names", "register"]
