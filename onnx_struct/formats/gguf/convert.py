@@ -1,0 +1,254 @@
+"""GGUF file -> ONNX model with struct values: ``convert("model.gguf")``.
+
+Every GGUF tensor becomes a struct value of the same name, declared with the registered format of
+its GGML type (``formats.get("Q4_K")``) for the tensor's logical shape; the bytes are the GGUF
+tensor's bytes, verbatim. They are copied inline (``raw_data``) by default, or with
+``reference=True`` left in the .gguf and referenced by ``external_data`` (location, offset,
+length), so a multi-GiB file is converted without copying a payload byte.
+
+The file is read with gguf-py's ``GGUFReader`` (a memory map); nothing here parses GGUF. The
+model's graph has no nodes, inputs or outputs: a GGUF file carries weights and metadata, not the
+computation, and ``onnx.checker`` accepts such a graph. GGUF key-value metadata becomes model
+``metadata_props`` (encoding in docs/formats.md, "GGUF files and quantizing").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+
+from onnx_struct.errors import ValidationError
+from onnx_struct.helper import make_array, make_struct_value
+from onnx_struct.model import add_struct_types, add_struct_values, from_onnx, to_onnx
+
+# metadata_props keys added besides the GGUF keys themselves.
+VALUE_TYPES_KEY = "onnx_struct.gguf.value_types"  # JSON object: GGUF key -> value type, e.g. "ARRAY[STRING]"
+VERSION_KEY = "onnx_struct.gguf.version"
+# Inline payloads above this cannot be serialized (protobuf messages are limited to 2 GiB).
+INLINE_LIMIT = 2**31 - 2**24
+
+Progress = Callable[[int, int, str], None]  # (tensors done, tensors in total, current tensor name)
+
+
+def _gguf():
+    try:
+        import gguf  # noqa: PLC0415 - optional dependency, imported only when a file is converted
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise ImportError("reading GGUF files needs gguf-py: pip install 'onnx-struct[gguf]'") from error
+    return gguf
+
+
+def convert(
+    path: str | os.PathLike,
+    *,
+    reference: bool = False,
+    keep_unknown: bool = False,
+    model_dir: str | os.PathLike | None = None,
+    progress: Progress | None = None,
+) -> onnx.ModelProto:
+    """Read the GGUF file ``path`` into an ONNX model whose struct values are its tensors.
+
+    Args:
+        path: the .gguf file.
+        reference: point each struct value's ``external_data`` at the tensor's bytes inside the
+            .gguf instead of copying them. ``location`` is the .gguf's path relative to
+            ``model_dir``, so the .gguf must sit in the directory where the model will be saved
+            (or below it).
+        keep_unknown: keep tensors whose GGML type has no registered format as raw
+            ``Array(UINT8, n_bytes)`` values without a decoder (their GGUF type and shape in the
+            declaration's metadata_props) instead of raising.
+        model_dir: the directory the model will be saved in; only used with ``reference``.
+            Defaults to the .gguf's own directory.
+        progress: called as ``progress(done, total, tensor_name)`` after each tensor.
+
+    Raises:
+        ValidationError: the file is not a readable little-endian GGUF file, or a tensor's type
+            has no registered format (and ``keep_unknown`` is false); the path names the tensor.
+
+    Example::
+
+        model = convert("tiny.gguf")
+        onnx.save(model, "tiny.onnx")
+        onnx_struct.decode("blk.0.attn_q.weight", "tiny.onnx")
+    """
+    gguf = _gguf()
+    source = pathlib.Path(path)
+    reader = _open(gguf, source)
+    location = _location(source, model_dir) if reference else None
+
+    graph = onnx.helper.make_graph([], _graph_name(source), [], [])
+    stock = onnx.helper.make_model(graph, producer_name="onnx_struct.formats.gguf")
+    stock.doc_string = f"Tensors and metadata of the GGUF file {source.name}; the graph has no nodes."
+    for key, value in metadata_props(reader, gguf).items():
+        stock.metadata_props.add(key=key, value=value)
+    model = from_onnx(stock)
+
+    if not reference:
+        total = sum(int(t.n_bytes) for t in reader.tensors)
+        if total > INLINE_LIMIT:
+            raise ValidationError(
+                str(source), f"the tensors hold {total} bytes, more than one ONNX file can hold inline; use reference=True",
+                actual=total,
+            )
+    roots: dict[tuple[str, tuple[int, ...]], int] = {}  # (format, shape) -> root index, shared by same-shape tensors
+    values = []
+    for i, tensor in enumerate(reader.tensors):
+        where = f"{source.name}: tensor[{i}] ({tensor.name!r})"
+        shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))  # numpy order: GGUF's ne0 is the last
+        type_name = gguf.GGMLQuantizationType(tensor.tensor_type).name
+        root = _root_index(model, type_name, shape, int(tensor.n_bytes), roots, keep_unknown, gguf, where)
+        if location is not None:
+            external = {"location": location, "offset": int(tensor.data_offset), "length": int(tensor.n_bytes)}
+            values.append(make_struct_value(tensor.name, root, external_data=external))
+        else:
+            values.append(make_struct_value(tensor.name, root, raw_data=_payload(tensor, where)))
+        if progress is not None:
+            progress(i + 1, len(reader.tensors), tensor.name)
+    add_struct_values(model, *values)
+    return to_onnx(model)
+
+
+def _open(gguf, source: pathlib.Path):
+    if not source.is_file():
+        raise FileNotFoundError(f"{source}: no such file")
+    try:
+        reader = gguf.GGUFReader(source, "r")
+    except (ValueError, KeyError, IndexError, TypeError) as error:  # gguf-py's ways of saying "malformed"
+        raise ValidationError(str(source), f"not a readable GGUF file: {error}") from None
+    if reader.byte_order != "I" or reader.endianess != gguf.GGUFEndian.LITTLE:
+        # The proposal's payloads are little-endian; a big-endian file's tensors are not.
+        raise ValidationError(str(source), "big-endian GGUF files are not supported (payloads must be little-endian)")
+    return reader
+
+
+def _graph_name(source: pathlib.Path) -> str:
+    return source.stem or "gguf"
+
+
+def _location(source: pathlib.Path, model_dir: str | os.PathLike | None) -> str:
+    base = pathlib.Path(model_dir) if model_dir is not None else source.parent
+    relative = pathlib.Path(os.path.relpath(source.resolve(), base.resolve()))
+    if relative.is_absolute() or ".." in relative.parts:
+        raise ValidationError(
+            str(source),
+            f"with reference=True the .gguf must sit in the model's directory {str(base)!r} (or below it); "
+            "move it there or convert without reference",
+        )
+    return relative.as_posix()
+
+
+def _root_index(model, type_name, shape, n_bytes, roots, keep_unknown, gguf, where) -> int:
+    from onnx_struct import formats  # noqa: PLC0415 - the registry loads the family modules lazily
+
+    key = (type_name, shape)
+    if key in roots:
+        return roots[key]
+    try:
+        fmt = formats.get(type_name)
+    except KeyError:
+        fmt = None
+    if fmt is None:
+        if not keep_unknown:
+            raise ValidationError(
+                where, f"GGML type {type_name} has no registered format; pass keep_unknown=True to keep it as raw bytes",
+                gguf_type=type_name,
+            )
+        # No decoder: the bytes are kept and checkable, but no node may consume the value.
+        metadata = {"gguf.type": type_name, "gguf.shape": json.dumps(list(shape))}
+        declaration = make_array(onnx.TensorProto.UINT8, n_bytes, name=f"{type_name}_raw", metadata_props=metadata)
+        (index,) = add_struct_types(model, declaration)
+    else:
+        block_size, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[type_name]]
+        if (fmt.block_size, fmt.bytes_per_block) != (block_size, type_size):
+            raise ValidationError(
+                where, f"format {type_name} declares {fmt.bytes_per_block} bytes per {fmt.block_size} elements; "
+                f"GGUF uses {type_size} per {block_size}",
+            )
+        index = fmt.add_to_model(model, shape)
+    roots[key] = index
+    return index
+
+
+def _payload(tensor, where: str) -> bytes:
+    data = np.asarray(tensor.data)
+    if data.nbytes != int(tensor.n_bytes):  # the reader's view is cut short by the end of the file
+        raise ValidationError(where, f"holds {data.nbytes} bytes; its type and shape require {tensor.n_bytes}")
+    return data.tobytes()
+
+
+# ---------------------------------------------------------------------------------- metadata
+
+
+def metadata_props(reader, gguf=None) -> dict[str, str]:
+    """GGUF key-value metadata as ``metadata_props`` entries.
+
+    A STRING value is stored verbatim; every other value as JSON (integers in decimal, booleans
+    ``true``/``false``, floats as the shortest decimal that reads back to the same float32/64,
+    arrays as JSON arrays). The GGUF value type of every key goes into one extra entry,
+    ``onnx_struct.gguf.value_types`` (a JSON object such as ``{"llama.block_count": "UINT32",
+    "tokenizer.ggml.tokens": "ARRAY[STRING]"}``), so the file's metadata can be rebuilt exactly.
+    """
+    gguf = gguf or _gguf()
+    props: dict[str, str] = {}
+    types: dict[str, str] = {}
+    for key, field in reader.fields.items():
+        if key.startswith("GGUF."):  # the reader's pseudo-fields for the header (version, counts)
+            if key == "GGUF.version":
+                props[VERSION_KEY] = str(int(field.parts[-1][0]))
+            continue
+        value_types = [gguf.GGUFValueType(t) for t in field.types]
+        types[key] = _type_label(value_types)
+        props[key] = _encode_value(field, value_types, gguf)
+    props[VALUE_TYPES_KEY] = json.dumps(types, separators=(",", ":"))
+    return props
+
+
+def _type_label(value_types) -> str:
+    label = value_types[-1].name
+    for _ in value_types[:-1]:
+        label = f"ARRAY[{label}]"
+    return label
+
+
+def _encode_value(field, value_types, gguf) -> str:
+    main = value_types[0]
+    if main == gguf.GGUFValueType.STRING:
+        return field.contents()
+    if main != gguf.GGUFValueType.ARRAY:
+        return _json_numbers(field.parts[-1][:1])[1:-1]
+    if value_types[-1] == gguf.GGUFValueType.STRING:
+        return json.dumps(field.contents(), ensure_ascii=False)
+    # Numeric arrays (tokenizer scores and types run to 10^5 entries): one vectorized conversion of
+    # the reader's parts instead of its per-element Python list; nested arrays come out flattened,
+    # as gguf-py reads them.
+    parts = [field.parts[i] for i in field.data]
+    return _json_numbers(np.concatenate(parts) if parts else np.zeros(0, np.int64))
+
+
+def _json_numbers(items: np.ndarray) -> str:
+    """A JSON array of ``items``: booleans as true/false, integers in decimal, floats as the
+    shortest decimal that reads back to the same float32/float64 (numpy's ``str``), non-finite
+    floats as Python's json writes them (NaN, Infinity)."""
+    if items.dtype.kind == "b":
+        texts = np.where(items, "true", "false")
+    elif items.dtype.kind == "f":
+        texts = items.astype(str)
+        texts = np.select([texts == "nan", texts == "inf", texts == "-inf"], ["NaN", "Infinity", "-Infinity"], texts)
+    else:
+        texts = items.astype(str)
+    return "[" + ",".join(texts.tolist()) + "]"
+
+
+def decode_metadata(props: dict[str, str]) -> dict[str, object]:
+    """The inverse of :func:`metadata_props`: GGUF key -> Python value (str, int, float, bool, list)."""
+    types = json.loads(props.get(VALUE_TYPES_KEY, "{}"))
+    out: dict[str, object] = {}
+    for key, label in types.items():
+        text = props[key]
+        out[key] = text if label == "STRING" else json.loads(text)
+    return out

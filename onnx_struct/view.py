@@ -1,0 +1,395 @@
+"""Bounds-checked, vectorized reads of the leaves of a struct payload (``view``, ``StructView``).
+
+A view pairs a payload (inline ``raw_data`` or a read-only memory map of the exact external
+range) with the leaf layout of its declaration (:meth:`onnx_struct.layout.TypeTable.leaves`).
+The payload length is verified against the size function before any byte is read.
+
+Reading a leaf takes one of three routes, all exact under the proposal's physical rules (tight
+packing, declaration order, bits LSB-first within a byte, little-endian multi-byte values):
+
+* **zero copy**: offset, strides and width are byte multiples and the width is the dtype's full
+  width; the leaf is a read-only strided numpy view of the payload;
+* **sub-byte rows**: 1/2/4-bit elements contiguous within byte-aligned rows (INT4 values, 4-bit
+  components); the rows are unpacked with a few whole-array shift/mask passes;
+* **general**: any other affine bit layout; element bit positions are computed by broadcasting
+  and each element is assembled from the bytes it spans (shift, mask), in chunks of
+  :data:`CHUNK` elements to bound memory. No loop runs per element or per block.
+
+Gathered byte indices are clamped to the payload, so extra bytes fetched past an element's last
+bit (which are masked off) never read outside the buffer.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import pathlib
+from collections.abc import Iterator, Mapping, Sequence
+
+import numpy as np
+from onnx import numpy_helper
+
+from onnx_struct import external
+from onnx_struct.errors import LeafNotFoundError, ValidationError
+from onnx_struct.layout import Leaf, TypeTable
+from onnx_struct.model import LoadedModel, StructProto, StructTypeProto, load
+
+# Elements handled per vectorized step of the general route and of nibble unpacking: big enough
+# to amortize numpy's per-call cost, small enough that temporaries stay in the CPU cache.
+CHUNK = 1 << 16
+
+__all__ = ["StructView", "view", "view_buffer", "read_leaf", "value_declaration"]
+
+
+class StructView(Mapping):
+    """Leaves of one struct payload by path: ``v["qs"]``, ``"d" in v``, ``v.leaves()``.
+
+    Arrays returned for byte-aligned full-width leaves are zero-copy, read-only views of the
+    payload; other leaves are materialized on each access (nothing is cached).
+    """
+
+    def __init__(self, buffer, layout: tuple[Leaf, ...], name: str = "") -> None:
+        self._data = np.frombuffer(buffer, dtype=np.uint8)
+        self._layout = tuple(layout)
+        self._by_path = {leaf.path: leaf for leaf in self._layout}
+        self.name = name
+
+    @property
+    def layout(self) -> tuple[Leaf, ...]:
+        """The leaves of the declaration, in payload order (constants where declared)."""
+        return self._layout
+
+    @property
+    def paths(self) -> list[str]:
+        return [leaf.path for leaf in self._layout]
+
+    @property
+    def nbytes(self) -> int:
+        """Payload length in bytes (= size_in_bits / 8)."""
+        return int(self._data.size)
+
+    @property
+    def buffer(self) -> np.ndarray:
+        """The whole payload as a read-only uint8 array."""
+        data = self._data.view()
+        data.flags.writeable = False
+        return data
+
+    def leaf(self, path: str) -> Leaf:
+        """The layout entry of ``path`` (LeafNotFoundError lists the valid paths)."""
+        try:
+            return self._by_path[path]
+        except KeyError:
+            known = ", ".join(repr(p) for p in self._by_path) or "none"
+            where = f"struct value {self.name!r}" if self.name else "struct view"
+            raise LeafNotFoundError(where, f"no leaf {path!r}; leaves are: {known}", leaf=path) from None
+
+    def __getitem__(self, path: str) -> np.ndarray:
+        return read_leaf(self._data, self.leaf(path))
+
+    def __contains__(self, path: object) -> bool:
+        return path in self._by_path
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._by_path)
+
+    def __len__(self) -> int:
+        return len(self._by_path)
+
+    def leaves(self) -> dict[str, np.ndarray]:
+        """Every leaf (constants included) as ``{path: array}`` in payload order."""
+        return {leaf.path: read_leaf(self._data, leaf) for leaf in self._layout}
+
+    def __repr__(self) -> str:
+        return f"StructView({self.name!r}, {self.nbytes} bytes, leaves={self.paths})"
+
+
+# ---------------------------------------------------------------------- entry points
+def view(
+    value: StructProto | str,
+    model=None,
+    *,
+    base_dir: str | os.PathLike | None = None,
+) -> StructView:
+    """A :class:`StructView` of a struct value: a StructProto, or the name of one in ``model``.
+
+    ``model`` (any form :func:`onnx_struct.model.load` accepts) supplies ``struct_types`` for
+    ``type`` indices and ``type_index`` references, and, when it is a path, the directory external
+    payloads are resolved against (``base_dir`` overrides it). The payload length is checked
+    against the declaration's size before any byte is read; external files are memory-mapped
+    read-only over exactly the payload's range.
+
+    >>> v = view("weight", "model.onnx")
+    >>> v["values"].dtype, v["scale"]
+    (dtype(int4), array(0.125, dtype=float32))
+    """
+    loaded, struct_types = _load(model, base_dir)
+    if isinstance(value, str):
+        if loaded is None:
+            raise ValidationError("graph.struct_initializer", f"struct value {value!r} named without a model")
+        index = next((i for i, v in enumerate(loaded.struct_values) if v.name == value), None)
+        if index is None:
+            loaded.struct_value(value)  # raises the "no struct value named ..." error with the known names
+        proto = loaded.struct_values[index]
+        where = f"graph.struct_initializer[{index}] ({value!r})"
+    else:
+        proto = value
+        where = f"struct value {value.name!r}" if value.name else "struct value"
+    directory = pathlib.Path(base_dir) if base_dir is not None else (loaded.base_dir if loaded else None)
+    table = TypeTable(struct_types)
+    declaration = value_declaration(proto, table, where)
+    layout, nbytes = _layout_and_size(table, declaration, where)
+    buffer = _payload(proto, nbytes, directory, where)
+    return StructView(buffer, layout, proto.name)
+
+
+def view_buffer(buffer, struct_type: StructTypeProto | int, model=None, *, name: str = "") -> StructView:
+    """A view of raw bytes (any buffer) under a declaration, or an index into ``model``'s types.
+
+    The buffer length must equal the declaration's size in bytes.
+    """
+    table = TypeTable(_load(model, None)[1])
+    where = f"struct value {name!r}" if name else "buffer"
+    if isinstance(struct_type, int):
+        declaration = table.declaration(struct_type, f"{where}.type")
+    else:
+        declaration = struct_type
+    layout, nbytes = _layout_and_size(table, declaration, where)
+    data = memoryview(buffer).cast("B") if not isinstance(buffer, np.ndarray) else buffer.reshape(-1).view(np.uint8)
+    if len(data) != nbytes:
+        raise ValidationError(
+            where, f"payload is {len(data)} bytes; the type requires {nbytes}", expected=nbytes, actual=len(data)
+        )
+    return StructView(data, layout, name)
+
+
+def _load(model, base_dir) -> tuple[LoadedModel | None, Sequence[StructTypeProto]]:
+    """(the loaded model or None, its declarations); ``model`` may also be a list of declarations."""
+    if model is None:
+        return None, ()
+    if isinstance(model, (list, tuple)):
+        return None, model
+    loaded = load(model, base_dir)
+    return loaded, loaded.struct_types
+
+
+def value_declaration(value: StructProto, table: TypeTable, where: str) -> StructTypeProto:
+    """The concrete root declaration of a struct value (inline ``struct_type`` or ``type`` index)."""
+    if value.HasField("struct_type"):
+        if value.type != -1:
+            raise ValidationError(f"{where}.type", f"type must be -1 when struct_type is present, not {value.type}")
+        return value.struct_type
+    if value.type == -1:
+        raise ValidationError(f"{where}.type", "type is -1 but struct_type is absent")
+    return table.declaration(value.type, f"{where}.type")
+
+
+def _layout_and_size(table: TypeTable, declaration: StructTypeProto, where: str) -> tuple[tuple[Leaf, ...], int]:
+    kind = declaration.WhichOneof("kind")
+    if kind not in ("array", "structure", "bit_packing"):
+        raise ValidationError(where, f"the root of a struct value must be a concrete declaration, not {kind or 'unset'}")
+    try:
+        bits = table.size(declaration, where)
+        layout = table.leaves(declaration, where)
+    except RecursionError:
+        raise ValidationError(where, "declaration nests too deeply") from None
+    if bits % 8:
+        raise ValidationError(where, f"size {bits} bits is not a whole number of bytes", size_in_bits=bits)
+    return layout, bits // 8
+
+
+def _payload(value: StructProto, nbytes: int, base_dir: pathlib.Path | None, where: str):
+    if len(value.external_data):
+        if value.raw_data:
+            raise ValidationError(where, "payload is given both inline (raw_data) and as external_data")
+        ref = external.parse_external_data(value.external_data, f"{where}.external_data")
+        if ref.length is not None and ref.length != nbytes:
+            raise ValidationError(
+                where, f"external payload length is {ref.length} bytes; the type requires {nbytes}",
+                expected=nbytes, actual=ref.length,
+            )
+        if base_dir is None:
+            raise ValidationError(
+                f"{where}.external_data", "external payload but no base directory (load the model from a path or pass base_dir)"
+            )
+        file, length = external.resolve(ref, base_dir, f"{where}.external_data")
+        if length != nbytes:
+            raise ValidationError(
+                where, f"external payload length is {length} bytes; the type requires {nbytes}",
+                expected=nbytes, actual=length,
+            )
+        return external.map_payload(file, ref.offset, length)
+    if len(value.raw_data) != nbytes:
+        raise ValidationError(
+            where, f"payload is {len(value.raw_data)} bytes; the type requires {nbytes}",
+            expected=nbytes, actual=len(value.raw_data),
+        )
+    return value.raw_data
+
+
+# ---------------------------------------------------------------------- leaf extraction
+def read_leaf(data: np.ndarray, leaf: Leaf) -> np.ndarray:
+    """The elements of ``leaf`` in the uint8 payload ``data`` as an array of ``leaf.dtype``."""
+    if leaf.kind == "constant":
+        array = numpy_helper.to_array(leaf.constant)
+        array.flags.writeable = False
+        return array
+    width = leaf.bit_width
+    if leaf.count == 0:
+        return np.zeros(leaf.shape, dtype=leaf.dtype)
+    if is_zero_copy(leaf):
+        array = np.ndarray(
+            leaf.shape,
+            dtype=leaf.dtype.newbyteorder("<"),
+            buffer=data,
+            offset=leaf.bit_offset // 8,
+            strides=tuple(s // 8 for s in leaf.strides),
+        )
+        array.flags.writeable = False
+        return array
+    shape, strides = merged_dims(leaf.shape, leaf.strides)
+    if width in (1, 2, 4) and strides and strides[-1] == width and all(s % 8 == 0 for s in strides[:-1]):
+        if (leaf.bit_offset % 8) % width == 0:
+            raw = _sub_byte_rows(data, leaf.bit_offset, shape, strides, width)
+            return _as_dtype(raw, leaf).reshape(leaf.shape)
+    if leaf.kind == "tensor" and width % 8 == 0:
+        raw = _gather_bytes(data, leaf.bit_offset, shape, strides, width // 8)
+        return raw.view(leaf.dtype.newbyteorder("<")).reshape(leaf.shape)
+    raw = _gather_bits(data, leaf.bit_offset, shape, strides, width)
+    return _as_dtype(raw, leaf).reshape(leaf.shape)
+
+
+def is_zero_copy(leaf: Leaf) -> bool:
+    """True when the leaf is a plain strided view of bytes (no bit shifting needed)."""
+    return (
+        leaf.kind != "constant"
+        and leaf.bit_offset % 8 == 0
+        and all(s % 8 == 0 for s in leaf.strides)
+        and leaf.bit_width == leaf.dtype.itemsize * 8
+    )
+
+
+def _as_dtype(raw: np.ndarray, leaf: Leaf) -> np.ndarray:
+    """Raw unsigned bit patterns -> the leaf's dtype. ml_dtypes keeps a sub-byte value as the raw
+    low bits of one byte (INT4 -1 is 0x0F), so a uint8 view is exact for every sub-byte type."""
+    if leaf.kind == "tensor":
+        return raw.astype(np.uint8, copy=False).view(leaf.dtype)
+    return raw.astype(leaf.dtype, copy=False)
+
+
+def merged_dims(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Merge adjacent dimensions that are contiguous in bits (and drop size-1 dimensions), so a
+    fully contiguous leaf becomes one dimension. Element order is unchanged."""
+    out_shape: list[int] = []
+    out_strides: list[int] = []
+    for size, stride in zip(shape, strides, strict=True):
+        if size == 1:
+            continue
+        if out_shape and out_strides[-1] == stride * size:
+            out_shape[-1] *= size
+            out_strides[-1] = stride
+        else:
+            out_shape.append(size)
+            out_strides.append(stride)
+    return tuple(out_shape), tuple(out_strides)
+
+
+def bit_positions(bit_offset: int, shape: tuple[int, ...], strides: tuple[int, ...], start: int, stop: int) -> np.ndarray:
+    """Start bits (int64) of the elements with C-order flat indices ``start:stop``."""
+    flat = np.arange(start, stop, dtype=np.int64)
+    positions = np.full(stop - start, bit_offset, dtype=np.int64)
+    suffix = 1
+    for size, stride in zip(reversed(shape), reversed(strides), strict=True):
+        index = flat // suffix % size if suffix > 1 else flat % size
+        positions += index * stride
+        suffix *= size
+    return positions
+
+
+def _chunks(count: int, size: int = CHUNK) -> Iterator[tuple[int, int]]:
+    for start in range(0, count, size):
+        yield start, min(start + size, count)
+
+
+def _gather_bits(data: np.ndarray, bit_offset: int, shape, strides, width: int) -> np.ndarray:
+    """Elements of ``width`` (1-64) bits at any positions, as uint64 bit patterns."""
+    count = math.prod(shape)
+    out = np.empty(count, dtype=np.uint64)
+    last = data.size - 1
+    mask = np.uint64((1 << width) - 1)
+    # An element starting at bit s (0-7) of its first byte spans ceil((s + width) / 8) bytes; fetch
+    # the worst case; bytes beyond the element are clamped to the payload and masked away.
+    span = min((7 + width + 7) // 8, 8)
+    for start, stop in _chunks(count):
+        positions = bit_positions(bit_offset, shape, strides, start, stop)
+        first = positions >> 3
+        shift = (positions & 7).astype(np.uint64)
+        acc = data[first].astype(np.uint64)
+        for j in range(1, span):
+            acc |= data[np.minimum(first + j, last)].astype(np.uint64) << np.uint64(8 * j)
+        acc >>= shift
+        if width > 57:  # may need a ninth byte: its low bits land above bit 64 - shift
+            ninth = data[np.minimum(first + 8, last)].astype(np.uint64)
+            acc |= np.where(shift == 0, np.uint64(0), ninth << (np.uint64(64) - shift))
+        out[start:stop] = acc & mask
+    return out
+
+
+def _gather_bytes(data: np.ndarray, bit_offset: int, shape, strides, nbytes: int) -> np.ndarray:
+    """Whole-byte-width elements at unaligned bit positions, as ``(count, nbytes)`` uint8 rows in
+    little-endian order (any width: FLOAT16 at bit 4, COMPLEX128 at bit 3)."""
+    count = math.prod(shape)
+    out = np.empty((count, nbytes), dtype=np.uint8)
+    last = data.size - 1
+    byte_steps = np.arange(nbytes, dtype=np.int64)
+    for start, stop in _chunks(count, max(1, CHUNK // nbytes)):
+        positions = bit_positions(bit_offset, shape, strides, start, stop)
+        first = (positions >> 3)[:, None] + byte_steps
+        shift = (positions & 7).astype(np.uint16)[:, None]
+        low = data[first].astype(np.uint16)
+        high = data[np.minimum(first + 1, last)].astype(np.uint16)
+        out[start:stop] = ((low | (high << np.uint16(8))) >> shift).astype(np.uint8)
+    return out
+
+
+def _sub_byte_rows(data: np.ndarray, bit_offset: int, shape, strides, width: int) -> np.ndarray:
+    """1/2/4-bit elements contiguous along the last dimension, every row starting at the same
+    phase within a byte: unpack the rows' bytes and cut each row to its elements."""
+    per_byte = 8 // width
+    skip = (bit_offset % 8) // width  # elements of the first byte that precede the leaf
+    inner = shape[-1]
+    row_bytes = -(-(skip + inner) * width // 8)
+    rows = np.ndarray(
+        shape[:-1] + (row_bytes,),
+        dtype=np.uint8,
+        buffer=data,
+        offset=bit_offset // 8,
+        strides=tuple(s // 8 for s in strides[:-1]) + (1,),
+    )
+    flat = np.ascontiguousarray(rows).reshape(-1)  # a view when the rows are contiguous
+    unpacked = unpack_sub_byte(flat, width).reshape(shape[:-1] + (row_bytes * per_byte,))
+    if skip == 0 and row_bytes * per_byte == inner:
+        return unpacked
+    return np.ascontiguousarray(unpacked[..., skip : skip + inner])
+
+
+def unpack_sub_byte(packed: np.ndarray, width: int) -> np.ndarray:
+    """Split each byte into ``8 // width`` elements, LSB first (uint8 results)."""
+    if width == 1:
+        return np.unpackbits(packed, bitorder="little")
+    if width == 4:
+        # byte hi:lo -> uint16 (lo | hi << 8) via (b | b << 4) & 0x0F0F, chunked to stay in cache.
+        out = np.empty(packed.size, dtype=np.uint16)
+        scratch = np.empty(min(CHUNK, packed.size), dtype=np.uint16)
+        for start, stop in _chunks(packed.size):
+            part, tmp, dest = packed[start:stop], scratch[: stop - start], out[start:stop]
+            np.left_shift(part, 4, out=tmp, dtype=np.uint16)
+            np.bitwise_or(part, tmp, out=dest, dtype=np.uint16)
+            np.bitwise_and(dest, 0x0F0F, out=dest)
+        return out.view(np.uint8)
+    per_byte = 8 // width
+    mask = (1 << width) - 1
+    out = np.empty((packed.size, per_byte), dtype=np.uint8)
+    for k in range(per_byte):  # per position within a byte, not per element
+        np.bitwise_and(packed >> (k * width), mask, out=out[:, k])
+    return out.reshape(-1)

@@ -1,0 +1,57 @@
+"""install()/uninstall(): onnx's own entry points become struct-aware, and are restored exactly."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import onnx
+import onnx.checker
+import onnx.shape_inference
+import pytest
+
+import onnx_struct as S
+from conftest import base_model, linear_int4_128, model_with
+
+
+@pytest.fixture
+def installed():
+    S.install()
+    yield
+    S.uninstall()
+
+
+def bad_model():
+    return model_with([linear_int4_128()], [S.make_struct_value("weight", 0, raw_data=bytes(63))])
+
+
+def test_import_changes_nothing():
+    code = ("import onnx.checker, onnx.shape_inference; a = onnx.checker.check_model; b = onnx.shape_inference.infer_shapes;"
+            "import onnx_struct; assert onnx.checker.check_model is a and onnx.shape_inference.infer_shapes is b")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_stock_checker_does_not_see_struct_rules_without_install():
+    onnx.checker.check_model(base_model())
+    onnx.checker.check_model(bad_model())  # stock onnx: struct parts are unknown fields, ignored
+
+
+def test_install_makes_check_model_struct_aware_and_uninstall_restores(tmp_path):
+    original_check, original_infer = onnx.checker.check_model, onnx.shape_inference.infer_shapes
+    S.install()
+    try:
+        assert onnx.checker.check_model is not original_check
+        with pytest.raises(onnx.checker.ValidationError, match="payload is 63 bytes"):
+            onnx.checker.check_model(bad_model())
+        path = tmp_path / "bad.onnx"
+        onnx.save(bad_model(), path)
+        with pytest.raises(S.ValidationError):
+            onnx.checker.check_model(str(path))
+        onnx.checker.check_model(base_model())  # plain models go to the original checker
+        S.install()  # idempotent
+    finally:
+        S.uninstall()
+    assert onnx.checker.check_model is original_check
+    assert onnx.shape_inference.infer_shapes is original_infer
+    S.uninstall()  # harmless twice
+    assert onnx.checker.check_model is original_check

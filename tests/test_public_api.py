@@ -1,0 +1,30 @@
+"""The public API is pinned: other code depends on these names."""
+
+from __future__ import annotations
+
+import onnx.checker
+
+import onnx_struct as S
+
+REQUIRED = {
+    "StructTypeProto", "StructProto", "ValidationError", "check_model", "validate", "size_in_bits", "install",
+    "uninstall", "make_array", "make_structure", "make_field", "make_constant_field", "make_bit_packing",
+    "make_component", "make_type_reference", "make_struct_value", "make_struct_type_proto", "make_struct_value_info",
+    "add_struct_types", "add_struct_values", "add_value_infos", "get_struct_types", "get_struct_values",
+}
+
+
+def test_required_names_are_exported():
+    assert REQUIRED <= set(S.__all__)
+    for name in S.__all__:
+        assert hasattr(S, name), name
+
+
+def test_validation_error_is_onnx_validation_error():
+    assert issubclass(S.ValidationError, onnx.checker.ValidationError)
+    assert issubclass(S.LeafNotFoundError, KeyError) and issubclass(S.LeafNotFoundError, S.ValidationError)
+
+
+def test_messages_are_the_generated_classes():
+    assert S.StructTypeProto.DESCRIPTOR.full_name == "onnx_struct.StructTypeProto"
+    assert S.StructProto.DESCRIPTOR.full_name == "onnx_struct.StructProto"
