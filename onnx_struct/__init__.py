@@ -37,6 +37,7 @@ from onnx_struct.model import (
     get_struct_values,
     to_onnx,
 )
+from onnx_struct.view import StructView, view
 
 __version__ = "0.1.0"
 
@@ -73,6 +74,9 @@ __all__ = [
     "make_tensor_type",
     "make_type_reference",
     "make_value_info",
+    # views
+    "view",
+    "StructView",
     # model access
     "add_struct_types",
     "add_struct_values",

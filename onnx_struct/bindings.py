@@ -38,7 +38,9 @@ def bind_decoder(decoder: onnx.FunctionProto, leaves: tuple[Leaf, ...], path: st
     """Decoder input name -> leaf. ``path`` names the decoder, e.g. ``struct_types[0].decoder``."""
     where = function_label(path, decoder)
     if len(decoder.output) != 1:
-        raise ValidationError(where, f"a decoder has exactly one output, the logical value; it has {len(decoder.output)}")
+        raise ValidationError(
+            where, f"a decoder has exactly one output, the logical value; it has {len(decoder.output)}"
+        )
     return _bind(list(decoder.input), leaves, where, "decoder input", allow_constants=True)
 
 
@@ -46,5 +48,7 @@ def bind_encoder(encoder: onnx.FunctionProto, leaves: tuple[Leaf, ...], path: st
     """Encoder output name -> leaf. Non-constant leaves it does not produce are written as zeros."""
     where = function_label(path, encoder)
     if len(encoder.input) != 1:
-        raise ValidationError(where, f"an encoder has exactly one input, the logical value; it has {len(encoder.input)}")
+        raise ValidationError(
+            where, f"an encoder has exactly one input, the logical value; it has {len(encoder.input)}"
+        )
     return _bind(list(encoder.output), leaves, where, "encoder output", allow_constants=False)

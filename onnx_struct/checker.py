@@ -16,7 +16,7 @@ from onnx import numpy_helper
 from onnx_struct import bindings, external
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import TypeTable, element_label
-from onnx_struct.model import LoadedModel, ModelLike, StructTypeProto, iter_overlay, load, to_onnx
+from onnx_struct.model import LoadedModel, ModelLike, StructTypeProto, iter_overlay, load, locate, to_onnx
 
 # Captured at import so that install() (which replaces onnx.checker.check_model) cannot recurse.
 _stock_check_model = onnx.checker.check_model
@@ -33,6 +33,8 @@ class _Checker:
         self.diagnostics: list[ValidationError] = []
         self._messages: set[str] = set()
         self.value_names: dict[str, StructTypeProto | None] = {}
+        # One walk collects every place a struct part can be below the model-level ones.
+        self.graphs, self.struct_type_protos = collect_graph_parts(self.proto)
 
     def report(self, error: ValidationError) -> None:
         if str(error) not in self._messages:  # one cause reached from several places, once
@@ -144,7 +146,22 @@ class _Checker:
         defined = {t.name for t in graph.initializer}
         defined |= {t.values.name for t in graph.sparse_initializer}
         defined |= {i.name for i in graph.input}
+        # Fast path for the common case (a valid inline value of a model-level type): a few field
+        # reads per value; anything unusual takes the full path below, which builds messages.
+        inline_bytes = self.model_level_payload_bytes()
         for k, value in enumerate(graph.struct_initializer):
+            name = value.name
+            expected = inline_bytes.get(value.type) if not value.HasField("struct_type") else None
+            if (
+                expected is not None
+                and name
+                and name not in self.value_names
+                and name not in defined
+                and not len(value.external_data)
+                and len(value.raw_data) == expected
+            ):
+                self.value_names[name] = self.table.declarations[value.type]
+                continue
             where = element_label(f"graph.struct_initializer[{k}]", value.name)
             if not value.name:
                 self.report(ValidationError(where, "struct value has no name"))
@@ -162,14 +179,30 @@ class _Checker:
                 size = self.attempt(self.table.size_of_index, value.type, f"{where}.type")
             if size is not None:
                 self.check_payload(value, size, where)
-        for path, message in iter_overlay(self.proto, into_struct_parts=False):
-            if path != "graph" and message.DESCRIPTOR.name == "GraphProto" and len(message.struct_initializer):
-                self.report(ValidationError(f"{path}.struct_initializer", "struct values are only allowed in the main graph"))
+        for path, subgraph in self.graphs:
+            if path != "graph" and len(subgraph.struct_initializer):
+                self.report(
+                    ValidationError(f"{path}.struct_initializer", "struct values are only allowed in the main graph")
+                )
+
+    def model_level_payload_bytes(self) -> dict[int, int]:
+        """Byte size of every valid, byte-aligned model-level declaration (its size is cached)."""
+        sizes = {}
+        for index in range(len(self.table.declarations)):
+            try:
+                bits = self.table.size_of_index(index)
+            except (ValidationError, RecursionError):
+                continue  # reported by check_root; values of this type take the full path
+            if bits % 8 == 0 and self.table.declarations[index].WhichOneof("kind") in CONCRETE_KINDS:
+                sizes[index] = bits // 8
+        return sizes
 
     def value_declaration(self, value, where: str) -> StructTypeProto | None:
         if value.HasField("struct_type"):
             if value.type != -1:
-                self.report(ValidationError(f"{where}.type", f"type must be -1 when struct_type is present, not {value.type}"))
+                self.report(
+                    ValidationError(f"{where}.type", f"type must be -1 when struct_type is present, not {value.type}")
+                )
                 return None
             return value.struct_type
         if value.type == -1:
@@ -179,7 +212,11 @@ class _Checker:
 
     def check_payload(self, value, size_bits: int, where: str) -> None:
         if size_bits % 8:
-            self.report(ValidationError(where, f"payload size {size_bits} bits is not a whole number of bytes", size_bits=size_bits))
+            self.report(
+                ValidationError(
+                    where, f"payload size {size_bits} bits is not a whole number of bytes", size_bits=size_bits
+                )
+            )
             return
         expected = size_bits // 8
         if len(value.external_data):
@@ -190,59 +227,77 @@ class _Checker:
             if ref is None:
                 return
             if ref.length is not None and ref.length != expected:
-                self.report(ValidationError(
-                    where, f"external payload length is {ref.length} bytes; the type requires {expected}",
-                    expected=expected, actual=ref.length,
-                ))
+                self.report(
+                    ValidationError(
+                        where,
+                        f"external payload length is {ref.length} bytes; the type requires {expected}",
+                        expected=expected,
+                        actual=ref.length,
+                    )
+                )
                 return
             if self.loaded.base_dir is not None:
                 resolved = self.attempt(external.resolve, ref, self.loaded.base_dir, f"{where}.external_data")
                 if resolved is not None and resolved[1] != expected:
-                    self.report(ValidationError(
-                        where, f"external payload length is {resolved[1]} bytes; the type requires {expected}",
-                        expected=expected, actual=resolved[1],
-                    ))
+                    self.report(
+                        ValidationError(
+                            where,
+                            f"external payload length is {resolved[1]} bytes; the type requires {expected}",
+                            expected=expected,
+                            actual=resolved[1],
+                        )
+                    )
             return
         actual = len(value.raw_data)
         if actual != expected:
-            self.report(ValidationError(
-                where, f"payload is {actual} bytes; the type requires {expected}", expected=expected, actual=actual
-            ))
+            self.report(
+                ValidationError(
+                    where, f"payload is {actual} bytes; the type requires {expected}", expected=expected, actual=actual
+                )
+            )
 
     # ------------------------------------------------------------------ graph-level struct types
     def check_graph_types(self) -> None:
-        for path, message in iter_overlay(self.proto, into_struct_parts=False):
-            if message.DESCRIPTOR.name != "TypeProto" or message.WhichOneof("value") != "struct_type":
-                continue
+        for path, _, message in self.struct_type_protos:
             struct_type = message.struct_type
             where = f"{path}.struct_type"
             kind = struct_type.WhichOneof("kind")
             if kind in CONCRETE_KINDS:
-                self.report(ValidationError(
-                    where, "a concrete declaration may only appear in ModelProto.struct_types or StructProto.struct_type; "
-                    "use type_index or the unconstrained category here",
-                ))
+                self.report(
+                    ValidationError(
+                        where,
+                        "a concrete declaration may only appear in ModelProto.struct_types or StructProto.struct_type; "
+                        "use type_index or the unconstrained category here",
+                    )
+                )
                 continue
             self.check_static_form(struct_type, where)
             if kind == "type_index" and 0 <= struct_type.type_index < len(self.table.declarations):
                 size = self.attempt(self.table.size_of_index, struct_type.type_index, f"{where}.type_index")
                 if size is not None and size % 8:
-                    self.report(ValidationError(where, f"referenced declaration is {size} bits, not a whole number of bytes"))
+                    self.report(
+                        ValidationError(where, f"referenced declaration is {size} bits, not a whole number of bytes")
+                    )
 
     def check_consumers(self) -> None:
-        for path, message in iter_overlay(self.proto, into_struct_parts=False):
-            if message.DESCRIPTOR.name != "NodeProto":
-                continue
-            for j, name in enumerate(message.input):
-                declaration = self.value_names.get(name)
-                if name in self.value_names and declaration is not None and not declaration.HasField("decoder"):
-                    self.report(ValidationError(
-                        f"{path}.input[{j}]", f"consumes struct value {name!r}, whose type has no decoder to define its logical value"
-                    ))
+        undecoded = {name for name, d in self.value_names.items() if d is not None and not d.HasField("decoder")}
+        if not undecoded:
+            return
+        for path, graph in self.graphs:
+            for i, node in enumerate(graph.node):
+                for j, name in enumerate(node.input):
+                    if name in undecoded:
+                        where = element_label(f"{path}.node[{i}]", node.name)
+                        self.report(
+                            ValidationError(
+                                f"{where}.input[{j}]",
+                                f"consumes struct value {name!r}, whose type has no decoder to define its logical value",
+                            )
+                        )
 
     # ------------------------------------------------------------------ stock onnx
     def check_stock(self, full_check: bool) -> None:
-        view = stock_view(self.loaded)
+        view = stock_view(self.loaded, self.struct_type_protos)
         try:
             if full_check:
                 # Struct values get their logical (decoded) types, so onnx's shape inference sees
@@ -275,23 +330,38 @@ def opaque_type(struct_type: StructTypeProto) -> onnx.TypeProto.Opaque:
     return onnx.TypeProto.Opaque(domain=OPAQUE_DOMAIN, name=name)
 
 
-def stock_view(loaded: LoadedModel) -> onnx.ModelProto:
-    """The model as stock onnx can check it: struct types as Opaque, struct values as Opaque inputs."""
-    view = type(loaded.proto)()
-    view.CopyFrom(loaded.proto)
-    values = list(view.graph.struct_initializer)
-    del view.struct_types[:]
-    for _, message in list(iter_overlay(view, into_struct_parts=False)):
+def collect_graph_parts(proto) -> tuple[list, list]:
+    """(graphs, struct-typed TypeProtos) below ``proto``, outside struct parts, with paths."""
+    graphs, struct_type_protos = [], []
+    for path, locator, message in iter_overlay(proto, into_struct_parts=False):
         name = message.DESCRIPTOR.name
         if name == "GraphProto":
-            del message.struct_initializer[:]
+            graphs.append((path, message))
         elif name == "TypeProto" and message.WhichOneof("value") == "struct_type":
-            message.opaque_type.CopyFrom(opaque_type(message.struct_type))  # replaces the oneof member
-    for value in values:
-        declaration = value.struct_type if value.HasField("struct_type") else StructTypeProto(type_index=value.type)
-        info = view.graph.input.add(name=value.name)
-        info.type.opaque_type.CopyFrom(opaque_type(declaration))
-    return to_onnx(view)
+            struct_type_protos.append((path, locator, message))
+    return graphs, struct_type_protos
+
+
+def stock_view(loaded: LoadedModel, struct_type_protos: list | None = None) -> onnx.ModelProto:
+    """The model as stock onnx can check it: struct types shown as Opaque types, struct values as
+    Opaque graph inputs, struct parts dropped. Built by one parse, not by deep copies."""
+    if struct_type_protos is None:
+        struct_type_protos = collect_graph_parts(loaded.proto)[1]
+    view = to_onnx(loaded.proto)
+    for _, locator, type_proto in struct_type_protos:
+        locate(view, locator).opaque_type.CopyFrom(opaque_type(type_proto.struct_type))
+    view.DiscardUnknownFields()  # the struct parts (only in the view)
+    templates: dict[int, onnx.TypeProto] = {}
+    inputs = view.graph.input
+    for value in loaded.proto.graph.struct_initializer:
+        key = value.type if not value.HasField("struct_type") else -1
+        if key not in templates:
+            reference = value.struct_type if key == -1 else StructTypeProto(type_index=key)
+            templates[key] = onnx.TypeProto(opaque_type=opaque_type(reference))
+        info = inputs.add()
+        info.name = value.name
+        info.type.CopyFrom(templates[key])
+    return view
 
 
 def validate(

@@ -81,15 +81,18 @@ def resolve(ref: ExternalRef, base_dir: os.PathLike | str, path: str) -> tuple[p
         raise ValidationError(path, f"external location {ref.location!r} is not a regular file")
     if ref.offset > stat.st_size:
         raise ValidationError(
-            path, f"offset {ref.offset} is past the end of {ref.location!r} ({stat.st_size} bytes)",
-            offset=ref.offset, file_size=stat.st_size,
+            path,
+            f"offset {ref.offset} is past the end of {ref.location!r} ({stat.st_size} bytes)",
+            offset=ref.offset,
+            file_size=stat.st_size,
         )
     length = stat.st_size - ref.offset if ref.length is None else ref.length
     if ref.offset + length > stat.st_size:
         raise ValidationError(
             path,
             f"{ref.location!r} holds {stat.st_size} bytes, fewer than offset {ref.offset} + length {length}",
-            bytes_needed=ref.offset + length, bytes_available=stat.st_size,
+            bytes_needed=ref.offset + length,
+            bytes_available=stat.st_size,
         )
     return target, length
 

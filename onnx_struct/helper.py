@@ -1,10 +1,10 @@
 """Builders in the style of ``onnx.helper``: declarations, fields, struct values, struct types.
 
-    values = make_field("values", make_tensor_type(TensorProto.INT4, [128]))
-    scale = make_constant_field("scale", np.float32(0.125))
-    decl = make_structure([values, scale], name="LINEAR_INT4_128")
-    (index,) = add_struct_types(model, decl)
-    add_struct_values(model, make_struct_value("weight", index, raw_data=payload))
+values = make_field("values", make_tensor_type(TensorProto.INT4, [128]))
+scale = make_constant_field("scale", np.float32(0.125))
+decl = make_structure([values, scale], name="LINEAR_INT4_128")
+(index,) = add_struct_types(model, decl)
+add_struct_values(model, make_struct_value("weight", index, raw_data=payload))
 """
 
 from __future__ import annotations
@@ -108,7 +108,9 @@ def make_array(
 ) -> pb.StructTypeProto:
     """``Array(element, dimension)``: ``element`` is an ONNX element type (scalar), a static tensor
     TypeProto, or a :func:`make_type_reference`."""
-    declaration = pb.StructTypeProto(array=pb.StructTypeProto.Array(element_type=_element(element), dimension=dimension))
+    declaration = pb.StructTypeProto(
+        array=pb.StructTypeProto.Array(element_type=_element(element), dimension=dimension)
+    )
     return _root(declaration, name, decoder, encoder, doc_string, metadata_props)
 
 
@@ -120,7 +122,9 @@ def make_field(name: str, type: ElementType, doc_string: str = "") -> pb.StructT
     return field
 
 
-def make_constant_field(name: str, value: onnx.TensorProto | np.ndarray | np.generic, doc_string: str = "") -> pb.StructTypeProto.Field:
+def make_constant_field(
+    name: str, value: onnx.TensorProto | np.ndarray | np.generic, doc_string: str = ""
+) -> pb.StructTypeProto.Field:
     """A zero-size field holding a tensor constant (a TensorProto, or an array to convert)."""
     tensor = value if isinstance(value, onnx.TensorProto) else numpy_helper.from_array(np.asarray(value), name)
     field = pb.StructTypeProto.Field(name=name, constant=tensor)

@@ -25,12 +25,9 @@ def _has_struct_parts(model) -> bool:
 
 
 def _has_struct_types(proto) -> bool:
-    from onnx_struct.model import iter_overlay  # noqa: PLC0415
+    from onnx_struct.checker import collect_graph_parts  # noqa: PLC0415
 
-    return any(
-        m.DESCRIPTOR.name == "TypeProto" and m.WhichOneof("value") == "struct_type"
-        for _, m in iter_overlay(proto, into_struct_parts=False)
-    )
+    return bool(collect_graph_parts(proto)[1])
 
 
 def _wrap_check_model(original):

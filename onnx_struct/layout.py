@@ -92,9 +92,7 @@ class TypeTable:
 
     def declaration(self, index: int, path: str) -> StructTypeProto:
         if not 0 <= index < len(self.declarations):
-            raise ValidationError(
-                path, f"type index {index} is out of range ({len(self.declarations)} struct_types)"
-            )
+            raise ValidationError(path, f"type index {index} is out of range ({len(self.declarations)} struct_types)")
         return self.declarations[index]
 
     # ------------------------------------------------------------------ sizes
@@ -239,7 +237,9 @@ def iter_references(declaration: StructTypeProto, path: str) -> Iterator[tuple[i
     elif kind == "structure":
         for i, field in enumerate(declaration.structure.field):
             if field.WhichOneof("content") == "type":
-                yield from _type_references(field.type, f"{element_label(f'{path}.structure.field[{i}]', field.name)}.type")
+                yield from _type_references(
+                    field.type, f"{element_label(f'{path}.structure.field[{i}]', field.name)}.type"
+                )
 
 
 def _type_references(type_proto, path: str) -> Iterator[tuple[int, str]]:
@@ -261,9 +261,7 @@ def declaration_size(declaration: StructTypeProto, path: str, size_of_index) -> 
             if component.bit_width == 0:
                 raise ValidationError(where, "component width is zero")
             if component.bit_width > MAX_COMPONENT_BITS:
-                raise ValidationError(
-                    where, f"component width {component.bit_width} exceeds {MAX_COMPONENT_BITS} bits"
-                )
+                raise ValidationError(where, f"component width {component.bit_width} exceeds {MAX_COMPONENT_BITS} bits")
             record += component.bit_width
         return checked(packing.dimension * record, f"{path}.bit_packing")
     if kind == "structure":
@@ -293,7 +291,9 @@ def type_size(type_proto, path: str, size_of_index) -> int:
                 f"element type {dtypes.type_name(tensor.elem_type)} is not a fixed-width physical leaf",
             )
         if not tensor.HasField("shape"):
-            raise ValidationError(f"{path}.tensor_type", "tensor shape is missing (a physical leaf needs a static shape)")
+            raise ValidationError(
+                f"{path}.tensor_type", "tensor shape is missing (a physical leaf needs a static shape)"
+            )
         total = width
         for k, dim in enumerate(tensor.shape.dim):
             if dim.WhichOneof("value") != "dim_value" or dim.dim_value < 0:

@@ -131,28 +131,75 @@ def is_overlay(message) -> bool:
     return message.DESCRIPTOR.file is pb.DESCRIPTOR
 
 
-def iter_overlay(message, path: str = "", *, into_struct_parts: bool = False):
-    """Yield ``(path, message)`` for ``message`` and every overlay message below it.
+def _overlay_fields(descriptor) -> tuple:
+    """(name, repeated, has_name, is_struct_part) of the fields of ``descriptor`` that hold overlay messages."""
+    cached = _OVERLAY_FIELDS.get(descriptor.full_name)
+    if cached is None:
+        cached = tuple(
+            (
+                f.name,
+                f.is_repeated,
+                "name" in f.message_type.fields_by_name,
+                f.message_type.name in ("StructTypeProto", "StructProto"),
+            )
+            for f in descriptor.fields
+            if f.message_type is not None and f.message_type.file is pb.DESCRIPTOR
+        )
+        _OVERLAY_FIELDS[descriptor.full_name] = cached
+    return cached
 
-    Only overlay messages are descended into: onnx's own messages (tensors with large raw_data
-    among them) can never contain struct parts, so they are not touched. With
-    ``into_struct_parts=False`` StructTypeProto/StructProto subtrees are not entered.
+
+_OVERLAY_FIELDS: dict[str, tuple] = {}
+
+
+def iter_overlay(message, path: str = "", *, into_struct_parts: bool = False):
+    """Yield ``(path, locator, message)`` for ``message`` and the overlay messages below it.
+
+    Only fields typed with overlay messages are followed: onnx's own messages (tensors with large
+    raw_data among them) can never contain struct parts, so they are never touched. A child whose
+    overlay fields are all empty (a node without attributes, a plain tensor TypeProto) can hold no
+    struct part and is skipped, which keeps a walk over a large graph cheap. ``locator`` is the
+    tuple of (field name, index or None) steps from ``message``, valid in stock onnx messages too
+    (field names are identical). With ``into_struct_parts=False`` StructTypeProto/StructProto
+    subtrees are not entered.
     """
-    stack = [(path, message)]
+    stack = [(path, (), message)]
     while stack:
-        where, current = stack.pop()
-        yield where, current
+        where, locator, current = stack.pop()
+        yield where, locator, current
         children = []
-        for field, value in current.ListFields():
-            if field.message_type is None or field.message_type.file is not pb.DESCRIPTOR:
+        for name, repeated, has_name, struct_part in _overlay_fields(current.DESCRIPTOR):
+            if struct_part and not into_struct_parts:
                 continue
-            if not into_struct_parts and field.message_type.name in ("StructTypeProto", "StructProto"):
-                continue
-            prefix = f"{where}.{field.name}" if where else field.name
-            if field.is_repeated:
-                for i, item in enumerate(value):
-                    name = getattr(item, "name", "") if "name" in item.DESCRIPTOR.fields_by_name else ""
-                    children.append((f"{prefix}[{i}] ({name!r})" if name else f"{prefix}[{i}]", item))
-            else:
-                children.append((prefix, value))
+            prefix = f"{where}.{name}" if where else name
+            if repeated:
+                for i, item in enumerate(getattr(current, name)):
+                    if not _may_hold_struct_parts(item, into_struct_parts):
+                        continue
+                    label = item.name if has_name else ""
+                    children.append(
+                        (f"{prefix}[{i}] ({label!r})" if label else f"{prefix}[{i}]", (*locator, (name, i)), item)
+                    )
+            elif current.HasField(name):
+                item = getattr(current, name)
+                if _may_hold_struct_parts(item, into_struct_parts):
+                    children.append((prefix, (*locator, (name, None)), item))
         stack.extend(reversed(children))
+
+
+def _may_hold_struct_parts(message, into_struct_parts: bool) -> bool:
+    if message.DESCRIPTOR.name in ("GraphProto", "StructTypeProto", "StructProto"):
+        return True
+    for name, repeated, _, struct_part in _overlay_fields(message.DESCRIPTOR):
+        if struct_part and not into_struct_parts and message.DESCRIPTOR.name != "TypeProto":
+            continue
+        if len(getattr(message, name)) if repeated else message.HasField(name):
+            return True
+    return False
+
+
+def locate(message, locator):
+    """Follow a locator from :func:`iter_overlay` in another message with the same field names."""
+    for name, index in locator:
+        message = getattr(message, name) if index is None else getattr(message, name)[index]
+    return message

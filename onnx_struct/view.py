@@ -187,7 +187,9 @@ def value_declaration(value: StructProto, table: TypeTable, where: str) -> Struc
 def _layout_and_size(table: TypeTable, declaration: StructTypeProto, where: str) -> tuple[tuple[Leaf, ...], int]:
     kind = declaration.WhichOneof("kind")
     if kind not in ("array", "structure", "bit_packing"):
-        raise ValidationError(where, f"the root of a struct value must be a concrete declaration, not {kind or 'unset'}")
+        raise ValidationError(
+            where, f"the root of a struct value must be a concrete declaration, not {kind or 'unset'}"
+        )
     try:
         bits = table.size(declaration, where)
         layout = table.leaves(declaration, where)
@@ -205,24 +207,31 @@ def _payload(value: StructProto, nbytes: int, base_dir: pathlib.Path | None, whe
         ref = external.parse_external_data(value.external_data, f"{where}.external_data")
         if ref.length is not None and ref.length != nbytes:
             raise ValidationError(
-                where, f"external payload length is {ref.length} bytes; the type requires {nbytes}",
-                expected=nbytes, actual=ref.length,
+                where,
+                f"external payload length is {ref.length} bytes; the type requires {nbytes}",
+                expected=nbytes,
+                actual=ref.length,
             )
         if base_dir is None:
             raise ValidationError(
-                f"{where}.external_data", "external payload but no base directory (load the model from a path or pass base_dir)"
+                f"{where}.external_data",
+                "external payload but no base directory (load the model from a path or pass base_dir)",
             )
         file, length = external.resolve(ref, base_dir, f"{where}.external_data")
         if length != nbytes:
             raise ValidationError(
-                where, f"external payload length is {length} bytes; the type requires {nbytes}",
-                expected=nbytes, actual=length,
+                where,
+                f"external payload length is {length} bytes; the type requires {nbytes}",
+                expected=nbytes,
+                actual=length,
             )
         return external.map_payload(file, ref.offset, length)
     if len(value.raw_data) != nbytes:
         raise ValidationError(
-            where, f"payload is {len(value.raw_data)} bytes; the type requires {nbytes}",
-            expected=nbytes, actual=len(value.raw_data),
+            where,
+            f"payload is {len(value.raw_data)} bytes; the type requires {nbytes}",
+            expected=nbytes,
+            actual=len(value.raw_data),
         )
     return value.raw_data
 
@@ -294,7 +303,9 @@ def merged_dims(shape: tuple[int, ...], strides: tuple[int, ...]) -> tuple[tuple
     return tuple(out_shape), tuple(out_strides)
 
 
-def bit_positions(bit_offset: int, shape: tuple[int, ...], strides: tuple[int, ...], start: int, stop: int) -> np.ndarray:
+def bit_positions(
+    bit_offset: int, shape: tuple[int, ...], strides: tuple[int, ...], start: int, stop: int
+) -> np.ndarray:
     """Start bits (int64) of the elements with C-order flat indices ``start:stop``."""
     flat = np.arange(start, stop, dtype=np.int64)
     positions = np.full(stop - start, bit_offset, dtype=np.int64)

@@ -27,7 +27,9 @@ def linear_int4_128(decoder: onnx.FunctionProto | None = None) -> S.StructTypePr
         [
             S.make_field("values", S.make_tensor_type(TensorProto.INT4, [128])),
             S.make_constant_field("scale", onnx.numpy_helper.from_array(__import__("numpy").float32(0.125), "scale")),
-            S.make_constant_field("zero_point", onnx.numpy_helper.from_array(__import__("numpy").int64(0), "zero_point")),
+            S.make_constant_field(
+                "zero_point", onnx.numpy_helper.from_array(__import__("numpy").int64(0), "zero_point")
+            ),
         ],
         name="LINEAR_INT4_128",
         decoder=decoder,

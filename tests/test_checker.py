@@ -5,11 +5,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
+from conftest import base_model, linear_int4_128, model_with
 from onnx import TensorProto as T
 from onnx import helper as oh
 
 import onnx_struct as S
-from conftest import base_model, linear_int4_128, model_with
 
 NIBBLES = S.make_array(T.UINT8, 4)  # 4 bytes
 
@@ -30,7 +30,9 @@ def value(name="weight", index=0, size=4, **kwargs):
 
 def with_subgraph_values():
     model = model_with([NIBBLES])
-    branch = oh.make_graph([oh.make_node("Identity", ["X"], ["Z"])], "b", [], [oh.make_tensor_value_info("Z", T.FLOAT, [1])])
+    branch = oh.make_graph(
+        [oh.make_node("Identity", ["X"], ["Z"])], "b", [], [oh.make_tensor_value_info("Z", T.FLOAT, [1])]
+    )
     model.graph.node.append(oh.make_node("If", ["C"], ["W"], then_branch=branch, else_branch=branch))
     model.graph.input.append(oh.make_tensor_value_info("C", T.BOOL, []))
     overlay = S.from_onnx(model)
@@ -51,101 +53,244 @@ def field(name, type_=T.UINT8):
 
 # (rule, valid model, invalid model, expected message of the first diagnostic)
 CASES = [
-    ("payload length 63", lambda: model_with([linear_int4_128()], [value(size=64)]),
-     lambda: model_with([linear_int4_128()], [value(size=63)]),
-     r"^graph\.struct_initializer\[0\] \('weight'\): payload is 63 bytes; the type requires 64$"),
-    ("trailing bytes (65)", lambda: model_with([linear_int4_128()], [value(size=64)]),
-     lambda: model_with([linear_int4_128()], [value(size=65)]), r"payload is 65 bytes; the type requires 64"),
-    ("value type index out of range", lambda: model_with([NIBBLES], [value(index=0)]),
-     lambda: model_with([NIBBLES], [value(index=3)]),
-     r"^graph\.struct_initializer\[0\] \('weight'\)\.type: type index 3 is out of range"),
-    ("nested reference out of range", lambda: model_with([NIBBLES, S.make_array(ref(0), 1)]),
-     lambda: model_with([NIBBLES, S.make_array(ref(7), 1)]),
-     r"^struct_types\[1\]\.array\.element_type\.struct_type\.type_index: type index 7"),
-    ("cyclic reference", lambda: model_with([S.make_array(ref(1), 1), NIBBLES]),
-     lambda: model_with([S.make_array(ref(1), 1), S.make_array(ref(0), 1)]), r"cyclic type reference"),
-    ("field without type or constant", lambda: model_with([S.make_structure([field("a")])]),
-     lambda: model_with([S.make_structure([S.StructTypeProto.Field(name="a")])]),
-     r"^struct_types\[0\]\.structure\.field\[0\] \('a'\): field has neither type nor constant"),
-    ("duplicate field name", lambda: model_with([S.make_structure([field("a"), field("b")])]),
-     lambda: model_with([S.make_structure([field("a"), field("a")])]),
-     r"^struct_types\[0\]\.structure\.field\[1\] \('a'\): duplicate field name$"),
-    ("duplicate constant/field name", lambda: model_with([S.make_structure([field("a"), S.make_constant_field("k", np.int8(1))])]),
-     lambda: model_with([S.make_structure([field("a"), S.make_constant_field("a", np.int8(1))])]),
-     r"field\[1\] \('a'\): duplicate field name"),
-    ("empty field name", lambda: model_with([S.make_structure([field("a")])]),
-     lambda: model_with([S.make_structure([field("")])]), r"field\[0\]: field has no name"),
-    ("dotted field name", lambda: model_with([S.make_structure([field("a_b")])]),
-     lambda: model_with([S.make_structure([field("a.b")])]), r"contains '\.'"),
-    ("duplicate component name", lambda: model_with([S.make_bit_packing([("x", 4), ("y", 4)], 1)]),
-     lambda: model_with([S.make_bit_packing([("x", 4), ("x", 4)], 1)]),
-     r"^struct_types\[0\]\.bit_packing\.component\[1\] \('x'\): duplicate component name$"),
-    ("zero component width", lambda: model_with([S.make_bit_packing([("x", 8)], 1)]),
-     lambda: model_with([S.make_bit_packing([("x", 0)], 1)]), r"component\[0\] \('x'\): component width is zero"),
-    ("component width over 64", lambda: model_with([S.make_bit_packing([("x", 64)], 1)]),
-     lambda: model_with([S.make_bit_packing([("x", 65)], 1)]), r"width 65 exceeds 64 bits"),
-    ("unsupported leaf type", lambda: model_with([S.make_array(T.UINT8, 2)]),
-     lambda: model_with([S.make_array(T.STRING, 2)]), r"element type STRING is not a fixed-width physical leaf"),
-    ("non-static shape", lambda: model_with([S.make_array(S.make_tensor_type(T.UINT8, [2]), 2)]),
-     lambda: model_with([S.make_array(oh_dynamic(), 2)]), r"dimension is not a concrete non-negative integer"),
-    ("root not byte aligned", lambda: model_with([S.make_bit_packing([("x", 4)], 2)], [value(size=1)]),
-     lambda: model_with([S.make_bit_packing([("x", 3)], 1)], [value(size=1)]),
-     r"^graph\.struct_initializer\[0\] \('weight'\): payload size 3 bits is not a whole number of bytes"),
-    ("concrete root is a type_index", lambda: model_with([NIBBLES]),
-     lambda: model_with([NIBBLES, S.StructTypeProto(type_index=0)]),
-     r"^struct_types\[1\]: a concrete declaration may not be a type_index$"),
-    ("concrete root with unset kind", lambda: model_with([NIBBLES]),
-     lambda: model_with([S.StructTypeProto(name="nothing")]), r"^struct_types\[0\]: a concrete declaration may not be an unset kind"),
-    ("inline value needs type -1", lambda: model_with([], [S.make_struct_value("weight", NIBBLES, bytes(4))]),
-     lambda: model_with([], [inline_with_type(0)]), r"\.type: type must be -1 when struct_type is present, not 0"),
-    ("type -1 needs struct_type", lambda: model_with([NIBBLES], [value()]),
-     lambda: model_with([NIBBLES], [value(index=-1)]), r"type is -1 but struct_type is absent"),
-    ("inline value is a concrete root", lambda: model_with([NIBBLES], [S.make_struct_value("weight", NIBBLES, bytes(4))]),
-     lambda: model_with([NIBBLES], [S.make_struct_value("weight", S.StructTypeProto(type_index=0), bytes(4))]),
-     r"^graph\.struct_initializer\[0\] \('weight'\)\.struct_type: a concrete declaration may not be a type_index"),
-    ("static form carries a name", lambda: model_with([NIBBLES], inputs=[S.make_struct_value_info("s", 0)]),
-     lambda: model_with([NIBBLES], inputs=[named_reference()]), r"^graph\.input\[1\] \('s'\)\.type\.struct_type: a static struct type may not carry name"),
-    ("static form carries a decoder", lambda: model_with([NIBBLES, S.make_array(ref(0), 1)]),
-     lambda: model_with([NIBBLES, S.make_array(reference_with_decoder(), 1)]), r"a static struct type may not carry decoder"),
-    ("concrete declaration in a graph type", lambda: model_with([NIBBLES], inputs=[S.make_struct_value_info("s", 0)]),
-     lambda: model_with([NIBBLES], inputs=[S.make_value_info("s", concrete_type())]),
-     r"may only appear in ModelProto\.struct_types or StructProto\.struct_type"),
-    ("unconstrained category needs no size in graphs, but in arrays",
-     lambda: model_with([NIBBLES], inputs=[S.make_struct_value_info("s", None)]),
-     lambda: model_with([S.make_array(S.make_struct_type_proto(None), 1)]), r"unconstrained struct category has no static size"),
-    ("graph reference to unaligned declaration", lambda: model_with([NIBBLES], inputs=[S.make_struct_value_info("s", 0)]),
-     lambda: model_with([S.make_bit_packing([("x", 3)], 1)], inputs=[S.make_struct_value_info("s", 0)]),
-     r"referenced declaration is 3 bits"),
-    ("sequence of struct references", lambda: model_with([NIBBLES], inputs=[S.make_value_info("s", S.make_sequence_type_proto(S.make_struct_type_proto(0)))]),
-     lambda: model_with([NIBBLES], inputs=[S.make_value_info("s", S.make_sequence_type_proto(S.make_struct_type_proto(4)))]),
-     r"^graph\.input\[1\] \('s'\)\.type\.sequence_type\.elem_type\.struct_type\.type_index: type index 4 is out of range"),
-    ("duplicate struct value names", lambda: model_with([NIBBLES], [value("a"), value("b")]),
-     lambda: model_with([NIBBLES], [value("a"), value("a")]), r"struct_initializer\[1\] \('a'\): duplicate struct value name"),
-    ("struct value without a name", lambda: model_with([NIBBLES], [value("a")]),
-     lambda: model_with([NIBBLES], [value("")]), r"struct value has no name"),
-    ("struct value clashes with a graph input", lambda: model_with([NIBBLES], [value("W")]),
-     lambda: model_with([NIBBLES], [value("X")]), r"clashes with an initializer or graph input"),
-    ("struct value clashes with an initializer", lambda: model_with([NIBBLES], [value("W")]),
-     lambda: clash_with_initializer(), r"clashes with an initializer or graph input"),
-    ("struct values only in the main graph", lambda: model_with([NIBBLES], [value()]),
-     with_subgraph_values, r"^graph\.node\[1\]\.attribute\[0\] \('else_branch'\)\.g\.struct_initializer: struct values are only allowed in the main graph"),
-    ("consumer needs a decoder", lambda: consumer(S.make_array(T.UINT8, 4, decoder=identity_decoder(("v",)))),
-     lambda: consumer(S.make_array(T.UINT8, 4)), r"^graph\.node\[1\]\.input\[0\]: consumes struct value 'weight', whose type has no decoder"),
-    ("decoder has one output", lambda: model_with([S.make_array(T.UINT8, 4, decoder=identity_decoder(("v",)))]),
-     lambda: model_with([S.make_array(T.UINT8, 4, decoder=identity_decoder(("v",), ("y", "z")))]),
-     r"^struct_types\[0\]\.decoder \('dec'\): a decoder has exactly one output, the logical value; it has 2"),
-    ("decoder input binds to a leaf", lambda: model_with([linear_int4_128(identity_decoder(("values", "scale")))]),
-     lambda: model_with([linear_int4_128(identity_decoder(("values", "scael")))]),
-     r"^struct_types\[0\]\.decoder \('dec'\): decoder input 'scael' binds to no leaf \(leaves: 'values', 'scale', 'zero_point'\)"),
-    ("encoder output may not be a constant", lambda: model_with([with_encoder(("values",))]),
-     lambda: model_with([with_encoder(("values", "scale"))]), r"encoder output 'scale' names constant leaf"),
-    ("decoder is a valid function", lambda: model_with([S.make_array(T.UINT8, 4, decoder=identity_decoder(("v",)))]),
-     lambda: model_with([S.make_array(T.UINT8, 4, decoder=broken_function())]), r"^struct_types\[0\]\.decoder \('dec'\): invalid function"),
-    ("constant must be inline", lambda: model_with([S.make_structure([S.make_constant_field("k", np.int8(1))])]),
-     lambda: model_with([S.make_structure([S.make_constant_field("k", external_tensor())])]),
-     r"constants are stored in the type; external data is not allowed"),
-    ("stock errors pass through", lambda: base_model(),
-     lambda: base_model([oh.make_node("NoSuchOp", ["X"], ["Q"])]), r"^onnx\.checker: "),
+    (
+        "payload length 63",
+        lambda: model_with([linear_int4_128()], [value(size=64)]),
+        lambda: model_with([linear_int4_128()], [value(size=63)]),
+        r"^graph\.struct_initializer\[0\] \('weight'\): payload is 63 bytes; the type requires 64$",
+    ),
+    (
+        "trailing bytes (65)",
+        lambda: model_with([linear_int4_128()], [value(size=64)]),
+        lambda: model_with([linear_int4_128()], [value(size=65)]),
+        r"payload is 65 bytes; the type requires 64",
+    ),
+    (
+        "value type index out of range",
+        lambda: model_with([NIBBLES], [value(index=0)]),
+        lambda: model_with([NIBBLES], [value(index=3)]),
+        r"^graph\.struct_initializer\[0\] \('weight'\)\.type: type index 3 is out of range",
+    ),
+    (
+        "nested reference out of range",
+        lambda: model_with([NIBBLES, S.make_array(ref(0), 1)]),
+        lambda: model_with([NIBBLES, S.make_array(ref(7), 1)]),
+        r"^struct_types\[1\]\.array\.element_type\.struct_type\.type_index: type index 7",
+    ),
+    (
+        "cyclic reference",
+        lambda: model_with([S.make_array(ref(1), 1), NIBBLES]),
+        lambda: model_with([S.make_array(ref(1), 1), S.make_array(ref(0), 1)]),
+        r"cyclic type reference",
+    ),
+    (
+        "field without type or constant",
+        lambda: model_with([S.make_structure([field("a")])]),
+        lambda: model_with([S.make_structure([S.StructTypeProto.Field(name="a")])]),
+        r"^struct_types\[0\]\.structure\.field\[0\] \('a'\): field has neither type nor constant",
+    ),
+    (
+        "duplicate field name",
+        lambda: model_with([S.make_structure([field("a"), field("b")])]),
+        lambda: model_with([S.make_structure([field("a"), field("a")])]),
+        r"^struct_types\[0\]\.structure\.field\[1\] \('a'\): duplicate field name$",
+    ),
+    (
+        "duplicate constant/field name",
+        lambda: model_with([S.make_structure([field("a"), S.make_constant_field("k", np.int8(1))])]),
+        lambda: model_with([S.make_structure([field("a"), S.make_constant_field("a", np.int8(1))])]),
+        r"field\[1\] \('a'\): duplicate field name",
+    ),
+    (
+        "empty field name",
+        lambda: model_with([S.make_structure([field("a")])]),
+        lambda: model_with([S.make_structure([field("")])]),
+        r"field\[0\]: field has no name",
+    ),
+    (
+        "dotted field name",
+        lambda: model_with([S.make_structure([field("a_b")])]),
+        lambda: model_with([S.make_structure([field("a.b")])]),
+        r"contains '\.'",
+    ),
+    (
+        "duplicate component name",
+        lambda: model_with([S.make_bit_packing([("x", 4), ("y", 4)], 1)]),
+        lambda: model_with([S.make_bit_packing([("x", 4), ("x", 4)], 1)]),
+        r"^struct_types\[0\]\.bit_packing\.component\[1\] \('x'\): duplicate component name$",
+    ),
+    (
+        "zero component width",
+        lambda: model_with([S.make_bit_packing([("x", 8)], 1)]),
+        lambda: model_with([S.make_bit_packing([("x", 0)], 1)]),
+        r"component\[0\] \('x'\): component width is zero",
+    ),
+    (
+        "component width over 64",
+        lambda: model_with([S.make_bit_packing([("x", 64)], 1)]),
+        lambda: model_with([S.make_bit_packing([("x", 65)], 1)]),
+        r"width 65 exceeds 64 bits",
+    ),
+    (
+        "unsupported leaf type",
+        lambda: model_with([S.make_array(T.UINT8, 2)]),
+        lambda: model_with([S.make_array(T.STRING, 2)]),
+        r"element type STRING is not a fixed-width physical leaf",
+    ),
+    (
+        "non-static shape",
+        lambda: model_with([S.make_array(S.make_tensor_type(T.UINT8, [2]), 2)]),
+        lambda: model_with([S.make_array(oh_dynamic(), 2)]),
+        r"dimension is not a concrete non-negative integer",
+    ),
+    (
+        "root not byte aligned",
+        lambda: model_with([S.make_bit_packing([("x", 4)], 2)], [value(size=1)]),
+        lambda: model_with([S.make_bit_packing([("x", 3)], 1)], [value(size=1)]),
+        r"^graph\.struct_initializer\[0\] \('weight'\): payload size 3 bits is not a whole number of bytes",
+    ),
+    (
+        "concrete root is a type_index",
+        lambda: model_with([NIBBLES]),
+        lambda: model_with([NIBBLES, S.StructTypeProto(type_index=0)]),
+        r"^struct_types\[1\]: a concrete declaration may not be a type_index$",
+    ),
+    (
+        "concrete root with unset kind",
+        lambda: model_with([NIBBLES]),
+        lambda: model_with([S.StructTypeProto(name="nothing")]),
+        r"^struct_types\[0\]: a concrete declaration may not be an unset kind",
+    ),
+    (
+        "inline value needs type -1",
+        lambda: model_with([], [S.make_struct_value("weight", NIBBLES, bytes(4))]),
+        lambda: model_with([], [inline_with_type(0)]),
+        r"\.type: type must be -1 when struct_type is present, not 0",
+    ),
+    (
+        "type -1 needs struct_type",
+        lambda: model_with([NIBBLES], [value()]),
+        lambda: model_with([NIBBLES], [value(index=-1)]),
+        r"type is -1 but struct_type is absent",
+    ),
+    (
+        "inline value is a concrete root",
+        lambda: model_with([NIBBLES], [S.make_struct_value("weight", NIBBLES, bytes(4))]),
+        lambda: model_with([NIBBLES], [S.make_struct_value("weight", S.StructTypeProto(type_index=0), bytes(4))]),
+        r"^graph\.struct_initializer\[0\] \('weight'\)\.struct_type: a concrete declaration may not be a type_index",
+    ),
+    (
+        "static form carries a name",
+        lambda: model_with([NIBBLES], inputs=[S.make_struct_value_info("s", 0)]),
+        lambda: model_with([NIBBLES], inputs=[named_reference()]),
+        r"^graph\.input\[1\] \('s'\)\.type\.struct_type: a static struct type may not carry name",
+    ),
+    (
+        "static form carries a decoder",
+        lambda: model_with([NIBBLES, S.make_array(ref(0), 1)]),
+        lambda: model_with([NIBBLES, S.make_array(reference_with_decoder(), 1)]),
+        r"a static struct type may not carry decoder",
+    ),
+    (
+        "concrete declaration in a graph type",
+        lambda: model_with([NIBBLES], inputs=[S.make_struct_value_info("s", 0)]),
+        lambda: model_with([NIBBLES], inputs=[S.make_value_info("s", concrete_type())]),
+        r"may only appear in ModelProto\.struct_types or StructProto\.struct_type",
+    ),
+    (
+        "unconstrained category needs no size in graphs, but in arrays",
+        lambda: model_with([NIBBLES], inputs=[S.make_struct_value_info("s", None)]),
+        lambda: model_with([S.make_array(S.make_struct_type_proto(None), 1)]),
+        r"unconstrained struct category has no static size",
+    ),
+    (
+        "graph reference to unaligned declaration",
+        lambda: model_with([NIBBLES], inputs=[S.make_struct_value_info("s", 0)]),
+        lambda: model_with([S.make_bit_packing([("x", 3)], 1)], inputs=[S.make_struct_value_info("s", 0)]),
+        r"referenced declaration is 3 bits",
+    ),
+    (
+        "sequence of struct references",
+        lambda: model_with(
+            [NIBBLES], inputs=[S.make_value_info("s", S.make_sequence_type_proto(S.make_struct_type_proto(0)))]
+        ),
+        lambda: model_with(
+            [NIBBLES], inputs=[S.make_value_info("s", S.make_sequence_type_proto(S.make_struct_type_proto(4)))]
+        ),
+        r"^graph\.input\[1\] \('s'\)\.type\.sequence_type\.elem_type\.struct_type\.type_index: type index 4 is out of range",
+    ),
+    (
+        "duplicate struct value names",
+        lambda: model_with([NIBBLES], [value("a"), value("b")]),
+        lambda: model_with([NIBBLES], [value("a"), value("a")]),
+        r"struct_initializer\[1\] \('a'\): duplicate struct value name",
+    ),
+    (
+        "struct value without a name",
+        lambda: model_with([NIBBLES], [value("a")]),
+        lambda: model_with([NIBBLES], [value("")]),
+        r"struct value has no name",
+    ),
+    (
+        "struct value clashes with a graph input",
+        lambda: model_with([NIBBLES], [value("W")]),
+        lambda: model_with([NIBBLES], [value("X")]),
+        r"clashes with an initializer or graph input",
+    ),
+    (
+        "struct value clashes with an initializer",
+        lambda: model_with([NIBBLES], [value("W")]),
+        lambda: clash_with_initializer(),
+        r"clashes with an initializer or graph input",
+    ),
+    (
+        "struct values only in the main graph",
+        lambda: model_with([NIBBLES], [value()]),
+        with_subgraph_values,
+        r"^graph\.node\[1\]\.attribute\[0\] \('else_branch'\)\.g\.struct_initializer: struct values are only allowed in the main graph",
+    ),
+    (
+        "consumer needs a decoder",
+        lambda: consumer(S.make_array(T.UINT8, 4, decoder=identity_decoder(("v",)))),
+        lambda: consumer(S.make_array(T.UINT8, 4)),
+        r"^graph\.node\[1\]\.input\[0\]: consumes struct value 'weight', whose type has no decoder",
+    ),
+    (
+        "decoder has one output",
+        lambda: model_with([S.make_array(T.UINT8, 4, decoder=identity_decoder(("v",)))]),
+        lambda: model_with([S.make_array(T.UINT8, 4, decoder=identity_decoder(("v",), ("y", "z")))]),
+        r"^struct_types\[0\]\.decoder \('dec'\): a decoder has exactly one output, the logical value; it has 2",
+    ),
+    (
+        "decoder input binds to a leaf",
+        lambda: model_with([linear_int4_128(identity_decoder(("values", "scale")))]),
+        lambda: model_with([linear_int4_128(identity_decoder(("values", "scael")))]),
+        r"^struct_types\[0\]\.decoder \('dec'\): decoder input 'scael' binds to no leaf \(leaves: 'values', 'scale', 'zero_point'\)",
+    ),
+    (
+        "encoder output may not be a constant",
+        lambda: model_with([with_encoder(("values",))]),
+        lambda: model_with([with_encoder(("values", "scale"))]),
+        r"encoder output 'scale' names constant leaf",
+    ),
+    (
+        "decoder is a valid function",
+        lambda: model_with([S.make_array(T.UINT8, 4, decoder=identity_decoder(("v",)))]),
+        lambda: model_with([S.make_array(T.UINT8, 4, decoder=broken_function())]),
+        r"^struct_types\[0\]\.decoder \('dec'\): invalid function",
+    ),
+    (
+        "constant must be inline",
+        lambda: model_with([S.make_structure([S.make_constant_field("k", np.int8(1))])]),
+        lambda: model_with([S.make_structure([S.make_constant_field("k", external_tensor())])]),
+        r"constants are stored in the type; external data is not allowed",
+    ),
+    (
+        "stock errors pass through",
+        lambda: base_model(),
+        lambda: base_model([oh.make_node("NoSuchOp", ["X"], ["Q"])]),
+        r"^onnx\.checker: ",
+    ),
 ]
 
 
@@ -186,14 +331,23 @@ def clash_with_initializer():
 
 
 def with_encoder(outputs):
-    encoder = oh.make_function("test", "enc", ["x"], list(outputs),
-                               [oh.make_node("Identity", ["x"], [o]) for o in outputs], [oh.make_opsetid("", 21)])
+    encoder = oh.make_function(
+        "test",
+        "enc",
+        ["x"],
+        list(outputs),
+        [oh.make_node("Identity", ["x"], [o]) for o in outputs],
+        [oh.make_opsetid("", 21)],
+    )
     return linear_int4_128().__class__.FromString(
-        S.make_structure(list(linear_int4_128().structure.field), encoder=encoder).SerializeToString())
+        S.make_structure(list(linear_int4_128().structure.field), encoder=encoder).SerializeToString()
+    )
 
 
 def broken_function():
-    return oh.make_function("test", "dec", ["v"], ["y"], [oh.make_node("Cast", ["v"], ["y"])], [oh.make_opsetid("", 21)])
+    return oh.make_function(
+        "test", "dec", ["v"], ["y"], [oh.make_node("Cast", ["v"], ["y"])], [oh.make_opsetid("", 21)]
+    )
 
 
 def external_tensor():
@@ -217,8 +371,10 @@ def test_rule(rule, valid, invalid, message, as_form):
 
 
 def test_validate_reports_every_problem_at_once():
-    model = model_with([S.make_structure([field("a"), field("a")]), S.make_bit_packing([("x", 0)], 1)],
-                       [value("w", 0, size=3), value("w", 1, size=0)])
+    model = model_with(
+        [S.make_structure([field("a"), field("a")]), S.make_bit_packing([("x", 0)], 1)],
+        [value("w", 0, size=3), value("w", 1, size=0)],
+    )
     messages = [str(d) for d in S.validate(model)]
     assert any("duplicate field name" in m for m in messages)
     assert any("component width is zero" in m for m in messages)
@@ -228,7 +384,11 @@ def test_validate_reports_every_problem_at_once():
 
 def test_diagnostics_carry_structured_attributes():
     (error,) = S.validate(model_with([linear_int4_128()], [value(size=63)]))
-    assert (error.path, error.details["expected"], error.details["actual"]) == ("graph.struct_initializer[0] ('weight')", 64, 63)
+    assert (error.path, error.details["expected"], error.details["actual"]) == (
+        "graph.struct_initializer[0] ('weight')",
+        64,
+        63,
+    )
     assert error.to_dict()["message"] == str(error)
     import pickle
 
@@ -236,7 +396,9 @@ def test_diagnostics_carry_structured_attributes():
 
 
 def test_full_check_runs_stock_full_check():
-    model = base_model([oh.make_node("Add", ["X", "X"], ["Y2"])],
-                       outputs=[oh.make_tensor_value_info("Y", T.FLOAT, [1]), oh.make_tensor_value_info("Y2", T.INT64, [1])])
+    model = base_model(
+        [oh.make_node("Add", ["X", "X"], ["Y2"])],
+        outputs=[oh.make_tensor_value_info("Y", T.FLOAT, [1]), oh.make_tensor_value_info("Y2", T.INT64, [1])],
+    )
     assert S.validate(model) == []
     assert any("onnx" in str(d) for d in S.validate(model, full_check=True))

@@ -9,10 +9,10 @@ import sys
 
 import onnx
 import pytest
+from conftest import linear_int4_128, model_with
 
 import onnx_struct as S
 from onnx_struct.cli import main
-from conftest import linear_int4_128, model_with
 
 
 def write(tmp_path, size):

@@ -9,9 +9,9 @@ import onnx
 import onnx.checker
 import onnx.shape_inference
 import pytest
+from conftest import base_model, linear_int4_128, model_with
 
 import onnx_struct as S
-from conftest import base_model, linear_int4_128, model_with
 
 
 @pytest.fixture
@@ -26,8 +26,10 @@ def bad_model():
 
 
 def test_import_changes_nothing():
-    code = ("import onnx.checker, onnx.shape_inference; a = onnx.checker.check_model; b = onnx.shape_inference.infer_shapes;"
-            "import onnx_struct; assert onnx.checker.check_model is a and onnx.shape_inference.infer_shapes is b")
+    code = (
+        "import onnx.checker, onnx.shape_inference; a = onnx.checker.check_model; b = onnx.shape_inference.infer_shapes;"
+        "import onnx_struct; assert onnx.checker.check_model is a and onnx.shape_inference.infer_shapes is b"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -7,10 +7,29 @@ import onnx.checker
 import onnx_struct as S
 
 REQUIRED = {
-    "StructTypeProto", "StructProto", "ValidationError", "check_model", "validate", "size_in_bits", "install",
-    "uninstall", "make_array", "make_structure", "make_field", "make_constant_field", "make_bit_packing",
-    "make_component", "make_type_reference", "make_struct_value", "make_struct_type_proto", "make_struct_value_info",
-    "add_struct_types", "add_struct_values", "add_value_infos", "get_struct_types", "get_struct_values",
+    "StructTypeProto",
+    "StructProto",
+    "ValidationError",
+    "check_model",
+    "validate",
+    "size_in_bits",
+    "install",
+    "uninstall",
+    "make_array",
+    "make_structure",
+    "make_field",
+    "make_constant_field",
+    "make_bit_packing",
+    "make_component",
+    "make_type_reference",
+    "make_struct_value",
+    "make_struct_type_proto",
+    "make_struct_value_info",
+    "add_struct_types",
+    "add_struct_values",
+    "add_value_infos",
+    "get_struct_types",
+    "get_struct_values",
 }
 
 

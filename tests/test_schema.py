@@ -8,16 +8,25 @@ from pathlib import Path
 
 import onnx
 import pytest
+from conftest import base_model, linear_int4_128
 from onnx import TensorProto
 
 import onnx_struct as S
 from onnx_struct import _proto
 from onnx_struct._proto import pb
-from conftest import base_model, linear_int4_128
 
 PROPOSAL_NUMBERS = {
-    "StructTypeProto": {"array": 1, "structure": 2, "bit_packing": 3, "type_index": 5, "decoder": 6,
-                        "encoder": 7, "name": 8, "doc_string": 9, "metadata_props": 10},
+    "StructTypeProto": {
+        "array": 1,
+        "structure": 2,
+        "bit_packing": 3,
+        "type_index": 5,
+        "decoder": 6,
+        "encoder": 7,
+        "name": 8,
+        "doc_string": 9,
+        "metadata_props": 10,
+    },
     "StructTypeProto.Array": {"element_type": 1, "dimension": 2},
     "StructTypeProto.Field": {"name": 1, "type": 2, "constant": 4, "doc_string": 3},
     "StructTypeProto.Structure": {"field": 1},
@@ -42,8 +51,15 @@ def test_proposal_field_numbers(message):
 
 def test_kind_and_content_are_oneofs():
     assert [f.name for f in pb.StructTypeProto.DESCRIPTOR.oneofs_by_name["kind"].fields] == [
-        "array", "structure", "bit_packing", "type_index"]
-    assert [f.name for f in pb.StructTypeProto.Field.DESCRIPTOR.oneofs_by_name["content"].fields] == ["type", "constant"]
+        "array",
+        "structure",
+        "bit_packing",
+        "type_index",
+    ]
+    assert [f.name for f in pb.StructTypeProto.Field.DESCRIPTOR.oneofs_by_name["content"].fields] == [
+        "type",
+        "constant",
+    ]
 
 
 def test_integration_numbers():
@@ -53,8 +69,19 @@ def test_integration_numbers():
     assert struct_type.number == 10 and struct_type.containing_oneof.name == "value"
 
 
-OVERLAYS = ["ModelProto", "GraphProto", "NodeProto", "AttributeProto", "FunctionProto", "TrainingInfoProto",
-            "ValueInfoProto", "TypeProto", "TypeProto.Sequence", "TypeProto.Map", "TypeProto.Optional"]
+OVERLAYS = [
+    "ModelProto",
+    "GraphProto",
+    "NodeProto",
+    "AttributeProto",
+    "FunctionProto",
+    "TrainingInfoProto",
+    "ValueInfoProto",
+    "TypeProto",
+    "TypeProto.Sequence",
+    "TypeProto.Map",
+    "TypeProto.Optional",
+]
 
 
 @pytest.mark.parametrize("name", OVERLAYS)
@@ -138,5 +165,7 @@ def test_import_guard_refuses_a_clashing_onnx(monkeypatch):
 def test_generated_bindings_have_no_drift():
     pytest.importorskip("grpc_tools")
     root = Path(__file__).resolve().parent.parent
-    result = subprocess.run([sys.executable, str(root / "schemas" / "generate.py"), "--check"], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, str(root / "schemas" / "generate.py"), "--check"], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr

@@ -6,20 +6,42 @@ import time
 
 import numpy as np
 import pytest
+from conftest import linear_int4_128, model_with
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto as T
 
 import onnx_struct as S
-from conftest import linear_int4_128, model_with
 
 # Independent oracle: bit widths written down from the ONNX type definitions, not from onnx_struct.
 WIDTHS = {
-    T.FLOAT: 32, T.UINT8: 8, T.INT8: 8, T.UINT16: 16, T.INT16: 16, T.INT32: 32, T.INT64: 64, T.BOOL: 8,
-    T.FLOAT16: 16, T.DOUBLE: 64, T.UINT32: 32, T.UINT64: 64, T.COMPLEX64: 64, T.COMPLEX128: 128,
-    T.BFLOAT16: 16, T.FLOAT8E4M3FN: 8, T.FLOAT8E4M3FNUZ: 8, T.FLOAT8E5M2: 8, T.FLOAT8E5M2FNUZ: 8,
-    T.UINT4: 4, T.INT4: 4, T.FLOAT4E2M1: 4, T.FLOAT8E8M0: 8, T.UINT2: 2, T.INT2: 2,
-    T.FLOAT6E2M3: 6, T.FLOAT6E3M2: 6,
+    T.FLOAT: 32,
+    T.UINT8: 8,
+    T.INT8: 8,
+    T.UINT16: 16,
+    T.INT16: 16,
+    T.INT32: 32,
+    T.INT64: 64,
+    T.BOOL: 8,
+    T.FLOAT16: 16,
+    T.DOUBLE: 64,
+    T.UINT32: 32,
+    T.UINT64: 64,
+    T.COMPLEX64: 64,
+    T.COMPLEX128: 128,
+    T.BFLOAT16: 16,
+    T.FLOAT8E4M3FN: 8,
+    T.FLOAT8E4M3FNUZ: 8,
+    T.FLOAT8E5M2: 8,
+    T.FLOAT8E5M2FNUZ: 8,
+    T.UINT4: 4,
+    T.INT4: 4,
+    T.FLOAT4E2M1: 4,
+    T.FLOAT8E8M0: 8,
+    T.UINT2: 2,
+    T.INT2: 2,
+    T.FLOAT6E2M3: 6,
+    T.FLOAT6E3M2: 6,
 }
 
 
@@ -46,8 +68,13 @@ def test_proposal_example_is_512_bits():
 
 def test_bit_packing_structure_and_references():
     record = S.make_bit_packing([("a", 3), ("b", 5), ("c", 6)], 10)  # 14 bits x 10
-    block = S.make_structure([S.make_field("d", T.FLOAT16), S.make_field("r", S.make_type_reference(0)),
-                              S.make_constant_field("k", np.zeros((4, 4), np.float32))])
+    block = S.make_structure(
+        [
+            S.make_field("d", T.FLOAT16),
+            S.make_field("r", S.make_type_reference(0)),
+            S.make_constant_field("k", np.zeros((4, 4), np.float32)),
+        ]
+    )
     table = [record, block, S.make_array(S.make_type_reference(1), 3)]
     assert S.size_in_bits(0, table) == 140
     assert S.size_in_bits(1, table) == 16 + 140
@@ -107,8 +134,12 @@ def test_overflow_raises_never_wraps():
     assert S.size_in_bits(S.make_array(T.UINT8, max64 // 8)) == (max64 // 8) * 8
     big = S.make_array(T.UINT64, 1 << 57)  # exactly 2^63 bits
     with pytest.raises(S.ValidationError, match="overflows uint64"):
-        S.size_in_bits(S.make_structure([S.make_field("a", S.make_type_reference(0)),
-                                         S.make_field("b", S.make_type_reference(0))]), [big])
+        S.size_in_bits(
+            S.make_structure(
+                [S.make_field("a", S.make_type_reference(0)), S.make_field("b", S.make_type_reference(0))]
+            ),
+            [big],
+        )
 
 
 def test_invalid_and_cyclic_references():
@@ -124,12 +155,19 @@ def test_invalid_and_cyclic_references():
 def test_sixty_level_diamond_is_linear():
     table = [S.make_array(T.UINT8, 1)]
     for level in range(1, 61):
-        table.append(S.make_structure([S.make_field("l", S.make_type_reference(level - 1)),
-                                       S.make_field("r", S.make_type_reference(level - 1))]))
+        table.append(
+            S.make_structure(
+                [
+                    S.make_field("l", S.make_type_reference(level - 1)),
+                    S.make_field("r", S.make_type_reference(level - 1)),
+                ]
+            )
+        )
     start = time.perf_counter()
     assert S.size_in_bits(60, table) == 8 << 60  # 2^63 bits: fits uint64
-    table.append(S.make_structure([S.make_field("l", S.make_type_reference(60)),
-                                   S.make_field("r", S.make_type_reference(60))]))
+    table.append(
+        S.make_structure([S.make_field("l", S.make_type_reference(60)), S.make_field("r", S.make_type_reference(60))])
+    )
     with pytest.raises(S.ValidationError, match="overflows uint64"):  # 2^64 does not
         S.size_in_bits(61, table)
     assert time.perf_counter() - start < 5  # generous: exponential work would never finish
@@ -168,7 +206,8 @@ def reference_size(table, index):
 def declaration_tables(draw):
     table = []
     for index in range(draw(st.integers(1, 5))):
-        def element():
+
+        def element(index=index):
             if index and draw(st.booleans()):
                 return S.make_type_reference(draw(st.integers(0, index - 1)))
             dims = draw(st.lists(st.integers(0, 4), max_size=2))

@@ -10,6 +10,8 @@ meant for small payloads only.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from onnx import TensorProto as T
 from onnx import helper, numpy_helper
@@ -28,9 +30,14 @@ def component_dtype(width: int) -> np.dtype:
     return np.dtype(np.uint8 if width <= 8 else np.uint16 if width <= 16 else np.uint32 if width <= 32 else np.uint64)
 
 
+@dataclasses.dataclass
 class _Leaf:
-    def __init__(self, kind, dtype, width, shape, ints, constant=None):
-        self.kind, self.dtype, self.width, self.shape, self.ints, self.constant = kind, dtype, width, shape, ints, constant
+    kind: str
+    dtype: np.dtype | None
+    width: int
+    shape: tuple[int, ...]
+    ints: list[int]
+    constant: object = None
 
 
 class Oracle:

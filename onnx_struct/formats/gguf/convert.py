@@ -222,7 +222,7 @@ def _encode_value(field, value_types, gguf) -> str:
     if main != gguf.GGUFValueType.ARRAY:
         return _json_numbers(field.parts[-1][:1])[1:-1]
     if value_types[-1] == gguf.GGUFValueType.STRING:
-        return json.dumps(field.contents(), ensure_ascii=False)
+        return json.dumps(field.contents(), ensure_ascii=False, separators=(",", ":"))
     # Numeric arrays (tokenizer scores and types run to 10^5 entries): one vectorized conversion of
     # the reader's parts instead of its per-element Python list; nested arrays come out flattened,
     # as gguf-py reads them.

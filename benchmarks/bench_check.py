@@ -1,0 +1,82 @@
+"""check_model on a 2,000-node model with 2,000 struct values vs the stock checker's own time.
+
+Goal (issue 2): the struct checks add no more than the stock checker's time, i.e.
+(onnx_struct.check_model - onnx.checker.check_model) / onnx.checker.check_model <= 1.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+from onnx import helper as oh
+
+import onnx_struct as S
+
+N = 2000
+
+
+def build() -> onnx.ModelProto:
+    decoder = oh.make_function(
+        "bench",
+        "dec",
+        ["d", "qs"],
+        ["y"],
+        [
+            oh.make_node("Cast", ["qs"], ["q"], to=TensorProto.FLOAT),
+            oh.make_node("Cast", ["d"], ["df"], to=TensorProto.FLOAT),
+            oh.make_node("Mul", ["q", "df"], ["y"]),
+        ],
+        [oh.make_opsetid("", 21)],
+    )
+    block = S.make_structure(
+        [S.make_field("d", TensorProto.FLOAT16), S.make_field("qs", S.make_tensor_type(TensorProto.UINT8, [16]))]
+    )
+    nodes, outputs = [], []
+    previous = "X"
+    for i in range(N):
+        nodes.append(oh.make_node("Add", [previous, f"w{i}"], [f"h{i}"]))
+        previous = f"h{i}"
+    outputs.append(oh.make_tensor_value_info(previous, TensorProto.FLOAT, [4, 16]))
+    graph = oh.make_graph(nodes, "bench", [oh.make_tensor_value_info("X", TensorProto.FLOAT, [4, 16])], outputs)
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)])
+    S.add_struct_types(model, block, S.make_array(S.make_type_reference(0), 4, decoder=decoder))
+    payload = np.random.default_rng(0).integers(0, 256, 4 * 18, dtype=np.uint8).tobytes()
+    S.add_struct_values(model, *[S.make_struct_value(f"w{i}", 1, raw_data=payload) for i in range(N)])
+    return model
+
+
+def best_of(function, repeat: int = 5) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    model = build()
+    # The stock checker gets the same graph with the struct values as plain initializers.
+    plain = oh.make_graph(
+        list(model.graph.node),
+        "bench",
+        list(model.graph.input),
+        list(model.graph.output),
+        initializer=[onnx.numpy_helper.from_array(np.zeros((4, 16), np.float32), f"w{i}") for i in range(N)],
+    )
+    plain_model = oh.make_model(plain, opset_imports=[oh.make_opsetid("", 21)])
+    stock = best_of(lambda: onnx.checker.check_model(plain_model))
+    ours = best_of(lambda: S.check_model(model))
+    added = (ours - stock) / stock
+    print("| measurement | time |\n|---|---|")
+    print(f"| onnx.checker.check_model, {N} nodes + {N} initializers | {stock * 1e3:.1f} ms |")
+    print(f"| onnx_struct.check_model, {N} nodes + {N} struct values | {ours * 1e3:.1f} ms |")
+    print(f"| added / stock (goal <= 1.0) | {added:.2f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,302 @@
+"""GGUF's IQ ("importance") block types, and through :mod:`.tq` the ternary TQ types, as data.
+
+Each type is one :class:`BlockFormat`: its block Structure declares the payload fields in ggml's
+order with their real ONNX types (``d: FLOAT16``, ``qs: UINT8[n]`` or ``UINT16[n]``, ...) plus
+the lookup tables the decoder needs as CONSTANT fields (``iq2xxs_grid``, ``ksigns_iq2xs``,
+``kvalues_iq4nl``, ... stored as ggml declares them, zero payload bytes). The decoder is an ONNX
+function reproducing ``gguf.quants.dequantize`` bit for bit: same float32 operations in the same
+order, so every output equals gguf-py's exactly (NaN where gguf-py has NaN).
+
+Where gguf-py splits a ggml array by meaning, the declaration follows gguf-py's names:
+IQ2_S ``qs[64]`` is ``qs[32]`` (grid indices) + ``signs[32]``, IQ3_XXS ``qs[96]`` is ``qs[64]``
++ ``scales: UINT32[8]`` (ggml's ``scales_and_signs``), and IQ1_M ``scales`` is ``UINT16[4]``
+(ggml declares ``uint8_t[8]`` but reads it as ``uint16_t``; the bytes are the same).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from onnx_struct.formats.base import BlockFormat, register
+from onnx_struct.formats.gguf import iq_grids
+from onnx_struct.formats.gguf._iq_graph import FunctionBuilder, f16, finish, num_blocks, tensor, u8, u16
+from onnx_struct.helper import make_constant_field
+
+QK_K = 256  # elements per super-block of every IQ type but IQ4_NL
+QK4_NL = 32
+IQ1S_DELTA = np.float32(0.125)  # ggml's IQ1S_DELTA (also IQ1M_DELTA)
+
+
+# ---------------------------------------------------------------------- helpers
+def table(name: str, doc: str = ""):
+    """A lookup table from :mod:`iq_grids` as a constant field of the same name."""
+    return make_constant_field(name, np.ascontiguousarray(getattr(iq_grids, name)), doc)
+
+
+def half_scale(g: FunctionBuilder, d: str, c: float, scale: str, shape: Sequence[int]) -> str:
+    """gguf-py's ``d * (0.5 + scale) * c`` in float32, reshaped to ``shape``."""
+    inner = g.op("Add", g.const(np.float32(0.5)), g.to_float(scale))
+    return g.reshape(g.op("Mul", g.op("Mul", d, inner), g.const(np.float32(c))), shape)
+
+
+def odd_scale(g: FunctionBuilder, d: str, scale: str, dtype, shape: Sequence[int]) -> str:
+    """gguf-py's ``d * (2 * scale + 1)``: the odd integer in ``scale``'s own unsigned type."""
+    odd = g.op("Add", g.op("Mul", scale, g.const(np.array(2, dtype=dtype))), g.const(np.array(1, dtype=dtype)))
+    return g.reshape(g.op("Mul", d, g.to_float(odd)), shape)
+
+
+def signed_delta(g: FunctionBuilder, negative_bit: str, shape: Sequence[int]) -> str:
+    """IQ1's grid shift: ``-delta`` where the bit is set, else ``delta``."""
+    negative = g.cast(negative_bit, TensorProto.BOOL)
+    return g.reshape(g.op("Where", negative, g.op("Neg", "delta"), "delta"), shape)
+
+
+def product(g: FunctionBuilder, *factors: str) -> str:
+    """Left-to-right float32 product, as numpy evaluates ``a * b * c``."""
+    value = factors[0]
+    for factor in factors[1:]:
+        value = g.op("Mul", value, factor)
+    return value
+
+
+# ---------------------------------------------------------------------- IQ2_XXS
+def iq2_xxs_fields() -> list:
+    return [
+        f16("d"),
+        u16("qs", QK_K // 8),  # per 32 values: 2 words of 4 grid-index bytes, 1 uint32 of signs+scale
+        table("iq2xxs_grid", "256 grid rows of 8 magnitudes (ggml uint64_t iq2xxs_grid[256])"),
+        table("ksigns_iq2xs", "7-bit sign index -> 8 sign bits with even parity"),
+    ]
+
+
+def decode_iq2_xxs(shape: Sequence[int]) -> onnx.FunctionProto:
+    n = num_blocks("IQ2_XXS", shape, QK_K)
+    g = FunctionBuilder("decode_IQ2_XXS", ["d", "qs", "iq2xxs_grid", "ksigns_iq2xs"])
+    words = g.reshape("qs", [n, 8, 4])
+    index = g.bits(g.slice(words, 0, 2, 2), np.uint16, [0, 8], 8, [n, 8, 4])  # the 4 index bytes
+    grid = g.gather(g.to_float("iq2xxs_grid"), g.index(index))  # [n, 8, 4, 8]
+    low, high = (g.cast(g.slice(words, k, k + 1, 2), TensorProto.UINT32) for k in (2, 3))
+    aux = g.op("BitwiseOr", low, g.shl(high, np.uint32(16)))  # [n, 8, 1] uint32
+    d = g.scale("d", [n, 1])
+    db = half_scale(g, d, 0.25, g.reshape(g.shr(aux, np.uint32(28)), [n, 8]), [n, 8, 1, 1])
+    sign_index = g.bits(aux, np.uint32, [0, 7, 14, 21], 7, [n, 8, 4])
+    signs = g.gather(g.sign_table("ksigns_iq2xs"), g.index(sign_index))  # [n, 8, 4, 8]
+    return finish(g, product(g, db, grid, signs), shape)
+
+
+# ---------------------------------------------------------------------- IQ2_XS
+def iq2_xs_fields() -> list:
+    return [
+        f16("d"),
+        u16("qs", QK_K // 8),  # 9-bit grid index | 7-bit sign index << 9, per 8 values
+        u8("scales", QK_K // 32),  # 4-bit scales, one per 16 values
+        table("iq2xs_grid", "512 grid rows of 8 magnitudes (ggml uint64_t iq2xs_grid[512])"),
+        table("ksigns_iq2xs", "7-bit sign index -> 8 sign bits with even parity"),
+    ]
+
+
+def decode_iq2_xs(shape: Sequence[int]) -> onnx.FunctionProto:
+    n = num_blocks("IQ2_XS", shape, QK_K)
+    g = FunctionBuilder("decode_IQ2_XS", ["d", "qs", "scales", "iq2xs_grid", "ksigns_iq2xs"])
+    qs = g.reshape("qs", [n, 16, 2])
+    grid = g.gather(g.to_float("iq2xs_grid"), g.index(g.band(qs, np.uint16(511))))  # [n, 16, 2, 8]
+    signs = g.gather(g.sign_table("ksigns_iq2xs"), g.index(g.shr(qs, np.uint16(9))))
+    scales = g.bits("scales", np.uint8, [0, 4], 4, [n, 16])
+    db = half_scale(g, g.scale("d", [n, 1]), 0.25, scales, [n, 16, 1, 1])
+    return finish(g, product(g, db, grid, signs), shape)
+
+
+# ---------------------------------------------------------------------- IQ2_S
+def iq2_s_fields() -> list:
+    return [
+        f16("d"),
+        u8("qs", QK_K // 8),  # low 8 bits of the 10-bit grid indices (ggml: first half of qs[64])
+        u8("signs", QK_K // 8),  # one sign bit per value (ggml: second half of qs[64])
+        u8("qh", QK_K // 32),  # high 2 bits of the grid indices, 4 per byte
+        u8("scales", QK_K // 32),  # 4-bit scales, one per 16 values
+        table("iq2s_grid", "1024 grid rows of 8 magnitudes (ggml uint64_t iq2s_grid[1024])"),
+    ]
+
+
+def decode_iq2_s(shape: Sequence[int]) -> onnx.FunctionProto:
+    n = num_blocks("IQ2_S", shape, QK_K)
+    g = FunctionBuilder("decode_IQ2_S", ["d", "qs", "signs", "qh", "scales", "iq2s_grid"])
+    high = g.bits("qh", np.uint8, [0, 2, 4, 6], 2, [n, 32])
+    grid = g.gather(g.to_float("iq2s_grid"), g.index_hi_lo("qs", high, [n, 16, 2]))  # [n, 16, 2, 8]
+    byte_signs = g.sign_table(g.const(np.arange(256, dtype=np.uint8)))
+    signs = g.gather(byte_signs, g.index(g.reshape("signs", [n, 16, 2])))
+    scales = g.bits("scales", np.uint8, [0, 4], 4, [n, 16])
+    db = half_scale(g, g.scale("d", [n, 1]), 0.25, scales, [n, 16, 1, 1])
+    return finish(g, product(g, db, grid, signs), shape)
+
+
+# ---------------------------------------------------------------------- IQ3_XXS
+def iq3_xxs_fields() -> list:
+    return [
+        f16("d"),
+        u8("qs", QK_K // 4),  # grid indices, one per 4 values
+        tensor("scales", TensorProto.UINT32, QK_K // 32),  # ggml scales_and_signs: 4x7-bit signs | scale << 28
+        table("iq3xxs_grid", "256 grid rows of 4 magnitudes (ggml uint32_t iq3xxs_grid[256])"),
+        table("ksigns_iq2xs", "7-bit sign index -> 8 sign bits with even parity"),
+    ]
+
+
+def decode_iq3_xxs(shape: Sequence[int]) -> onnx.FunctionProto:
+    n = num_blocks("IQ3_XXS", shape, QK_K)
+    g = FunctionBuilder("decode_IQ3_XXS", ["d", "qs", "scales", "iq3xxs_grid", "ksigns_iq2xs"])
+    grid = g.gather(g.to_float("iq3xxs_grid"), g.index(g.reshape("qs", [n, 8, 8])))  # [n, 8, 8, 4]
+    grid = g.reshape(grid, [n, 8, 4, 8])
+    db = half_scale(g, g.scale("d", [n, 1]), 0.5, g.shr("scales", np.uint32(28)), [n, 8, 1, 1])
+    sign_index = g.bits("scales", np.uint32, [0, 7, 14, 21], 7, [n, 8, 4])
+    signs = g.gather(g.sign_table("ksigns_iq2xs"), g.index(sign_index))  # [n, 8, 4, 8]
+    return finish(g, product(g, db, grid, signs), shape)
+
+
+# ---------------------------------------------------------------------- IQ3_S
+def iq3_s_fields() -> list:
+    return [
+        f16("d"),
+        u8("qs", QK_K // 4),  # low 8 bits of the 9-bit grid indices
+        u8("qh", QK_K // 32),  # high bit of the grid indices, 8 per byte
+        u8("signs", QK_K // 8),  # one sign bit per value
+        u8("scales", QK_K // 64),  # 4-bit scales, one per 32 values
+        table("iq3s_grid", "512 grid rows of 4 magnitudes (ggml uint32_t iq3s_grid[512])"),
+    ]
+
+
+def decode_iq3_s(shape: Sequence[int]) -> onnx.FunctionProto:
+    n = num_blocks("IQ3_S", shape, QK_K)
+    g = FunctionBuilder("decode_IQ3_S", ["d", "qs", "qh", "signs", "scales", "iq3s_grid"])
+    high = g.bits("qh", np.uint8, range(8), 1, [n, 64])
+    grid = g.gather(g.to_float("iq3s_grid"), g.index_hi_lo("qs", high, [n, 8, 8]))  # [n, 8, 8, 4]
+    grid = g.reshape(grid, [n, 8, 4, 8])
+    byte_signs = g.sign_table(g.const(np.arange(256, dtype=np.uint8)))
+    signs = g.gather(byte_signs, g.index(g.reshape("signs", [n, 8, 4])))  # [n, 8, 4, 8]
+    scales = g.bits("scales", np.uint8, [0, 4], 4, [n, 8])
+    db = odd_scale(g, g.scale("d", [n, 1]), scales, np.uint8, [n, 8, 1, 1])
+    return finish(g, product(g, db, grid, signs), shape)
+
+
+# ---------------------------------------------------------------------- IQ1_S
+def iq1_s_fields() -> list:
+    return [
+        f16("d"),
+        u8("qs", QK_K // 8),  # low 8 bits of the 11-bit grid indices
+        u16("qh", QK_K // 32),  # 4x3-bit index high bits | 3-bit scale << 12 | delta sign << 15
+        table("iq1s_grid", "2048 grid rows of 8 values in {-1, 0, 1} (ggml uint64_t iq1s_grid[2048])"),
+        make_constant_field("delta", IQ1S_DELTA, "grid shift IQ1S_DELTA"),
+    ]
+
+
+def decode_iq1_s(shape: Sequence[int]) -> onnx.FunctionProto:
+    n = num_blocks("IQ1_S", shape, QK_K)
+    g = FunctionBuilder("decode_IQ1_S", ["d", "qs", "qh", "iq1s_grid", "delta"])
+    scale = g.band(g.shr("qh", np.uint16(12)), np.uint16(7))
+    dl = odd_scale(g, g.scale("d", [n, 1]), scale, np.uint16, [n, 8, 1, 1])
+    delta = signed_delta(g, g.shr("qh", np.uint16(15)), [n, 8, 1, 1])
+    high = g.bits("qh", np.uint16, [0, 3, 6, 9], 3, [n, 32])
+    grid = g.gather(g.to_float("iq1s_grid"), g.index_hi_lo("qs", high, [n, 8, 4]))  # [n, 8, 4, 8]
+    return finish(g, g.op("Mul", dl, g.op("Add", grid, delta)), shape)
+
+
+# ---------------------------------------------------------------------- IQ1_M
+def iq1_m_fields() -> list:
+    return [
+        u8("qs", QK_K // 8),  # low 8 bits of the 11-bit grid indices
+        u8("qh", QK_K // 16),  # per 8 values a nibble: 3 index high bits | delta sign << 3
+        u16("scales", QK_K // 64),  # 4x3-bit scales | one nibble of the f16 super-block scale << 12
+        table("iq1s_grid", "2048 grid rows of 8 values in {-1, 0, 1} (ggml uint64_t iq1s_grid[2048])"),
+        make_constant_field("delta", IQ1S_DELTA, "grid shift IQ1M_DELTA"),
+    ]
+
+
+def decode_iq1_m(shape: Sequence[int]) -> onnx.FunctionProto:
+    n = num_blocks("IQ1_M", shape, QK_K)
+    g = FunctionBuilder("decode_IQ1_M", ["qs", "qh", "scales", "iq1s_grid", "delta"])
+    # d's 16 bits are the top nibbles of the 4 scale words, lowest first; they are disjoint, so
+    # the OR of gguf-py is a sum
+    nibbles = g.shr(g.band("scales", np.uint16(0xF000)), np.array([12, 8, 4, 0], dtype=np.uint16))
+    total = g.op("ReduceSum", g.cast(nibbles, TensorProto.INT32), g.const(np.array([1], dtype=np.int64)), keepdims=0)
+    d = g.reshape(g.f16_bits_to_float(g.cast(total, TensorProto.UINT16)), [n, 1])
+    scales = g.bits("scales", np.uint16, [0, 3, 6, 9], 3, [n, 16])
+    dl = odd_scale(g, d, scales, np.uint16, [n, 8, 2, 1, 1])
+    nibble = g.bits("qh", np.uint8, [0, 4], 4, [n, 32])
+    grid = g.gather(g.to_float("iq1s_grid"), g.index_hi_lo("qs", g.band(nibble, np.uint8(7)), [n, 8, 2, 2]))
+    delta = signed_delta(g, g.shr(nibble, np.uint8(3)), [n, 8, 2, 2, 1])
+    return finish(g, g.op("Mul", dl, g.op("Add", grid, delta)), shape)
+
+
+# ---------------------------------------------------------------------- IQ4_NL, IQ4_XS
+def iq4_nl_fields() -> list:
+    return [
+        f16("d"),
+        u8("qs", QK4_NL // 2),  # 4-bit codes: values 0..15 in the low nibbles, 16..31 in the high
+        table("kvalues_iq4nl", "the 16 non-linear levels"),
+    ]
+
+
+def decode_iq4_nl(shape: Sequence[int]) -> onnx.FunctionProto:
+    n = num_blocks("IQ4_NL", shape, QK4_NL)
+    g = FunctionBuilder("decode_IQ4_NL", ["d", "qs", "kvalues_iq4nl"])
+    codes = g.bits("qs", np.uint8, [0, 4], 4, [n, 32], axis=-2)
+    values = g.gather(g.to_float("kvalues_iq4nl"), g.index(codes))
+    return finish(g, g.op("Mul", g.scale("d", [n, 1]), values), shape)
+
+
+def iq4_xs_fields() -> list:
+    return [
+        f16("d"),
+        tensor("scales_h", TensorProto.UINT16),  # high 2 bits of the 8 6-bit scales
+        u8("scales_l", QK_K // 64),  # low 4 bits of the 8 6-bit scales
+        u8("qs", QK_K // 2),  # 4-bit codes; per 32 values low nibbles then high nibbles
+        table("kvalues_iq4nl", "the 16 non-linear levels"),
+    ]
+
+
+def decode_iq4_xs(shape: Sequence[int]) -> onnx.FunctionProto:
+    n = num_blocks("IQ4_XS", shape, QK_K)
+    g = FunctionBuilder("decode_IQ4_XS", ["d", "scales_h", "scales_l", "qs", "kvalues_iq4nl"])
+    low = g.bits("scales_l", np.uint8, [0, 4], 4, [n, 8])
+    high = g.cast(g.bits("scales_h", np.uint16, range(0, 16, 2), 2, [n, 8]), TensorProto.UINT8)
+    scale = g.op("Sub", g.to_float(g.op("BitwiseOr", low, g.shl(high, np.uint8(4)))), g.const(np.float32(32)))
+    dl = g.reshape(g.op("Mul", g.scale("d", [n, 1]), scale), [n, 8, 1])
+    codes = g.bits(g.reshape("qs", [n, 8, 16]), np.uint8, [0, 4], 4, [n, 8, 32], axis=-2)
+    values = g.gather(g.to_float("kvalues_iq4nl"), g.index(codes))
+    return finish(g, g.op("Mul", dl, values), shape)
+
+
+# ---------------------------------------------------------------------- registration
+_IQ_TYPES = (
+    ("IQ2_XXS", QK_K, 66, iq2_xxs_fields, decode_iq2_xxs, "2.0625 bpw: 8-value rows of a 256-entry grid, ksigns"),
+    ("IQ2_XS", QK_K, 74, iq2_xs_fields, decode_iq2_xs, "2.3125 bpw: 512-entry grid, 4-bit scales per 16 values"),
+    ("IQ3_XXS", QK_K, 98, iq3_xxs_fields, decode_iq3_xxs, "3.0625 bpw: 4-value rows of a 256-entry grid"),
+    ("IQ1_S", QK_K, 50, iq1_s_fields, decode_iq1_s, "1.5625 bpw: ternary 2048-entry grid shifted by +-delta"),
+    ("IQ4_NL", QK4_NL, 18, iq4_nl_fields, decode_iq4_nl, "4.5 bpw: 32 4-bit codes into 16 non-linear levels"),
+    ("IQ3_S", QK_K, 110, iq3_s_fields, decode_iq3_s, "3.4375 bpw: 512-entry grid, explicit sign bits"),
+    ("IQ2_S", QK_K, 82, iq2_s_fields, decode_iq2_s, "2.5625 bpw: 1024-entry grid, explicit sign bits"),
+    ("IQ4_XS", QK_K, 136, iq4_xs_fields, decode_iq4_xs, "4.25 bpw: IQ4_NL levels with 6-bit scales per 32"),
+    ("IQ1_M", QK_K, 56, iq1_m_fields, decode_iq1_m, "1.75 bpw: IQ1 grid, f16 scale split over 4 nibbles"),
+)
+
+FORMATS: dict[str, BlockFormat] = {}
+for _name, _block_size, _bytes, _fields, _decoder, _description in _IQ_TYPES:
+    FORMATS[_name] = register(
+        BlockFormat(
+            name=_name,
+            family="gguf",
+            block_size=_block_size,
+            bytes_per_block=_bytes,
+            block_fields=_fields,
+            decoder=_decoder,
+            description=f"GGUF {_name} ({_description})",
+        )
+    )
+
+# The TQ types live in their own module; importing this one registers them too.
+from onnx_struct.formats.gguf import tq as _tq  # noqa: E402
+
+FORMATS.update(_tq.FORMATS)

@@ -1,0 +1,149 @@
+"""GGUF's ternary types TQ1_0 and TQ2_0: declarations, decoders and encoders.
+
+Both store 256 values in {-1, 0, 1} times one f16 scale ``d`` (the block's absolute maximum),
+with ``d`` *last* in the block. TQ2_0 packs 2-bit codes ``q + 1``; TQ1_0 packs 5 trits per byte
+as a fixed-point fraction of 243 so that digit k is ``((byte * 3**k) mod 256) * 3 >> 8``.
+
+The encoders reproduce ``gguf.quants.quantize`` byte for byte (same float32 operations in the
+same order, round-half-away-from-zero as gguf-py's ``np_roundf``); the decoders reproduce
+``gguf.quants.dequantize`` bit for bit. Blocks containing NaN or infinity have no defined
+encoding in gguf-py (the float -> int8 cast of NaN is platform-defined), so neither has ours.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from onnx_struct.formats.base import BlockFormat, register
+from onnx_struct.formats.gguf._iq_graph import FunctionBuilder, f16, finish, num_blocks, u8
+
+QK_K = 256
+POWERS_5 = np.array([1, 3, 9, 27, 81], dtype=np.uint8)  # digit k of a TQ1_0 byte is scaled by 3**k
+
+
+# ---------------------------------------------------------------------- TQ1_0
+def tq1_0_fields() -> list:
+    return [
+        u8("qs", (QK_K - 4 * QK_K // 64) // 5),  # 240 values, 5 per byte
+        u8("qh", QK_K // 64),  # the last 16 values, 4 per byte
+        f16("d"),
+    ]
+
+
+def decode_tq1_0(shape: Sequence[int]) -> onnx.FunctionProto:
+    n = num_blocks("TQ1_0", shape, QK_K)
+    g = FunctionBuilder("decode_TQ1_0", ["qs", "qh", "d"])
+    parts = []
+    # byte j of a group of `width` bytes holds values k * width + j, k = 0..digits-1
+    for source, start, width, digits in (("qs", 0, 32, 5), ("qs", 32, 16, 5), ("qh", 0, 4, 4)):
+        group = g.op("Unsqueeze", g.slice(source, start, start + width, 1), g.const(np.array([1], dtype=np.int64)))
+        shifted = g.op("Mul", group, g.const(POWERS_5[:digits].reshape(digits, 1)))  # uint8, wraps mod 256
+        parts.append(g.reshape(shifted, [n, digits * width]))
+    codes = g.cast(g.op("Concat", *parts, axis=1), TensorProto.UINT16)
+    digit = g.shr(g.op("Mul", codes, g.const(np.uint16(3))), np.uint16(8))  # 0, 1 or 2
+    values = g.op("Sub", g.to_float(digit), g.const(np.float32(1)))
+    return finish(g, g.op("Mul", g.scale("d", [n, 1]), values), shape)
+
+
+def encode_tq1_0(shape: Sequence[int]) -> onnx.FunctionProto:
+    n = num_blocks("TQ1_0", shape, QK_K)
+    g = FunctionBuilder("encode_TQ1_0", ["x"])
+    d, codes = ternary_codes(g, n)
+    codes = g.cast(codes, TensorProto.INT32)
+    packed = []
+    for start, width, digits in ((0, 32, 5), (160, 16, 5), (240, 4, 4)):
+        group = g.reshape(g.slice(codes, start, start + digits * width, 1), [n, digits, width])
+        weights = np.array([81, 27, 9, 3, 1][:digits], dtype=np.int32).reshape(digits, 1)
+        axes = g.const(np.array([1], dtype=np.int64))
+        packed.append(g.op("ReduceSum", g.op("Mul", group, g.const(weights)), axes, keepdims=0))
+    # the base-3 number as a fraction of 243, rounded up: ceil(v * 256 / 243), as gguf-py
+    for i, value in enumerate(packed):
+        scaled = g.op("Add", g.op("Mul", value, g.const(np.int32(256))), g.const(np.int32(243 - 1)))
+        packed[i] = g.cast(g.op("Div", scaled, g.const(np.int32(243))), TensorProto.UINT8)
+    g.op("Concat", packed[0], packed[1], axis=1, out="qs")
+    g.op("Identity", packed[2], out="qh")
+    g.op("Identity", d, out="d")
+    return g.build(["qs", "qh", "d"])
+
+
+# ---------------------------------------------------------------------- TQ2_0
+def tq2_0_fields() -> list:
+    return [
+        u8("qs", QK_K // 4),  # 2-bit codes q + 1; per 128 values byte j holds values j, j+32, j+64, j+96
+        f16("d"),
+    ]
+
+
+def decode_tq2_0(shape: Sequence[int]) -> onnx.FunctionProto:
+    n = num_blocks("TQ2_0", shape, QK_K)
+    g = FunctionBuilder("decode_TQ2_0", ["qs", "d"])
+    codes = g.bits(g.reshape("qs", [n, 2, 32]), np.uint8, [0, 2, 4, 6], 2, [n, QK_K], axis=-2)
+    values = g.op("Sub", g.to_float(codes), g.const(np.float32(1)))
+    return finish(g, g.op("Mul", g.scale("d", [n, 1]), values), shape)
+
+
+def encode_tq2_0(shape: Sequence[int]) -> onnx.FunctionProto:
+    n = num_blocks("TQ2_0", shape, QK_K)
+    g = FunctionBuilder("encode_TQ2_0", ["x"])
+    d, codes = ternary_codes(g, n)
+    shifted = g.shl(g.reshape(codes, [n, 2, 4, 32]), np.array([0, 2, 4, 6], dtype=np.uint8).reshape(4, 1))
+    parts = [g.slice(shifted, k, k + 1, 2) for k in range(4)]
+    packed = g.op("BitwiseOr", g.op("BitwiseOr", parts[0], parts[1]), g.op("BitwiseOr", parts[2], parts[3]))
+    g.reshape(packed, [n, QK_K // 4], out="qs")
+    g.op("Identity", d, out="d")
+    return g.build(["qs", "d"])
+
+
+# ---------------------------------------------------------------------- shared encoder front
+def ternary_codes(g: FunctionBuilder, n: int) -> tuple[str, str]:
+    """gguf-py's ternary quantization of input ``x``: (``d`` as FLOAT16 ``[n]``, codes ``q + 1``
+    as UINT8 ``[n, 256]``).
+
+    ``d = max|x|``, ``id = 0 if d == 0 else 1 / d``, ``q = np_roundf(x * id)`` where np_roundf
+    rounds half away from zero as ``sign(v) * (floor(|v|) + floor(2 * (|v| - floor(|v|))))``.
+    """
+    x = g.reshape(g.cast("x", TensorProto.FLOAT), [n, QK_K])
+    d = g.op("ReduceMax", g.op("Abs", x), g.const(np.array([1], dtype=np.int64)), keepdims=1)
+    zero = g.const(np.float32(0))
+    inverse = g.op("Where", g.op("Equal", d, zero), zero, g.op("Div", g.const(np.float32(1)), d))
+    v = g.op("Mul", x, inverse)
+    magnitude = g.op("Abs", v)
+    floored = g.op("Floor", magnitude)
+    fraction = g.op("Floor", g.op("Mul", g.const(np.float32(2)), g.op("Sub", magnitude, floored)))
+    rounded = g.op("Mul", g.op("Sign", v), g.op("Add", floored, fraction))
+    codes = g.op("Add", g.cast(rounded, TensorProto.INT8), g.const(np.int8(1)))
+    d16 = g.reshape(g.cast(d, TensorProto.FLOAT16), [n])
+    return d16, g.cast(codes, TensorProto.UINT8)
+
+
+# ---------------------------------------------------------------------- registration
+FORMATS: dict[str, BlockFormat] = {
+    "TQ1_0": register(
+        BlockFormat(
+            name="TQ1_0",
+            family="gguf",
+            block_size=QK_K,
+            bytes_per_block=54,
+            block_fields=tq1_0_fields,
+            decoder=decode_tq1_0,
+            encoder=encode_tq1_0,
+            description="GGUF TQ1_0 (1.6875 bpw ternary: 5 trits per byte, f16 scale last)",
+        )
+    ),
+    "TQ2_0": register(
+        BlockFormat(
+            name="TQ2_0",
+            family="gguf",
+            block_size=QK_K,
+            bytes_per_block=66,
+            block_fields=tq2_0_fields,
+            decoder=decode_tq2_0,
+            encoder=encode_tq2_0,
+            description="GGUF TQ2_0 (2.0625 bpw ternary: 2-bit codes, f16 scale last)",
+        )
+    ),
+}
