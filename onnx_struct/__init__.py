@@ -37,6 +37,7 @@ from onnx_struct.model import (
     get_struct_values,
     to_onnx,
 )
+from onnx_struct.pack import make_struct_value_from_leaves, pack
 from onnx_struct.view import StructView, view
 
 __version__ = "0.1.0"
@@ -77,6 +78,8 @@ __all__ = [
     # views
     "view",
     "StructView",
+    "pack",
+    "make_struct_value_from_leaves",
     # model access
     "add_struct_types",
     "add_struct_values",

@@ -11,11 +11,10 @@ import os
 
 import onnx
 import onnx.checker
-from onnx import numpy_helper
 
 from onnx_struct import bindings, external
 from onnx_struct.errors import ValidationError
-from onnx_struct.layout import TypeTable, element_label
+from onnx_struct.layout import TypeTable, element_label, read_constant
 from onnx_struct.model import LoadedModel, ModelLike, StructTypeProto, iter_overlay, load, locate, to_onnx
 
 # Captured at import so that install() (which replaces onnx.checker.check_model) cannot recurse.
@@ -94,7 +93,9 @@ class _Checker:
             self.check_physical_type(declaration.array.element_type, f"{path}.array.element_type")
 
     def check_name(self, name: str, seen: set[str], where: str, what: str) -> None:
-        if not name:
+        if not isinstance(name, str):  # proto2 does not validate UTF-8 on parse
+            self.report(ValidationError(where, f"{what} name is not valid UTF-8"))
+        elif not name:
             self.report(ValidationError(where, f"{what} has no name"))
         elif "." in name:
             self.report(ValidationError(where, f"{what} name {name!r} contains '.', the leaf path separator"))
@@ -103,13 +104,7 @@ class _Checker:
         seen.add(name)
 
     def check_constant(self, tensor: onnx.TensorProto, where: str) -> None:
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
-            self.report(ValidationError(where, "constants are stored in the type; external data is not allowed"))
-            return
-        try:
-            numpy_helper.to_array(tensor)
-        except Exception as error:  # onnx raises assorted types for inconsistent tensors
-            self.report(ValidationError(where, f"constant tensor is not readable: {error}"))
+        self.attempt(read_constant, tensor, where)
 
     def check_physical_type(self, type_proto, where: str) -> None:
         if type_proto.WhichOneof("value") == "struct_type":
@@ -154,6 +149,7 @@ class _Checker:
             expected = inline_bytes.get(value.type) if not value.HasField("struct_type") else None
             if (
                 expected is not None
+                and type(name) is str  # noqa: E721 - proto2 hands non-UTF-8 strings over as bytes
                 and name
                 and name not in self.value_names
                 and name not in defined
@@ -163,7 +159,9 @@ class _Checker:
                 self.value_names[name] = self.table.declarations[value.type]
                 continue
             where = element_label(f"graph.struct_initializer[{k}]", value.name)
-            if not value.name:
+            if not isinstance(value.name, str):
+                self.report(ValidationError(where, "struct value name is not valid UTF-8"))
+            elif not value.name:
                 self.report(ValidationError(where, "struct value has no name"))
             elif value.name in self.value_names:
                 self.report(ValidationError(where, "duplicate struct value name"))
@@ -308,20 +306,27 @@ class _Checker:
             _stock_check_model(view, full_check=full_check)
         except onnx.checker.ValidationError as error:
             self.report(ValidationError("", f"onnx.checker: {error}"))
+        except UnicodeDecodeError:  # stock onnx's error message itself fails on non-UTF-8 names
+            self.report(ValidationError("", "onnx.checker: the model contains a string that is not valid UTF-8"))
         except onnx.shape_inference.InferenceError as error:
             self.report(ValidationError("", f"onnx.shape_inference: {error}"))
 
 
 def check_function(function: onnx.FunctionProto, where: str, ir_version: int) -> None:
     """A decoder/encoder as an ONNX function, with its own opset_import."""
+    opsets = {o.domain: o.version for o in function.opset_import}
+    if any(not isinstance(d, str) or not 0 <= v < 1 << 31 for d, v in opsets.items()):
+        raise ValidationError(where, "invalid function: opset_import has a bad domain or version")
+    context = onnx.checker.C.CheckerContext()
+    # An out-of-range model ir_version is the stock checker's finding; check the function anyway.
+    context.ir_version = ir_version if 0 < ir_version <= onnx.IR_VERSION else onnx.IR_VERSION
+    context.opset_imports = opsets
     try:
-        opsets = {o.domain: o.version for o in function.opset_import}
-        context = onnx.checker.C.CheckerContext()
-        context.ir_version = ir_version or onnx.IR_VERSION
-        context.opset_imports = opsets
         onnx.checker.check_function(function, context)
     except onnx.checker.ValidationError as error:
         raise ValidationError(where, f"invalid function: {error}") from None
+    except UnicodeDecodeError:
+        raise ValidationError(where, "invalid function: a string in it is not valid UTF-8") from None
 
 
 def opaque_type(struct_type: StructTypeProto) -> onnx.TypeProto.Opaque:

@@ -32,6 +32,9 @@ def parse_external_data(entries, path: str) -> ExternalRef:
     values: dict[str, str] = {}
     for i, entry in enumerate(entries):
         where = f"{path}[{i}] ({entry.key!r})"
+        if not isinstance(entry.key, str) or not isinstance(entry.value, str):
+            # proto2 does not validate UTF-8 on parse: such strings arrive as bytes
+            raise ValidationError(where, "external_data entry is not valid UTF-8")
         if entry.key not in KNOWN_KEYS:
             raise ValidationError(where, f"unknown external_data key; expected one of {', '.join(KNOWN_KEYS)}")
         if entry.key in values:

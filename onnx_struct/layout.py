@@ -30,10 +30,10 @@ MAX_COMPONENT_BITS = 64
 MAX_LEAVES = 100_000
 
 
-def checked(value: int, path: str, what: str = "size") -> int:
+def checked(value: int, path: str, what: str = "size", unit: str = " bits") -> int:
     """``value`` if it fits uint64, else a ValidationError: the proposal's arithmetic never wraps."""
     if value > UINT64_MAX:
-        raise ValidationError(path, f"{what} overflows uint64 ({value} bits)", actual=str(value))
+        raise ValidationError(path, f"{what} overflows uint64 ({value}{unit})", actual=str(value))
     return value
 
 
@@ -349,3 +349,37 @@ def size_in_bits(struct_type: StructTypeProto | int, model=None) -> int:
         return table.size(struct_type, "struct_type")
     except RecursionError:
         raise ValidationError("struct_type", "declaration nests too deeply") from None
+
+
+def read_constant(tensor: onnx.TensorProto, path: str) -> np.ndarray:
+    """A constant field's value, after checking that its data matches its dims (so a hostile
+    ``dims`` can never make numpy allocate more than the tensor actually carries)."""
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        raise ValidationError(path, "constants are stored in the type; external data is not allowed")
+    count = 1
+    for k, dim in enumerate(tensor.dims):
+        if dim < 0:
+            raise ValidationError(f"{path}.dims[{k}]", f"negative dimension {dim}")
+        count = checked(count * dim, path, "element count", unit="")
+    width = dtypes.bit_width(tensor.data_type)
+    if tensor.HasField("raw_data"):
+        if width is None:
+            raise ValidationError(path, f"{dtypes.type_name(tensor.data_type)} constant cannot use raw_data")
+        if len(tensor.raw_data) != (count * width + 7) // 8:
+            raise ValidationError(
+                path, f"raw_data holds {len(tensor.raw_data)} bytes for {count} elements of {width} bits"
+            )
+    else:
+        try:
+            field = onnx.helper.tensor_dtype_to_field(tensor.data_type)
+        except (KeyError, ValueError, TypeError):
+            raise ValidationError(path, f"constant has unsupported data_type {tensor.data_type}") from None
+        stored = len(getattr(tensor, field))
+        per_element = 2 if tensor.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128) else 1
+        packed = width is not None and width < 8
+        if (packed and stored * (8 // width) < count) or (not packed and stored != count * per_element):
+            raise ValidationError(path, f"constant holds {stored} values in {field} for {count} elements")
+    try:
+        return onnx.numpy_helper.to_array(tensor)
+    except Exception as error:  # onnx raises assorted types for inconsistent tensors
+        raise ValidationError(path, f"constant tensor is not readable: {error}") from None

@@ -123,7 +123,7 @@ def view(
     >>> v["values"].dtype, v["scale"]
     (dtype(int4), array(0.125, dtype=float32))
     """
-    loaded, struct_types = _load(model, base_dir)
+    loaded, struct_types = load_declarations(model, base_dir)
     if isinstance(value, str):
         if loaded is None:
             raise ValidationError("graph.struct_initializer", f"struct value {value!r} named without a model")
@@ -138,7 +138,7 @@ def view(
     directory = pathlib.Path(base_dir) if base_dir is not None else (loaded.base_dir if loaded else None)
     table = TypeTable(struct_types)
     declaration = value_declaration(proto, table, where)
-    layout, nbytes = _layout_and_size(table, declaration, where)
+    layout, nbytes = layout_and_size(table, declaration, where)
     buffer = _payload(proto, nbytes, directory, where)
     return StructView(buffer, layout, proto.name)
 
@@ -148,13 +148,13 @@ def view_buffer(buffer, struct_type: StructTypeProto | int, model=None, *, name:
 
     The buffer length must equal the declaration's size in bytes.
     """
-    table = TypeTable(_load(model, None)[1])
+    table = TypeTable(load_declarations(model, None)[1])
     where = f"struct value {name!r}" if name else "buffer"
     if isinstance(struct_type, int):
         declaration = table.declaration(struct_type, f"{where}.type")
     else:
         declaration = struct_type
-    layout, nbytes = _layout_and_size(table, declaration, where)
+    layout, nbytes = layout_and_size(table, declaration, where)
     data = memoryview(buffer).cast("B") if not isinstance(buffer, np.ndarray) else buffer.reshape(-1).view(np.uint8)
     if len(data) != nbytes:
         raise ValidationError(
@@ -163,7 +163,7 @@ def view_buffer(buffer, struct_type: StructTypeProto | int, model=None, *, name:
     return StructView(data, layout, name)
 
 
-def _load(model, base_dir) -> tuple[LoadedModel | None, Sequence[StructTypeProto]]:
+def load_declarations(model, base_dir) -> tuple[LoadedModel | None, Sequence[StructTypeProto]]:
     """(the loaded model or None, its declarations); ``model`` may also be a list of declarations."""
     if model is None:
         return None, ()
@@ -184,7 +184,7 @@ def value_declaration(value: StructProto, table: TypeTable, where: str) -> Struc
     return table.declaration(value.type, f"{where}.type")
 
 
-def _layout_and_size(table: TypeTable, declaration: StructTypeProto, where: str) -> tuple[tuple[Leaf, ...], int]:
+def layout_and_size(table: TypeTable, declaration: StructTypeProto, where: str) -> tuple[tuple[Leaf, ...], int]:
     kind = declaration.WhichOneof("kind")
     if kind not in ("array", "structure", "bit_packing"):
         raise ValidationError(
@@ -317,7 +317,7 @@ def bit_positions(
     return positions
 
 
-def _chunks(count: int, size: int = CHUNK) -> Iterator[tuple[int, int]]:
+def chunks(count: int, size: int = CHUNK) -> Iterator[tuple[int, int]]:
     for start in range(0, count, size):
         yield start, min(start + size, count)
 
@@ -331,7 +331,7 @@ def _gather_bits(data: np.ndarray, bit_offset: int, shape, strides, width: int) 
     # An element starting at bit s (0-7) of its first byte spans ceil((s + width) / 8) bytes; fetch
     # the worst case; bytes beyond the element are clamped to the payload and masked away.
     span = min((7 + width + 7) // 8, 8)
-    for start, stop in _chunks(count):
+    for start, stop in chunks(count):
         positions = bit_positions(bit_offset, shape, strides, start, stop)
         first = positions >> 3
         shift = (positions & 7).astype(np.uint64)
@@ -353,7 +353,7 @@ def _gather_bytes(data: np.ndarray, bit_offset: int, shape, strides, nbytes: int
     out = np.empty((count, nbytes), dtype=np.uint8)
     last = data.size - 1
     byte_steps = np.arange(nbytes, dtype=np.int64)
-    for start, stop in _chunks(count, max(1, CHUNK // nbytes)):
+    for start, stop in chunks(count, max(1, CHUNK // nbytes)):
         positions = bit_positions(bit_offset, shape, strides, start, stop)
         first = (positions >> 3)[:, None] + byte_steps
         shift = (positions & 7).astype(np.uint16)[:, None]
@@ -392,7 +392,7 @@ def unpack_sub_byte(packed: np.ndarray, width: int) -> np.ndarray:
         # byte hi:lo -> uint16 (lo | hi << 8) via (b | b << 4) & 0x0F0F, chunked to stay in cache.
         out = np.empty(packed.size, dtype=np.uint16)
         scratch = np.empty(min(CHUNK, packed.size), dtype=np.uint16)
-        for start, stop in _chunks(packed.size):
+        for start, stop in chunks(packed.size):
             part, tmp, dest = packed[start:stop], scratch[: stop - start], out[start:stop]
             np.left_shift(part, 4, out=tmp, dtype=np.uint16)
             np.bitwise_or(part, tmp, out=dest, dtype=np.uint16)

@@ -14,6 +14,8 @@ from collections.abc import Sequence
 # Subcommand name -> module defining add_arguments(parser) and run(args) -> int.
 COMMANDS = {
     "check": "onnx_struct.cli.check",
+    "from-gguf": "onnx_struct.cli.from_gguf",
+    "quantize": "onnx_struct.cli.quantize",
 }
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2

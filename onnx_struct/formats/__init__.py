@@ -9,6 +9,9 @@ from __future__ import annotations
 import importlib
 
 from onnx_struct.formats.base import FORMAT_DOMAIN, BlockFormat, _REGISTRY, register
+# quantize() imports onnxruntime only when it encodes; importing it here binds the name to the function
+# (the submodule of the same name is then not re-bound over it).
+from onnx_struct.formats.quantize import quantize
 
 FAMILY_MODULES = (
     "onnx_struct.formats.gguf.blocks",
@@ -47,4 +50,4 @@ def names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-__all__ = ["BlockFormat", "FORMAT_DOMAIN", "get", "names", "register"]
+__all__ = ["BlockFormat", "FORMAT_DOMAIN", "get", "names", "quantize", "register"]

@@ -133,15 +133,17 @@ class FunctionBuilder:
         exponent = self.band(self.shr(bits, np.uint16(10)), np.uint16(31))
         mantissa = self.band(bits, np.uint16(1023))
         # the implicit leading 1 of normal numbers: (exponent != 0) << 10
-        normal = self.op("Min", exponent, self.const(np.uint16(1)))
+        normal = self.cast(self.cast(exponent, TensorProto.BOOL), TensorProto.UINT16)
         significand = self.to_float(self.op("BitwiseOr", mantissa, self.shl(normal, np.uint16(10))))
         # 2**(max(e, 1) - 25) for e < 31; e == 31 gives inf (and NaN below when the mantissa is set)
         powers = np.array([2.0 ** (max(e, 1) - 25) for e in range(31)] + [np.inf], dtype=np.float32)
         magnitude = self.op("Mul", significand, self.gather(self.const(powers), self.index(exponent)))
         is_nan = self.op("Greater", self.band(bits, np.uint16(0x7FFF)), self.const(np.uint16(0x7C00)))
         magnitude = self.op("Where", is_nan, self.const(np.float32(np.nan)), magnitude)
-        negative = self.cast(self.shr(bits, np.uint16(15)), TensorProto.BOOL)
-        return self.op("Where", negative, self.op("Neg", magnitude), magnitude)
+        # times +-1 rather than Where(sign, Neg(m), m): onnxruntime's Neg turns 0.0 into +0.0
+        sign = self.to_float(self.shr(bits, np.uint16(15)))
+        factor = self.op("Sub", self.const(np.float32(1)), self.op("Mul", sign, self.const(np.float32(2))))
+        return self.op("Mul", magnitude, factor)
 
 
 # ---------------------------------------------------------------------- declarations

@@ -1,0 +1,78 @@
+"""Convert a GGUF file into an ONNX model whose struct values are its tensors (bytes verbatim).
+
+With --reference the model points into the .gguf (external_data) instead of copying its tensors;
+the .gguf must then be in OUT's directory (or below it), where the model looks for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+from typing import TextIO
+
+from onnx_struct.cli import EXIT_INVALID, EXIT_OK
+from onnx_struct.errors import ValidationError
+
+HELP = "convert a .gguf file to an ONNX model with struct values (exit 0 ok, 1 invalid, 2 usage/I-O)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("input", help="the .gguf file")
+    parser.add_argument("output", help="the .onnx file to write")
+    parser.add_argument(
+        "--reference", action="store_true", help="reference the tensor bytes inside the .gguf instead of copying them"
+    )
+    parser.add_argument(
+        "--keep-unknown", action="store_true", help="keep tensors of unknown GGML types as raw UINT8 arrays"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+class ProgressBar:
+    """A plain-text progress bar on a terminal stream; silent when the stream is not a TTY."""
+
+    def __init__(self, stream: TextIO, enabled: bool = True, width: int = 30) -> None:
+        self.stream = stream
+        self.enabled = enabled and stream.isatty()
+        self.width = width
+        self.shown = False
+
+    def __call__(self, done: int, total: int, label: str) -> None:
+        if not self.enabled:
+            return
+        filled = self.width * done // total if total else self.width
+        bar = "#" * filled + "." * (self.width - filled)
+        self.stream.write(f"\r[{bar}] {done}/{total} {label[:40]:<40}")
+        self.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def run(args: argparse.Namespace) -> int:
+    from onnx_struct.formats.gguf.convert import convert  # noqa: PLC0415 - keep `onnx-struct --help` fast
+
+    output = pathlib.Path(args.output)
+    bar = ProgressBar(sys.stderr, enabled=not args.quiet)
+    try:
+        model = convert(
+            args.input,
+            reference=args.reference,
+            keep_unknown=args.keep_unknown,
+            model_dir=output.parent if args.reference else None,
+            progress=bar,
+        )
+    except ValidationError as error:
+        bar.close()
+        print(f"onnx-struct from-gguf: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    bar.close()
+    output.write_bytes(model.SerializeToString())
+    if not args.quiet:
+        mode = "referencing" if args.reference else "copying"
+        print(f"{output}: {len(model.SerializeToString())} bytes, {mode} the tensors of {args.input}", file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,281 @@
+"""Quantize the MatMul/Gemm weights of an ONNX model into a block format: ``quantize(model, "Q4_0")``.
+
+Each eligible float32 weight initializer is replaced by a struct value of the chosen format whose
+bytes come from the format's own encoder (an ONNX function run by :func:`onnx_struct.encode`), so
+the payload is whatever the format's declaration says it is, and the decoder reproduces the
+logical weight for every consumer. Everything else in the model is left as it was.
+
+Which axis the blocks group: a block format's blocks run along the LAST dimension (numpy order)
+of the stored tensor. For ``Y = X @ W`` with ``W: [K, N]`` that would be the output axis N. GGUF,
+onnxruntime's MatMulNBits and most weight-only schemes group along the input (reduction) axis K
+instead, which is what ``group_axis="input"`` (the default) does: it stores ``W^T: [N, K]`` and
+adds one ``Transpose`` (or, for a Gemm, flips ``transB``), so each block is 32 consecutive
+weights of one output channel (the bytes are then exactly a GGUF tensor's). ``group_axis="output"``
+stores ``W`` as is, with no extra node; each block then shares one scale across 32 output
+channels for one input channel. docs/formats.md compares the two on a real model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from onnx_struct.formats.base import BlockFormat
+from onnx_struct.helper import make_struct_value
+from onnx_struct.model import add_struct_values, from_onnx, load, to_onnx
+
+GroupAxis = Literal["input", "output"]
+# The input position of the weight, per supported op type.
+WEIGHT_INPUT = {"MatMul": 1, "Gemm": 1}
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedWeight:
+    """One weight :func:`quantize` replaces (see :func:`plan`)."""
+
+    name: str  # the initializer replaced
+    value_name: str  # the struct value holding it (``name`` unless a Transpose node restores it)
+    shape: tuple[int, ...]  # the logical weight
+    stored_shape: tuple[int, ...]  # the tensor encoded (blocks along its last dimension)
+    transpose: Literal["none", "node", "transB"]  # how the consumers see the original orientation
+
+
+@dataclasses.dataclass
+class Plan:
+    """What :func:`quantize` will do: the weights it replaces and why others are left alone."""
+
+    format: BlockFormat
+    weights: list[PlannedWeight]
+    skipped: dict[str, str]  # initializer consumed by an eligible op -> reason it is kept as is
+
+
+def plan(
+    model: onnx.ModelProto | str | os.PathLike,
+    format: str | BlockFormat,
+    *,
+    op_types: Iterable[str] = ("MatMul", "Gemm"),
+    min_elements: int = 4096,
+    group_axis: GroupAxis = "input",
+) -> Plan:
+    """Decide which weights :func:`quantize` replaces, without encoding anything."""
+    return _plan(_stock(model), _format(format), tuple(op_types), min_elements, group_axis)
+
+
+def quantize(
+    model: onnx.ModelProto | str | os.PathLike,
+    format: str | BlockFormat,
+    *,
+    op_types: Iterable[str] = ("MatMul", "Gemm"),
+    min_elements: int = 4096,
+    group_axis: GroupAxis = "input",
+) -> onnx.ModelProto:
+    """A copy of ``model`` whose eligible weights are struct values in ``format``.
+
+    A weight is eligible when it is a float32 2-D initializer with at least ``min_elements``
+    elements, consumed only as the weight input (B) of nodes in ``op_types`` of the main graph
+    (not a graph input or output, not used by a subgraph), and its grouped axis is a multiple of
+    the format's block size. ``group_axis`` chooses that axis: "input" (K of ``X @ W``, as GGUF
+    and MatMulNBits group) or "output" (N); see the module docstring for the trade-off.
+
+    The payload is produced by the format's encoder in onnxruntime (:func:`onnx_struct.encode`);
+    the result passes :func:`onnx_struct.check_model`, and :func:`onnx_struct.lower` turns it into
+    a plain model onnxruntime runs.
+
+    Example::
+
+        q = quantize(onnx.load("model.onnx"), "Q4_0")
+        onnx.save(q, "model.q4_0.onnx")
+        session = onnxruntime.InferenceSession(onnx_struct.lower(q).SerializeToString())
+    """
+    stock = _stock(model)
+    fmt = _format(format)
+    if fmt.encoder is None:
+        raise ValueError(f"format {fmt.name} has no encoder; quantizing needs one")
+    planned = _plan(stock, fmt, tuple(op_types), min_elements, group_axis)
+    result = onnx.ModelProto()
+    result.CopyFrom(stock)
+    if not planned.weights:
+        return result
+    graph = result.graph
+    weights = {w.name: w for w in planned.weights}
+    arrays = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name in weights}
+
+    kept = [t for t in graph.initializer if t.name not in weights]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    # A value_info would now describe the wrong orientation (transB) or a name no node produces.
+    kept_infos = [v for v in graph.value_info if v.name not in weights]
+    del graph.value_info[:]
+    graph.value_info.extend(kept_infos)
+    transposes = []
+    for node in graph.node:
+        weight = weights.get(node.input[1]) if node.op_type == "Gemm" and len(node.input) > 1 else None
+        if weight is not None and weight.transpose == "transB":
+            _flip_trans_b(node)
+    for weight in planned.weights:
+        if weight.transpose == "node":
+            transposes.append(onnx.helper.make_node("Transpose", [weight.value_name], [weight.name], perm=[1, 0]))
+    # The Transposes read only struct values, so they may run first; keep the graph sorted.
+    nodes = transposes + list(graph.node)
+    del graph.node[:]
+    graph.node.extend(nodes)
+
+    overlay = from_onnx(result)
+    roots: dict[tuple[int, ...], int] = {}
+    values = []
+    for weight in planned.weights:
+        array = arrays[weight.name]
+        stored = np.ascontiguousarray(array.T if weight.transpose != "none" else array)
+        if weight.stored_shape not in roots:
+            roots[weight.stored_shape] = fmt.add_to_model(overlay, weight.stored_shape)
+        payload = encode_array(fmt, stored)
+        values.append(make_struct_value(weight.value_name, roots[weight.stored_shape], raw_data=payload))
+    add_struct_values(overlay, *values)
+    return to_onnx(overlay)
+
+
+def encode_array(fmt: BlockFormat, array: np.ndarray) -> bytes:
+    """The payload of ``array`` in ``fmt``, computed by the format's encoder in onnxruntime."""
+    from onnx_struct import runtime  # noqa: PLC0415 - onnxruntime is imported only when encoding
+
+    return runtime.encode_format(fmt, np.asarray(array, dtype=np.float32))
+
+
+# ---------------------------------------------------------------------------------- planning
+
+
+def _stock(model) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        return model
+    if isinstance(model, (bytes, bytearray)):
+        return onnx.load_from_string(bytes(model))
+    return onnx.load(os.fspath(model))  # loads external initializers too
+
+
+def _format(format: str | BlockFormat) -> BlockFormat:
+    if isinstance(format, BlockFormat):
+        return format
+    from onnx_struct import formats  # noqa: PLC0415
+
+    return formats.get(format)
+
+
+def _plan(stock: onnx.ModelProto, fmt: BlockFormat, op_types: Sequence[str], min_elements: int, group_axis: str) -> Plan:
+    unknown = [op for op in op_types if op not in WEIGHT_INPUT]
+    if unknown:
+        raise ValueError(f"op_types {unknown} are not supported; the weight input is known for {sorted(WEIGHT_INPUT)}")
+    if group_axis not in ("input", "output"):
+        raise ValueError(f"group_axis must be 'input' or 'output', not {group_axis!r}")
+    graph = stock.graph
+    uses: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in graph.node:
+        for position, name in enumerate(node.input):
+            uses.setdefault(name, []).append((node, position))
+    in_subgraphs = _names_used_in_subgraphs(graph)
+    interface = {v.name for v in graph.input} | {v.name for v in graph.output}
+    taken = _all_names(graph) | {v.name for v in load(stock).struct_values}
+
+    weights: list[PlannedWeight] = []
+    skipped: dict[str, str] = {}
+    for tensor in graph.initializer:
+        consumers = uses.get(tensor.name, [])
+        if not any(node.op_type in op_types and position == WEIGHT_INPUT[node.op_type] for node, position in consumers):
+            continue  # not a weight of an eligible op: nothing to report
+        reason = _ineligible(tensor, consumers, op_types, min_elements, interface, in_subgraphs)
+        if reason:
+            skipped[tensor.name] = reason
+            continue
+        shape = tuple(int(d) for d in tensor.dims)
+        # The reduction axis K of each consumer: axis 0 of W for MatMul and Gemm(transB=0), 1 for transB=1.
+        k_axes = {_k_axis(node) for node, _ in consumers}
+        if len(k_axes) != 1:
+            skipped[tensor.name] = "its consumers disagree on which axis is the input axis"
+            continue
+        (k_axis,) = k_axes
+        grouped_axis = k_axis if group_axis == "input" else 1 - k_axis
+        transposed = grouped_axis == 0  # blocks run along the last stored dimension
+        stored_shape = shape[::-1] if transposed else shape
+        if stored_shape[-1] % fmt.block_size:
+            skipped[tensor.name] = (
+                f"its {group_axis} axis ({stored_shape[-1]}) is not a multiple of the block size {fmt.block_size}"
+            )
+            continue
+        if not transposed:
+            how, value_name = "none", tensor.name
+        elif all(node.op_type == "Gemm" for node, _ in consumers):
+            how, value_name = "transB", tensor.name
+        else:
+            how, value_name = "node", _unique(f"{tensor.name}_T", taken)
+        weights.append(PlannedWeight(tensor.name, value_name, shape, stored_shape, how))
+    return Plan(fmt, weights, skipped)
+
+
+def _ineligible(tensor, consumers, op_types, min_elements, interface, in_subgraphs) -> str:
+    if tensor.data_type != onnx.TensorProto.FLOAT:
+        return f"its element type is {onnx.TensorProto.DataType.Name(tensor.data_type)}, not FLOAT"
+    if len(tensor.dims) != 2:
+        return f"it is {len(tensor.dims)}-D, not 2-D"
+    if int(np.prod(tensor.dims)) < min_elements:
+        return f"it has {int(np.prod(tensor.dims))} elements, fewer than min_elements={min_elements}"
+    if tensor.name in interface:
+        return "it is also a graph input or output"
+    if tensor.name in in_subgraphs:
+        return "a subgraph uses it"
+    for node, position in consumers:
+        if node.op_type not in op_types or position != WEIGHT_INPUT[node.op_type]:
+            return f"node {node.name or node.op_type!r} uses it as input {position}, not as an eligible weight"
+    return ""
+
+
+def _k_axis(node: onnx.NodeProto) -> int:
+    if node.op_type == "Gemm":
+        trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
+        return 1 if trans_b else 0
+    return 0
+
+
+def _flip_trans_b(node: onnx.NodeProto) -> None:
+    for attribute in node.attribute:
+        if attribute.name == "transB":
+            attribute.i = 0 if attribute.i else 1
+            return
+    node.attribute.append(onnx.helper.make_attribute("transB", 1))
+
+
+def _names_used_in_subgraphs(graph: onnx.GraphProto) -> set[str]:
+    names: set[str] = set()
+    stack = [a.g for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
+    stack += [g for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
+    while stack:
+        sub = stack.pop()
+        for node in sub.node:
+            names.update(node.input)
+            for attribute in node.attribute:
+                if attribute.type == onnx.AttributeProto.GRAPH:
+                    stack.append(attribute.g)
+                elif attribute.type == onnx.AttributeProto.GRAPHS:
+                    stack.extend(attribute.graphs)
+        names.update(o.name for o in sub.output)
+    return names
+
+
+def _all_names(graph: onnx.GraphProto) -> set[str]:
+    names = {t.name for t in graph.initializer} | {v.name for v in graph.input} | {v.name for v in graph.output}
+    for node in graph.node:
+        names.update(node.input)
+        names.update(node.output)
+    return names
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    candidate, k = name, 1
+    while candidate in taken:
+        candidate, k = f"{name}_{k}", k + 1
+    taken.add(candidate)
+    return candidate

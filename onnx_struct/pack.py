@@ -1,0 +1,204 @@
+"""The writer: leaves -> payload bytes, the exact inverse of :func:`onnx_struct.view`.
+
+``pack(view(x).leaves(), t) == x`` byte for byte when x's unnamed/padding bits are zero, and
+``view(pack(leaves, t))`` gives back every leaf that was given.
+
+Accepted leaf values (checked before anything is written, errors name the leaf):
+
+* the shape must equal the leaf's shape exactly (no broadcasting);
+* the dtype is the leaf's dtype, or anything numpy converts to it **without loss**: converting
+  back gives the same values (so Python ints in [-8, 7] are fine for INT4, 0.1 for FLOAT16 is
+  not, 300 for UINT8 is not); a component's values must be integers below ``2**bit_width``;
+* a constant leaf may be omitted; if given it must equal the constant;
+* unknown paths are errors; **missing non-constant leaves are written as zero bits** (an encoder
+  that does not produce a leaf, padding components) - encoders rely on this.
+
+Writing is vectorized: full-width byte-aligned leaves by strided assignment, contiguous
+1/2/4-bit rows by packing whole rows, everything else by scattering each element's (at most
+nine) byte contributions with ``np.add.at`` in chunks (leaves never share a bit, so adding
+disjoint bit patterns into a zeroed byte is the same as OR-ing them).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+
+import numpy as np
+from numpy.typing import ArrayLike
+from onnx import numpy_helper
+
+from onnx_struct.errors import LeafNotFoundError, ValidationError
+from onnx_struct.helper import make_struct_value
+from onnx_struct.layout import Leaf, TypeTable
+from onnx_struct.model import StructProto, StructTypeProto
+from onnx_struct.view import CHUNK, bit_positions, chunks, is_zero_copy, layout_and_size, load_declarations, merged_dims
+
+__all__ = ["pack", "make_struct_value_from_leaves", "coerce_leaf"]
+
+
+def pack(leaves: Mapping[str, ArrayLike], struct_type: StructTypeProto | int, model=None) -> bytes:
+    """Payload bytes of ``struct_type`` holding ``leaves`` (``{path: array-like}``).
+
+    ``struct_type`` is a declaration or an index into ``model``'s ``struct_types`` (``model``:
+    any model form or a list of declarations, also resolving ``type_index``). The result is
+    exactly ``size_in_bits / 8`` bytes; bits of omitted leaves and padding are zero.
+
+    >>> pack({"a": [5], "b": [17]}, make_bit_packing([("a", 3), ("b", 5)], 1))
+    b'\\x8d'
+    """
+    table = TypeTable(load_declarations(model, None)[1])
+    if isinstance(struct_type, int):
+        declaration = table.declaration(struct_type, "struct_type")
+    else:
+        declaration = struct_type
+    layout, nbytes = layout_and_size(table, declaration, "struct_type")
+    by_path = {leaf.path: leaf for leaf in layout}
+    arrays: list[tuple[Leaf, np.ndarray]] = []
+    for path, value in leaves.items():
+        leaf = by_path.get(path)
+        if leaf is None:
+            known = ", ".join(repr(p) for p in by_path) or "none"
+            raise LeafNotFoundError(f"leaf {path!r}", f"unknown leaf; leaves are: {known}", leaf=path)
+        array = coerce_leaf(value, leaf)
+        if leaf.kind != "constant":
+            arrays.append((leaf, array))
+    out = np.zeros(nbytes, dtype=np.uint8)
+    for leaf, array in arrays:
+        write_leaf(out, leaf, array)
+    return out.tobytes()
+
+
+def make_struct_value_from_leaves(
+    name: str,
+    leaves: Mapping[str, ArrayLike],
+    struct_type: StructTypeProto | int,
+    model=None,
+    *,
+    doc_string: str = "",
+) -> StructProto:
+    """A StructProto named ``name`` with the inline payload :func:`pack` builds from ``leaves``
+    (``struct_type``: an inline declaration, type -1, or an index into ``model``)."""
+    return make_struct_value(name, struct_type, pack(leaves, struct_type, model), doc_string=doc_string)
+
+
+def coerce_leaf(value: ArrayLike, leaf: Leaf) -> np.ndarray:
+    """``value`` as an array of the leaf's dtype and shape, or a ValidationError naming the leaf."""
+    where = f"leaf {leaf.path!r}"
+    if leaf.kind == "constant":
+        expected = numpy_helper.to_array(leaf.constant)
+        given = np.asarray(value)
+        if given.shape != expected.shape or not _same_values(given, expected):
+            raise ValidationError(where, f"is a constant and must equal {expected.tolist()!r} if given")
+        return expected
+    array = np.asarray(value)
+    if array.shape != leaf.shape:
+        raise ValidationError(where, f"shape {array.shape} differs from the leaf's shape {leaf.shape}")
+    target = leaf.dtype
+    if array.dtype != target:
+        try:
+            with warnings.catch_warnings(), np.errstate(all="ignore"):
+                warnings.simplefilter("ignore")
+                converted = array.astype(target)
+                exact = _same_values(converted.astype(array.dtype), array)
+        except (TypeError, ValueError, OverflowError):
+            exact = False
+        if not exact:
+            raise ValidationError(where, f"dtype {array.dtype} does not convert to {target} without loss")
+        array = converted
+    if leaf.kind == "component" and leaf.bit_width < 64 and array.size and int(array.max()) >> leaf.bit_width:
+        raise ValidationError(where, f"value {int(array.max())} does not fit in {leaf.bit_width} bits")
+    return array
+
+
+def _same_values(a: np.ndarray, b: np.ndarray) -> bool:
+    try:
+        return bool(np.array_equal(a, b, equal_nan=True))
+    except TypeError:  # no NaN for this dtype
+        return bool(np.array_equal(a, b))
+
+
+# ---------------------------------------------------------------------- writing one leaf
+def write_leaf(out: np.ndarray, leaf: Leaf, array: np.ndarray) -> None:
+    """Write ``array`` (leaf dtype and shape) into the zero-initialized payload ``out``."""
+    width = leaf.bit_width
+    if leaf.count == 0:
+        return
+    if is_zero_copy(leaf):
+        target = np.ndarray(
+            leaf.shape,
+            dtype=leaf.dtype.newbyteorder("<"),
+            buffer=out,
+            offset=leaf.bit_offset // 8,
+            strides=tuple(s // 8 for s in leaf.strides),
+        )
+        target[...] = array
+        return
+    raw = _raw_bits(array, leaf)
+    shape, strides = merged_dims(leaf.shape, leaf.strides)
+    if (
+        width in (1, 2, 4)
+        and strides
+        and strides[-1] == width
+        and leaf.bit_offset % 8 == 0
+        and (shape[-1] * width) % 8 == 0
+        and all(s % 8 == 0 for s in strides[:-1])
+    ):
+        # Whole rows of sub-byte elements own their bytes: pack them and assign.
+        row_bytes = shape[-1] * width // 8
+        rows = np.ndarray(
+            shape[:-1] + (row_bytes,),
+            dtype=np.uint8,
+            buffer=out,
+            offset=leaf.bit_offset // 8,
+            strides=tuple(s // 8 for s in strides[:-1]) + (1,),
+        )
+        rows[...] = pack_sub_byte(raw.astype(np.uint8), width).reshape(rows.shape)
+        return
+    _scatter(out, raw, leaf.bit_offset, shape, strides, width)
+
+
+def _raw_bits(array: np.ndarray, leaf: Leaf) -> np.ndarray:
+    """Element bit patterns: uint64 for components and sub-byte tensors, ``(count, nbytes)``
+    little-endian uint8 rows for whole-byte tensor types (up to COMPLEX128's 16 bytes)."""
+    if leaf.kind == "component":
+        return array.astype(np.uint64).reshape(-1)
+    if leaf.bit_width < 8:  # ml_dtypes holds sub-byte values as raw low bits of one byte
+        return (np.ascontiguousarray(array).view(np.uint8) & ((1 << leaf.bit_width) - 1)).astype(np.uint64).reshape(-1)
+    little = np.ascontiguousarray(array, dtype=leaf.dtype.newbyteorder("<"))
+    return little.view(np.uint8).reshape(leaf.count, leaf.bit_width // 8)
+
+
+def pack_sub_byte(values: np.ndarray, width: int) -> np.ndarray:
+    """Inverse of :func:`onnx_struct.view.unpack_sub_byte`: ``8 // width`` values per byte, LSB first."""
+    if width == 1:
+        return np.packbits(values, bitorder="little")
+    per_byte = 8 // width
+    grouped = values.reshape(-1, per_byte)
+    packed = grouped[:, 0].copy()
+    for k in range(1, per_byte):  # per position within a byte, not per element
+        packed |= grouped[:, k] << (k * width)
+    return packed
+
+
+def _scatter(out: np.ndarray, raw: np.ndarray, bit_offset: int, shape, strides, width: int) -> None:
+    """OR every element's bits into ``out`` at its bit position (any phase, any width)."""
+    count = math.prod(shape)
+    last = out.size - 1
+    rows = raw.ndim == 2
+    nbytes = raw.shape[1] if rows else -(-width // 8)
+    byte_steps = np.arange(nbytes, dtype=np.int64)
+    for start, stop in chunks(count, max(1, CHUNK // nbytes)):
+        positions = bit_positions(bit_offset, shape, strides, start, stop)
+        if rows:
+            value_bytes = raw[start:stop].astype(np.uint16)
+        else:  # little-endian bytes of each uint64 pattern (bits beyond ``width`` are zero)
+            value_bytes = raw[start:stop].astype("<u8").view(np.uint8).reshape(-1, 8)[:, :nbytes].astype(np.uint16)
+        first = (positions >> 3)[:, None] + byte_steps
+        shifted = value_bytes << (positions & 7).astype(np.uint16)[:, None]  # each byte spans 2 output bytes
+        np.add.at(out, first.reshape(-1), (shifted & 0xFF).astype(np.uint8).reshape(-1))
+        high = (shifted >> 8).astype(np.uint8)
+        # The spill of the last byte is zero when the element ends in its own byte; its index may
+        # then be one past the payload and is clamped (adding zero changes nothing).
+        np.add.at(out, np.minimum(first + 1, last).reshape(-1), high.reshape(-1))

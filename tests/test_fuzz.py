@@ -1,0 +1,113 @@
+"""Hostile bytes: whatever the input, the checker and size function answer with ValidationErrors,
+never another exception, a crash, a read outside the model directory, or a huge allocation."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from conftest import base_model, linear_int4_128
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto as T
+from onnx import helper as oh
+
+import onnx_struct as S
+
+
+def rich_model() -> bytes:
+    """A valid model using most features, as the seed the fuzzer mutates."""
+    decoder = oh.make_function(
+        "t", "dec", ["values"], ["y"], [oh.make_node("Cast", ["values"], ["y"], to=T.FLOAT)], [oh.make_opsetid("", 21)]
+    )
+    model = base_model([oh.make_node("Relu", ["weight"], ["R"])])
+    S.add_struct_types(
+        model,
+        linear_int4_128(decoder),
+        S.make_bit_packing([("a", 3), ("b", 5)], 4),
+        S.make_structure(
+            [
+                S.make_field("d", T.FLOAT16),
+                S.make_field("r", S.make_type_reference(1)),
+                S.make_constant_field("k", np.arange(4, dtype=np.float32)),
+            ]
+        ),
+        S.make_array(S.make_type_reference(2), 3),
+    )
+    S.add_struct_values(
+        model,
+        S.make_struct_value("weight", 0, raw_data=bytes(range(64))),
+        S.make_struct_value("packed", 3, external_data={"location": "payload.bin", "offset": 2, "length": 18}),
+        S.make_struct_value("inline", S.make_array(T.UINT16, 2), raw_data=b"\x01\x02\x03\x04"),
+    )
+    S.add_value_infos(model, inputs=[S.make_struct_value_info("s", 3), S.make_struct_value_info("any")])
+    return model.SerializeToString()
+
+
+SEED = rich_model()
+
+
+def _only_validation_errors(data: bytes) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        (directory / "payload.bin").write_bytes(bytes(32))
+        (directory / "m.onnx").write_bytes(data)
+        for form in (data, str(directory / "m.onnx")):
+            diagnostics = S.validate(form)
+            assert all(isinstance(d, S.ValidationError) and str(d) for d in diagnostics)
+
+
+def test_seed_is_valid(tmp_path):
+    (tmp_path / "payload.bin").write_bytes(bytes(32))
+    (tmp_path / "m.onnx").write_bytes(SEED)
+    assert S.validate(tmp_path / "m.onnx") == []
+
+
+@st.composite
+def mutations(draw):
+    data = bytearray(SEED)
+    for _ in range(draw(st.integers(1, 6))):
+        position = draw(st.integers(0, len(data) - 1))
+        action = draw(st.sampled_from(["flip", "set", "insert", "delete", "truncate"]))
+        if action == "flip":
+            data[position] ^= 1 << draw(st.integers(0, 7))
+        elif action == "set":
+            data[position] = draw(st.integers(0, 255))
+        elif action == "insert":
+            data[position:position] = draw(st.binary(min_size=1, max_size=8))
+        elif action == "delete":
+            del data[position : position + draw(st.integers(1, 8))]
+        else:
+            del data[position:]
+        if not data:
+            break
+    return bytes(data)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutations())
+def test_mutated_models_give_only_validation_errors(data):
+    _only_validation_errors(data)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=200))
+def test_random_declaration_bytes(data):
+    try:
+        declaration = S.StructTypeProto.FromString(data)
+    except Exception:  # not parsable: protobuf's own error, before onnx_struct sees anything
+        return
+    try:
+        assert S.size_in_bits(declaration) >= 0
+    except S.ValidationError as error:
+        assert str(error)
+
+
+def test_hostile_constant_dims_do_not_allocate():
+    huge = onnx.TensorProto(data_type=T.FLOAT, dims=[1 << 40])
+    model = base_model()
+    S.add_struct_types(model, S.make_structure([S.make_constant_field("k", huge)]))
+    (error,) = S.validate(model)
+    assert "constant holds 0 values in float_data for 1099511627776 elements" in str(error)

@@ -1,0 +1,209 @@
+"""pack(): golden bytes, leaf checks, and round trips with view() on hand-written and random
+declarations (hypothesis), compared with the independent oracle of test_view_oracle."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from onnx import TensorProto as T
+from test_view import padded, random_bytes
+from test_view_oracle import ORACLE_WIDTHS, Oracle, oracle_arrays, same_bits
+
+import onnx_struct
+from onnx_struct import (
+    LeafNotFoundError,
+    ValidationError,
+    make_array,
+    make_bit_packing,
+    make_constant_field,
+    make_field,
+    make_struct_value,
+    make_structure,
+    make_tensor_type,
+    make_type_reference,
+    pack,
+    view,
+)
+from onnx_struct.view import view_buffer
+
+
+def test_golden_components():
+    assert pack({"a": [5], "b": [17]}, make_bit_packing([("a", 3), ("b", 5)], 1)) == bytes([0x8D])
+    # two records a:3 b:5 c:4 = 12 bits each: (1, 2, 3), (7, 31, 15)
+    # record 0 bits: 001 | 00010 | 0011 -> value 0b0011_00010_001 = 0x311
+    # record 1 bits: 111 | 11111 | 1111 -> 0xFFF at bit 12 -> total 0xFFF311 -> bytes 11 F3 FF
+    packing = make_bit_packing([("a", 3), ("b", 5), ("c", 4)], 2)
+    assert pack({"a": [1, 7], "b": [2, 31], "c": [3, 15]}, packing) == bytes([0x11, 0xF3, 0xFF])
+
+
+def test_golden_float16_at_bit_4_and_missing_leaves_are_zero():
+    types, root = padded(T.FLOAT16, [], 4)
+    assert pack({"x": np.float16(1.0)}, root, types) == bytes([0x00, 0xC0, 0x03])
+    assert pack({"x": np.float16(1.0), "lead.bits": [0xA], "trail.bits": [5]}, root, types) == bytes([0x0A, 0xC0, 0x53])
+    assert pack({}, root, types) == bytes(3)
+
+
+def test_golden_int4_and_proposal_example():
+    root = make_structure(
+        [
+            make_field("values", make_tensor_type(T.INT4, [128])),
+            make_constant_field("scale", np.float32(0.125)),
+            make_constant_field("zero_point", np.int64(0)),
+        ]
+    )
+    values = np.arange(128) % 16 - 8  # plain int64: converts to INT4 without loss
+    payload = pack({"values": values}, root)
+    assert len(payload) == 64
+    assert payload[:2] == bytes([0x98, 0xBA])  # -8 = 0x8, -7 = 0x9 (low nibble first); -6, -5
+    assert pack({"values": values, "scale": 0.125, "zero_point": 0}, root) == payload
+    value = onnx_struct.make_struct_value_from_leaves("weight", {"values": values}, root)
+    assert value.name == "weight" and value.type == -1 and value.raw_data == payload
+    assert view(value)["values"].astype(int).tolist() == values.tolist()
+
+
+@pytest.mark.parametrize(
+    ("leaves", "match"),
+    [
+        ({"nope": [1]}, r"unknown leaf; leaves are: 'a', 'q', 'k', 'h.c', 'h.d'"),
+        ({"a": [1, 2]}, r"leaf 'a': shape \(2,\) differs from the leaf's shape \(\)"),
+        ({"a": np.float32(0.1)}, "leaf 'a': dtype float32 does not convert to float16 without loss"),
+        ({"q": [1, 2, 8]}, "leaf 'q': dtype int64 does not convert to int4 without loss"),
+        ({"q": [1.5, 2, 3]}, "leaf 'q': dtype float64 does not convert to int4 without loss"),
+        ({"h.c": [8, 1]}, "leaf 'h.c': value 8 does not fit in 3 bits"),
+        ({"h.c": [-1, 1]}, "leaf 'h.c': dtype int64 does not convert to uint8 without loss"),
+        ({"k": 3}, "leaf 'k': is a constant and must equal 2"),
+        ({"k": [2]}, "leaf 'k': is a constant"),
+    ],
+)
+def test_leaf_checks(leaves, match):
+    types = [make_bit_packing([("c", 3), ("d", 3)], 2)]
+    root = make_structure(
+        [
+            make_field("a", T.FLOAT16),
+            make_field("q", make_tensor_type(T.INT4, [3])),
+            make_constant_field("k", np.int32(2)),
+            make_field("h", make_type_reference(0)),
+        ]
+    )
+    with pytest.raises(ValidationError, match=match) as info:
+        pack(leaves, root, types)
+    if "unknown" in match:
+        assert isinstance(info.value, LeafNotFoundError)
+
+
+def test_lossless_conversions_are_accepted():
+    root = make_structure([make_field("a", T.FLOAT16), make_field("b", make_tensor_type(T.UINT8, [2]))])
+    assert pack({"a": 0.5, "b": [1.0, 255]}, root) == bytes([0x00, 0x38, 0x01, 0xFF])
+
+
+@pytest.mark.parametrize("elem_type", sorted(ORACLE_WIDTHS), ids=lambda t: T.DataType.Name(t))
+def test_view_then_pack_every_type_at_every_phase(elem_type):
+    for phase in range(8):
+        for shape in ([], [3], [2, 5]):
+            types, root = padded(elem_type, shape, phase)
+            size = (phase + ORACLE_WIDTHS[elem_type] * int(np.prod(shape, dtype=np.int64)) + 7) // 8
+            payload = random_bytes(size)
+            leaves = view(make_struct_value("v", root, raw_data=payload), types).leaves()
+            assert pack(leaves, root, types) == payload
+
+
+def test_large_strided_and_row_paths_round_trip():
+    # rows path (INT4 rows in records), zero-copy path (FLOAT16 in records), scatter path (6-bit
+    # components), several chunks each
+    types = [
+        make_bit_packing([("s", 6), ("m", 6)], 3),
+        make_structure(
+            [
+                make_field("d", T.FLOAT16),
+                make_field("q", make_tensor_type(T.INT4, [32])),
+                make_field("b", make_type_reference(0)),
+                make_field("t", make_tensor_type(T.UINT2, [2])),
+            ]
+        ),
+    ]
+    root = make_array(make_type_reference(1), 5000)
+    record = onnx_struct.size_in_bits(types[1], types) // 8  # 23 bytes
+    payload = random_bytes(5000 * record)
+    v = view_buffer(payload, root, types)
+    assert pack(v.leaves(), root, types) == payload
+    # spot-check the view against the oracle on a few records
+    expected = oracle_arrays(make_array(make_type_reference(1), 3), payload[: 3 * record], types)
+    for path, array in expected.items():
+        assert same_bits(v[path][:3], array), path
+
+
+# ---------------------------------------------------------------------- property tests
+ELEM_TYPES = sorted(ORACLE_WIDTHS)
+
+
+@st.composite
+def declarations(draw):
+    """(struct_types, root): random nested bit packings, structures, arrays (via type_index),
+    tensors of every type, constants, zero-length dimensions; the root padded to whole bytes."""
+    types = []
+
+    def element():
+        choice = draw(st.integers(0, 2 if types else 0))
+        if choice == 0:
+            shape = draw(st.lists(st.integers(0, 3), max_size=2))
+            return make_tensor_type(draw(st.sampled_from(ELEM_TYPES)), shape)
+        return make_type_reference(draw(st.integers(0, len(types) - 1)))
+
+    for _ in range(draw(st.integers(0, 4))):
+        kind = draw(st.sampled_from(["bit_packing", "structure", "array"]))
+        if kind == "bit_packing":
+            widths = draw(st.lists(st.integers(1, 64), min_size=1, max_size=3))
+            types.append(make_bit_packing([(f"c{i}", w) for i, w in enumerate(widths)], draw(st.integers(0, 3))))
+        elif kind == "array":
+            types.append(make_array(element(), draw(st.integers(0, 3))))
+        else:
+            fields = [make_field(f"f{i}", element()) for i in range(draw(st.integers(1, 3)))]
+            if draw(st.booleans()):
+                fields.insert(draw(st.integers(0, len(fields))), make_constant_field("k", np.int16([1, -2])))
+            types.append(make_structure(fields))
+    fields = [make_field(f"r{i}", element()) for i in range(draw(st.integers(1, 3)))]
+    slack = -Oracle(types).size(make_structure(fields)) % 8
+    if slack:
+        types.append(make_bit_packing([("bits", slack)], 1))
+        fields.append(make_field("pad", make_type_reference(len(types) - 1)))
+    root = make_structure(fields)
+    if draw(st.booleans()):
+        types.append(root)
+        root = make_array(make_type_reference(len(types) - 1), draw(st.integers(0, 2)))
+    return types, root
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(declarations(), st.randoms(use_true_random=False))
+def test_random_declarations_view_matches_oracle_and_round_trips(declaration, random):
+    types, root = declaration
+    size = Oracle(types).size(root)
+    assert onnx_struct.size_in_bits(root, types) == size
+    payload = random.randbytes(size // 8)
+    v = view(make_struct_value("v", root, raw_data=payload), types)
+    expected = oracle_arrays(root, payload, types)
+    got = v.leaves()
+    assert list(got) == list(expected)
+    for path, array in expected.items():
+        assert same_bits(got[path], array), path
+    # view then pack gives the same bytes (every bit of a payload belongs to some leaf)
+    assert pack(got, root, types) == payload
+    # pack then view gives the same leaves, for leaves drawn independently of any payload
+    fresh = {}
+    for leaf in v.layout:
+        if leaf.kind == "constant":
+            continue
+        bits = np.frombuffer(random.randbytes(8 * leaf.count), "<u8") >> np.uint64(64 - min(leaf.bit_width, 64))
+        if leaf.kind == "component":
+            fresh[leaf.path] = bits.astype(leaf.dtype).reshape(leaf.shape)
+        elif leaf.bit_width < 8:
+            fresh[leaf.path] = bits.astype(np.uint8).view(leaf.dtype).reshape(leaf.shape)
+        else:
+            fresh[leaf.path] = np.frombuffer(random.randbytes(leaf.count * leaf.bit_width // 8), leaf.dtype).reshape(
+                leaf.shape
+            )
+    repacked = view(make_struct_value("v", root, raw_data=pack(fresh, root, types)), types)
+    for path, array in fresh.items():
+        assert same_bits(repacked[path], array), path
