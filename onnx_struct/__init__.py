@@ -9,6 +9,7 @@ from __future__ import annotations
 from onnx_struct._proto import pb as _pb
 from onnx_struct.checker import check_model, validate
 from onnx_struct.errors import LeafNotFoundError, ValidationError
+from onnx_struct.external_io import load_with_external_data, save_with_external_data
 from onnx_struct.helper import (
     make_array,
     make_bit_packing,
@@ -27,6 +28,10 @@ from onnx_struct.helper import (
     make_value_info,
 )
 from onnx_struct.hooks import install, uninstall
+from onnx_struct.inference import infer_shapes
+from onnx_struct.lower import lower
+from onnx_struct.runtime import decode, encode
+from onnx_struct.session import InferenceSession
 from onnx_struct.layout import size_in_bits
 from onnx_struct.model import (
     add_struct_types,
@@ -38,7 +43,7 @@ from onnx_struct.model import (
     to_onnx,
 )
 from onnx_struct.pack import make_struct_value_from_leaves, pack
-from onnx_struct.view import StructView, view
+from onnx_struct.view import StructView, view, view_buffer
 
 __version__ = "0.1.0"
 
@@ -59,6 +64,12 @@ __all__ = [
     "size_in_bits",
     "install",
     "uninstall",
+    # execution (onnxruntime is imported on first use only)
+    "decode",
+    "encode",
+    "lower",
+    "infer_shapes",
+    "InferenceSession",
     # builders
     "make_array",
     "make_bit_packing",
@@ -77,9 +88,12 @@ __all__ = [
     "make_value_info",
     # views
     "view",
+    "view_buffer",
     "StructView",
     "pack",
     "make_struct_value_from_leaves",
+    "save_with_external_data",
+    "load_with_external_data",
     # model access
     "add_struct_types",
     "add_struct_values",

@@ -53,6 +53,7 @@ class _Checker:
         for i, declaration in enumerate(self.proto.struct_types):
             self.check_root(declaration, self.table.path(i), model_level=True)
         self.check_values()
+        self.check_external_tensors()
         self.check_graph_types()
         self.check_consumers()
         if not self.diagnostics:
@@ -182,6 +183,16 @@ class _Checker:
                 self.report(
                     ValidationError(f"{path}.struct_initializer", "struct values are only allowed in the main graph")
                 )
+
+    def check_external_tensors(self) -> None:
+        """External initializers of the main graph, by the rules used for struct payloads."""
+        for i, tensor in enumerate(self.proto.graph.initializer):
+            if tensor.data_location != onnx.TensorProto.EXTERNAL:
+                continue
+            where = element_label(f"graph.initializer[{i}]", tensor.name) + ".external_data"
+            ref = self.attempt(external.parse_external_data, tensor.external_data, where)
+            if ref is not None and self.loaded.base_dir is not None:
+                self.attempt(external.resolve, ref, self.loaded.base_dir, where)
 
     def model_level_payload_bytes(self) -> dict[int, int]:
         """Byte size of every valid, byte-aligned model-level declaration (its size is cached)."""
@@ -356,6 +367,7 @@ def stock_view(loaded: LoadedModel, struct_type_protos: list | None = None) -> o
     for _, locator, type_proto in struct_type_protos:
         locate(view, locator).opaque_type.CopyFrom(opaque_type(type_proto.struct_type))
     view.DiscardUnknownFields()  # the struct parts (only in the view)
+    _external_initializers_as_inputs(view.graph)
     templates: dict[int, onnx.TypeProto] = {}
     inputs = view.graph.input
     for value in loaded.proto.graph.struct_initializer:
@@ -367,6 +379,20 @@ def stock_view(loaded: LoadedModel, struct_type_protos: list | None = None) -> o
         info.name = value.name
         info.type.CopyFrom(templates[key])
     return view
+
+
+def _external_initializers_as_inputs(graph: onnx.GraphProto) -> None:
+    # onnx's checker resolves external tensor files of an in-memory model against the working
+    # directory, not the model's; onnx_struct checks those files itself (check_external_tensors),
+    # so the view keeps each such name defined, with its type, as a graph input instead.
+    declared = {i.name for i in graph.input}
+    for i in reversed(range(len(graph.initializer))):
+        tensor = graph.initializer[i]
+        if tensor.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        if tensor.name not in declared:
+            graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+        del graph.initializer[i]
 
 
 def validate(

@@ -13,12 +13,12 @@ re-saving a model over itself is safe.
 
 from __future__ import annotations
 
-import copy
 import os
 import pathlib
 import re
 
 import onnx
+from onnx.external_data_helper import load_external_data_for_model
 
 from onnx_struct import external
 from onnx_struct.errors import ValidationError
@@ -60,7 +60,14 @@ def save_with_external_data(
     if size_threshold < 0:
         raise ValidationError("size_threshold", f"threshold must be non-negative, not {size_threshold}")
     source = load(model)
-    proto = copy.deepcopy(source.proto)
+    stock = to_onnx(source.proto)  # a copy; the caller's model is never modified
+    if source.base_dir is not None:
+        # Stock tensors already external may live in the very file rewritten below: read them now.
+        try:
+            load_external_data_for_model(stock, str(source.base_dir))
+        except (ValueError, OSError) as error:  # onnx's own messages name the tensor
+            raise ValidationError("graph.initializer", f"external tensor data cannot be read: {error}") from None
+    proto = from_onnx(stock)
     path = pathlib.Path(path)
     directory = path.resolve().parent
     shared = location if location is not None else f"{path.name}.data"
@@ -136,9 +143,12 @@ def _payload(source: LoadedModel, value, index: int, destinations: set[pathlib.P
     """The verified payload bytes of ``value`` (a memoryview of an mmap when external)."""
     if not len(value.external_data):
         return value.raw_data
-    buffer = view(value, source).buffer  # size-checked, memory-mapped
+    buffer = view(value.name, source).buffer  # size-checked, memory-mapped
     ref = external.parse_external_data(value.external_data, f"graph.struct_initializer[{index}].external_data")
-    if source.base_dir is not None and (pathlib.Path(source.base_dir).resolve() / ref.location).resolve() in destinations:
+    if (
+        source.base_dir is not None
+        and (pathlib.Path(source.base_dir).resolve() / ref.location).resolve() in destinations
+    ):
         return buffer.tobytes()  # the destination will be truncated: copy first
     return memoryview(buffer)
 

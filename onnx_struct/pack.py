@@ -33,7 +33,17 @@ from onnx_struct.errors import LeafNotFoundError, ValidationError
 from onnx_struct.helper import make_struct_value
 from onnx_struct.layout import Leaf, TypeTable
 from onnx_struct.model import StructProto, StructTypeProto
-from onnx_struct.view import CHUNK, bit_positions, chunks, is_zero_copy, layout_and_size, load_declarations, merged_dims
+from onnx_struct.view import (
+    CHUNK,
+    bit_positions,
+    chunks,
+    is_zero_copy,
+    layout_and_size,
+    load_declarations,
+    merged_dims,
+    phase_columns,
+    uint_for_bits,
+)
 
 __all__ = ["pack", "make_struct_value_from_leaves", "coerce_leaf"]
 
@@ -135,7 +145,6 @@ def write_leaf(out: np.ndarray, leaf: Leaf, array: np.ndarray) -> None:
         )
         target[...] = array
         return
-    raw = _raw_bits(array, leaf)
     shape, strides = merged_dims(leaf.shape, leaf.strides)
     if (
         width in (1, 2, 4)
@@ -154,18 +163,43 @@ def write_leaf(out: np.ndarray, leaf: Leaf, array: np.ndarray) -> None:
             offset=leaf.bit_offset // 8,
             strides=tuple(s // 8 for s in strides[:-1]) + (1,),
         )
-        rows[...] = pack_sub_byte(raw.astype(np.uint8), width).reshape(rows.shape)
+        rows[...] = pack_sub_byte(_patterns(array, leaf).reshape(-1), width).reshape(rows.shape)
         return
-    _scatter(out, raw, leaf.bit_offset, shape, strides, width)
+    columns = phase_columns(leaf.bit_offset, shape, strides)
+    if columns is not None and all(offset % 8 + width <= 64 for _, offset, _, _ in columns):
+        patterns = _patterns(array, leaf).reshape(shape)
+        for selector, offset, column_shape, byte_strides in columns:
+            _write_constant_phase(out, offset, column_shape, byte_strides, width, patterns[selector])
+        return
+    _scatter(out, _raw_bits(array, leaf), leaf.bit_offset, shape, strides, width)
+
+
+def _patterns(array: np.ndarray, leaf: Leaf) -> np.ndarray:
+    """Element bit patterns as the smallest unsigned dtype holding ``bit_width`` (<= 64) bits."""
+    if leaf.kind == "component":
+        return array.astype(uint_for_bits(leaf.bit_width), copy=False)
+    if leaf.bit_width < 8:  # ml_dtypes holds sub-byte values as raw low bits of one byte
+        return np.ascontiguousarray(array).view(np.uint8) & np.uint8((1 << leaf.bit_width) - 1)
+    return np.ascontiguousarray(array, dtype=leaf.dtype.newbyteorder("<")).view(uint_for_bits(leaf.bit_width))
+
+
+def _write_constant_phase(out: np.ndarray, bit_offset: int, shape, byte_strides, width: int, values) -> None:
+    """OR elements that all start at phase ``bit_offset % 8`` into ``out``: shift once, then per
+    byte of an element one strided OR (elements of one column never share a byte index j)."""
+    phase, start = bit_offset % 8, bit_offset // 8
+    span = (phase + width + 7) // 8
+    wide = uint_for_bits(phase + width)
+    shifted = values.astype(wide) << wide.type(phase)
+    for j in range(span):
+        target = np.ndarray(shape, dtype=np.uint8, buffer=out, offset=start + j, strides=byte_strides)
+        target |= (shifted >> wide.type(8 * j)).astype(np.uint8)  # astype keeps the low byte
 
 
 def _raw_bits(array: np.ndarray, leaf: Leaf) -> np.ndarray:
-    """Element bit patterns: uint64 for components and sub-byte tensors, ``(count, nbytes)``
+    """Patterns for the general scatter: uint64 for widths <= 64 (flat), ``(count, nbytes)``
     little-endian uint8 rows for whole-byte tensor types (up to COMPLEX128's 16 bytes)."""
-    if leaf.kind == "component":
-        return array.astype(np.uint64).reshape(-1)
-    if leaf.bit_width < 8:  # ml_dtypes holds sub-byte values as raw low bits of one byte
-        return (np.ascontiguousarray(array).view(np.uint8) & ((1 << leaf.bit_width) - 1)).astype(np.uint64).reshape(-1)
+    if leaf.kind == "component" or leaf.bit_width < 8:
+        return _patterns(array, leaf).astype(np.uint64).reshape(-1)
     little = np.ascontiguousarray(array, dtype=leaf.dtype.newbyteorder("<"))
     return little.view(np.uint8).reshape(leaf.count, leaf.bit_width // 8)
 
@@ -174,6 +208,13 @@ def pack_sub_byte(values: np.ndarray, width: int) -> np.ndarray:
     """Inverse of :func:`onnx_struct.view.unpack_sub_byte`: ``8 // width`` values per byte, LSB first."""
     if width == 1:
         return np.packbits(values, bitorder="little")
+    if width == 4:  # pairs (lo, hi) as one little-endian uint16: lo | hi << 8 -> lo | hi << 4
+        pairs = np.ascontiguousarray(values).view("<u2")
+        packed = np.empty(pairs.size, dtype=np.uint8)
+        for start, stop in chunks(pairs.size):
+            part = pairs[start:stop]
+            packed[start:stop] = (part | (part >> 4)) & 0xFF
+        return packed
     per_byte = 8 // width
     grouped = values.reshape(-1, per_byte)
     packed = grouped[:, 0].copy()

@@ -4,19 +4,24 @@ A view pairs a payload (inline ``raw_data`` or a read-only memory map of the exa
 range) with the leaf layout of its declaration (:meth:`onnx_struct.layout.TypeTable.leaves`).
 The payload length is verified against the size function before any byte is read.
 
-Reading a leaf takes one of three routes, all exact under the proposal's physical rules (tight
+Reading a leaf takes one of four routes, all exact under the proposal's physical rules (tight
 packing, declaration order, bits LSB-first within a byte, little-endian multi-byte values):
 
 * **zero copy**: offset, strides and width are byte multiples and the width is the dtype's full
   width; the leaf is a read-only strided numpy view of the payload;
 * **sub-byte rows**: 1/2/4-bit elements contiguous within byte-aligned rows (INT4 values, 4-bit
   components); the rows are unpacked with a few whole-array shift/mask passes;
-* **general**: any other affine bit layout; element bit positions are computed by broadcasting
+* **phase columns**: outer strides are byte multiples; the last dimension is split into at most 8
+  columns whose elements all start at the same bit of a byte, each read as one strided unaligned
+  little-endian load (a view), one shift and one mask (6-bit components, FLOAT16 at bit 4);
+* **gather**: any other affine bit layout; element bit positions are computed by broadcasting
   and each element is assembled from the bytes it spans (shift, mask), in chunks of
-  :data:`CHUNK` elements to bound memory. No loop runs per element or per block.
+  :data:`CHUNK` elements to bound memory.
 
-Gathered byte indices are clamped to the payload, so extra bytes fetched past an element's last
-bit (which are masked off) never read outside the buffer.
+No route loops per element or per block (loops run over chunks, columns or bytes of an element).
+Every read stays inside the payload: strided views are bounds-checked by numpy's constructor,
+wide loads are used only where the whole load fits, and gathered byte indices are clamped (the
+extra bytes fetched past an element's last bit are masked off).
 """
 
 from __future__ import annotations
@@ -113,7 +118,8 @@ def view(
 ) -> StructView:
     """A :class:`StructView` of a struct value: a StructProto, or the name of one in ``model``.
 
-    ``model`` (any form :func:`onnx_struct.model.load` accepts) supplies ``struct_types`` for
+    ``model`` (any form :func:`onnx_struct.model.load` accepts, or a plain list of declarations)
+    supplies ``struct_types`` for
     ``type`` indices and ``type_index`` references, and, when it is a path, the directory external
     payloads are resolved against (``base_dir`` overrides it). The payload length is checked
     against the declaration's size before any byte is read; external files are memory-mapped
@@ -261,6 +267,14 @@ def read_leaf(data: np.ndarray, leaf: Leaf) -> np.ndarray:
         if (leaf.bit_offset % 8) % width == 0:
             raw = _sub_byte_rows(data, leaf.bit_offset, shape, strides, width)
             return _as_dtype(raw, leaf).reshape(leaf.shape)
+    columns = phase_columns(leaf.bit_offset, shape, strides)
+    if columns is not None and all(offset % 8 + width <= 64 for _, offset, _, _ in columns):
+        raw = np.empty(shape, dtype=uint_for_bits(width))
+        for selector, offset, column_shape, byte_strides in columns:
+            raw[selector] = _read_constant_phase(data, offset, column_shape, byte_strides, width)
+        return (raw.view(leaf.dtype) if leaf.kind == "tensor" and width % 8 == 0 else _as_dtype(raw, leaf)).reshape(
+            leaf.shape
+        )
     if leaf.kind == "tensor" and width % 8 == 0:
         raw = _gather_bytes(data, leaf.bit_offset, shape, strides, width // 8)
         return raw.view(leaf.dtype.newbyteorder("<")).reshape(leaf.shape)
@@ -320,6 +334,77 @@ def bit_positions(
 def chunks(count: int, size: int = CHUNK) -> Iterator[tuple[int, int]]:
     for start in range(0, count, size):
         yield start, min(start + size, count)
+
+
+def uint_for_bits(bits: int) -> np.dtype:
+    """Smallest little-endian unsigned integer dtype of 1, 2, 4 or 8 bytes holding ``bits``."""
+    for size in (1, 2, 4, 8):
+        if bits <= 8 * size:
+            return np.dtype(f"<u{size}")
+    raise ValueError(f"{bits} bits do not fit in 64")
+
+
+def phase_columns(bit_offset: int, shape: tuple[int, ...], strides: tuple[int, ...]):
+    """Split an affine layout into at most 8 sub-layouts ("columns") whose elements all start at
+    the same bit within a byte, so each is a strided byte view plus one scalar shift.
+
+    Along the last dimension element ``i`` starts at phase ``(offset + i * stride) % 8``, which
+    repeats every ``8 / gcd(stride, 8)`` elements; column ``k`` takes elements ``k::period``.
+    Returns ``[(selector, bit_offset, shape, byte_strides)]``, or None when an outer stride is not
+    a whole number of bytes (those layouts use the gather route).
+    """
+    if not shape:
+        return [((), bit_offset, (), ())]
+    if any(s % 8 for s in strides[:-1]):
+        return None
+    stride = strides[-1]
+    period = 8 // math.gcd(stride, 8)
+    outer = tuple(s // 8 for s in strides[:-1])
+    columns = []
+    for k in range(min(period, shape[-1])):
+        count = len(range(k, shape[-1], period))
+        selector = (..., slice(k, None, period))
+        columns.append((selector, bit_offset + k * stride, shape[:-1] + (count,), outer + (period * stride // 8,)))
+    return columns
+
+
+def _read_constant_phase(data: np.ndarray, bit_offset: int, shape, byte_strides, width: int) -> np.ndarray:
+    """Elements that all start at phase ``bit_offset % 8`` (``phase + width <= 64``): one unaligned
+    little-endian load per element (a strided view, no copy), then one shift and one mask. Elements
+    whose wide load would pass the payload's end are assembled from the bytes they span instead."""
+    phase, start = bit_offset % 8, bit_offset // 8
+    span = (phase + width + 7) // 8  # bytes an element touches: all inside the payload
+    load = uint_for_bits(8 * span)
+    result = uint_for_bits(width)
+    mask = load.type((1 << width) - 1)
+    if math.prod(shape) == 0:
+        return np.empty(shape, dtype=result)
+    last_start = start + sum((n - 1) * b for n, b in zip(shape, byte_strides, strict=True))
+    fits = last_start + load.itemsize <= data.size
+
+    def wide(count_shape, first):
+        words = np.ndarray(count_shape, dtype=load, buffer=data, offset=first, strides=byte_strides)
+        bits = words >> load.type(phase)
+        bits &= mask
+        return bits.astype(result, copy=False)
+
+    def exact(count_shape, first):
+        spanned = np.ndarray(
+            count_shape + (span,), dtype=np.uint8, buffer=data, offset=first, strides=byte_strides + (1,)
+        )
+        bits = spanned[..., 0].astype(load)
+        for j in range(1, span):  # per byte of an element, not per element
+            bits |= spanned[..., j].astype(load) << load.type(8 * j)
+        bits >>= load.type(phase)
+        bits &= mask
+        return bits.astype(result, copy=False)
+
+    if fits:
+        return wide(shape, start)
+    if len(shape) == 1:  # only the last few elements need the exact route
+        head = max(0, min(shape[0], (data.size - load.itemsize - start) // byte_strides[0] + 1))
+        return np.concatenate([wide((head,), start), exact((shape[0] - head,), start + head * byte_strides[0])])
+    return exact(shape, start)
 
 
 def _gather_bits(data: np.ndarray, bit_offset: int, shape, strides, width: int) -> np.ndarray:

@@ -72,8 +72,8 @@ def random_blocks(name: str, n: int, seed: int) -> bytes:
     rng = np.random.default_rng(seed)
     blocks = np.frombuffer(rng.integers(0, 256, n * structured(name).itemsize, dtype=np.uint8).tobytes(), structured(name)).copy()
     specials = F16_SPECIALS[:n]
-    if "d" in blocks.dtype.names:
-        blocks["d"] = rng.uniform(-2, 2, n).astype(np.float16)
+    if "d" in blocks.dtype.names:  # odd blocks keep random bit patterns (any f16, NaN included)
+        blocks["d"][::2] = rng.uniform(-2, 2, (n + 1) // 2).astype(np.float16)
         blocks["d"][: len(specials)] = specials
     if name == "IQ1_M":  # d is split over the top nibbles of the 4 scale words; plant specials there
         bits = specials.view(np.uint16)
@@ -222,6 +222,7 @@ def test_decode_bit_exact_onnxruntime(name):
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf * 0 in the reference Mul, as in gguf-py
 def test_decode_bit_exact_reference_evaluator(name):
     shape = (3, 1, 4 * formats.get(name).block_size)  # rank 3, 12 blocks
     raw = random_blocks(name, 12, seed=7)
@@ -302,6 +303,7 @@ def tq_inputs(seed: int) -> np.ndarray:
 
 @pytest.mark.parametrize("name", ["TQ1_0", "TQ2_0"])
 @pytest.mark.parametrize("runtime", ["ort", "reference"])
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the reference Div/Cast see 1/0 and f16 overflow
 def test_encode_byte_identical(name, runtime):
     x = tq_inputs(seed=5)
     assert encode(name, x, runtime) == gguf_quantize(name, x)

@@ -3,6 +3,8 @@ declarations (hypothesis), compared with the independent oracle of test_view_ora
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -98,8 +100,16 @@ def test_lossless_conversions_are_accepted():
     assert pack({"a": 0.5, "b": [1.0, 255]}, root) == bytes([0x00, 0x38, 0x01, 0xFF])
 
 
+@pytest.fixture(params=["auto", "scatter"])
+def route(request, monkeypatch):
+    """Route "scatter": the phase-column writer disabled, so the general scatter writes those leaves."""
+    if request.param == "scatter":
+        monkeypatch.setattr(importlib.import_module("onnx_struct.pack"), "phase_columns", lambda *args: None)
+    return request.param
+
+
 @pytest.mark.parametrize("elem_type", sorted(ORACLE_WIDTHS), ids=lambda t: T.DataType.Name(t))
-def test_view_then_pack_every_type_at_every_phase(elem_type):
+def test_view_then_pack_every_type_at_every_phase(elem_type, route):
     for phase in range(8):
         for shape in ([], [3], [2, 5]):
             types, root = padded(elem_type, shape, phase)
@@ -109,7 +119,7 @@ def test_view_then_pack_every_type_at_every_phase(elem_type):
             assert pack(leaves, root, types) == payload
 
 
-def test_large_strided_and_row_paths_round_trip():
+def test_large_strided_and_row_paths_round_trip(route):
     # rows path (INT4 rows in records), zero-copy path (FLOAT16 in records), scatter path (6-bit
     # components), several chunks each
     types = [

@@ -3,6 +3,8 @@ constants, zero-length arrays, external payloads, and size/location errors raise
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import onnx
 import pytest
@@ -29,6 +31,8 @@ from onnx_struct import external as external_module
 from onnx_struct.view import view_buffer
 
 RNG = np.random.default_rng(1234)
+# the module, not the function that onnx_struct.view names
+view_module = importlib.import_module("onnx_struct.view")
 
 
 def random_bytes(n: int) -> bytes:
@@ -84,8 +88,17 @@ def test_golden_int4_nibbles_and_int32_little_endian():
 
 
 # ---------------------------------------------------------------------- every type, every phase
+@pytest.fixture(params=["auto", "gather"])
+def route(request, monkeypatch):
+    """Route "auto": the routes view picks; "gather": the phase-column route disabled, so every
+    non-zero-copy, non-row leaf goes through the general gather (both must match the oracle)."""
+    if request.param == "gather":
+        monkeypatch.setattr(view_module, "phase_columns", lambda *args: None)
+    return request.param
+
+
 @pytest.mark.parametrize("elem_type", sorted(ORACLE_WIDTHS), ids=lambda t: T.DataType.Name(t))
-def test_every_type_at_every_bit_phase(elem_type):
+def test_every_type_at_every_bit_phase(elem_type, route):
     for phase in range(8):
         for shape in ([], [3], [2, 5]):
             types, root = padded(elem_type, shape, phase)
@@ -96,7 +109,7 @@ def test_every_type_at_every_bit_phase(elem_type):
 
 
 @pytest.mark.parametrize("width", range(1, 65))
-def test_components_of_every_width_at_every_phase_ending_at_buffer_end(width):
+def test_components_of_every_width_at_every_phase_ending_at_buffer_end(width, route):
     # The last element ends exactly on the last payload bit, so any over-read would raise.
     for phase in range(8):
         tail = -(phase + 3 * width) % 8
@@ -354,7 +367,7 @@ def test_both_inline_and_external_is_rejected():
 
 
 @pytest.mark.parametrize("elem_type", [T.FLOAT16, T.INT32, T.COMPLEX128, T.BOOL, T.FLOAT8E5M2])
-def test_unaligned_leaf_whose_last_element_is_aligned_and_ends_the_buffer(elem_type):
+def test_unaligned_leaf_whose_last_element_is_aligned_and_ends_the_buffer(elem_type, route):
     # Records {pad: 4 bits, x} x 2: x of record 0 starts at bit 4, x of record 1 at a byte
     # boundary and ends on the payload's last bit; fetching "the next byte" there would overrun.
     width = ORACLE_WIDTHS[elem_type]

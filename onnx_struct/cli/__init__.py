@@ -14,8 +14,11 @@ from collections.abc import Sequence
 # Subcommand name -> module defining add_arguments(parser) and run(args) -> int.
 COMMANDS = {
     "check": "onnx_struct.cli.check",
+    "inspect": "onnx_struct.cli.inspect",
     "from-gguf": "onnx_struct.cli.from_gguf",
     "quantize": "onnx_struct.cli.quantize",
+    "lower": "onnx_struct.cli.lower",
+    "decode": "onnx_struct.cli.decode",
 }
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2

@@ -16,6 +16,7 @@ from onnx_struct.formats.quantize import quantize
 FAMILY_MODULES = (
     "onnx_struct.formats.gguf.blocks",
     "onnx_struct.formats.gguf.iq",
+    "onnx_struct.formats.gguf.fp4",
     "onnx_struct.formats.mx",
     "onnx_struct.formats.nf4",
     "onnx_struct.formats.linear",

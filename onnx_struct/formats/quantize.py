@@ -27,12 +27,11 @@ import onnx
 from onnx import numpy_helper
 
 from onnx_struct.formats.base import BlockFormat
-from onnx_struct.helper import make_struct_value
 from onnx_struct.model import add_struct_values, from_onnx, load, to_onnx
 
 GroupAxis = Literal["input", "output"]
-# The input position of the weight, per supported op type.
-WEIGHT_INPUT = {"MatMul": 1, "Gemm": 1}
+# The input position of the weight, per supported op type (Gather: the table of an embedding lookup).
+WEIGHT_INPUT = {"MatMul": 1, "Gemm": 1, "Gather": 0}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +80,12 @@ def quantize(
     elements, consumed only as the weight input (B) of nodes in ``op_types`` of the main graph
     (not a graph input or output, not used by a subgraph), and its grouped axis is a multiple of
     the format's block size. ``group_axis`` chooses that axis: "input" (K of ``X @ W``, as GGUF
-    and MatMulNBits group) or "output" (N); see the module docstring for the trade-off.
+    and MatMulNBits group) or "output" (N); see the module docstring for the trade-off. Adding
+    "Gather" to ``op_types`` also quantizes embedding tables read by ``Gather(axis=0)``, with
+    blocks along each row (the embedding vector), as GGUF stores ``token_embd``.
+
+    An opset older than the decoder's is raised first with onnx's version converter, since
+    onnxruntime resolves the decoder's operators at the model's opset.
 
     The payload is produced by the format's encoder in onnxruntime (:func:`onnx_struct.encode`);
     the result passes :func:`onnx_struct.check_model`, and :func:`onnx_struct.lower` turns it into
@@ -102,6 +106,7 @@ def quantize(
     result.CopyFrom(stock)
     if not planned.weights:
         return result
+    result = _upgrade_opset(result, fmt, planned.weights[0].stored_shape)
     graph = result.graph
     weights = {w.name: w for w in planned.weights}
     arrays = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name in weights}
@@ -127,24 +132,43 @@ def quantize(
     graph.node.extend(nodes)
 
     overlay = from_onnx(result)
-    roots: dict[tuple[int, ...], int] = {}
+    roots: dict[tuple[int, ...], int] = {}  # stored shape -> root declaration, shared by same-shape weights
     values = []
     for weight in planned.weights:
         array = arrays[weight.name]
         stored = np.ascontiguousarray(array.T if weight.transpose != "none" else array)
         if weight.stored_shape not in roots:
             roots[weight.stored_shape] = fmt.add_to_model(overlay, weight.stored_shape)
-        payload = encode_array(fmt, stored)
-        values.append(make_struct_value(weight.value_name, roots[weight.stored_shape], raw_data=payload))
+        values.append(encode_array(stored, roots[weight.stored_shape], overlay, weight.value_name))
     add_struct_values(overlay, *values)
     return to_onnx(overlay)
 
 
-def encode_array(fmt: BlockFormat, array: np.ndarray) -> bytes:
-    """The payload of ``array`` in ``fmt``, computed by the format's encoder in onnxruntime."""
-    from onnx_struct import runtime  # noqa: PLC0415 - onnxruntime is imported only when encoding
+def encode_array(array: np.ndarray, root_index: int, model, name: str):
+    """The StructProto ``name`` holding ``array`` as encoded by the format's encoder in onnxruntime."""
+    from onnx_struct.runtime import encode  # noqa: PLC0415 - onnxruntime is imported only when encoding
 
-    return runtime.encode_format(fmt, np.asarray(array, dtype=np.float32))
+    return encode(np.asarray(array, dtype=np.float32), root_index, model, name=name)
+
+
+def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, ...]) -> onnx.ModelProto:
+    """Raise the model's default-domain opset to the decoder's, with onnx's version converter.
+
+    onnxruntime resolves a function's operators at the model's opset, so a model importing an older
+    opset than the format's decoder could not run it. Converting now, while the model is plain ONNX,
+    always works where the converter does; afterwards the struct values would be names the converter
+    does not know. If the converter fails, the model is returned unchanged (lowering then reports
+    which operators differ)."""
+    needed = max((o.version for o in fmt.decoder(shape).opset_import if o.domain in ("", "ai.onnx")), default=0)
+    have = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if have >= needed:
+        return model
+    from onnx import version_converter  # noqa: PLC0415
+
+    try:
+        return version_converter.convert_version(model, needed)
+    except Exception:  # noqa: BLE001 - the converter raises RuntimeError and assorted others
+        return model
 
 
 # ---------------------------------------------------------------------------------- planning
@@ -192,14 +216,18 @@ def _plan(stock: onnx.ModelProto, fmt: BlockFormat, op_types: Sequence[str], min
             skipped[tensor.name] = reason
             continue
         shape = tuple(int(d) for d in tensor.dims)
-        # The reduction axis K of each consumer: axis 0 of W for MatMul and Gemm(transB=0), 1 for transB=1.
+        # The reduction axis K of each consumer: axis 0 of W for MatMul and Gemm(transB=0), 1 for transB=1;
+        # a Gather(axis=0) table keeps its rows (each block is part of one embedding vector).
         k_axes = {_k_axis(node) for node, _ in consumers}
         if len(k_axes) != 1:
             skipped[tensor.name] = "its consumers disagree on which axis is the input axis"
             continue
         (k_axis,) = k_axes
-        grouped_axis = k_axis if group_axis == "input" else 1 - k_axis
-        transposed = grouped_axis == 0  # blocks run along the last stored dimension
+        if k_axis == "rows":
+            transposed = False
+        else:
+            grouped_axis = k_axis if group_axis == "input" else 1 - k_axis
+            transposed = grouped_axis == 0  # blocks run along the last stored dimension
         stored_shape = shape[::-1] if transposed else shape
         if stored_shape[-1] % fmt.block_size:
             skipped[tensor.name] = (
@@ -230,10 +258,15 @@ def _ineligible(tensor, consumers, op_types, min_elements, interface, in_subgrap
     for node, position in consumers:
         if node.op_type not in op_types or position != WEIGHT_INPUT[node.op_type]:
             return f"node {node.name or node.op_type!r} uses it as input {position}, not as an eligible weight"
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if node.op_type == "Gather" and axis not in (0, -2):
+            return f"node {node.name or node.op_type!r} gathers along axis {axis}, not rows"
     return ""
 
 
-def _k_axis(node: onnx.NodeProto) -> int:
+def _k_axis(node: onnx.NodeProto) -> int | str:
+    if node.op_type == "Gather":
+        return "rows"
     if node.op_type == "Gemm":
         trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
         return 1 if trans_b else 0

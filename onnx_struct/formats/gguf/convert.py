@@ -155,7 +155,7 @@ def _root_index(model, type_name, shape, n_bytes, roots, keep_unknown, gguf, whe
     if fmt is None:
         if not keep_unknown:
             raise ValidationError(
-                where, f"GGML type {type_name} has no registered format; pass keep_unknown=True to keep it as raw bytes",
+                where, f"GGML type {type_name} has no registered format; pass keep_unknown=True (--keep-unknown) to keep it as raw bytes",
                 gguf_type=type_name,
             )
         # No decoder: the bytes are kept and checkable, but no node may consume the value.

@@ -15,6 +15,7 @@ IQ2_S ``qs[64]`` is ``qs[32]`` (grid indices) + ``signs[32]``, IQ3_XXS ``qs[96]`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -43,24 +44,70 @@ def half_scale(g: FunctionBuilder, d: str, c: float, scale: str, shape: Sequence
     return g.reshape(g.op("Mul", g.op("Mul", d, inner), g.const(np.float32(c))), shape)
 
 
-def odd_scale(g: FunctionBuilder, d: str, scale: str, dtype, shape: Sequence[int]) -> str:
+def odd_scale(g: FunctionBuilder, d: str, scale: str, dtype) -> str:
     """gguf-py's ``d * (2 * scale + 1)``: the odd integer in ``scale``'s own unsigned type."""
     odd = g.op("Add", g.op("Mul", scale, g.const(np.array(2, dtype=dtype))), g.const(np.array(1, dtype=dtype)))
-    return g.reshape(g.op("Mul", d, g.to_float(odd)), shape)
+    return g.op("Mul", d, g.to_float(odd))
 
 
-def signed_delta(g: FunctionBuilder, negative_bit: str, shape: Sequence[int]) -> str:
-    """IQ1's grid shift: ``-delta`` where the bit is set, else ``delta``."""
-    negative = g.cast(negative_bit, TensorProto.BOOL)
-    return g.reshape(g.op("Where", negative, g.op("Neg", "delta"), "delta"), shape)
+def scaled(g: FunctionBuilder, values: str, scale: str, groups: int, shape: Sequence[int]) -> onnx.FunctionProto:
+    """The decoder's output: int8 ``values`` in ``groups`` rows times the per-row float32 ``scale``.
+
+    gguf-py computes ``db * grid * signs`` (or ``d * kvalues[q]``); signs are +-1 and grid values
+    small integers, so ``db * (grid * signs)`` with the integer product done in int8 rounds once,
+    to the same float32."""
+    rows = g.reshape(values, [groups, math.prod(shape) // groups if groups else 0])
+    return finish(g, g.dequantize(rows, g.reshape(scale, [groups])), shape)
 
 
-def product(g: FunctionBuilder, *factors: str) -> str:
-    """Left-to-right float32 product, as numpy evaluates ``a * b * c``."""
-    value = factors[0]
-    for factor in factors[1:]:
-        value = g.op("Mul", value, factor)
-    return value
+def signed_grid(g: FunctionBuilder, grid: str, signs: str) -> str:
+    """int8 ``[len(signs) * len(grid), 8]``: row ``s * len(grid) + i`` is ``grid[i] * signs[s]``."""
+    rows = g.op("Mul", g.op("Unsqueeze", signs, g.const(np.array([1], dtype=np.int64))), g.to_int8(grid))
+    return g.reshape(rows, [-1, 8])
+
+
+def shifted_grid(g: FunctionBuilder, grid: str, delta: str) -> str:
+    """IQ1's grid as int8 ``[2 * len(grid), 8]``: row ``2 * i + negative`` is ``(grid[i] +- delta) / delta``.
+
+    With delta = 1/8 the rows are the odd integers ``8 * grid +- 1``, and ``(dl * delta) * row``
+    equals gguf-py's ``dl * (grid +- delta)`` exactly (scaling by a power of two is exact)."""
+    inverse = g.op("Reciprocal", delta)
+    base = g.op("Mul", g.to_float(g.op("Unsqueeze", grid, g.const(np.array([1], dtype=np.int64)))), inverse)
+    rows = g.op("Add", base, g.const(np.array([1, -1], dtype=np.float32).reshape(2, 1)))
+    return g.reshape(g.to_int8(rows), [-1, 8])
+
+
+def nibble_pair_table(g: FunctionBuilder, levels: str) -> str:
+    """For IQ4: int8 ``[65536, 4]`` indexed by ``b0 | b1 << 8`` (two adjacent code bytes): the
+    levels of (low nibble of b0, of b1, high nibble of b0, of b1).
+
+    One Gather of a row of 4 per byte pair replaces four per-value lookups and every shift and
+    mask on the large tensor (onnxruntime's Gather costs per index, hardly per byte). The table
+    depends only on the constant ``levels``, so onnxruntime folds it when the session is built."""
+    byte = g.const(np.arange(256, dtype=np.uint8))
+    by_byte = [g.gather(g.to_int8(levels), g.index(part)) for part in (g.band(byte, np.uint8(15)), g.shr(byte, np.uint8(4)))]
+    nibbles = g.op("Concat", *(g.op("Unsqueeze", t, g.const(np.array([1], dtype=np.int64))) for t in by_byte), axis=1)
+    # [b1, b0, nibble, which byte]: (level of b0, level of b1) per nibble, via broadcasting
+    first = g.op("Mul", g.reshape(nibbles, [1, 256, 2, 1]), g.const(np.array([1, 0], dtype=np.int8)))
+    second = g.op("Mul", g.reshape(nibbles, [256, 1, 2, 1]), g.const(np.array([0, 1], dtype=np.int8)))
+    return g.reshape(g.op("Add", first, second), [1 << 16, 4])
+
+
+def iq4_values(g: FunctionBuilder, qs: str, levels: str, groups: int) -> str:
+    """IQ4 code bytes ``[groups * 16]`` -> int8 levels ``[groups, 32]`` in gguf-py's order: per 16
+    bytes the 16 low nibbles, then the 16 high nibbles."""
+    rows = g.gather(nibble_pair_table(g, levels), byte_pairs(g, qs, [groups, 8]))  # [groups, 8, 4]
+    halves = g.op("Transpose", g.reshape(rows, [groups, 8, 2, 2]), perm=[0, 2, 1, 3])  # [groups, 2, 8, 2]
+    return g.reshape(halves, [groups, 32])
+
+
+def byte_pairs(g: FunctionBuilder, qs: str, shape: Sequence[int]) -> str:
+    """``qs[2j] | qs[2j + 1] << 8`` as int32 of ``shape`` (gather indices into nibble_pair_tables)."""
+    count = math.prod(shape)
+    pairs = g.reshape(g.index(qs), [count, 2])
+    # flat [count] operands: onnxruntime broadcasts [count, 1] shapes one element at a time
+    low, high = (g.reshape(g.slice(pairs, k, k + 1, 1), [count]) for k in (0, 1))
+    return g.reshape(g.op("Add", low, g.op("Mul", high, g.const(np.int32(256)))), shape)
 
 
 # ---------------------------------------------------------------------- IQ2_XXS
@@ -77,15 +124,14 @@ def decode_iq2_xxs(shape: Sequence[int]) -> onnx.FunctionProto:
     n = num_blocks("IQ2_XXS", shape, QK_K)
     g = FunctionBuilder("decode_IQ2_XXS", ["d", "qs", "iq2xxs_grid", "ksigns_iq2xs"])
     words = g.reshape("qs", [n, 8, 4])
-    index = g.bits(g.slice(words, 0, 2, 2), np.uint16, [0, 8], 8, [n, 8, 4])  # the 4 index bytes
-    grid = g.gather(g.to_float("iq2xxs_grid"), g.index(index))  # [n, 8, 4, 8]
+    grid_index = g.bits(g.slice(words, 0, 2, 2), np.uint16, [0, 8], 8, [n, 8, 4])  # the 4 index bytes
     low, high = (g.cast(g.slice(words, k, k + 1, 2), TensorProto.UINT32) for k in (2, 3))
     aux = g.op("BitwiseOr", low, g.shl(high, np.uint32(16)))  # [n, 8, 1] uint32
-    d = g.scale("d", [n, 1])
-    db = half_scale(g, d, 0.25, g.reshape(g.shr(aux, np.uint32(28)), [n, 8]), [n, 8, 1, 1])
     sign_index = g.bits(aux, np.uint32, [0, 7, 14, 21], 7, [n, 8, 4])
-    signs = g.gather(g.sign_table("ksigns_iq2xs"), g.index(sign_index))  # [n, 8, 4, 8]
-    return finish(g, product(g, db, grid, signs), shape)
+    index = g.op("Add", g.op("Mul", g.index(sign_index), g.const(np.int32(256))), g.index(grid_index))
+    values = g.gather(signed_grid(g, "iq2xxs_grid", g.sign_table("ksigns_iq2xs")), index)  # [n, 8, 4, 8]
+    db = half_scale(g, g.scale("d", [n, 1]), 0.25, g.reshape(g.shr(aux, np.uint32(28)), [n, 8]), [n * 8])
+    return scaled(g, values, db, n * 8, shape)
 
 
 # ---------------------------------------------------------------------- IQ2_XS
@@ -102,12 +148,11 @@ def iq2_xs_fields() -> list:
 def decode_iq2_xs(shape: Sequence[int]) -> onnx.FunctionProto:
     n = num_blocks("IQ2_XS", shape, QK_K)
     g = FunctionBuilder("decode_IQ2_XS", ["d", "qs", "scales", "iq2xs_grid", "ksigns_iq2xs"])
-    qs = g.reshape("qs", [n, 16, 2])
-    grid = g.gather(g.to_float("iq2xs_grid"), g.index(g.band(qs, np.uint16(511))))  # [n, 16, 2, 8]
-    signs = g.gather(g.sign_table("ksigns_iq2xs"), g.index(g.shr(qs, np.uint16(9))))
+    # the signed grid's row sign * 512 + grid is the qs word itself
+    values = g.gather(signed_grid(g, "iq2xs_grid", g.sign_table("ksigns_iq2xs")), g.index("qs"))  # [n, 32, 8]
     scales = g.bits("scales", np.uint8, [0, 4], 4, [n, 16])
-    db = half_scale(g, g.scale("d", [n, 1]), 0.25, scales, [n, 16, 1, 1])
-    return finish(g, product(g, db, grid, signs), shape)
+    db = half_scale(g, g.scale("d", [n, 1]), 0.25, scales, [n * 16])
+    return scaled(g, values, db, n * 16, shape)
 
 
 # ---------------------------------------------------------------------- IQ2_S
@@ -126,12 +171,11 @@ def decode_iq2_s(shape: Sequence[int]) -> onnx.FunctionProto:
     n = num_blocks("IQ2_S", shape, QK_K)
     g = FunctionBuilder("decode_IQ2_S", ["d", "qs", "signs", "qh", "scales", "iq2s_grid"])
     high = g.bits("qh", np.uint8, [0, 2, 4, 6], 2, [n, 32])
-    grid = g.gather(g.to_float("iq2s_grid"), g.index_hi_lo("qs", high, [n, 16, 2]))  # [n, 16, 2, 8]
-    byte_signs = g.sign_table(g.const(np.arange(256, dtype=np.uint8)))
-    signs = g.gather(byte_signs, g.index(g.reshape("signs", [n, 16, 2])))
+    grid = g.gather(g.to_int8("iq2s_grid"), g.index_hi_lo("qs", high, [n, 32]))  # [n, 32, 8]
+    signs = g.gather(g.sign_table(g.const(np.arange(256, dtype=np.uint8))), g.index("signs"))
     scales = g.bits("scales", np.uint8, [0, 4], 4, [n, 16])
-    db = half_scale(g, g.scale("d", [n, 1]), 0.25, scales, [n, 16, 1, 1])
-    return finish(g, product(g, db, grid, signs), shape)
+    db = half_scale(g, g.scale("d", [n, 1]), 0.25, scales, [n * 16])
+    return scaled(g, g.op("Mul", grid, signs), db, n * 16, shape)
 
 
 # ---------------------------------------------------------------------- IQ3_XXS
@@ -148,12 +192,12 @@ def iq3_xxs_fields() -> list:
 def decode_iq3_xxs(shape: Sequence[int]) -> onnx.FunctionProto:
     n = num_blocks("IQ3_XXS", shape, QK_K)
     g = FunctionBuilder("decode_IQ3_XXS", ["d", "qs", "scales", "iq3xxs_grid", "ksigns_iq2xs"])
-    grid = g.gather(g.to_float("iq3xxs_grid"), g.index(g.reshape("qs", [n, 8, 8])))  # [n, 8, 8, 4]
-    grid = g.reshape(grid, [n, 8, 4, 8])
-    db = half_scale(g, g.scale("d", [n, 1]), 0.5, g.shr("scales", np.uint32(28)), [n, 8, 1, 1])
+    grid = g.gather(g.to_int8("iq3xxs_grid"), g.index(g.reshape("qs", [n, 8, 8])))  # [n, 8, 8, 4]
     sign_index = g.bits("scales", np.uint32, [0, 7, 14, 21], 7, [n, 8, 4])
     signs = g.gather(g.sign_table("ksigns_iq2xs"), g.index(sign_index))  # [n, 8, 4, 8]
-    return finish(g, product(g, db, grid, signs), shape)
+    values = g.op("Mul", g.reshape(grid, [n, 8, 4, 8]), signs)
+    db = half_scale(g, g.scale("d", [n, 1]), 0.5, g.shr("scales", np.uint32(28)), [n * 8])
+    return scaled(g, values, db, n * 8, shape)
 
 
 # ---------------------------------------------------------------------- IQ3_S
@@ -172,13 +216,12 @@ def decode_iq3_s(shape: Sequence[int]) -> onnx.FunctionProto:
     n = num_blocks("IQ3_S", shape, QK_K)
     g = FunctionBuilder("decode_IQ3_S", ["d", "qs", "qh", "signs", "scales", "iq3s_grid"])
     high = g.bits("qh", np.uint8, range(8), 1, [n, 64])
-    grid = g.gather(g.to_float("iq3s_grid"), g.index_hi_lo("qs", high, [n, 8, 8]))  # [n, 8, 8, 4]
-    grid = g.reshape(grid, [n, 8, 4, 8])
-    byte_signs = g.sign_table(g.const(np.arange(256, dtype=np.uint8)))
-    signs = g.gather(byte_signs, g.index(g.reshape("signs", [n, 8, 4])))  # [n, 8, 4, 8]
+    grid = g.gather(g.to_int8("iq3s_grid"), g.index_hi_lo("qs", high, [n, 32, 2]))  # [n, 32, 2, 4]
+    signs = g.gather(g.sign_table(g.const(np.arange(256, dtype=np.uint8))), g.index("signs"))  # [n, 32, 8]
+    values = g.op("Mul", g.reshape(grid, [n, 32, 8]), signs)
     scales = g.bits("scales", np.uint8, [0, 4], 4, [n, 8])
-    db = odd_scale(g, g.scale("d", [n, 1]), scales, np.uint8, [n, 8, 1, 1])
-    return finish(g, product(g, db, grid, signs), shape)
+    db = odd_scale(g, g.scale("d", [n, 1]), scales, np.uint8)
+    return scaled(g, values, db, n * 8, shape)
 
 
 # ---------------------------------------------------------------------- IQ1_S
@@ -195,12 +238,13 @@ def iq1_s_fields() -> list:
 def decode_iq1_s(shape: Sequence[int]) -> onnx.FunctionProto:
     n = num_blocks("IQ1_S", shape, QK_K)
     g = FunctionBuilder("decode_IQ1_S", ["d", "qs", "qh", "iq1s_grid", "delta"])
-    scale = g.band(g.shr("qh", np.uint16(12)), np.uint16(7))
-    dl = odd_scale(g, g.scale("d", [n, 1]), scale, np.uint16, [n, 8, 1, 1])
-    delta = signed_delta(g, g.shr("qh", np.uint16(15)), [n, 8, 1, 1])
     high = g.bits("qh", np.uint16, [0, 3, 6, 9], 3, [n, 32])
-    grid = g.gather(g.to_float("iq1s_grid"), g.index_hi_lo("qs", high, [n, 8, 4]))  # [n, 8, 4, 8]
-    return finish(g, g.op("Mul", dl, g.op("Add", grid, delta)), shape)
+    negative = g.reshape(g.index(g.shr("qh", np.uint16(15))), [n, 8, 1])
+    index = g.op("Add", g.op("Mul", g.index_hi_lo("qs", high, [n, 8, 4]), g.const(np.int32(2))), negative)
+    values = g.gather(shifted_grid(g, "iq1s_grid", "delta"), index)  # [n, 8, 4, 8]
+    scale = g.band(g.shr("qh", np.uint16(12)), np.uint16(7))
+    dl = odd_scale(g, g.scale("d", [n, 1]), scale, np.uint16)  # [n, 8]
+    return scaled(g, values, g.op("Mul", dl, "delta"), n * 8, shape)
 
 
 # ---------------------------------------------------------------------- IQ1_M
@@ -222,12 +266,12 @@ def decode_iq1_m(shape: Sequence[int]) -> onnx.FunctionProto:
     nibbles = g.shr(g.band("scales", np.uint16(0xF000)), np.array([12, 8, 4, 0], dtype=np.uint16))
     total = g.op("ReduceSum", g.cast(nibbles, TensorProto.INT32), g.const(np.array([1], dtype=np.int64)), keepdims=0)
     d = g.reshape(g.f16_bits_to_float(g.cast(total, TensorProto.UINT16)), [n, 1])
-    scales = g.bits("scales", np.uint16, [0, 3, 6, 9], 3, [n, 16])
-    dl = odd_scale(g, d, scales, np.uint16, [n, 8, 2, 1, 1])
     nibble = g.bits("qh", np.uint8, [0, 4], 4, [n, 32])
-    grid = g.gather(g.to_float("iq1s_grid"), g.index_hi_lo("qs", g.band(nibble, np.uint8(7)), [n, 8, 2, 2]))
-    delta = signed_delta(g, g.shr(nibble, np.uint8(3)), [n, 8, 2, 2, 1])
-    return finish(g, g.op("Mul", dl, g.op("Add", grid, delta)), shape)
+    index = g.op("Mul", g.index_hi_lo("qs", g.band(nibble, np.uint8(7)), [n, 32]), g.const(np.int32(2)))
+    index = g.op("Add", index, g.index(g.shr(nibble, np.uint8(3))))
+    values = g.gather(shifted_grid(g, "iq1s_grid", "delta"), index)  # [n, 32, 8]
+    dl = odd_scale(g, d, g.bits("scales", np.uint16, [0, 3, 6, 9], 3, [n, 16]), np.uint16)  # [n, 16]
+    return scaled(g, values, g.op("Mul", dl, "delta"), n * 16, shape)
 
 
 # ---------------------------------------------------------------------- IQ4_NL, IQ4_XS
@@ -242,9 +286,7 @@ def iq4_nl_fields() -> list:
 def decode_iq4_nl(shape: Sequence[int]) -> onnx.FunctionProto:
     n = num_blocks("IQ4_NL", shape, QK4_NL)
     g = FunctionBuilder("decode_IQ4_NL", ["d", "qs", "kvalues_iq4nl"])
-    codes = g.bits("qs", np.uint8, [0, 4], 4, [n, 32], axis=-2)
-    values = g.gather(g.to_float("kvalues_iq4nl"), g.index(codes))
-    return finish(g, g.op("Mul", g.scale("d", [n, 1]), values), shape)
+    return scaled(g, iq4_values(g, "qs", "kvalues_iq4nl", n), g.to_float("d"), n, shape)
 
 
 def iq4_xs_fields() -> list:
@@ -260,13 +302,12 @@ def iq4_xs_fields() -> list:
 def decode_iq4_xs(shape: Sequence[int]) -> onnx.FunctionProto:
     n = num_blocks("IQ4_XS", shape, QK_K)
     g = FunctionBuilder("decode_IQ4_XS", ["d", "scales_h", "scales_l", "qs", "kvalues_iq4nl"])
+    values = iq4_values(g, "qs", "kvalues_iq4nl", n * 8)
     low = g.bits("scales_l", np.uint8, [0, 4], 4, [n, 8])
     high = g.cast(g.bits("scales_h", np.uint16, range(0, 16, 2), 2, [n, 8]), TensorProto.UINT8)
     scale = g.op("Sub", g.to_float(g.op("BitwiseOr", low, g.shl(high, np.uint8(4)))), g.const(np.float32(32)))
-    dl = g.reshape(g.op("Mul", g.scale("d", [n, 1]), scale), [n, 8, 1])
-    codes = g.bits(g.reshape("qs", [n, 8, 16]), np.uint8, [0, 4], 4, [n, 8, 32], axis=-2)
-    values = g.gather(g.to_float("kvalues_iq4nl"), g.index(codes))
-    return finish(g, g.op("Mul", dl, values), shape)
+    dl = g.op("Mul", g.scale("d", [n, 1]), scale)  # [n, 8]
+    return scaled(g, values, dl, n * 8, shape)
 
 
 # ---------------------------------------------------------------------- registration

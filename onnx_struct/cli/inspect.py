@@ -1,0 +1,56 @@
+"""Show the physical layout of a model's struct declarations and values (no payload is read).
+
+onnx-struct inspect model.onnx                     # declarations as trees, then struct values
+onnx-struct inspect model.onnx --value weight      # one struct value
+onnx-struct inspect model.onnx --json              # the same data, structured
+onnx-struct inspect model.onnx --svg q4.svg --type Q4_0   # byte/bit diagram of one declaration
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from onnx_struct.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from onnx_struct.errors import ValidationError
+from onnx_struct.inspect import describe, format_text
+from onnx_struct.svg import layout_svg
+
+HELP = "show declarations (bit offsets, sizes) and struct values, or draw one layout as SVG"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", help="the .onnx file")
+    parser.add_argument("--value", metavar="NAME", help="describe only this struct value")
+    parser.add_argument("--json", action="store_true", help="print the description as JSON")
+    parser.add_argument("--svg", metavar="OUT", help="write an SVG diagram of the declaration chosen by --type")
+    parser.add_argument("--type", metavar="NAME|INDEX", help="the declaration to draw (a struct_types index or name)")
+
+
+def run(args: argparse.Namespace) -> int:
+    if (args.svg is None) != (args.type is None):
+        print("onnx-struct inspect: --svg and --type go together", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        if args.svg is not None:
+            svg = layout_svg(args.path, args.type)
+            with open(args.svg, "w", encoding="utf-8") as handle:
+                handle.write(svg)
+            print(f"{args.svg}: layout of {args.type} written")
+            return EXIT_OK
+        description = describe(args.path, args.value)
+    except ValidationError as error:
+        if args.json:
+            json.dump({"path": args.path, "error": error.to_dict()}, sys.stdout, indent=2)
+            print()
+        else:
+            print(f"{args.path}: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    if args.json:
+        json.dump({"path": args.path, **description}, sys.stdout, indent=2)
+        print()
+    else:
+        print(format_text(description))
+    broken = any("error" in entry for entry in description["struct_types"] + description["struct_values"])
+    return EXIT_INVALID if broken else EXIT_OK

@@ -1,0 +1,47 @@
+"""Lower a model with struct parts to a plain ONNX model (decoders as model-local functions).
+
+Leaves of external payloads are referenced in place when OUT is written to the same directory as
+IN (the locations are relative to it); otherwise they are read into the lowered model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+
+import onnx
+
+from onnx_struct.cli import EXIT_INVALID, EXIT_OK
+from onnx_struct.errors import ValidationError
+
+HELP = "lower struct values to leaf initializers + decoder calls (exit 0 ok, 1 invalid, 2 usage/I-O)"
+_PROTOBUF_LIMIT = 2**31 - 1
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("input", help="the .onnx model with struct parts")
+    parser.add_argument("output", help="the plain .onnx model to write")
+    parser.add_argument(
+        "--compact",
+        action="store_true",
+        help="also list leaf initializers as graph inputs so onnxruntime does not constant-fold the decoders",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from onnx_struct.lower import lower  # noqa: PLC0415 - keep `onnx-struct --help` fast
+
+    source, output = pathlib.Path(args.input), pathlib.Path(args.output)
+    same_directory = source.resolve().parent == output.resolve().parent
+    try:
+        model = lower(source, compact=args.compact, keep_external=same_directory)
+    except ValidationError as error:
+        print(f"onnx-struct lower: {args.input}: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    if model.ByteSize() > _PROTOBUF_LIMIT:
+        onnx.save_model(model, output, save_as_external_data=True, location=f"{output.name}.data")
+    else:
+        output.write_bytes(model.SerializeToString())
+    print(f"{args.output}: {len(model.graph.initializer)} initializers, {len(model.functions)} decoder functions")
+    return EXIT_OK

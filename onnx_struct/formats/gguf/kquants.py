@@ -1,0 +1,200 @@
+"""GGUF's K-quant block formats: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K (super-blocks of 256 weights).
+
+Each decoder mirrors gguf-py's ``dequantize_blocks``: the sub-block scales are products
+``d * scale`` in float32, then every weight is one more product (``dl * q``, via
+DequantizeLinear) and, for the formats with minimums, one subtraction (``- ml``), so the result
+is bit-identical. gguf-py has no quantizer for these types, so they have no encoder.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from onnx_struct.formats.gguf._ops import (
+    FLOAT,
+    FLOAT16,
+    INT8,
+    UINT8,
+    FunctionBuilder,
+    bit_planes,
+    dequantize_rows,
+    field,
+    gguf_format,
+    nibbles,
+    unpack_fields,
+)
+
+QK_K = 256
+
+
+def _column(b: FunctionBuilder, x: str, n: int) -> str:
+    """A FLOAT16 ``[n]`` leaf as float32 ``[n, 1]``, to scale the ``[n, k]`` sub-block values."""
+    return b.reshape(b.cast(x, FLOAT), [n, 1])
+
+
+def _columns(b: FunctionBuilder, x: str, n: int, count: int, start: int) -> str:
+    """Columns ``start .. start+count`` of a ``[n, k]`` tensor."""
+    ends = b.const([start + count], np.int64)
+    return b.op("Slice", x, b.const([start], np.int64), ends, b.const([1], np.int64))
+
+
+def _sub_scales(b: FunctionBuilder, scale: str, n: int, values: str, rows: list[int]) -> str:
+    """``scale [n, 1] * float(values [n, k])`` reshaped to ``rows``: gguf-py's ``d * sc``."""
+    return b.reshape(b.op("Mul", _column(b, scale, n), b.cast(values, FLOAT)), rows)
+
+
+def _scale_min_k4(b: FunctionBuilder, n: int) -> tuple[str, str]:
+    """Q4_K/Q5_K's 12 ``scales`` bytes -> eight 6-bit scales and eight 6-bit minimums ``[n, 8]``.
+
+    gguf-py's ``Q4_K.get_scale_min``: bytes 0-3 hold scales 0-3 (low 6 bits), bytes 4-7 minimums
+    0-3, bytes 8-11 the low nibbles of scales/minimums 4-7, whose top 2 bits are the top bits of
+    bytes 0-3 / 4-7. Small tensors, so plain bitwise ops.
+    """
+    low6, top2, nibble = b.const(0x3F, np.uint8), b.const(0x30, np.uint8), b.const(0x0F, np.uint8)
+    d_part, m_part, md_part = (_columns(b, "scales", n, 4, start) for start in (0, 4, 8))
+    scale = b.op(
+        "Concat",
+        b.op("BitwiseAnd", d_part, low6),
+        b.op(
+            "BitwiseOr",
+            b.op("BitwiseAnd", md_part, nibble),
+            b.op("BitwiseAnd", b.shift_right(d_part, 2), top2),
+        ),
+        axis=1,
+    )
+    minimum = b.op(
+        "Concat",
+        b.op("BitwiseAnd", m_part, low6),
+        b.op("BitwiseOr", b.shift_right(md_part, 4), b.op("BitwiseAnd", b.shift_right(m_part, 2), top2)),
+        axis=1,
+    )
+    return scale, minimum
+
+
+def _decode_q2_k(n: int, shape):
+    b = FunctionBuilder("decode_Q2_K", ["scales", "qs", "d", "dmin"], doc_string="d*sc * q - dmin*m per 16 weights")
+    high = b.shift_right("scales", 4)
+    low = b.op("Sub", "scales", b.op("Mul", high, b.const(16, np.uint8)))
+    dl = _sub_scales(b, "d", n, low, [n * 16])
+    ml = _sub_scales(b, "dmin", n, high, [n * 16, 1])
+    q = unpack_fields(b, b.reshape("qs", [n, 2, 1, 32]), width=2, count=4)  # [n, 2, 4, 32]
+    y = b.op("Sub", dequantize_rows(b, b.reshape(q, [n * 16, 16]), dl), ml)
+    return b.build([b.reshape(y, shape, out="y")])
+
+
+def _decode_q3_k(n: int, shape):
+    b = FunctionBuilder("decode_Q3_K", ["hmask", "qs", "scales", "d"], doc_string="d*(sc-32) * (q - 4*(1-hbit))")
+    # 16 six-bit scales: low nibbles in bytes 0-7 (two per byte), top 2 bits in bytes 8-11.
+    low = unpack_fields(b, b.reshape(_columns(b, "scales", n, 8, 0), [n, 1, 8]), width=4, count=2)
+    high = unpack_fields(b, b.reshape(_columns(b, "scales", n, 4, 8), [n, 1, 4]), width=2, count=4)
+    scale = b.op("Add", b.reshape(low, [n, 16]), b.op("Mul", b.reshape(high, [n, 16]), b.const(16, np.uint8)))
+    signed_scale = b.op("Sub", b.cast(scale, FLOAT), b.const(32.0, np.float32))
+    dl = b.reshape(b.op("Mul", _column(b, "d", n), signed_scale), [n * 16])
+    ql = b.reshape(unpack_fields(b, b.reshape("qs", [n, 2, 1, 32]), width=2, count=4), [n, QK_K])
+    # gguf-py: ql - 4 * (hbit ^ 1) = (ql + 4 * hbit) - 4, an exact small integer either way.
+    q = b.op("Add", ql, bit_planes(b, "hmask", n, 32, value=4))
+    y = dequantize_rows(b, b.reshape(q, [n * 16, 16]), dl, zero_point=4)
+    return b.build([b.reshape(y, shape, out="y")])
+
+
+def _decode_q4_k(n: int, shape):
+    b = FunctionBuilder("decode_Q4_K", ["d", "dmin", "scales", "qs"], doc_string="d*sc * q - dmin*m per 32 weights")
+    scale, minimum = _scale_min_k4(b, n)
+    q16 = b.reshape(nibbles(b, "qs", n * 4, 32, times16=True), [n * 8, 32])  # 16 * q, see nibbles()
+    sixteenth = b.op("Mul", _sub_scales(b, "d", n, scale, [n * 8]), b.const(1 / 16, np.float32))
+    y = dequantize_rows(b, q16, sixteenth)
+    y = b.op("Sub", y, _sub_scales(b, "dmin", n, minimum, [n * 8, 1]))
+    return b.build([b.reshape(y, shape, out="y")])
+
+
+def _decode_q5_k(n: int, shape):
+    b = FunctionBuilder(
+        "decode_Q5_K", ["d", "dmin", "scales", "qh", "qs"], doc_string="d*sc * q - dmin*m per 32 weights"
+    )
+    scale, minimum = _scale_min_k4(b, n)
+    low = b.reshape(nibbles(b, "qs", n * 4, 32), [n, QK_K])
+    q = b.op("Add", low, bit_planes(b, "qh", n, 32, value=16))
+    y = dequantize_rows(b, b.reshape(q, [n * 8, 32]), _sub_scales(b, "d", n, scale, [n * 8]))
+    y = b.op("Sub", y, _sub_scales(b, "dmin", n, minimum, [n * 8, 1]))
+    return b.build([b.reshape(y, shape, out="y")])
+
+
+def _decode_q6_k(n: int, shape):
+    b = FunctionBuilder("decode_Q6_K", ["ql", "qh", "scales", "d"], doc_string="d*scale * (q - 32) per 16 weights")
+    low = b.reshape(nibbles(b, "ql", n * 2, 64), [n, QK_K])
+    high = b.reshape(unpack_fields(b, b.reshape("qh", [n, 2, 1, 32]), width=2, count=4), [n, QK_K])
+    q = b.op("Add", low, b.op("Mul", high, b.const(16, np.uint8)))
+    y = dequantize_rows(b, b.reshape(q, [n * 16, 16]), _sub_scales(b, "d", n, "scales", [n * 16]), zero_point=32)
+    return b.build([b.reshape(y, shape, out="y")])
+
+
+_D = "FLOAT16 super-block scale"
+_DMIN = "FLOAT16 super-block scale of the minimums"
+_K4_SCALES = "8 six-bit scales and 8 six-bit minimums, packed (ggml get_scale_min_k4)"
+
+gguf_format(
+    "Q2_K",
+    QK_K,
+    2 + 2 + QK_K // 16 + QK_K // 4,
+    lambda: [
+        field("scales", UINT8, (16,), "per 16 weights: scale (low nibble), minimum (high nibble)"),
+        field("qs", UINT8, (64,), "2-bit quants, four per byte"),
+        field("d", FLOAT16, doc=_D),
+        field("dmin", FLOAT16, doc=_DMIN),
+    ],
+    _decode_q2_k,
+    description="GGML Q2_K: 256 weights = d*scale * q2 - dmin*min per 16.",
+)
+gguf_format(
+    "Q3_K",
+    QK_K,
+    2 + QK_K // 4 + QK_K // 8 + 12,
+    lambda: [
+        field("hmask", UINT8, (32,), "high bits of the 3-bit quants (set means no -4 offset)"),
+        field("qs", UINT8, (64,), "low 2 bits of the quants, four per byte"),
+        field("scales", UINT8, (12,), "16 six-bit scales (biased by 32), packed"),
+        field("d", FLOAT16, doc=_D),
+    ],
+    _decode_q3_k,
+    description="GGML Q3_K: 256 weights = d*(scale-32) * q3 per 16.",
+)
+gguf_format(
+    "Q4_K",
+    QK_K,
+    2 + 2 + 12 + QK_K // 2,
+    lambda: [
+        field("d", FLOAT16, doc=_D),
+        field("dmin", FLOAT16, doc=_DMIN),
+        field("scales", UINT8, (12,), _K4_SCALES),
+        field("qs", UINT8, (128,), "4-bit quants: per 32 bytes, low nibbles then high nibbles"),
+    ],
+    _decode_q4_k,
+    description="GGML Q4_K: 256 weights = d*scale * q4 - dmin*min per 32.",
+)
+gguf_format(
+    "Q5_K",
+    QK_K,
+    2 + 2 + 12 + QK_K // 8 + QK_K // 2,
+    lambda: [
+        field("d", FLOAT16, doc=_D),
+        field("dmin", FLOAT16, doc=_DMIN),
+        field("scales", UINT8, (12,), _K4_SCALES),
+        field("qh", UINT8, (32,), "fifth bits: bit j of byte l belongs to weight 32*j + l"),
+        field("qs", UINT8, (128,), "low 4 bits: per 32 bytes, low nibbles then high nibbles"),
+    ],
+    _decode_q5_k,
+    description="GGML Q5_K: 256 weights = d*scale * q5 - dmin*min per 32.",
+)
+gguf_format(
+    "Q6_K",
+    QK_K,
+    2 + QK_K // 2 + QK_K // 4 + QK_K // 16,
+    lambda: [
+        field("ql", UINT8, (128,), "low 4 bits of the 6-bit quants"),
+        field("qh", UINT8, (64,), "high 2 bits of the 6-bit quants, four per byte"),
+        field("scales", INT8, (16,), "signed scale per 16 weights"),
+        field("d", FLOAT16, doc=_D),
+    ],
+    _decode_q6_k,
+    description="GGML Q6_K: 256 weights = d*scale * (q6 - 32) per 16.",
+)

@@ -1,0 +1,209 @@
+"""The proposal's linear family: blocks of INT4/UINT4/INT8/UINT8 values ``y = (q - zero_point) * scale``.
+
+:func:`make_linear_format` builds a :class:`BlockFormat` for any element type, block size, scale
+type (FLOAT16 or FLOAT) and with or without a stored zero point; a few presets are registered.
+
+Block fields, in payload order (names from the proposal's LINEAR_INT4_128 example):
+
+* ``scale``: FLOAT16 or FLOAT;
+* ``zero_point`` (only with a zero point): one value of the element type; after a 4-bit zero
+  point comes an explicit 4-bit ``padding`` field (zero bits), so blocks stay byte-aligned;
+* ``values``: ``block_size`` elements of the element type, packed as ONNX packs INT4/UINT4
+  (LSB-first: value 2i in the low nibble of byte i).
+
+Encoders (round half to even throughout, as ONNX's Round and QuantizeLinear):
+
+* symmetric (no zero point), signed: ``scale = amax / qmax`` (7 or 127), ``q = clip(rint(x /
+  scale), qmin, qmax)``; unsigned: ``scale = max(max(x), 0) / qmax`` (negative values clip to 0);
+* asymmetric (zero point), as ONNX DynamicQuantizeLinear: the range ``[min(min(x), 0),
+  max(max(x), 0)]`` maps onto ``[qmin, qmax]``: ``scale = (rmax - rmin) / (qmax - qmin)``,
+  ``zero_point = clip(rint(qmin - rmin / scale), qmin, qmax)``, ``q = clip(rint(x / scale) +
+  zero_point, qmin, qmax)``.
+
+The scale is stored first (FLOAT16 saturating at 65504) and the values are computed with the
+*stored* scale, so decoding sees exactly the scale the encoder divided by. A zero scale (an
+all-zero block, or one below FLOAT16's range) divides by 1 instead, giving q = zero_point.
+Everything runs in onnxruntime at opset 21.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from onnx_struct.errors import ValidationError
+from onnx_struct.formats._graph import FunctionBuilder
+from onnx_struct.formats.base import BlockFormat, register
+from onnx_struct.helper import make_field, make_tensor_type
+
+OPSET = 21
+FLOAT16_MAX = 65504.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Element:
+    onnx_type: int
+    bits: int
+    qmin: int
+    qmax: int
+
+
+ELEMENTS = {
+    "INT4": _Element(TensorProto.INT4, 4, -8, 7),
+    "UINT4": _Element(TensorProto.UINT4, 4, 0, 15),
+    "INT8": _Element(TensorProto.INT8, 8, -128, 127),
+    "UINT8": _Element(TensorProto.UINT8, 8, 0, 255),
+}
+SCALES = {"FLOAT16": (TensorProto.FLOAT16, 16, "F16"), "FLOAT": (TensorProto.FLOAT, 32, "F32")}
+
+
+def linear_format_name(element: str, block_size: int, scale: str, zero_point: bool) -> str:
+    """The default name, e.g. ``INT4_B32_F16`` or ``UINT4_B128_F16_ZP``."""
+    return f"{element}_B{block_size}_{SCALES[scale][2]}" + ("_ZP" if zero_point else "")
+
+
+def make_linear_format(
+    element: str = "INT4",
+    block_size: int = 32,
+    scale: str = "FLOAT16",
+    zero_point: bool = False,
+    *,
+    name: str | None = None,
+    register_format: bool = False,
+) -> BlockFormat:
+    """A linear block format: ``block_size`` values of ``element`` with one ``scale`` (and zero point).
+
+    ``element`` is "INT4", "UINT4", "INT8" or "UINT8"; ``scale`` "FLOAT16" or "FLOAT" ("FLOAT32"
+    is accepted too). 4-bit elements need an even ``block_size`` (whole bytes). The format is
+    returned, not registered, unless ``register_format=True``.
+
+    >>> fmt = make_linear_format("UINT4", 64, "FLOAT16", zero_point=True)
+    >>> fmt.name, fmt.bytes_per_block
+    ('UINT4_B64_F16_ZP', 35)
+    """
+    where = "make_linear_format"
+    scale = "FLOAT" if scale == "FLOAT32" else scale
+    if element not in ELEMENTS:
+        raise ValidationError(where, f"element {element!r} is not one of {', '.join(ELEMENTS)}")
+    if scale not in SCALES:
+        raise ValidationError(where, f"scale {scale!r} is not FLOAT16 or FLOAT")
+    if isinstance(block_size, bool) or not isinstance(block_size, (int, np.integer)) or block_size < 1:
+        raise ValidationError(where, f"block_size must be a positive integer, not {block_size!r}")
+    spec = ELEMENTS[element]
+    if spec.bits == 4 and block_size % 2:
+        raise ValidationError(
+            where, f"a block of {block_size} 4-bit values does not fill whole bytes (use an even size)"
+        )
+    block_size = int(block_size)
+    scale_type, scale_bits, _ = SCALES[scale]
+    zero_bits = 8 if zero_point else 0  # a 4-bit zero point is followed by 4 bits of padding
+    fmt_name = name or linear_format_name(element, block_size, scale, zero_point)
+    layout = _Layout(fmt_name, spec, block_size, scale_type, zero_point)
+    fmt = BlockFormat(
+        name=fmt_name,
+        family="linear",
+        block_size=block_size,
+        bytes_per_block=(scale_bits + zero_bits + block_size * spec.bits) // 8,
+        block_fields=layout.fields,
+        decoder=layout.decoder,
+        encoder=layout.encoder,
+        description=(
+            f"linear: {block_size} {element} values times a {scale} scale"
+            + (", minus a stored zero point" if zero_point else "")
+        ),
+    )
+    return register(fmt) if register_format else fmt
+
+
+@dataclasses.dataclass(frozen=True)
+class _Layout:
+    name: str
+    element: _Element
+    block_size: int
+    scale_type: int
+    zero_point: bool
+
+    def fields(self) -> list:
+        fields = [make_field("scale", make_tensor_type(self.scale_type, []), "y = (values - zero_point) * scale")]
+        if self.zero_point:
+            fields.append(make_field("zero_point", make_tensor_type(self.element.onnx_type, []), "the code of 0.0"))
+            if self.element.bits == 4:
+                fields.append(make_field("padding", make_tensor_type(TensorProto.UINT4, []), "zero bits: whole bytes"))
+        fields.append(
+            make_field("values", make_tensor_type(self.element.onnx_type, [self.block_size]), "LSB-first when 4-bit")
+        )
+        return fields
+
+    def _blocks(self, shape: Sequence[int]) -> int:
+        """Blocks in ``shape``, with BlockFormat.num_blocks' check (the format does not exist yet
+        when the layout is made, so it cannot be asked)."""
+        shape = tuple(int(d) for d in shape)
+        if not shape or shape[-1] % self.block_size:
+            raise ValidationError(
+                self.name, f"the last dimension of {list(shape)} is not a multiple of the block size {self.block_size}"
+            )
+        return math.prod(shape) // self.block_size
+
+    def decoder(self, shape: Sequence[int]) -> onnx.FunctionProto:
+        n = self._blocks(shape)
+        inputs = ["scale", "zero_point", "values"] if self.zero_point else ["scale", "values"]
+        g = FunctionBuilder(f"decode_{self.name}", inputs, OPSET)
+        values = g.to_float("values")  # [n, block]
+        if self.zero_point:
+            values = g.op("Sub", values, g.reshape(g.to_float("zero_point"), [n, 1]))
+        g.reshape(g.op("Mul", values, g.reshape(g.to_float("scale"), [n, 1])), shape, out="y")
+        return g.build("y")
+
+    def encoder(self, shape: Sequence[int]) -> onnx.FunctionProto:
+        n = self._blocks(shape)
+        qmin, qmax = np.float32(self.element.qmin), np.float32(self.element.qmax)
+        g = FunctionBuilder(f"encode_{self.name}", ["x"], OPSET)
+        x = g.reshape("x", [n, self.block_size])
+        axes = g.axes(1)
+        zero = g.const(np.float32(0))
+        if self.zero_point:
+            low = g.op("Min", g.op("ReduceMin", x, axes, keepdims=1), zero)
+            high = g.op("Max", g.op("ReduceMax", x, axes, keepdims=1), zero)
+            scale = g.op("Div", g.op("Sub", high, low), g.const(np.float32(qmax - qmin)))
+        elif self.element.qmin < 0:
+            scale = g.op("Div", g.op("ReduceMax", g.op("Abs", x), axes, keepdims=1), g.const(qmax))
+        else:
+            scale = g.op("Div", g.op("Max", g.op("ReduceMax", x, axes, keepdims=1), zero), g.const(qmax))
+        if self.scale_type == TensorProto.FLOAT16:
+            stored = g.cast(g.op("Min", scale, g.const(np.float32(FLOAT16_MAX))), TensorProto.FLOAT16)
+        else:
+            stored = scale
+        g.reshape(stored, [n], out="scale")
+        divisor = g.to_float(stored)  # the scale the decoder will see
+        divisor = g.where(g.op("Equal", divisor, zero), np.float32(1), divisor)
+        steps = g.op("Round", g.op("Div", x, divisor))
+        limits = (g.const(qmin), g.const(qmax))
+        if self.zero_point:
+            point = g.op("Clip", g.op("Round", g.op("Sub", g.const(qmin), g.op("Div", low, divisor))), *limits)
+            # reshaped before the cast: onnxruntime has no Reshape kernel for INT4/UINT4
+            g.cast(g.reshape(point, [n]), self.element.onnx_type, out="zero_point")
+            steps = g.op("Add", steps, point)
+        g.cast(g.op("Clip", steps, *limits), self.element.onnx_type, out="values")
+        return g.build(["scale", "zero_point", "values"] if self.zero_point else ["scale", "values"])
+
+
+# Presets: symmetric 4-bit and 8-bit at the common group sizes 32 (GGUF-like) and 128
+# (GPTQ/AWQ-like), and asymmetric unsigned with a zero point (AWQ-style UINT4, UINT8).
+PRESETS = (
+    ("INT4", 32, "FLOAT16", False),
+    ("INT4", 128, "FLOAT16", False),
+    ("UINT4", 32, "FLOAT16", True),
+    ("UINT4", 128, "FLOAT16", True),
+    ("INT8", 32, "FLOAT16", False),
+    ("INT8", 32, "FLOAT", False),
+    ("UINT8", 32, "FLOAT", True),
+)
+FORMATS: dict[str, BlockFormat] = {}
+for _preset in PRESETS:
+    _fmt = make_linear_format(*_preset, register_format=True)
+    FORMATS[_fmt.name] = _fmt

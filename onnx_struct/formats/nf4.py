@@ -1,0 +1,123 @@
+"""NF4: the 4-bit NormalFloat of QLoRA / bitsandbytes, in blocks of 64 with a float32 absmax.
+
+bitsandbytes keeps two buffers, the packed codes and one float32 ``absmax`` per 64 values; this
+declaration interleaves them into self-contained 36-byte blocks:
+
+* ``absmax`` (FLOAT): the block's absolute maximum, its scale;
+* ``qs`` (UINT8[32]): two codes per byte, **the first value in the high nibble** (bitsandbytes
+  packs ``q[2i] << 4 | q[2i+1]``: ``kQuantizeBlockwise`` in csrc/kernels.cu and the pure-torch
+  ``quantize_4bit`` in bitsandbytes/backends/default/ops.py). This is the opposite of ONNX's
+  INT4/UINT4 order, so the codes are declared as the bytes bitsandbytes writes, not as UINT4;
+* ``code`` (constant FLOAT[16]): the NF4 codebook.
+
+Decoder: ``code[q] * absmax`` (float32, as bitsandbytes' dequantize_4bit). Runs in onnxruntime.
+
+Encoder: as bitsandbytes' pure-torch ``quantize_4bit``: ``absmax = max|x|``, ``s = clip(x *
+(1 / absmax), -1, 1)`` in float32, code = the nearest codebook entry, the lower code on an exact
+tie. Three documented departures from bitsandbytes, which computes ``x * inf`` there: an
+all-zero block encodes as code 7 (0.0) where bitsandbytes gets NaN and code 0 (-1.0 * 0); a
+block whose absmax is below 2**-128 (the reciprocal overflows) uses ``x / absmax``; NaN values
+are left out of ``absmax`` and encode as code 7. ±inf values are not supported (absmax is inf). (bitsandbytes' CUDA kernel compares against rounded midpoints
+instead of taking the nearest entry, which can differ for values within an ulp of a midpoint.)
+QLoRA's double quantization of ``absmax`` is not covered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from onnx_struct.formats._graph import FunctionBuilder
+from onnx_struct.formats.base import BlockFormat, register
+from onnx_struct.helper import make_constant_field, make_field, make_tensor_type
+
+OPSET = 21
+BLOCK_SIZE = 64
+ZERO_CODE = 7
+
+# The NF4 codebook, exactly as float32: Dettmers et al., "QLoRA" (2023), appendix E, and
+# bitsandbytes' _NF4_QUANT_TABLE (bitsandbytes/backends/utils.py) / get_4bit_type("nf4").
+CODE = np.array(
+    [
+        -1.0,
+        -0.6961928009986877,
+        -0.5250730514526367,
+        -0.39491748809814453,
+        -0.28444138169288635,
+        -0.18477343022823334,
+        -0.09105003625154495,
+        0.0,
+        0.07958029955625534,
+        0.16093020141124725,
+        0.24611230194568634,
+        0.33791524171829224,
+        0.44070982933044434,
+        0.5626170039176941,
+        0.7229568362236023,
+        1.0,
+    ],
+    dtype=np.float32,
+)
+
+
+def nf4_fields() -> list:
+    return [
+        make_field("absmax", make_tensor_type(TensorProto.FLOAT, []), "absolute maximum of the block: its scale"),
+        make_field(
+            "qs",
+            make_tensor_type(TensorProto.UINT8, [BLOCK_SIZE // 2]),
+            "codes, two per byte, value 2i in the HIGH nibble of byte i (bitsandbytes' order)",
+        ),
+        make_constant_field("code", CODE, "the NF4 codebook (QLoRA appendix E); value = code[q] * absmax"),
+    ]
+
+
+def decode_nf4(shape: Sequence[int]) -> onnx.FunctionProto:
+    n = NF4.num_blocks(shape)
+    g = FunctionBuilder("decode_NF4", ["absmax", "qs", "code"], OPSET)
+    first = g.op("BitShift", "qs", g.const(np.uint8(4)), direction="RIGHT")
+    second = g.op("BitwiseAnd", "qs", g.const(np.uint8(0x0F)))
+    pairs = g.op("Concat", *(g.op("Unsqueeze", v, g.axes(2)) for v in (first, second)), axis=2)  # [n, 32, 2]
+    values = g.gather("code", g.reshape(pairs, [n, BLOCK_SIZE]))
+    g.reshape(g.op("Mul", values, g.reshape("absmax", [n, 1])), shape, out="y")
+    return g.build("y")
+
+
+def encode_nf4(shape: Sequence[int]) -> onnx.FunctionProto:
+    n = NF4.num_blocks(shape)
+    g = FunctionBuilder("encode_NF4", ["x"], OPSET)
+    x = g.reshape("x", [n, BLOCK_SIZE])
+    is_nan = g.op("IsNaN", x)
+    x = g.where(is_nan, np.float32(0), x)
+    absmax = g.op("ReduceMax", g.op("Abs", x), g.axes(1), keepdims=1)  # [n, 1]
+    # bitsandbytes multiplies by the float32 reciprocal; a zero block divides by 1 instead of 0,
+    # and below 2**-128, where the reciprocal overflows, x / absmax is used instead of x * inf
+    safe = g.where(g.op("Equal", absmax, g.const(np.float32(0))), np.float32(1), absmax)
+    reciprocal = g.op("Div", g.const(np.float32(1)), safe)
+    ratio = g.where(g.op("IsInf", reciprocal), g.op("Div", x, safe), g.op("Mul", x, reciprocal))
+    scaled = g.op("Clip", ratio, g.const(np.float32(-1)), g.const(np.float32(1)))
+    errors = g.op("Abs", g.op("Sub", g.op("Unsqueeze", scaled, g.axes(2)), g.const(CODE)))  # [n, 64, 16]
+    codes = g.cast(g.op("ArgMin", errors, axis=2, keepdims=0, select_last_index=0), TensorProto.UINT8)
+    pairs = g.reshape(codes, [n, BLOCK_SIZE // 2, 2])
+    first = g.op("BitShift", g.slice(pairs, 0, 1, 2), g.const(np.uint8(4)), direction="LEFT")
+    packed = g.op("BitwiseOr", first, g.slice(pairs, 1, 2, 2))
+    g.reshape(packed, [n, BLOCK_SIZE // 2], out="qs")
+    g.reshape(absmax, [n], out="absmax")
+    return g.build(["absmax", "qs"])
+
+
+NF4 = register(
+    BlockFormat(
+        name="NF4",
+        family="nf4",
+        block_size=BLOCK_SIZE,
+        bytes_per_block=4 + BLOCK_SIZE // 2,
+        block_fields=nf4_fields,
+        decoder=decode_nf4,
+        encoder=encode_nf4,
+        description="NF4 (QLoRA / bitsandbytes): 64 codes into the NormalFloat codebook, times the float32 absmax",
+    )
+)

@@ -1,0 +1,223 @@
+"""Struct-aware shape inference: struct values seen as their logical (decoded) values.
+
+The *logical type* of a concrete declaration is the type of its decoder's output given the leaf
+types (tensor types of the bound leaves; constants as initializers holding their values, so a
+``Reshape`` by a constant shape leaf is inferred exactly). It is computed by onnx's own
+inference on a one-call model of the decoder (``runtime.function_model``) rather than by
+``onnx.shape_inference.infer_function_output_types``, which sees types only, never the values of
+the constant leaves.
+
+:func:`infer_shapes` runs onnx's inference on the *logical view* of a model (struct values and
+exactly-typed struct inputs replaced by inputs of their logical types) and copies the results
+back into the struct model, which keeps all its struct parts. :func:`logical_view` is also what
+``check_model(full_check=True)`` hands to onnx's full checker.
+"""
+
+from __future__ import annotations
+
+import onnx
+import onnx.shape_inference
+
+from onnx_struct import bindings
+from onnx_struct.errors import ValidationError
+from onnx_struct.layout import TypeTable, element_label
+from onnx_struct.model import LoadedModel, ModelLike, StructProto, StructTypeProto, load, to_onnx
+
+# Captured at import, before hooks.install() (which imports this module first) can replace it.
+_stock_infer_shapes = onnx.shape_inference.infer_shapes
+
+OPAQUE_DOMAIN = "onnx_struct"
+
+
+class LogicalTypes:
+    """Logical types of the declarations of one model, memoized per declaration."""
+
+    def __init__(self, loaded: LoadedModel) -> None:
+        self.loaded = loaded
+        self.table = TypeTable(loaded.struct_types)
+        self._by_index: dict[int, onnx.TypeProto | None] = {}
+
+    def of_declaration(self, declaration: StructTypeProto, where: str) -> onnx.TypeProto | None:
+        """The decoder's output type, or None when the declaration has no decoder."""
+        if not declaration.HasField("decoder"):
+            return None
+        return logical_type(declaration, self.table, where)
+
+    def of_index(self, index: int) -> onnx.TypeProto | None:
+        if index not in self._by_index:
+            declaration = self.table.declaration(index, f"type_index {index}")
+            path = element_label(self.table.path(index), declaration.name)
+            self._by_index[index] = self.of_declaration(declaration, path)
+        return self._by_index[index]
+
+    def of_value(self, value: StructProto, where: str) -> onnx.TypeProto | None:
+        if value.HasField("struct_type"):
+            return self.of_declaration(value.struct_type, f"{where}.struct_type")
+        return self.of_index(value.type)
+
+
+def logical_type(declaration: StructTypeProto, table: TypeTable, where: str) -> onnx.TypeProto:
+    """The type of ``declaration``'s decoder output for its leaves (``where`` names the declaration).
+
+    Raises ValidationError naming the decoder when onnx cannot infer it.
+    """
+    from onnx_struct.runtime import function_model, onnx_elem_type, tensor_type  # noqa: PLC0415 - no ORT import
+
+    decoder = declaration.decoder
+    decoder_path = bindings.function_label(f"{where}.decoder", decoder)
+    bound = bindings.bind_decoder(decoder, table.leaves(declaration, where), f"{where}.decoder")
+    inputs, constants = [], []
+    for name, leaf in bound.items():
+        if leaf.kind == "constant":
+            tensor = onnx.TensorProto()
+            tensor.CopyFrom(leaf.constant)
+            tensor.name = name
+            constants.append(tensor)
+        else:
+            inputs.append((name, tensor_type(onnx_elem_type(leaf), leaf.shape)))
+    model = function_model(decoder, inputs, constants)
+    try:
+        inferred = _stock_infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as error:
+        raise ValidationError(decoder_path, f"type inference of the decoder failed: {_first_line(error)}") from None
+    result = inferred.graph.output[0].type
+    if result.WhichOneof("value") is None:
+        raise ValidationError(decoder_path, "onnx cannot infer the type of the decoder's output")
+    return result
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def _exact_index(type_proto: onnx.TypeProto) -> int | None:
+    """``i`` when a stock view's TypeProto is the Opaque standing for ``struct_types[i]``."""
+    if type_proto.WhichOneof("value") != "opaque_type":
+        return None
+    opaque = type_proto.opaque_type
+    if opaque.domain != OPAQUE_DOMAIN or not opaque.name.startswith("struct_types."):
+        return None
+    try:
+        return int(opaque.name.split(".", 1)[1])
+    except ValueError:
+        return None
+
+
+def struct_names(loaded: LoadedModel) -> dict[str, tuple[str, object]]:
+    """Main-graph names of struct values and struct-typed graph inputs -> ("value", proto) or
+    ("input", type_index or None for the unconstrained category)."""
+    names: dict[str, tuple[str, object]] = {}
+    for value in loaded.struct_values:
+        names.setdefault(value.name, ("value", value))
+    for info in loaded.proto.graph.input:
+        if info.type.WhichOneof("value") == "struct_type":
+            struct_type = info.type.struct_type
+            index = struct_type.type_index if struct_type.WhichOneof("kind") == "type_index" else None
+            names.setdefault(info.name, ("input", index))
+    return names
+
+
+def _name_types(loaded: LoadedModel, types: LogicalTypes) -> dict[str, onnx.TypeProto]:
+    """Logical types of the main graph's struct values and exactly typed struct inputs."""
+    out: dict[str, onnx.TypeProto] = {}
+    for k, value in enumerate(loaded.struct_values):
+        where = element_label(f"graph.struct_initializer[{k}]", value.name)
+        logical = types.of_value(value, where)
+        if logical is not None:
+            out.setdefault(value.name, logical)
+    for name, (kind, index) in struct_names(loaded).items():
+        if kind == "input" and index is not None and name not in out:
+            logical = types.of_index(index)
+            if logical is not None:
+                out[name] = logical
+    return out
+
+
+def logical_view(loaded: LoadedModel, stock_view: onnx.ModelProto) -> onnx.ModelProto:
+    """``stock_view`` (struct values as Opaque graph inputs) with every struct value, and every
+    main-graph input/output/value_info of an exact struct type whose declaration has a decoder,
+    typed by its logical type, so that onnx's full checker and shape inference see what the
+    nodes consume. Struct parts without a decoder stay Opaque."""
+    types = LogicalTypes(loaded)
+    by_name = _name_types(loaded, types)
+    view = onnx.ModelProto()
+    view.CopyFrom(stock_view)
+    graph = view.graph
+    for info in [*graph.input, *graph.output, *graph.value_info]:
+        if info.name in by_name:
+            info.type.CopyFrom(by_name[info.name])
+            continue
+        index = _exact_index(info.type)
+        if index is not None:
+            logical = types.of_index(index)
+            if logical is not None:
+                info.type.CopyFrom(logical)
+    return view
+
+
+def infer_shapes(
+    model: ModelLike, check_type: bool = False, strict_mode: bool = False, data_prop: bool = False
+) -> onnx.ModelProto:
+    """Struct-aware ``onnx.shape_inference.infer_shapes``; the result keeps its struct parts.
+
+    Each struct value gets a ``graph.value_info`` entry with its logical type; every other name
+    gets what onnx infers when the struct values are graph inputs of their logical types.
+    Struct-typed graph inputs and outputs keep their struct types. The arguments after
+    ``model`` are onnx's.
+    """
+    from onnx_struct.checker import stock_view  # noqa: PLC0415 - checker imports this module lazily
+
+    loaded = load(model)
+    logical = logical_view(loaded, stock_view(loaded))
+    try:
+        inferred = _stock_infer_shapes(logical, check_type, strict_mode, data_prop)
+    except onnx.shape_inference.InferenceError as error:
+        raise ValidationError("", f"onnx.shape_inference: {_first_line(error)}") from None
+    result = type(loaded.proto)()
+    result.CopyFrom(loaded.proto)
+    names = struct_names(loaded)
+    _copy_back(result.graph, inferred.graph, skip=set(names))
+    value_types = _name_types(loaded, LogicalTypes(loaded))
+    existing = {info.name: info for info in result.graph.value_info}
+    for value in loaded.struct_values:
+        if value.name in value_types:
+            info = existing.get(value.name) or result.graph.value_info.add(name=value.name)
+            info.type.ParseFromString(value_types[value.name].SerializeToString())
+    return to_onnx(result)
+
+
+def _has_struct_type(type_proto) -> bool:
+    """True when an overlay TypeProto is, or contains (in a sequence, map or optional), a struct type."""
+    which = type_proto.WhichOneof("value")
+    if which == "struct_type":
+        return True
+    if which in ("sequence_type", "optional_type"):
+        return _has_struct_type(getattr(type_proto, which).elem_type)
+    if which == "map_type":
+        return _has_struct_type(type_proto.map_type.value_type)
+    return False
+
+
+def _copy_back(target, source: onnx.GraphProto, skip: set[str]) -> None:
+    """Copy inferred value_info and output types from a stock graph into the overlay graph with
+    the same nodes (inference neither adds nor reorders nodes), recursing into subgraphs."""
+    existing = {info.name: info for info in target.value_info}
+    for info in source.value_info:
+        if info.name in skip:
+            continue
+        entry = existing.get(info.name)
+        if entry is None:
+            entry = target.value_info.add()
+        elif _has_struct_type(entry.type):
+            continue
+        entry.ParseFromString(info.SerializeToString())
+    for mine, theirs in zip(target.output, source.output, strict=False):
+        if mine.name == theirs.name and not _has_struct_type(mine.type) and mine.name not in skip:
+            mine.type.ParseFromString(theirs.type.SerializeToString())
+    for node, stock_node in zip(target.node, source.node, strict=False):
+        for attribute, stock_attribute in zip(node.attribute, stock_node.attribute, strict=False):
+            if attribute.HasField("g"):
+                _copy_back(attribute.g, stock_attribute.g, set())
+            for sub, stock_sub in zip(attribute.graphs, stock_attribute.graphs, strict=False):
+                _copy_back(sub, stock_sub, set())

@@ -1,0 +1,285 @@
+"""The physical layout of a model's declarations and struct values, as data and as a text tree.
+
+:func:`describe` reads no payload byte: it walks the declarations (fields, arrays, bit-packing
+components, constants, referenced declarations) with each element's bit offset and size, and
+lists each struct value's size and where its payload lives (inline, or external file + offset).
+The CLI prints it as a tree (``onnx-struct inspect``) or as JSON (``--json``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from onnx import numpy_helper
+
+from onnx_struct import dtypes, external
+from onnx_struct.errors import ValidationError
+from onnx_struct.layout import TypeTable, element_label, type_size
+from onnx_struct.model import LoadedModel, StructTypeProto, load
+
+# Nodes described per declaration tree; references past this are not expanded (exponential
+# fan-out through shared references is legal, printing it is not useful).
+MAX_NODES = 2000
+
+__all__ = ["describe", "describe_declaration", "format_text", "MAX_NODES"]
+
+
+def describe(model, value: str | None = None) -> dict[str, Any]:
+    """JSON-ready description: ``{"struct_types": [...], "struct_values": [...]}``.
+
+    Each declaration is ``{"index", "name", "size_bits", "tree"}`` (or ``"error"``); each value is
+    ``{"name", "type", "size_bytes", "location", "tree"}`` with ``location`` ``{"kind": "inline"}``
+    or ``{"kind": "external", "location", "offset", "length"}``. With ``value`` only that struct
+    value (and no model-level declaration list) is described.
+    """
+    loaded = model if isinstance(model, LoadedModel) else load(model)
+    table = TypeTable(loaded.struct_types)
+    out: dict[str, Any] = {"struct_types": [], "struct_values": []}
+    if value is None:
+        for i, declaration in enumerate(loaded.struct_types):
+            entry: dict[str, Any] = {"index": i, "name": declaration.name}
+            try:
+                entry["size_bits"] = table.size_of_index(i, TypeTable.path(i))
+                entry["tree"] = describe_declaration(declaration, table, TypeTable.path(i))
+            except ValidationError as error:
+                entry["error"] = str(error)
+            out["struct_types"].append(entry)
+    for i, proto in enumerate(loaded.struct_values):
+        if value is not None and proto.name != value:
+            continue
+        out["struct_values"].append(_describe_value(proto, i, table, with_tree=value is not None))
+    if value is not None and not out["struct_values"]:
+        loaded.struct_value(value)  # raises "no struct value named ..." listing the known names
+    return out
+
+
+def _describe_value(proto, index: int, table: TypeTable, with_tree: bool) -> dict[str, Any]:
+    """Size and location of one value; its declaration's tree when inline (or ``with_tree``)."""
+    where = element_label(f"graph.struct_initializer[{index}]", proto.name)
+    entry: dict[str, Any] = {"name": proto.name}
+    try:
+        if proto.HasField("struct_type"):
+            declaration, path = proto.struct_type, f"{where}.struct_type"
+            entry["type"] = "inline"
+        else:
+            declaration = table.declaration(proto.type, f"{where}.type")
+            path = TypeTable.path(proto.type)
+            entry["type"] = element_label(path, declaration.name)
+        bits = table.size(declaration, path)
+        entry["size_bytes"] = bits // 8 if bits % 8 == 0 else bits / 8
+        if proto.HasField("struct_type") or with_tree:
+            entry["tree"] = describe_declaration(declaration, table, path)
+    except ValidationError as error:
+        entry["error"] = str(error)
+    if len(proto.external_data):
+        try:
+            ref = external.parse_external_data(proto.external_data, f"{where}.external_data")
+            entry["location"] = {
+                "kind": "external",
+                "location": ref.location,
+                "offset": ref.offset,
+                "length": ref.length,
+            }
+        except ValidationError as error:
+            entry["location"] = {"kind": "external", "error": str(error)}
+    else:
+        entry["location"] = {"kind": "inline", "length": len(proto.raw_data)}
+    return entry
+
+
+def describe_declaration(declaration: StructTypeProto, table: TypeTable, path: str) -> dict[str, Any]:
+    """The tree of one concrete declaration, offsets in bits from the start of its first instance
+    (array and bit-packing nodes show their first element / record and the repeat count)."""
+    table.size(declaration, path)  # validates references, cycles and sizes first
+    budget = [MAX_NODES]
+    return _declaration_node(declaration, table, path, 0, budget, name=declaration.name)
+
+
+def _declaration_node(declaration, table: TypeTable, path: str, offset: int, budget: list[int], name: str = ""):
+    budget[0] -= 1
+    kind = declaration.WhichOneof("kind")
+    node: dict[str, Any] = {
+        "name": name,
+        "kind": kind,
+        "bit_offset": offset,
+        "size_bits": table.size(declaration, path),
+    }
+    if budget[0] <= 0:
+        node["truncated"] = True
+        return node
+    if kind == "structure":
+        node["type"] = "structure"
+        children = []
+        position = offset
+        for i, field in enumerate(declaration.structure.field):
+            where = element_label(f"{path}.structure.field[{i}]", field.name)
+            if field.WhichOneof("content") == "constant":
+                children.append(_constant_node(field.name, field.constant, position))
+                continue
+            child = _type_node(field.type, table, f"{where}.type", position, budget, field.name)
+            children.append(child)
+            position += child["size_bits"]
+        node["children"] = children
+    elif kind == "array":
+        array = declaration.array
+        element = _type_node(array.element_type, table, f"{path}.array.element_type", offset, budget, "element")
+        node.update(type=f"array[{array.dimension}]", dimension=array.dimension, stride_bits=element["size_bits"])
+        node["children"] = [element]
+    elif kind == "bit_packing":
+        packing = declaration.bit_packing
+        record = sum(c.bit_width for c in packing.component)
+        node.update(type=f"bit_packing[{packing.dimension}]", dimension=packing.dimension, stride_bits=record)
+        children, position = [], offset
+        for component in packing.component:
+            children.append(
+                {
+                    "name": component.name,
+                    "kind": "component",
+                    "type": f"u{component.bit_width}",
+                    "bit_offset": position,
+                    "size_bits": component.bit_width,
+                }
+            )
+            position += component.bit_width
+        node["children"] = children
+    elif kind == "type_index":
+        return _reference_node(declaration.type_index, table, path, offset, budget, name)
+    return node
+
+
+def _type_node(type_proto, table: TypeTable, path: str, offset: int, budget: list[int], name: str):
+    size = type_size(type_proto, path, table.size_of_index)
+    if type_proto.WhichOneof("value") == "struct_type":
+        return _reference_node(type_proto.struct_type.type_index, table, path, offset, budget, name)
+    tensor = type_proto.tensor_type
+    dims = [d.dim_value for d in tensor.shape.dim]
+    budget[0] -= 1
+    return {
+        "name": name,
+        "kind": "tensor",
+        "type": tensor_label(tensor.elem_type, dims),
+        "elem_type": dtypes.type_name(tensor.elem_type),
+        "shape": dims,
+        "bit_offset": offset,
+        "size_bits": size,
+    }
+
+
+def _reference_node(index: int, table: TypeTable, path: str, offset: int, budget: list[int], name: str):
+    declaration = table.declaration(index, path)
+    node: dict[str, Any] = {
+        "name": name,
+        "kind": "reference",
+        "type": element_label(TypeTable.path(index), declaration.name),
+        "type_index": index,
+        "bit_offset": offset,
+        "size_bits": table.size_of_index(index, path),
+    }
+    budget[0] -= 1
+    if budget[0] <= 0:
+        node["truncated"] = True
+    else:
+        node["children"] = [_declaration_node(declaration, table, TypeTable.path(index), offset, budget)]
+    return node
+
+
+def _constant_node(name: str, tensor, offset: int) -> dict[str, Any]:
+    node: dict[str, Any] = {
+        "name": name,
+        "kind": "constant",
+        "type": f"constant {tensor_label(tensor.data_type, list(tensor.dims))}",
+        "bit_offset": offset,
+        "size_bits": 0,
+    }
+    try:
+        array = numpy_helper.to_array(tensor)
+        node["value"] = _preview(array)
+    except Exception:  # noqa: BLE001 - an unreadable constant is the checker's finding, not ours
+        node["value"] = "?"
+    return node
+
+
+def _preview(array: np.ndarray, limit: int = 8) -> str:
+    flat = array.reshape(-1)
+    items = [str(x.item() if hasattr(x, "item") else x) for x in flat[:limit]]
+    text = ", ".join(items) + (", ..." if flat.size > limit else "")
+    return text if array.ndim == 0 else f"[{text}]"
+
+
+def tensor_label(elem_type: int, dims) -> str:
+    return dtypes.type_name(elem_type) + (f"[{', '.join(str(d) for d in dims)}]" if dims else "")
+
+
+# ---------------------------------------------------------------------- text
+def format_text(description: dict[str, Any]) -> str:
+    """The description as aligned tree lines (declarations, then struct values)."""
+    lines: list[str] = []
+    if description["struct_types"]:
+        lines.append("struct_types:")
+    for entry in description["struct_types"]:
+        title = f"struct_types[{entry['index']}]" + (f" {entry['name']!r}" if entry["name"] else "")
+        if "error" in entry:
+            lines.append(f"{title}  error: {entry['error']}")
+            continue
+        lines.append(f"{title}: {_kind(entry['tree'])}, {_size(entry['size_bits'])}")
+        lines.extend(_tree_lines(entry["tree"].get("children", [])))
+    if description["struct_values"]:
+        lines.append("struct values:")
+    for entry in description["struct_values"]:
+        location = entry["location"]
+        if location["kind"] == "inline":
+            where = f"inline ({location['length']} bytes)"
+        elif "error" in location:
+            where = f"external: error: {location['error']}"
+        else:
+            length = "to end of file" if location["length"] is None else f"length {location['length']}"
+            where = f"external {location['location']!r} offset {location['offset']} {length}"
+        size = f"{entry['size_bytes']} bytes" if "size_bytes" in entry else f"error: {entry.get('error')}"
+        declared = entry.get("type", "?")
+        if "tree" in entry:
+            declared = f"{'inline' if declared == 'inline' else declared + ' ='} {_kind(entry['tree'])}"
+        lines.append(f"{entry['name']!r}: {declared}, {size}, {where}")
+        if "tree" in entry:
+            lines.extend(_tree_lines(entry["tree"].get("children", [])))
+    return "\n".join(lines)
+
+
+def _size(bits: int) -> str:
+    return f"{bits} bits ({bits // 8} bytes)" if bits % 8 == 0 else f"{bits} bits"
+
+
+def _kind(node) -> str:
+    """``structure``, ``array[100] of 144-bit elements``, ``bit_packing[4] of 14-bit records``."""
+    if node["kind"] == "array":
+        return f"{node['type']} of {node['stride_bits']}-bit elements"
+    if node["kind"] == "bit_packing":
+        return f"{node['type']} of {node['stride_bits']}-bit records"
+    return node.get("type", node["kind"])
+
+
+def _tree_lines(children) -> list[str]:
+    rows: list[tuple[str, str, str, str]] = []
+
+    def walk(nodes, prefix: str) -> None:
+        for i, node in enumerate(nodes):
+            last = i == len(nodes) - 1
+            branch = "└── " if last else "├── "
+            kind = node.get("type", node["kind"])
+            if node["kind"] == "constant":
+                kind += f" = {node.get('value', '?')}"
+            if node.get("truncated"):
+                kind += " (not expanded)"
+            grandchildren = node.get("children", [])
+            if node["kind"] == "reference" and grandchildren:  # show the referenced declaration's parts
+                target = grandchildren[0]
+                kind += f" = {_kind(target)}"
+                grandchildren = target.get("children", [])
+            offset = node["bit_offset"]
+            where = f"@ bit {offset} (byte {offset // 8}.{offset % 8})"
+            rows.append((prefix + branch + (node["name"] or ""), kind, where, f"{node['size_bits']} bits"))
+            walk(grandchildren, prefix + ("    " if last else "│   "))
+
+    walk(children, "")
+    widths = [max((len(r[k]) for r in rows), default=0) for k in range(4)]
+    return ["  " + "  ".join(r[k].ljust(widths[k]) for k in range(4)).rstrip() for r in rows]

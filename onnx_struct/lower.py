@@ -1,0 +1,512 @@
+"""``lower()``: a model with struct parts -> a plain ONNX model that any runtime runs.
+
+Each struct value becomes its leaf tensors (initializers named ``"<value>::<leaf path>"``) plus one
+call of its root decoder, registered once per distinct decoder as a model-local function, whose
+output carries the struct value's name: the nodes that consumed the struct value now consume its
+logical value, unchanged. An exactly typed struct graph input ``X`` becomes one graph input
+``"X::<leaf path>"`` per payload leaf (its constants become initializers) plus the same call.
+
+See docs/semantics.md, "Decoders, encoders and execution", for every decision taken here
+(naming, external payloads, opsets, ``compact``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Iterator
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx_struct import bindings, external
+from onnx_struct.errors import ValidationError
+from onnx_struct.layout import Leaf, TypeTable, element_label
+from onnx_struct.model import LoadedModel, ModelLike, StructTypeProto, load
+from onnx_struct.runtime import (
+    PACKED_TYPES,
+    PRIVATE_DOMAIN,
+    onnx_elem_type,
+    pack_bits,
+    packed_rows,
+    registered_function,
+    tensor_type,
+)
+from onnx_struct.view import StructView, merged_dims, view
+
+SEPARATOR = "::"
+OPAQUE_DOMAIN = "onnx_struct"
+# The first IR version that has each leaf element type (onnx.proto's IR_VERSION comments).
+_TYPE_IR = {
+    TensorProto.FLOAT8E4M3FN: 9,
+    TensorProto.FLOAT8E4M3FNUZ: 9,
+    TensorProto.FLOAT8E5M2: 9,
+    TensorProto.FLOAT8E5M2FNUZ: 9,
+    **{
+        getattr(TensorProto, n): ir
+        for n, ir in (("UINT4", 10), ("INT4", 10), ("FLOAT4E2M1", 11))
+        if hasattr(TensorProto, n)
+    },
+    **{
+        getattr(TensorProto, n): ir
+        for n, ir in (("FLOAT8E8M0", 12), ("UINT2", 13), ("INT2", 13))
+        if hasattr(TensorProto, n)
+    },
+    **{getattr(TensorProto, n): 14 for n in ("FLOAT6E2M3", "FLOAT6E3M2") if hasattr(TensorProto, n)},
+}
+
+
+def leaf_tensor_name(value_name: str, leaf_path: str) -> str:
+    """The lowered name of a leaf: ``"<value or input name>::<leaf path>"`` (``"w::"`` for a root
+    whose single leaf has the empty path)."""
+    return f"{value_name}{SEPARATOR}{leaf_path}"
+
+
+@dataclasses.dataclass(frozen=True)
+class StructInput:
+    """How a struct-typed graph input was lowered: its payload leaves became graph inputs."""
+
+    name: str
+    type_index: int
+    declaration: StructTypeProto
+    leaf_inputs: dict[str, Leaf]  # lowered graph input name -> leaf (non-constant leaves only)
+
+
+@dataclasses.dataclass
+class Lowering:
+    model: onnx.ModelProto
+    struct_inputs: dict[str, StructInput]
+
+
+def lower(
+    model: ModelLike,
+    *,
+    compact: bool = False,
+    base_dir: str | os.PathLike | None = None,
+    keep_external: bool = True,
+) -> onnx.ModelProto:
+    """A plain ONNX model computing what ``model`` computes, with decoders as local functions.
+
+    The model is checked first (``check_model``). ``compact=True`` also lists every leaf
+    initializer as a graph input (an *overridable* initializer): onnxruntime then does not
+    constant-fold the decoders at session creation, so weights stay in their compact payload form
+    in memory and are decoded on every run (see docs/semantics.md for measured peak memory).
+    ``keep_external``: leaves of external payloads that are contiguous, byte-aligned runs of the
+    file are referenced in place (same ``location``, offset and length), others are read into
+    ``raw_data``; the lowered model must then be saved next to the original (same directory).
+    """
+    return lower_model(model, compact=compact, base_dir=base_dir, keep_external=keep_external).model
+
+
+def lower_model(
+    model: ModelLike,
+    *,
+    compact: bool = False,
+    base_dir: str | os.PathLike | None = None,
+    keep_external: bool = True,
+) -> Lowering:
+    """:func:`lower`, also returning how struct-typed graph inputs map to lowered leaf inputs."""
+    from onnx_struct.checker import check_model, stock_view  # noqa: PLC0415 - checker imports us lazily
+    from onnx_struct.inference import LogicalTypes  # noqa: PLC0415
+
+    loaded = load(model, base_dir)
+    check_model(loaded)
+    return _Lowerer(loaded, compact, keep_external, stock_view(loaded), LogicalTypes(loaded)).run()
+
+
+class _Lowerer:
+    def __init__(self, loaded: LoadedModel, compact: bool, keep_external: bool, stock, types) -> None:
+        self.loaded = loaded
+        self.compact = compact
+        self.keep_external = keep_external
+        self.out: onnx.ModelProto = stock
+        self.types = types
+        self.table = TypeTable(loaded.struct_types)
+        self.functions: dict[bytes, onnx.FunctionProto] = {}
+        self.function_paths: dict[bytes, str] = {}
+        self.calls: list[onnx.NodeProto] = []
+        self.leaf_types: set[int] = set()
+        self.struct_inputs: dict[str, StructInput] = {}
+        self.decoded: list[str] = []  # names the decoder calls produce (struct values and inputs)
+        graph = stock.graph
+        self.taken = {t.name for t in graph.initializer} | {i.name for i in graph.input}
+        self.taken |= {o for n in _walk_nodes(graph) for o in n.output}
+
+    def run(self) -> Lowering:
+        graph = self.out.graph
+        del graph.input[len(self.loaded.proto.graph.input) :]  # the struct values stock_view added
+        self.lower_inputs()
+        for k, value in enumerate(self.loaded.struct_values):
+            self.lower_value(k, value)
+        self.retype_outputs()
+        self.check_no_struct_types()
+        self.reconcile_opsets()  # may replace self.out (version conversion of the graph)
+        graph = self.out.graph
+        nodes = list(graph.node)
+        del graph.node[:]
+        graph.node.extend(self.calls + nodes)  # decoders first: they only read leaves
+        self.out.functions.extend(self.functions.values())
+        self.out.ir_version = self.ir_version()
+        return Lowering(self.out, self.struct_inputs)
+
+    # ------------------------------------------------------------------ names and functions
+    def claim(self, name: str, where: str) -> str:
+        if name in self.taken:
+            raise ValidationError(where, f"lowered leaf name {name!r} is already used in the graph")
+        self.taken.add(name)
+        return name
+
+    def register(self, decoder: onnx.FunctionProto, where: str) -> onnx.FunctionProto:
+        """The model-local function for ``decoder``: one per distinct decoder; a different
+        decoder reusing a (domain, name) already registered gets a suffixed name."""
+        key = decoder.SerializeToString(deterministic=True)
+        if key in self.functions:
+            return self.functions[key]
+        fn = registered_function(decoder)
+        used = {(f.domain, f.name) for f in self.functions.values()} | {(f.domain, f.name) for f in self.out.functions}
+        base, k = fn.name, 1
+        while (fn.domain, fn.name) in used:
+            k += 1
+            fn.name = f"{base}_{k}"
+        self.functions[key] = fn
+        self.function_paths[key] = where
+        return fn
+
+    def call(self, declaration: StructTypeProto, where: str, output: str, inputs: dict[str, str]) -> None:
+        self.decoded.append(output)
+        decoder_where = bindings.function_label(f"{where}.decoder", declaration.decoder)
+        fn = self.register(declaration.decoder, decoder_where)
+        self.calls.append(
+            helper.make_node(
+                fn.name,
+                [inputs[name] for name in declaration.decoder.input],
+                [output],
+                domain=fn.domain,
+                name=f"decode{SEPARATOR}{output}",
+            )
+        )
+
+    # ------------------------------------------------------------------ struct values
+    def lower_value(self, k: int, value) -> None:
+        where = element_label(f"graph.struct_initializer[{k}]", value.name)
+        declaration = value.struct_type if value.HasField("struct_type") else self.table.declaration(value.type, where)
+        decl_where = (
+            f"{where}.struct_type"
+            if value.HasField("struct_type")
+            else element_label(self.table.path(value.type), declaration.name)
+        )
+        if not declaration.HasField("decoder"):
+            return  # never consumed (the checker ensures it): it has no logical value to lower
+        struct_view = view(value, self.loaded)
+        bound = bindings.bind_decoder(declaration.decoder, struct_view.layout, f"{decl_where}.decoder")
+        ref = (
+            external.parse_external_data(value.external_data, f"{where}.external_data")
+            if len(value.external_data)
+            else None
+        )
+        names = {}
+        for input_name, leaf in bound.items():
+            tensor_name = self.claim(leaf_tensor_name(value.name, leaf.path), where)
+            names[input_name] = tensor_name
+            tensor = self.leaf_tensor(tensor_name, leaf, struct_view, ref)
+            self.out.graph.initializer.append(tensor)
+            if self.compact and leaf.kind != "constant":
+                self.out.graph.input.append(
+                    helper.make_value_info(tensor_name, tensor_type(tensor.data_type, leaf.shape))
+                )
+        self.call(declaration, decl_where, value.name, names)
+
+    def leaf_tensor(self, name: str, leaf: Leaf, struct_view: StructView, ref) -> TensorProto:
+        if leaf.kind == "constant":
+            tensor = TensorProto()
+            tensor.CopyFrom(leaf.constant)
+            tensor.name = name
+            self.leaf_types.add(tensor.data_type)
+            return tensor
+        elem_type = onnx_elem_type(leaf)
+        self.leaf_types.add(elem_type)
+        run = dense_byte_run(leaf)
+        if ref is not None and self.keep_external and run is not None:
+            tensor = TensorProto(name=name, data_type=elem_type, dims=leaf.shape)
+            tensor.data_location = TensorProto.EXTERNAL
+            for key, text in (("location", ref.location), ("offset", ref.offset + run[0]), ("length", run[1])):
+                tensor.external_data.add(key=key, value=str(text))
+            return tensor
+        return leaf_to_tensor(name, leaf, struct_view, elem_type)
+
+    # ------------------------------------------------------------------ struct inputs and types
+    def lower_inputs(self) -> None:
+        graph = self.out.graph
+        kept = []
+        for j, info in enumerate(graph.input):
+            where = element_label(f"graph.input[{j}]", info.name)
+            which = info.type.WhichOneof("value")
+            if not _opaque_inside(info.type):
+                kept.append(info)
+                continue
+            index = _exact_index(info.type) if which == "opaque_type" else None
+            if index is None:
+                what = (
+                    "the unconstrained struct category"
+                    if which == "opaque_type"
+                    else "a struct type nested in a " + which
+                )
+                raise ValidationError(
+                    where,
+                    f"cannot lower an input of {what}: its leaves are unknown until run time; "
+                    "declare the input with an exact type_index",
+                )
+            declaration = self.table.declaration(index, where)
+            decl_where = element_label(self.table.path(index), declaration.name)
+            if not declaration.HasField("decoder"):
+                raise ValidationError(where, f"cannot lower a struct input whose type {decl_where} has no decoder")
+            leaves = self.table.leaves(declaration, decl_where)
+            bound = bindings.bind_decoder(declaration.decoder, leaves, f"{decl_where}.decoder")
+            names, leaf_inputs = {}, {}
+            for input_name, leaf in bound.items():
+                tensor_name = self.claim(leaf_tensor_name(info.name, leaf.path), where)
+                names[input_name] = tensor_name
+                if leaf.kind == "constant":
+                    tensor = TensorProto()
+                    tensor.CopyFrom(leaf.constant)
+                    tensor.name = tensor_name
+                    graph.initializer.append(tensor)
+                    continue
+                elem_type = onnx_elem_type(leaf)
+                self.leaf_types.add(elem_type)
+                kept.append(helper.make_value_info(tensor_name, tensor_type(elem_type, leaf.shape)))
+                leaf_inputs[tensor_name] = leaf
+            self.struct_inputs[info.name] = StructInput(info.name, index, declaration, leaf_inputs)
+            self.call(declaration, decl_where, info.name, names)
+        del graph.input[:]
+        graph.input.extend(kept)
+
+    def retype_outputs(self) -> None:
+        """Struct-typed outputs and value_info of the main graph: an output becomes the logical
+        value (logical type), a value_info entry is dropped (inference will retype it)."""
+        graph = self.out.graph
+        values = {v.name: (k, v) for k, v in enumerate(self.loaded.struct_values)}
+        for j, info in enumerate(graph.output):
+            if not _opaque_inside(info.type):
+                continue
+            where = element_label(f"graph.output[{j}]", info.name)
+            logical = None
+            if info.name in values:
+                k, value = values[info.name]
+                logical = self.types.of_value(value, element_label(f"graph.struct_initializer[{k}]", value.name))
+            elif info.name in self.struct_inputs:
+                logical = self.types.of_index(self.struct_inputs[info.name].type_index)
+            elif _exact_index(info.type) is not None:
+                logical = self.types.of_index(_exact_index(info.type))
+            if logical is None:
+                raise ValidationError(where, "cannot lower a struct-typed output without a decoder for its type")
+            info.type.CopyFrom(logical)
+        kept = [info for info in graph.value_info if not _opaque_inside(info.type)]
+        del graph.value_info[:]
+        graph.value_info.extend(kept)
+
+    def check_no_struct_types(self) -> None:
+        for path, graph in _walk_graphs(self.out.graph, "graph"):
+            if path == "graph":
+                continue
+            for field in ("input", "output", "value_info"):
+                for j, info in enumerate(getattr(graph, field)):
+                    if _opaque_inside(info.type):
+                        raise ValidationError(
+                            element_label(f"{path}.{field}[{j}]", info.name),
+                            "struct types in subgraph signatures cannot be lowered",
+                        )
+
+    # ------------------------------------------------------------------ versions
+    def reconcile_opsets(self) -> None:
+        """One version per domain for the graph and every function: onnxruntime resolves a
+        function's operators at the *model's* opset, so a decoder must import the same version
+        or use only operators whose schema is the same at both (checked per operator)."""
+        model_opsets = {_domain(o.domain): o.version for o in self.out.opset_import}
+        participants = [(self.function_paths[k], fn) for k, fn in self.functions.items()]
+        participants += [(element_label(f"functions[{i}]", f.name), f) for i, f in enumerate(self.out.functions)]
+        target = dict(model_opsets)
+        for _, fn in participants:
+            for opset in fn.opset_import:
+                domain = _domain(opset.domain)
+                target[domain] = max(target.get(domain, 0), opset.version)
+        main_nodes = list(_walk_nodes(self.out.graph))
+        for domain, version in model_opsets.items():
+            if version != target[domain]:
+                differing = _differing_ops(main_nodes, domain, version, target[domain])
+                if differing:
+                    self.upgrade_graph(domain, version, target[domain], differing)
+        for where, fn in participants:
+            for opset in fn.opset_import:
+                domain = _domain(opset.domain)
+                if opset.version != target[domain]:
+                    differing = _differing_ops(fn.node, domain, opset.version, target[domain])
+                    if differing:
+                        raise ValidationError(
+                            where,
+                            f"imports opset {opset.version} of domain {domain or 'ai.onnx'!r}, but the lowered model "
+                            f"needs {target[domain]} (another part imports it) and operators "
+                            f"{', '.join(differing)} differ between the two versions",
+                        )
+                    opset.version = target[domain]
+        for fn in self.functions.values():
+            target.setdefault(fn.domain, 1)
+        del self.out.opset_import[:]
+        self.out.opset_import.extend(helper.make_opsetid(d, v) for d, v in target.items())
+
+    def upgrade_graph(self, domain: str, have: int, want: int, differing: list[str]) -> None:
+        if domain != "":
+            raise ValidationError(
+                "graph",
+                f"the graph imports opset {have} of {domain!r}, a decoder needs {want}, and operators "
+                f"{', '.join(differing)} differ between them",
+            )
+        from onnx import version_converter  # noqa: PLC0415
+
+        # The converter needs every consumed name defined: the decoded names are shown to it as
+        # graph inputs of their logical types, then removed again.
+        functions = list(self.out.functions)
+        del self.out.functions[:]
+        decoded = self.logical_inputs()
+        self.out.graph.input.extend(decoded)
+        try:
+            converted = version_converter.convert_version(self.out, want)
+            del converted.graph.input[len(converted.graph.input) - len(decoded) :]
+        except Exception as error:  # the converter raises RuntimeError and assorted others
+            raise ValidationError(
+                "graph",
+                f"a decoder needs opset {want}, the graph imports {have} (operators {', '.join(differing)} "
+                f"differ) and onnx's version converter failed: {str(error).splitlines()[0] if str(error) else error}",
+            ) from None
+        converted.functions.extend(functions)
+        self.out = converted
+
+    def logical_inputs(self) -> list[onnx.ValueInfoProto]:
+        values = {v.name: (k, v) for k, v in enumerate(self.loaded.struct_values)}
+        infos = []
+        for name in self.decoded:
+            if name in self.struct_inputs:
+                logical = self.types.of_index(self.struct_inputs[name].type_index)
+            else:
+                k, value = values[name]
+                logical = self.types.of_value(value, element_label(f"graph.struct_initializer[{k}]", name))
+            infos.append(helper.make_value_info(name, logical))
+        return infos
+
+    def ir_version(self) -> int:
+        """The source's IR version, raised to what the opsets, local functions (8) and leaf types
+        need; lowered to onnxruntime's maximum when the source's is higher than anything needs."""
+        needed = max(
+            [8, helper.find_min_ir_version_for(list(self.out.opset_import), True)]
+            + [_TYPE_IR.get(t, 0) for t in self.leaf_types]
+        )
+        chosen = max(needed, self.out.ir_version)
+        try:
+            from onnx_struct.runtime import ort_limits  # noqa: PLC0415 - loads onnxruntime if installed
+
+            if chosen > ort_limits()[0] >= needed:
+                chosen = ort_limits()[0]
+        except ImportError:
+            pass
+        return min(chosen, max(needed, onnx.IR_VERSION))
+
+
+# ---------------------------------------------------------------------- leaf data
+def dense_byte_run(leaf: Leaf) -> tuple[int, int] | None:
+    """(byte offset, byte length) when the leaf's elements are one contiguous, byte-aligned run
+    of the payload in C order (so its bytes are the tensor's raw_data as is); else None."""
+    shape, strides = merged_dims(leaf.shape, leaf.strides)
+    if leaf.bit_offset % 8:
+        return None
+    if shape and (len(shape) != 1 or strides[0] != leaf.bit_width):
+        return None
+    bits = leaf.count * leaf.bit_width
+    if bits % 8:
+        return None
+    if leaf.kind == "component" and leaf.bit_width != leaf.dtype.itemsize * 8:
+        return None
+    return leaf.bit_offset // 8, bits // 8
+
+
+def leaf_to_tensor(name: str, leaf: Leaf, struct_view: StructView, elem_type: int) -> TensorProto:
+    """A TensorProto with the leaf's elements in ``raw_data`` (sub-byte types packed as ONNX
+    packs them; multi-byte types little-endian)."""
+    if elem_type in PACKED_TYPES and leaf.kind == "tensor":
+        packed = packed_rows(struct_view.buffer, leaf)
+        if packed is None:
+            packed = pack_bits(struct_view[leaf.path], leaf.bit_width)
+        tensor = TensorProto(name=name, data_type=elem_type, dims=leaf.shape)
+        tensor.raw_data = packed.tobytes()
+        return tensor
+    array = np.ascontiguousarray(struct_view[leaf.path])
+    if leaf.bit_width % 8 or array.dtype.itemsize * 8 != (
+        leaf.bit_width if leaf.kind == "tensor" else array.dtype.itemsize * 8
+    ):
+        tensor = numpy_helper.from_array(array, name)  # e.g. FLOAT6: onnx's own packing
+        tensor.data_type = elem_type
+        return tensor
+    if sys.byteorder == "big" and array.dtype.kind in "iufc":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    tensor = TensorProto(name=name, data_type=elem_type, dims=leaf.shape)
+    tensor.raw_data = array.tobytes()
+    return tensor
+
+
+# ---------------------------------------------------------------------- helpers
+def _domain(domain: str) -> str:
+    return "" if domain == "ai.onnx" else domain
+
+
+def _exact_index(type_proto: onnx.TypeProto) -> int | None:
+    opaque = type_proto.opaque_type
+    if type_proto.WhichOneof("value") != "opaque_type" or opaque.domain != OPAQUE_DOMAIN:
+        return None
+    prefix, _, number = opaque.name.partition(".")
+    return int(number) if prefix == "struct_types" and number.isdigit() else None
+
+
+def _opaque_inside(type_proto: onnx.TypeProto) -> bool:
+    """True when a stock view's type is, or contains, the Opaque standing for a struct type."""
+    which = type_proto.WhichOneof("value")
+    if which == "opaque_type":
+        return type_proto.opaque_type.domain == OPAQUE_DOMAIN
+    if which in ("sequence_type", "optional_type"):
+        return _opaque_inside(getattr(type_proto, which).elem_type)
+    if which == "map_type":
+        return _opaque_inside(type_proto.map_type.value_type)
+    return False
+
+
+def _walk_graphs(graph: onnx.GraphProto, path: str) -> Iterator[tuple[str, onnx.GraphProto]]:
+    yield path, graph
+    for i, node in enumerate(graph.node):
+        for attribute in node.attribute:
+            where = f"{path}.node[{i}].attribute ({attribute.name!r})"
+            if attribute.HasField("g"):
+                yield from _walk_graphs(attribute.g, where)
+            for j, sub in enumerate(attribute.graphs):
+                yield from _walk_graphs(sub, f"{where}[{j}]")
+
+
+def _walk_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    for _, sub in _walk_graphs(graph, ""):
+        yield from sub.node
+
+
+def _differing_ops(nodes, domain: str, have: int, want: int) -> list[str]:
+    """Operators of ``domain`` among ``nodes`` whose schema differs between the two versions."""
+    differing = set()
+    for op in {n.op_type for n in nodes if _domain(n.domain) == domain}:
+        try:
+            a = onnx.defs.get_schema(op, have, domain).since_version
+            b = onnx.defs.get_schema(op, want, domain).since_version
+        except onnx.defs.SchemaError:
+            continue  # not a standard operator (e.g. a local function): nothing to compare
+        if a != b:
+            differing.add(op)
+    return sorted(differing)
+
+
+__all__ = ["lower", "lower_model", "leaf_tensor_name", "Lowering", "StructInput", "SEPARATOR", "PRIVATE_DOMAIN"]

@@ -1,0 +1,599 @@
+"""Decoders and encoders run in onnxruntime: cached sessions, zero-copy feeding, reference fallback.
+
+This is the only module that imports onnxruntime, and it does so lazily (on the first run), so
+``import onnx_struct`` and the checker never load it.
+
+A decoder runs as a tiny *function model*: the decoder registered as a model-local function, one
+graph input per bound payload leaf (fed at run time, so nothing is constant-folded), constant
+leaves as initializers, and one call node. Sessions are cached per (function bytes, leaf types
+and shapes, constants, runtime) in a bounded LRU, so decoding many values of one format builds
+one session. Leaves are fed as ``OrtValue`` s over the payload bytes: sub-byte types (INT4, UINT4,
+INT2, UINT2, FLOAT4E2M1) in ONNX's packed form, which for byte-aligned dense rows is exactly the
+payload layout, and types numpy cannot name for onnxruntime (BFLOAT16, FLOAT8*) by reinterpreting
+their bytes with the right ONNX element type.
+
+Where onnxruntime cannot load the function model (no kernel for a type, as ``Cast`` from
+FLOAT4E2M1, or a type it does not know, as FLOAT6E2M3), the function runs in
+``onnx.reference.ReferenceEvaluator`` after a ``RuntimeWarning``; a decoder importing an opset newer
+than the installed onnxruntime supports is a ValidationError naming the declaration.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import dataclasses
+import functools
+import hashlib
+import math
+import os
+import threading
+import warnings
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from onnx_struct import bindings, dtypes
+from onnx_struct.errors import ValidationError
+from onnx_struct.layout import Leaf, TypeTable
+from onnx_struct.model import LoadedModel, StructProto, StructTypeProto, load
+from onnx_struct.view import StructView, merged_dims, value_declaration, view
+
+RUNTIMES = ("onnxruntime", "reference")
+# Sessions kept alive at once; each holds its function model's kernels and arena, so the bound
+# keeps memory flat when many distinct formats or shapes are decoded.
+SESSION_CACHE_SIZE = 32
+# A decoder/encoder whose domain is "" would shadow standard operators once registered as a
+# model-local function, so it is registered under this domain instead.
+PRIVATE_DOMAIN = "onnx_struct.local"
+# Element types stored packed (several per byte) in onnxruntime tensors and TensorProto.raw_data.
+PACKED_TYPES = frozenset(
+    t for t in (getattr(TensorProto, n, None) for n in ("INT4", "UINT4", "INT2", "UINT2", "FLOAT4E2M1")) if t
+)
+
+
+def _ort():
+    import onnxruntime  # noqa: PLC0415 - the package's only import of onnxruntime, deferred
+
+    return onnxruntime
+
+
+# ---------------------------------------------------------------------- what onnxruntime supports
+@functools.cache
+def ort_limits() -> tuple[int, int]:
+    """(highest IR version, highest default-domain opset) the installed onnxruntime loads.
+
+    Found by loading a one-node model at decreasing versions, starting at what the installed onnx
+    writes, since onnxruntime publishes no API for either number.
+    """
+    ort = _ort()
+
+    def loads(ir_version: int, opset: int) -> bool:
+        graph = helper.make_graph(
+            [helper.make_node("Identity", ["x"], ["y"])],
+            "probe",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir_version)
+        try:
+            ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        except Exception:  # onnxruntime raises its own exception classes for either refusal
+            return False
+        return True
+
+    ir_version = next((v for v in range(onnx.IR_VERSION, 6, -1) if loads(v, 13)), 7)
+    opset = next((v for v in range(onnx.defs.onnx_opset_version(), 12, -1) if loads(ir_version, v)), 13)
+    return ir_version, opset
+
+
+def ort_version() -> str:
+    return _ort().__version__
+
+
+@functools.cache
+def ort_errors() -> tuple[type[BaseException], ...]:
+    """onnxruntime's exception classes (they derive from Exception only, not RuntimeError)."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as state  # noqa: PLC0415
+
+    names = ("Fail", "InvalidGraph", "NotImplemented", "InvalidArgument", "RuntimeException", "EPFail")
+    return tuple(getattr(state, n) for n in names if hasattr(state, n))
+
+
+# ---------------------------------------------------------------------- feeds
+@dataclasses.dataclass
+class Feed:
+    """One function input: ONNX element type, logical shape, and the data in one or both forms.
+
+    ``array`` holds the elements as numpy / ml_dtypes values (what the reference evaluator
+    takes); ``packed`` holds sub-byte types as contiguous bytes in ONNX's packing (what
+    onnxruntime takes). Either is derived from the other on demand.
+    """
+
+    elem_type: int
+    shape: tuple[int, ...]
+    array: np.ndarray | None = None
+    packed: np.ndarray | None = None
+
+    def numpy(self) -> np.ndarray:
+        if self.array is None:
+            width = dtypes.bit_width(self.elem_type)
+            count = math.prod(self.shape)
+            raw = unpack_bits(self.packed, width, count)
+            self.array = raw.view(dtypes.np_dtype(self.elem_type)).reshape(self.shape)
+        return self.array
+
+    def ort_value(self):
+        """An OrtValue over this feed's memory (no copy of the elements)."""
+        ort = _ort()
+        if self.elem_type in PACKED_TYPES:
+            if self.packed is None:
+                self.packed = pack_bits(self.array, dtypes.bit_width(self.elem_type))
+            return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
+                _packed_carrier(self.packed, self.shape), self.elem_type
+            )
+        array = np.ascontiguousarray(self.numpy())
+        if array.dtype.kind == "V" or array.dtype.type.__module__.startswith("ml_dtypes"):
+            # bfloat16, float8*, float8e8m0: same-size unsigned view, typed by ONNX element type.
+            carrier = array.view(np.dtype(f"u{array.dtype.itemsize}"))
+            return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(carrier, self.elem_type)
+        return ort.OrtValue.ortvalue_from_numpy(array)
+
+
+def _packed_carrier(packed: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """A uint8 array of the *logical* shape whose data pointer is ``packed``.
+
+    onnxruntime takes the tensor shape from the numpy shape and reads only the packed byte count
+    (ceil(count * width / 8)) from the data pointer, so this carrier, whose nominal extent exceeds
+    ``packed``, is never read past ``packed`` by onnxruntime; it is never handed to numpy code.
+    """
+    if not shape:
+        return packed[:1].reshape(())
+    strides = tuple(int(math.prod(shape[k + 1 :])) for k in range(len(shape)))
+    return np.lib.stride_tricks.as_strided(packed, shape=shape, strides=strides, writeable=False)
+
+
+def pack_bits(array: np.ndarray, width: int) -> np.ndarray:
+    """Sub-byte values (ml_dtypes keeps each in the low bits of a byte) -> ONNX packed bytes."""
+    per_byte = 8 // width
+    raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8) & np.uint8((1 << width) - 1)
+    padded = np.zeros(-(-raw.size // per_byte) * per_byte, dtype=np.uint8)
+    padded[: raw.size] = raw
+    grouped = padded.reshape(-1, per_byte)
+    out = grouped[:, 0].copy()
+    for k in range(1, per_byte):  # per position within a byte, not per element
+        out |= grouped[:, k] << np.uint8(k * width)
+    return out
+
+
+def unpack_bits(packed: np.ndarray, width: int, count: int) -> np.ndarray:
+    """ONNX packed bytes -> ``count`` uint8 values, each in the low bits (LSB-first order)."""
+    per_byte = 8 // width
+    out = np.empty((packed.size, per_byte), dtype=np.uint8)
+    for k in range(per_byte):
+        np.bitwise_and(packed >> np.uint8(k * width), np.uint8((1 << width) - 1), out=out[:, k])
+    return out.reshape(-1)[:count]
+
+
+def packed_rows(data: np.ndarray, leaf: Leaf) -> np.ndarray | None:
+    """The bytes of a sub-byte leaf in ONNX packing, gathered straight from the payload ``data``.
+
+    Applies when the leaf is dense along its merged innermost dimension, that run is a whole
+    number of bytes starting on a byte boundary, and the outer strides are whole bytes: then the
+    payload's LSB-first bytes *are* the packed form, and only whole rows are copied (not at all
+    when the leaf is contiguous). Returns None for any other layout.
+    """
+    width = leaf.bit_width
+    shape, strides = merged_dims(leaf.shape, leaf.strides)
+    if leaf.count == 0:
+        return np.zeros(0, dtype=np.uint8)
+    if not shape:  # a single element
+        shape, strides = (1,), (width,)
+    if strides[-1] != width or leaf.bit_offset % 8 or (shape[-1] * width) % 8 or any(s % 8 for s in strides[:-1]):
+        return None
+    row_bytes = shape[-1] * width // 8
+    rows = np.ndarray(
+        shape[:-1] + (row_bytes,),
+        dtype=np.uint8,
+        buffer=data,
+        offset=leaf.bit_offset // 8,
+        strides=tuple(s // 8 for s in strides[:-1]) + (1,),
+    )
+    return np.ascontiguousarray(rows).reshape(-1)
+
+
+def onnx_elem_type(leaf: Leaf) -> int:
+    """The ONNX element type a leaf is passed as (components: their unsigned integer dtype)."""
+    if leaf.kind == "component":
+        return helper.np_dtype_to_tensor_dtype(leaf.dtype)
+    return leaf.elem_type
+
+
+def leaf_feeds(struct_view: StructView, bound: Mapping[str, Leaf]) -> tuple[dict[str, Feed], list[TensorProto]]:
+    """Feeds for the non-constant bound leaves, and the constant leaves as named TensorProtos."""
+    feeds: dict[str, Feed] = {}
+    constants: list[TensorProto] = []
+    data = struct_view.buffer
+    for name, leaf in bound.items():
+        if leaf.kind == "constant":
+            tensor = TensorProto()
+            tensor.CopyFrom(leaf.constant)
+            tensor.name = name
+            constants.append(tensor)
+            continue
+        elem_type = onnx_elem_type(leaf)
+        if elem_type in PACKED_TYPES and leaf.kind == "tensor":
+            packed = packed_rows(data, leaf)
+            if packed is not None:
+                feeds[name] = Feed(elem_type, leaf.shape, packed=packed)
+                continue
+        feeds[name] = Feed(elem_type, leaf.shape, array=struct_view[leaf.path])
+    return feeds, constants
+
+
+# ---------------------------------------------------------------------- function models
+def tensor_type(elem_type: int, shape: Sequence[int]) -> onnx.TypeProto:
+    return helper.make_tensor_type_proto(elem_type, list(shape))
+
+
+def registered_function(function: onnx.FunctionProto) -> onnx.FunctionProto:
+    """A copy of ``function`` under a non-default domain (see PRIVATE_DOMAIN)."""
+    copy = onnx.FunctionProto()
+    copy.CopyFrom(function)
+    if not copy.domain:
+        copy.domain = PRIVATE_DOMAIN
+    return copy
+
+
+def function_model(
+    function: onnx.FunctionProto,
+    inputs: Sequence[tuple[str, onnx.TypeProto]],
+    initializers: Sequence[TensorProto] = (),
+    output_types: Mapping[str, onnx.TypeProto] | None = None,
+) -> onnx.ModelProto:
+    """A model calling ``function`` once: its inputs are graph inputs or initializers, its outputs
+    the graph outputs. The model imports exactly the function's own opsets, so every operator
+    resolves to the version the function was written for."""
+    fn = registered_function(function)
+    node = helper.make_node(fn.name, list(fn.input), list(fn.output), domain=fn.domain, name="call")
+    outputs = [helper.make_value_info(name, (output_types or {}).get(name, onnx.TypeProto())) for name in fn.output]
+    graph = helper.make_graph(
+        [node], "function", [helper.make_value_info(n, t) for n, t in inputs], outputs, initializer=list(initializers)
+    )
+    opsets = {o.domain: o.version for o in fn.opset_import}
+    opsets.setdefault(fn.domain, 1)
+    opset_ids = [helper.make_opsetid(d, v) for d, v in opsets.items()]
+    # IR 10 is the first with INT4/UINT4; newer opsets may need more (find_min_ir_version_for).
+    ir_version = max(10, helper.find_min_ir_version_for(opset_ids, True))
+    return helper.make_model(
+        graph, opset_imports=opset_ids, functions=[fn], ir_version=min(ir_version, onnx.IR_VERSION)
+    )
+
+
+def _trailing_reshape(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[int, ...] | None]:
+    """Drop a final ``Reshape`` by a constant shape from an inlined single-output model.
+
+    onnxruntime copies a graph output produced by Reshape (a decoder's usual last step, e.g.
+    [n_blocks, 32] -> [rows, cols]) instead of aliasing it; returning the Reshape's input and
+    reshaping in numpy (a view) saves one full pass over the logical value. Returns the model and
+    the target shape (with 0 meaning "copy the input dimension", as Reshape's default), or None.
+    """
+    graph = model.graph
+    if len(graph.output) != 1 or not len(graph.node):
+        return model, None
+    last = graph.node[-1]
+    if last.op_type != "Reshape" or last.domain not in ("", "ai.onnx") or last.output[0] != graph.output[0].name:
+        return model, None
+    if any(a.name == "allowzero" and a.i for a in last.attribute) or len(last.input) != 2:
+        return model, None
+    data, shape_name = last.input
+    if data not in {o for n in graph.node[:-1] for o in n.output}:  # a graph input: keep ORT's copy
+        return model, None
+    shape = _constant_value(graph, shape_name)
+    if shape is None or shape.ndim != 1:
+        return model, None
+    trimmed = onnx.ModelProto()
+    trimmed.CopyFrom(model)
+    del trimmed.graph.node[-1]
+    trimmed.graph.output[0].name = data
+    trimmed.graph.output[0].ClearField("type")
+    return trimmed, tuple(int(d) for d in shape)
+
+
+def _constant_value(graph: onnx.GraphProto, name: str) -> np.ndarray | None:
+    for tensor in graph.initializer:
+        if tensor.name == name:
+            return numpy_helper.to_array(tensor)
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output[0] == name:
+            for attribute in node.attribute:
+                if attribute.name == "value":
+                    return numpy_helper.to_array(attribute.t)
+                if attribute.name == "value_ints":
+                    return np.array(attribute.ints, dtype=np.int64)
+    return None
+
+
+def _apply_reshape(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    target = [array.shape[k] if d == 0 else d for k, d in enumerate(shape)]
+    return array.reshape(target)
+
+
+# ---------------------------------------------------------------------- runners
+class FunctionRunner:
+    """One function model ready to run: an onnxruntime session, or the reference evaluator."""
+
+    def __init__(self, model: onnx.ModelProto, where: str, runtime: str) -> None:
+        self.where = where
+        self.model = model
+        self._fetch = [o.name for o in model.graph.output]
+        self.runtime = runtime
+        self._session = None
+        self._reference = None
+        self._reshape: tuple[int, ...] | None = None
+        if runtime == "onnxruntime":
+            self._check_opsets()
+            try:
+                self._session = self._create_session()
+            except ort_errors() as error:
+                warnings.warn(
+                    f"{where}: onnxruntime {ort_version()} cannot run this function "
+                    f"({_first_line(error)}); using onnx.reference.ReferenceEvaluator",
+                    RuntimeWarning,
+                    stacklevel=4,
+                )
+                self.runtime = "reference"
+        if self.runtime == "reference":
+            self._reference = self._create_reference()
+
+    def _check_opsets(self) -> None:
+        max_ir, max_opset = ort_limits()
+        for opset in self.model.opset_import:
+            if opset.domain in ("", "ai.onnx") and opset.version > max_opset:
+                raise ValidationError(
+                    self.where,
+                    f"imports opset {opset.version} of the default domain; the installed onnxruntime "
+                    f"{ort_version()} supports up to {max_opset} (runtime='reference' runs it in onnx's evaluator)",
+                    opset=opset.version,
+                    supported=max_opset,
+                )
+
+    def _create_session(self):
+        ort = _ort()
+        import onnx.inliner  # noqa: PLC0415 - not imported by "import onnx"
+
+        inlined = onnx.inliner.inline_local_functions(self.model)
+        inlined.ir_version = min(inlined.ir_version, ort_limits()[0])
+        inlined, self._reshape = _trailing_reshape(inlined)
+        self._fetch = [o.name for o in inlined.graph.output]
+        options = ort.SessionOptions()
+        options.log_severity_level = 3  # warnings about unused constants would be noise here
+        return ort.InferenceSession(
+            inlined.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+
+    def _create_reference(self):
+        from onnx.reference import ReferenceEvaluator  # noqa: PLC0415 - only on fallback
+
+        try:
+            return ReferenceEvaluator(self.model)
+        except Exception as error:  # the evaluator raises assorted types for unsupported models
+            raise ValidationError(self.where, f"onnx's reference evaluator cannot run this function: {error}") from None
+
+    def run(self, feeds: Mapping[str, Feed]) -> list[np.ndarray]:
+        """The function's outputs for ``feeds`` (input name -> Feed), as numpy arrays."""
+        if self._session is not None:
+            try:
+                values = self._session.run_with_ort_values(
+                    self._fetch, {name: feed.ort_value() for name, feed in feeds.items()}
+                )
+            except ort_errors() as error:
+                raise ValidationError(self.where, f"failed in onnxruntime: {_first_line(error)}") from None
+            outputs = [ortvalue_to_numpy(v) for v in values]
+            if self._reshape is not None:
+                try:
+                    outputs[0] = _apply_reshape(outputs[0], self._reshape)
+                except ValueError as error:
+                    raise ValidationError(self.where, f"failed in onnxruntime: Reshape: {error}") from None
+            return outputs
+        try:
+            results = self._reference.run(None, {name: feed.numpy() for name, feed in feeds.items()})
+        except Exception as error:
+            raise ValidationError(self.where, f"failed in onnx's reference evaluator: {error}") from None
+        return [np.asarray(r) for r in results]
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def ortvalue_to_numpy(value) -> np.ndarray:
+    """An output OrtValue as numpy: zero-copy for numpy's own types; a copy of the bytes viewed as
+    the ml_dtypes type (unpacked for sub-byte types) for the others."""
+    elem_type = value.element_type()
+    dtype = dtypes.np_dtype(elem_type)
+    if dtype.type.__module__ == "numpy" and elem_type not in PACKED_TYPES:
+        return value.numpy()
+    shape = tuple(value.shape())
+    nbytes = value.tensor_size_in_bytes()
+    raw = np.empty(nbytes, dtype=np.uint8)
+    if nbytes:
+        ctypes.memmove(raw.ctypes.data, value.data_ptr(), nbytes)
+    if elem_type in PACKED_TYPES:
+        raw = unpack_bits(raw, dtypes.bit_width(elem_type), math.prod(shape))
+    return raw.view(dtype).reshape(shape)
+
+
+_cache: collections.OrderedDict[bytes, FunctionRunner] = collections.OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def cached_runner(
+    function: onnx.FunctionProto,
+    where: str,
+    inputs: Sequence[tuple[str, onnx.TypeProto]],
+    initializers: Sequence[TensorProto],
+    runtime: str,
+) -> FunctionRunner:
+    """The runner for this function and input signature, built once (bounded LRU)."""
+    digest = hashlib.blake2b(digest_size=20)
+    digest.update(runtime.encode())
+    digest.update(function.SerializeToString(deterministic=True))
+    for name, type_proto in inputs:
+        digest.update(name.encode() + b"\0" + type_proto.SerializeToString(deterministic=True))
+    for tensor in initializers:
+        digest.update(tensor.SerializeToString(deterministic=True))
+    key = digest.digest()
+    with _cache_lock:
+        runner = _cache.get(key)
+        if runner is not None:
+            _cache.move_to_end(key)
+            return runner
+    runner = FunctionRunner(function_model(function, inputs, initializers), where, runtime)
+    with _cache_lock:
+        _cache[key] = runner
+        while len(_cache) > SESSION_CACHE_SIZE:
+            _cache.popitem(last=False)
+    return runner
+
+
+def clear_cache() -> None:
+    """Drop every cached session (e.g. to release memory)."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def cache_size() -> int:
+    return len(_cache)
+
+
+def _check_runtime(runtime: str) -> None:
+    if runtime not in RUNTIMES:
+        raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
+
+
+# ---------------------------------------------------------------------- decode / encode
+def open_value(
+    value: StructProto | str, model=None, base_dir: str | os.PathLike | None = None
+) -> tuple[StructView, StructTypeProto, str]:
+    """(view, root declaration, the declaration's path) of a StructProto or a named struct value.
+
+    ``model`` is any model form, a list of declarations (resolving ``type`` and ``type_index``),
+    or None.
+    """
+    loaded, declarations = _model_declarations(model, base_dir)
+    table = TypeTable(declarations)
+    if isinstance(value, str):
+        if loaded is None:
+            raise ValidationError("graph.struct_initializer", f"struct value {value!r} named without a model")
+        proto = loaded.struct_value(value)
+        index = next(i for i, v in enumerate(loaded.struct_values) if v.name == value)
+        where = f"graph.struct_initializer[{index}] ({value!r})"
+    else:
+        proto = value
+        where = f"struct value {value.name!r}" if value.name else "struct value"
+    declaration = value_declaration(proto, table, where)
+    path = table.path(proto.type) if not proto.HasField("struct_type") else f"{where}.struct_type"
+    if declaration.name:
+        path = f"{path} ({declaration.name!r})"
+    struct_view = view(proto, loaded if loaded is not None else declarations, base_dir=base_dir)
+    return struct_view, declaration, path
+
+
+def _model_declarations(model, base_dir=None) -> tuple[LoadedModel | None, list[StructTypeProto]]:
+    if model is None:
+        return None, []
+    if isinstance(model, (list, tuple)):
+        return None, list(model)
+    loaded = load(model, base_dir)
+    return loaded, list(loaded.struct_types)
+
+
+def decode(
+    value: StructProto | str,
+    model=None,
+    *,
+    base_dir: str | os.PathLike | None = None,
+    runtime: str = "onnxruntime",
+) -> np.ndarray:
+    """The logical value of a struct value: its root declaration's decoder run on its leaves.
+
+    ``value`` is a StructProto or the name of a struct value in ``model`` (any model form).
+    The decoder runs in onnxruntime with the leaves as run-time inputs (``runtime="reference"``
+    forces onnx's reference evaluator); a session is reused across calls with the same decoder
+    and leaf types. A root without a decoder is a ValidationError.
+
+    >>> decode("weight", "model.onnx").shape
+    (128,)
+    """
+    _check_runtime(runtime)
+    struct_view, declaration, where = open_value(value, model, base_dir)
+    if not declaration.HasField("decoder"):
+        raise ValidationError(where, "the root declaration has no decoder, so the value has no logical value")
+    decoder = declaration.decoder
+    decoder_path = bindings.function_label(f"{where}.decoder", decoder)
+    bound = bindings.bind_decoder(decoder, struct_view.layout, f"{where}.decoder")
+    feeds, constants = leaf_feeds(struct_view, bound)
+    inputs = [(name, tensor_type(feed.elem_type, feed.shape)) for name, feed in feeds.items()]
+    runner = cached_runner(decoder, decoder_path, inputs, constants, runtime)
+    return runner.run(feeds)[0]
+
+
+def encode(
+    array,
+    struct_type: StructTypeProto | int,
+    model=None,
+    *,
+    name: str = "",
+    runtime: str = "onnxruntime",
+) -> StructProto:
+    """A StructProto holding ``array`` encoded by the declaration's encoder.
+
+    ``struct_type`` is a declaration (the value gets it inline, type -1) or an index into
+    ``model``'s struct_types. The encoder's outputs are packed into their leaves; non-constant
+    leaves it does not produce are zero bits. ``decode(encode(x))`` is whatever the format's
+    decoder makes of the encoded leaves (exactly x only for lossless formats).
+    """
+    from onnx_struct.helper import make_struct_value  # noqa: PLC0415
+    from onnx_struct.pack import pack  # noqa: PLC0415 - the writer is needed only here
+
+    _check_runtime(runtime)
+    declarations = _model_declarations(model)[1]
+    table = TypeTable(declarations)
+    if isinstance(struct_type, int):
+        declaration = table.declaration(struct_type, "struct_type")
+        where = table.path(struct_type)
+    else:
+        declaration = struct_type
+        where = "struct_type"
+    if declaration.name:
+        where = f"{where} ({declaration.name!r})"
+    if not declaration.HasField("encoder"):
+        raise ValidationError(where, "the declaration has no encoder")
+    encoder = declaration.encoder
+    encoder_path = bindings.function_label(f"{where}.encoder", encoder)
+    layout = table.leaves(declaration, where)
+    bound = bindings.bind_encoder(encoder, layout, f"{where}.encoder")
+    x = np.asarray(array)
+    try:
+        elem_type = helper.np_dtype_to_tensor_dtype(x.dtype)
+    except (KeyError, ValueError, TypeError):
+        raise ValidationError(encoder_path, f"input dtype {x.dtype} has no ONNX element type") from None
+    feed = Feed(elem_type, x.shape, array=x)
+    runner = cached_runner(encoder, encoder_path, [(encoder.input[0], tensor_type(elem_type, x.shape))], [], runtime)
+    outputs = runner.run({encoder.input[0]: feed})
+    leaves = {}
+    for (output_name, leaf), result in zip(bound.items(), outputs, strict=True):
+        if result.shape != leaf.shape:
+            raise ValidationError(
+                encoder_path, f"output {output_name!r} has shape {result.shape}; leaf {leaf.path!r} is {leaf.shape}"
+            )
+        leaves[leaf.path] = result
+    try:
+        payload = pack(leaves, declaration, declarations)
+    except ValidationError as error:
+        raise ValidationError(encoder_path, f"output does not fit its leaf: {error}") from None
+    return make_struct_value(name, struct_type if isinstance(struct_type, int) else declaration, payload)

@@ -1,0 +1,137 @@
+"""``InferenceSession``: an onnxruntime session over ``lower(model)`` that takes struct values.
+
+Struct-typed graph inputs (an exact ``type_index``) accept a StructProto of that type, or the raw
+payload bytes, and are split into their leaf inputs at run time through a view (zero-copy where
+the layout allows); every other input and every output is onnxruntime's. Inputs of the
+unconstrained struct category and sequences/maps of structs are rejected when the session is
+created: their leaves (hence the lowered graph's inputs) are unknown until run time.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import onnx
+
+from onnx_struct.errors import ValidationError
+from onnx_struct.lower import StructInput, lower_model
+from onnx_struct.model import ModelLike, StructProto, load
+from onnx_struct.runtime import Feed, _ort, leaf_feeds, ortvalue_to_numpy
+from onnx_struct.view import StructView, view, view_buffer
+
+# protobuf refuses to serialize a message of 2 GiB or more.
+_PROTOBUF_LIMIT = 2**31 - 1
+
+
+class InferenceSession:
+    """Run a model with struct parts in onnxruntime: ``InferenceSession(model).run(None, feeds)``.
+
+    ``model_or_path`` is any model form :func:`onnx_struct.model.load` accepts; ``compact`` is
+    :func:`onnx_struct.lower`'s (keep 4-bit weights compact in memory, decode on every run);
+    ``sess_options``, ``providers`` and ``**ort_kwargs`` go to ``onnxruntime.InferenceSession``.
+    External payloads are read from the model's directory (or ``base_dir``).
+
+    >>> session = InferenceSession("model.onnx")
+    >>> session.run(None, {"X": x, "W": struct_value_or_payload_bytes})
+    """
+
+    def __init__(
+        self,
+        model_or_path: ModelLike,
+        sess_options=None,
+        providers: Sequence[str] | None = None,
+        *,
+        compact: bool = False,
+        base_dir: str | os.PathLike | None = None,
+        **ort_kwargs: Any,
+    ) -> None:
+        ort = _ort()
+        loaded = load(model_or_path, base_dir)
+        lowering = lower_model(loaded, compact=compact)
+        self._declarations = list(loaded.struct_types)
+        self._base_dir = loaded.base_dir
+        self._struct_inputs: dict[str, StructInput] = lowering.struct_inputs
+        self.lowered: onnx.ModelProto = lowering.model
+        if lowering.model.ByteSize() > _PROTOBUF_LIMIT:
+            raise ValidationError(
+                "",
+                "the lowered model exceeds protobuf's 2 GiB limit; store the struct payloads externally "
+                "(save_with_external_data) so that their leaves are referenced, not copied",
+            )
+        options = sess_options if sess_options is not None else ort.SessionOptions()
+        if sess_options is None:
+            options.log_severity_level = 3  # compact lowering makes onnxruntime warn per leaf
+        if loaded.base_dir is not None:  # external leaves of a model given as bytes
+            options.add_session_config_entry(
+                "session.model_external_initializers_file_folder_path", str(loaded.base_dir)
+            )
+        self._session = ort.InferenceSession(
+            lowering.model.SerializeToString(), options, providers=providers or ["CPUExecutionProvider"], **ort_kwargs
+        )
+
+    @property
+    def struct_inputs(self) -> dict[str, list[str]]:
+        """Struct-typed graph input name -> the lowered leaf input names it is split into."""
+        return {name: list(info.leaf_inputs) for name, info in self._struct_inputs.items()}
+
+    def __getattr__(self, name: str):
+        # get_inputs, get_outputs, get_providers, end_profiling, ...: onnxruntime's, unchanged.
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._session, name)
+
+    def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options=None) -> list:
+        """Like ``onnxruntime.InferenceSession.run``; struct inputs take a StructProto or bytes."""
+        feeds: dict[str, Feed] = {}
+        plain: dict[str, Any] = {}
+        for name, value in input_feed.items():
+            if name in self._struct_inputs:
+                feeds.update(self._split(self._struct_inputs[name], value))
+            else:
+                plain[name] = value
+        if not feeds:
+            return self._session.run(output_names, plain, run_options)
+        ort = _ort()
+        values = {name: feed.ort_value() for name, feed in feeds.items()}
+        for name, value in plain.items():
+            values[name] = value if isinstance(value, ort.OrtValue) else _plain_feed(value).ort_value()
+        names = list(output_names) if output_names else [o.name for o in self._session.get_outputs()]
+        results = self._session.run_with_ort_values(names, values, run_options)
+        return [ortvalue_to_numpy(r) if r.is_tensor() else r for r in results]
+
+    def _split(self, info: StructInput, value) -> dict[str, Feed]:
+        where = f"input {info.name!r}"
+        if isinstance(value, StructProto):
+            struct_view = self._view_of_value(info, value, where)
+        elif isinstance(value, (bytes, bytearray, memoryview, np.ndarray)):
+            struct_view = view_buffer(value, info.type_index, self._declarations, name=info.name)
+        else:
+            raise ValidationError(
+                where,
+                f"expects a StructProto or payload bytes of struct_types[{info.type_index}], "
+                f"not {type(value).__name__}",
+            )
+        return leaf_feeds(struct_view, info.leaf_inputs)[0]
+
+    def _view_of_value(self, info: StructInput, value: StructProto, where: str) -> StructView:
+        if value.HasField("struct_type"):
+            same = value.struct_type.SerializeToString(deterministic=True) == info.declaration.SerializeToString(
+                deterministic=True
+            )
+        else:
+            same = value.type == info.type_index
+        if not same:
+            raise ValidationError(
+                where, f"expects a value of struct_types[{info.type_index}]; the StructProto has another type"
+            )
+        return view(value, self._declarations, base_dir=self._base_dir)
+
+
+def _plain_feed(value) -> Feed:
+    from onnx import helper  # noqa: PLC0415
+
+    array = np.asarray(value)
+    return Feed(helper.np_dtype_to_tensor_dtype(array.dtype), array.shape, array=array)

@@ -1,0 +1,309 @@
+"""lower(): plain ONNX models that pass onnx's full check and give decode()'s values in onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto
+from onnx import helper as oh
+from test_runtime_models import (
+    OPSET,
+    cast_decoder,
+    const,
+    int4_oracle,
+    linear_decoder,
+    linear_int4_128,
+    linear_model,
+    q4_block_model,
+    q4_oracle,
+    q4_payload,
+)
+
+import onnx_struct as S
+from onnx_struct import runtime
+from onnx_struct.layout import TypeTable
+from onnx_struct.lower import PRIVATE_DOMAIN, dense_byte_run
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(7)
+
+
+def run(model: onnx.ModelProto, feeds: dict, **kwargs) -> list[np.ndarray]:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"], **kwargs)
+    return session.run(None, feeds)
+
+
+def check(model: onnx.ModelProto) -> None:
+    onnx.checker.check_model(model, full_check=True)
+    assert model.ir_version <= runtime.ort_limits()[0]
+    assert not S.get_struct_values(model) and not S.get_struct_types(model)
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_linear_model_runs_like_decode(rng, compact):
+    payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
+    model = linear_model(payload)
+    lowered = S.lower(model, compact=compact)
+    check(lowered)
+    x = rng.standard_normal(128).astype(np.float32)
+    (y,) = run(lowered, {"X": x})
+    weight = int4_oracle(payload).astype(np.float32) * np.float32(0.125)
+    np.testing.assert_array_equal(y, np.maximum(x + weight, 0))
+    np.testing.assert_array_equal(weight, S.decode("weight", model))
+    names = {t.name for t in lowered.graph.initializer}
+    assert names == {"weight::values", "weight::scale", "weight::zero_point"}
+    inputs = {i.name for i in lowered.graph.input}
+    assert ("weight::values" in inputs) == compact and "weight::scale" not in inputs
+    (function,) = lowered.functions
+    assert (function.domain, function.name) == ("test.decoders", "linear")
+    (call,) = [n for n in lowered.graph.node if n.domain == "test.decoders"]
+    assert list(call.input) == ["weight::values", "weight::scale", "weight::zero_point"] and call.output == ["weight"]
+
+
+def test_sub_byte_leaf_of_blocks_is_packed_into_raw_data(rng):
+    n = 6
+    payload = q4_payload(rng, n)
+    model, _ = q4_block_model(payload, n)
+    lowered = S.lower(model)
+    check(lowered)
+    qs = next(t for t in lowered.graph.initializer if t.name == "w::qs")
+    assert qs.data_type == TensorProto.UINT4 and list(qs.dims) == [n, 32]
+    blocks = np.frombuffer(payload, dtype=[("d", "<f2"), ("qs", "u1", (16,))])
+    assert qs.raw_data == blocks["qs"].tobytes()  # UINT4 packing is the payload's nibble order
+    (y,) = run(lowered, {})
+    np.testing.assert_array_equal(y, q4_oracle(payload))
+    np.testing.assert_array_equal(y, S.decode("w", model))
+
+
+def _external_model(tmp_path, payload: bytes, offset: int) -> str:
+    (tmp_path / "w.bin").write_bytes(b"\x11" * offset + payload)
+    overlay = S.from_onnx(linear_model(payload))
+    value = overlay.graph.struct_initializer[0]
+    value.ClearField("raw_data")
+    for key, text in (("location", "w.bin"), ("offset", str(offset)), ("length", str(len(payload)))):
+        value.external_data.add(key=key, value=text)
+    path = tmp_path / "model.onnx"
+    path.write_bytes(overlay.SerializeToString())
+    return str(path)
+
+
+def test_contiguous_external_leaf_is_referenced_in_place(tmp_path, rng):
+    payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
+    path = _external_model(tmp_path, payload, offset=100)
+    lowered = S.lower(path)
+    values = next(t for t in lowered.graph.initializer if t.name == "weight::values")
+    assert values.data_location == TensorProto.EXTERNAL and not values.raw_data
+    assert {e.key: e.value for e in values.external_data} == {"location": "w.bin", "offset": "100", "length": "64"}
+    out = tmp_path / "lowered.onnx"
+    onnx.save(lowered, out)
+    check(onnx.load(out))
+    x = np.zeros(128, np.float32)
+    (y,) = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    np.testing.assert_array_equal(y, np.maximum(int4_oracle(payload) * np.float32(0.125), 0))
+    materialized = S.lower(path, keep_external=False)
+    values = next(t for t in materialized.graph.initializer if t.name == "weight::values")
+    assert values.raw_data == payload and not len(values.external_data)
+
+
+def test_non_contiguous_external_leaves_are_materialized(tmp_path, rng):
+    n = 4
+    payload = q4_payload(rng, n)
+    (tmp_path / "q.bin").write_bytes(payload)
+    model, _ = q4_block_model(payload, n)
+    overlay = S.from_onnx(model)
+    value = overlay.graph.struct_initializer[0]
+    value.ClearField("raw_data")
+    value.external_data.add(key="location", value="q.bin")
+    path = tmp_path / "m.onnx"
+    path.write_bytes(overlay.SerializeToString())
+    lowered = S.lower(str(path))
+    assert all(t.data_location != TensorProto.EXTERNAL for t in lowered.graph.initializer)
+    np.testing.assert_array_equal(run(lowered, {})[0], q4_oracle(payload))
+
+
+def test_struct_input_becomes_leaf_inputs(rng):
+    graph = oh.make_graph(
+        [oh.make_node("Neg", ["W"], ["Y"])], "g", [], [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [128])]
+    )
+    model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
+    (index,) = S.add_struct_types(model, linear_int4_128())
+    S.add_value_infos(model, inputs=[S.make_struct_value_info("W", index)])
+    lowered = S.lower(model)
+    check(lowered)
+    assert [i.name for i in lowered.graph.input] == ["W::values"]
+    assert lowered.graph.input[0].type.tensor_type.elem_type == TensorProto.INT4
+    assert {t.name for t in lowered.graph.initializer} == {"W::scale", "W::zero_point"}
+    payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
+    feed = runtime.Feed(TensorProto.INT4, (128,), packed=np.frombuffer(payload, np.uint8)).ort_value()
+    session = ort.InferenceSession(lowered.SerializeToString(), providers=["CPUExecutionProvider"])
+    (y,) = session.run_with_ort_values(["Y"], {"W::values": feed})
+    np.testing.assert_array_equal(y.numpy(), -(int4_oracle(payload).astype(np.float32) * np.float32(0.125)))
+
+
+def test_inputs_of_the_unconstrained_category_or_sequences_are_rejected():
+    for type_proto, what in (
+        (S.make_struct_type_proto(None), "unconstrained struct category"),
+        (S.make_sequence_type_proto(S.make_struct_type_proto(0)), "sequence_type"),
+    ):
+        graph = oh.make_graph([], "g", [], [])
+        model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
+        S.add_struct_types(model, linear_int4_128())
+        S.add_value_infos(model, inputs=[S.make_value_info("W", type_proto)])
+        with pytest.raises(S.ValidationError, match=what) as info:
+            S.lower(model)
+        assert info.value.path == "graph.input[0] ('W')"
+
+
+def test_equal_decoders_are_registered_once_and_clashing_names_renamed(rng):
+    graph = oh.make_graph(
+        [oh.make_node("Sum", ["a", "b", "c"], ["Y"])], "g", [], [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [8])]
+    )
+    model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
+    plus_one = oh.make_function(  # same (domain, name) as cast_decoder(), different body
+        "test.decoders",
+        "cast",
+        ["x"],
+        ["y"],
+        [
+            const("one", TensorProto.FLOAT, [], [1.0]),
+            oh.make_node("Cast", ["x"], ["f"], to=TensorProto.FLOAT),
+            oh.make_node("Add", ["f", "one"], ["y"]),
+        ],
+        OPSET,
+    )
+    first, second = S.add_struct_types(
+        model,
+        S.make_array(TensorProto.UINT8, 8, decoder=cast_decoder()),
+        S.make_array(TensorProto.UINT8, 8, decoder=plus_one),
+    )
+    payloads = [rng.integers(0, 256, 8, dtype=np.uint8).tobytes() for _ in range(3)]
+    S.add_struct_values(
+        model,
+        S.make_struct_value("a", first, raw_data=payloads[0]),
+        S.make_struct_value("b", first, raw_data=payloads[1]),
+        S.make_struct_value("c", second, raw_data=payloads[2]),
+    )
+    lowered = S.lower(model)
+    check(lowered)
+    assert sorted((f.domain, f.name) for f in lowered.functions) == [
+        ("test.decoders", "cast"),
+        ("test.decoders", "cast_2"),
+    ]
+    as_float = [np.frombuffer(p, np.uint8).astype(np.float32) for p in payloads]
+    np.testing.assert_array_equal(run(lowered, {})[0], as_float[0] + as_float[1] + as_float[2] + 1)
+
+
+def test_decoder_in_the_default_domain_is_registered_privately(rng):
+    decoder = cast_decoder()
+    decoder.domain = ""
+    graph = oh.make_graph(
+        [oh.make_node("Identity", ["v"], ["Y"])], "g", [], [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [4])]
+    )
+    model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
+    (index,) = S.add_struct_types(model, S.make_array(TensorProto.UINT8, 4, decoder=decoder))
+    S.add_struct_values(model, S.make_struct_value("v", index, raw_data=b"\x01\x02\x03\x04"))
+    lowered = S.lower(model)
+    check(lowered)
+    assert lowered.functions[0].domain == PRIVATE_DOMAIN
+    np.testing.assert_array_equal(run(lowered, {})[0], [1, 2, 3, 4])
+
+
+def test_graph_at_an_older_opset_is_raised_to_the_decoders(rng):
+    payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
+    # Relu/Add have the same schema at 17 and 21: the version is simply raised.
+    lowered = S.lower(linear_model(payload, opset=17))
+    check(lowered)
+    assert {o.domain: o.version for o in lowered.opset_import}[""] == 21
+    (y,) = run(lowered, {"X": np.zeros(128, np.float32)})
+    np.testing.assert_array_equal(y, np.maximum(int4_oracle(payload) * np.float32(0.125), 0))
+
+
+def test_graph_operators_that_changed_are_converted(rng):
+    # Reshape changed between 17 and 21 (new types): onnx's version converter upgrades it.
+    graph = oh.make_graph(
+        [const("shape", TensorProto.INT64, [2], [16, 8]), oh.make_node("Reshape", ["weight", "shape"], ["Y"])],
+        "g",
+        [],
+        [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [16, 8])],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+    (index,) = S.add_struct_types(model, linear_int4_128())
+    payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
+    S.add_struct_values(model, S.make_struct_value("weight", index, raw_data=payload))
+    lowered = S.lower(model)
+    check(lowered)
+    expected = (int4_oracle(payload) * np.float32(0.125)).astype(np.float32).reshape(16, 8)
+    np.testing.assert_array_equal(run(lowered, {})[0], expected)
+
+
+def test_decoder_at_an_older_incompatible_opset_is_reported(rng):
+    decoder = cast_decoder(opset=13)  # Cast changed at 19 and 21: the model's 21 resolves it differently
+    model = linear_model(bytes(64))
+    (index,) = S.add_struct_types(model, S.make_array(TensorProto.UINT8, 4, name="OLD", decoder=decoder))
+    S.add_struct_values(model, S.make_struct_value("old", index, raw_data=b"abcd"))
+    with pytest.raises(S.ValidationError, match="imports opset 13 .* operators Cast differ") as info:
+        S.lower(model)
+    assert info.value.path == "struct_types[1] ('OLD').decoder ('cast')"
+
+
+def test_struct_typed_output_gets_the_logical_type(rng):
+    payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
+    graph = oh.make_graph([], "g", [], [])
+    model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
+    (index,) = S.add_struct_types(model, linear_int4_128())
+    S.add_struct_values(model, S.make_struct_value("weight", index, raw_data=payload))
+    S.add_value_infos(model, outputs=[S.make_struct_value_info("weight", index)])
+    lowered = S.lower(model)
+    check(lowered)
+    output = lowered.graph.output[0]
+    assert output.type.tensor_type.elem_type == TensorProto.FLOAT
+    assert [d.dim_value for d in output.type.tensor_type.shape.dim] == [128]
+    np.testing.assert_array_equal(run(lowered, {})[0], int4_oracle(payload) * np.float32(0.125))
+
+
+def test_unconsumed_value_without_decoder_is_dropped():
+    model = linear_model(bytes(64))
+    (index,) = S.add_struct_types(model, S.make_array(TensorProto.UINT8, 4))
+    S.add_struct_values(model, S.make_struct_value("opaque_blob", index, raw_data=b"abcd"))
+    lowered = S.lower(model)
+    check(lowered)
+    assert not any(t.name.startswith("opaque_blob") for t in lowered.graph.initializer)
+
+
+def test_leaf_name_clash_is_reported():
+    graph = oh.make_graph(
+        [oh.make_node("Add", ["weight", "weight::values"], ["Y"])],
+        "g",
+        [oh.make_tensor_value_info("weight::values", TensorProto.FLOAT, [128])],
+        [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [128])],
+    )
+    model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
+    (index,) = S.add_struct_types(model, linear_int4_128(decoder=linear_decoder()))
+    S.add_struct_values(model, S.make_struct_value("weight", index, raw_data=bytes(64)))
+    with pytest.raises(S.ValidationError, match="'weight::values' is already used"):
+        S.lower(model)
+
+
+def test_invalid_model_is_rejected_before_lowering():
+    model = linear_model(bytes(63))
+    with pytest.raises(S.ValidationError, match="63 bytes"):
+        S.lower(model)
+
+
+def test_dense_byte_run():
+    table = TypeTable()
+    (values, scale, _) = table.leaves(linear_int4_128(), "t")
+    assert dense_byte_run(values) == (0, 64)
+    blocks = TypeTable(
+        [S.make_structure([S.make_field("d", TensorProto.FLOAT16), S.make_field("q", TensorProto.UINT8)])]
+    )
+    d, q = blocks.leaves(S.make_array(S.make_type_reference(0), 4), "t")
+    assert dense_byte_run(d) is None and dense_byte_run(q) is None
+    (single,) = blocks.leaves(S.make_array(S.make_type_reference(0), 1), "t")[:1]
+    assert dense_byte_run(single) == (0, 2)

@@ -1,0 +1,32 @@
+"""onnx-struct decode MODEL NAME -o OUT.npy [--runtime reference]: exit codes and the saved array."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from test_runtime_models import int4_oracle, linear_model
+
+from onnx_struct.cli import main
+
+
+@pytest.mark.parametrize("runtime_name", ["onnxruntime", "reference"])
+def test_decode_saves_the_logical_value(tmp_path, capsys, runtime_name):
+    payload = bytes(range(64))
+    path = tmp_path / "m.onnx"
+    onnx.save(linear_model(payload), path)
+    out = tmp_path / "w.npy"
+    assert main(["decode", str(path), "weight", "-o", str(out), "--runtime", runtime_name]) == 0
+    assert "weight: float32 [128]" in capsys.readouterr().out
+    np.testing.assert_array_equal(np.load(out), int4_oracle(payload) * np.float32(0.125))
+
+
+def test_exit_codes(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    onnx.save(linear_model(bytes(64)), path)
+    assert main(["decode", str(path), "nope", "-o", str(tmp_path / "o.npy")]) == 1
+    assert "no struct value named 'nope'" in capsys.readouterr().err
+    assert main(["decode", str(tmp_path / "missing.onnx"), "weight", "-o", str(tmp_path / "o.npy")]) == 2
+    with pytest.raises(SystemExit) as info:
+        main(["decode", str(path), "weight"])  # -o is required
+    assert info.value.code == 2

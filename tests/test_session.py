@@ -1,0 +1,111 @@
+"""onnx_struct.InferenceSession: struct values and struct inputs (StructProto or bytes) in onnxruntime."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto
+from onnx import helper as oh
+from test_runtime_models import OPSET, int4_oracle, linear_int4_128, linear_model, q4_block_model, q4_oracle, q4_payload
+
+import onnx_struct as S
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(11)
+
+
+def struct_input_model() -> tuple[onnx.ModelProto, int]:
+    """Y = X * W with W a struct-typed graph input of type LINEAR_INT4_128."""
+    graph = oh.make_graph(
+        [oh.make_node("Mul", ["X", "W"], ["Y"])],
+        "g",
+        [oh.make_tensor_value_info("X", TensorProto.FLOAT, [128])],
+        [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [128])],
+    )
+    model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
+    (index,) = S.add_struct_types(model, linear_int4_128())
+    S.add_value_infos(model, inputs=[S.make_struct_value_info("W", index)])
+    return model, index
+
+
+@pytest.mark.parametrize("compact", [False, True])
+def test_model_with_struct_values(rng, compact, as_form):
+    payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
+    session = S.InferenceSession(as_form(linear_model(payload)), compact=compact)
+    x = rng.standard_normal(128).astype(np.float32)
+    (y,) = session.run(None, {"X": x})
+    np.testing.assert_array_equal(y, np.maximum(x + int4_oracle(payload).astype(np.float32) * np.float32(0.125), 0))
+    assert [i.name for i in session.get_inputs()] == ["X"]  # onnxruntime's own methods pass through
+
+
+def test_struct_input_accepts_a_struct_value_or_bytes(rng):
+    model, index = struct_input_model()
+    session = S.InferenceSession(model)
+    assert session.struct_inputs == {"W": ["W::values"]}
+    payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
+    x = rng.standard_normal(128).astype(np.float32)
+    expected = x * (int4_oracle(payload).astype(np.float32) * np.float32(0.125))
+    for w in (
+        S.make_struct_value("w", index, raw_data=payload),
+        S.make_struct_value("w", linear_int4_128(), payload),
+        payload,
+        bytearray(payload),
+        np.frombuffer(payload, np.uint8),
+    ):
+        (y,) = session.run(["Y"], {"X": x, "W": w})
+        np.testing.assert_array_equal(y, expected)
+
+
+def test_struct_input_of_blocks(rng):
+    n = 5
+    payload = q4_payload(rng, n)
+    model, root = q4_block_model(payload, n)
+    graph = oh.make_graph(
+        [oh.make_node("Abs", ["B"], ["Y"])], "g", [], [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [n, 32])]
+    )
+    struct_model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
+    S.add_struct_types(struct_model, *S.get_struct_types(model))
+    S.add_value_infos(struct_model, inputs=[S.make_struct_value_info("B", root)])
+    session = S.InferenceSession(struct_model)
+    (y,) = session.run(None, {"B": payload})
+    np.testing.assert_array_equal(y, np.abs(q4_oracle(payload)))
+
+
+def test_wrong_struct_inputs_are_rejected(rng):
+    model, index = struct_input_model()
+    session = S.InferenceSession(model)
+    x = np.zeros(128, np.float32)
+    with pytest.raises(S.ValidationError, match="payload is 63 bytes; the type requires 64"):
+        session.run(None, {"X": x, "W": bytes(63)})
+    other = S.make_struct_value("w", S.make_array(TensorProto.UINT8, 64), bytes(64))
+    with pytest.raises(S.ValidationError, match="another type") as info:
+        session.run(None, {"X": x, "W": other})
+    assert info.value.path == "input 'W'"
+    with pytest.raises(S.ValidationError, match="expects a StructProto or payload bytes"):
+        session.run(None, {"X": x, "W": 3.0})
+
+
+def test_sequence_of_struct_inputs_is_rejected_when_the_session_is_created():
+    graph = oh.make_graph([], "g", [], [])
+    model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
+    S.add_struct_types(model, linear_int4_128())
+    S.add_value_infos(model, inputs=[S.make_value_info("seq", S.make_sequence_type_proto(S.make_struct_type_proto(0)))])
+    with pytest.raises(S.ValidationError, match="sequence_type") as info:
+        S.InferenceSession(model)
+    assert info.value.path == "graph.input[0] ('seq')"
+
+
+def test_external_payload_read_from_the_models_directory(tmp_path, rng):
+    payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
+    (tmp_path / "w.bin").write_bytes(payload)
+    overlay = S.from_onnx(linear_model(payload))
+    value = overlay.graph.struct_initializer[0]
+    value.ClearField("raw_data")
+    value.external_data.add(key="location", value="w.bin")
+    path = tmp_path / "m.onnx"
+    path.write_bytes(overlay.SerializeToString())
+    (y,) = S.InferenceSession(str(path)).run(None, {"X": np.zeros(128, np.float32)})
+    np.testing.assert_array_equal(y, np.maximum(int4_oracle(payload) * np.float32(0.125), 0))
