@@ -119,7 +119,11 @@ def test_declaration_is_the_ggml_block(name):
     declaration = fmt.block_declaration()
     assert declaration.name == f"{name}_block"
     fields = [
-        (f.name, onnx.TensorProto.DataType.Name(f.type.tensor_type.elem_type), tuple(d.dim_value for d in f.type.tensor_type.shape.dim))
+        (
+            f.name,
+            onnx.TensorProto.DataType.Name(f.type.tensor_type.elem_type),
+            tuple(d.dim_value for d in f.type.tensor_type.shape.dim),
+        )
         for f in declaration.structure.field
     ]
     assert fields == [(n, ONNX_TYPES[code], dims) for n, code, dims in GGML_BLOCKS[name]]

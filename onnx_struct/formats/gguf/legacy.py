@@ -63,7 +63,9 @@ def _encode_f16(n: int, shape: tuple[int, ...]):
     bits = b.op("BitCast", x, to=UINT32)
     sign = b.shift_right(b.op("BitwiseAnd", bits, b.const(0x80000000, np.uint32)), 16, np.uint32)
     payload = b.op(
-        "Max", b.shift_right(b.op("BitwiseAnd", bits, b.const(0x007FFFFF, np.uint32)), 13, np.uint32), b.const(1, np.uint32)
+        "Max",
+        b.shift_right(b.op("BitwiseAnd", bits, b.const(0x007FFFFF, np.uint32)), 13, np.uint32),
+        b.const(1, np.uint32),
     )
     nan_bits = b.op("BitwiseOr", sign, b.op("BitwiseOr", payload, b.const(0x7C00, np.uint32)))
     rounded = b.cast(b.op("BitCast", b.cast(x, FLOAT16), to=UINT16), UINT32)
@@ -171,7 +173,7 @@ def _inverse(b: FunctionBuilder, d: str) -> str:
 
 def _quantize(b: FunctionBuilder, scaled: str, offset: float, top: float) -> str:
     """``clip(trunc(scaled + offset), 0, top)`` in float32 (values are exact small integers)."""
-    q = b.op("Round", b.op("Add", scaled, b.const(offset - 0.5, np.float32)))
+    q = b.op("Floor", b.op("Add", scaled, b.const(offset, np.float32)))
     return b.op("Clip", q, b.const(0.0, np.float32), b.const(top, np.float32))
 
 
