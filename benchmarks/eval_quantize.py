@@ -150,6 +150,30 @@ def ort_nbits(model: onnx.ModelProto, block_size: int, symmetric: bool, op_types
     return quantizer.model.model
 
 
+def gguf_oracle(source: onnx.ModelProto, planned, name: str) -> onnx.ModelProto | None:
+    """The float model with every planned weight replaced by gguf-py's dequantize(quantize(.)) in the
+    same orientation: what the quantized model must compute if encoder, decoder and lowering are right."""
+    try:
+        import gguf  # noqa: PLC0415
+    except ImportError:
+        return None
+    qtype = getattr(gguf.GGMLQuantizationType, name, None)
+    if qtype is None:
+        return None
+    from onnx import numpy_helper  # noqa: PLC0415
+
+    replaced = {w.name: w.transpose != "none" for w in planned.weights}
+    oracle = onnx.ModelProto()
+    oracle.CopyFrom(source)
+    for tensor in oracle.graph.initializer:
+        if tensor.name in replaced:
+            w = numpy_helper.to_array(tensor)
+            stored = np.ascontiguousarray(w.T if replaced[tensor.name] else w)
+            q = gguf.quants.dequantize(gguf.quants.quantize(stored, qtype), qtype).reshape(stored.shape)
+            tensor.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(q.T if replaced[tensor.name] else q), tensor.name))
+    return oracle
+
+
 def main() -> int:
     model_path = package_file(MODEL_PACKAGE, ".onnx")
     vocab_path = package_file(VOCAB_PACKAGE, "vocab.txt")
@@ -166,11 +190,13 @@ def main() -> int:
 
     texts = sentences()
     feeds = WordPiece(vocab_path).batch(texts)
+    mask = feeds["attention_mask"]
     source = onnx.load(model_path)
     float_size = len(source.SerializeToString())
     reference, float_time = outputs(source, feeds)
 
-    rows = [("float32 (as shipped)", "-", float_size, float_time, None, 0)]
+    # (label, weights quantized, file bytes, run time, errors vs float, max abs vs gguf-py oracle, quantize time)
+    rows = [("float32 (as shipped)", 0, float_size, float_time, None, "-", "-")]
     matmul, gather = ("MatMul", "Gemm"), ("MatMul", "Gemm", "Gather")
     variants = [("Q8_0", "input", matmul), ("Q4_0", "input", matmul), ("Q4_0", "output", matmul)]
     known = set(formats.names())
@@ -183,11 +209,17 @@ def main() -> int:
         build = time.perf_counter() - start
         onnx_struct.check_model(quantized)
         got, run_time = outputs(lower(quantized), feeds)
+        oracle = gguf_oracle(source, planned, name)
+        versus = "-"
+        if oracle is not None:
+            want, _ = outputs(oracle, feeds)
+            versus = f"{max(float(np.abs(got[k] - want[k]).max()) for k in want if want[k].dtype == np.float32):.1e}"
         label = f"onnx_struct {name}, blocks along {'K' if axis == 'input' else 'N'}"
         label += " + embedding (Gather)" if "Gather" in op_types else ""
-        rows.append((label, f"{build:.1f} s", len(quantized.SerializeToString()), run_time,
-                     errors(got, reference, feeds["attention_mask"]), len(planned.weights)))
-    for block_size, symmetric, op_types in ((32, True, ("MatMul",)), (128, False, ("MatMul",)), (32, True, ("MatMul", "Gather"))):
+        size = len(quantized.SerializeToString())
+        rows.append((label, len(planned.weights), size, run_time, errors(got, reference, mask), versus, f"{build:.1f} s"))
+    ort_variants = ((32, True, ("MatMul",)), (128, False, ("MatMul",)), (32, True, ("MatMul", "Gather")))
+    for block_size, symmetric, op_types in ort_variants:
         start = time.perf_counter()
         try:
             quantized = ort_nbits(source, block_size, symmetric, op_types)
@@ -199,20 +231,20 @@ def main() -> int:
         count = sum(n.op_type in ("MatMulNBits", "GatherBlockQuantized") for n in quantized.graph.node)
         label = f"ORT MatMulNBits 4-bit, block {block_size}, {'symmetric' if symmetric else 'asymmetric'}"
         label += " + embedding (GatherBlockQuantized)" if "Gather" in op_types else ""
-        rows.append((label, f"{build:.1f} s", len(quantized.SerializeToString()), run_time,
-                     errors(got, reference, feeds["attention_mask"]), count))
+        size = len(quantized.SerializeToString())
+        rows.append((label, count, size, run_time, errors(got, reference, mask), "-", f"{build:.1f} s"))
 
     print(f"model: {model_path.name} ({MODEL_PACKAGE}), onnxruntime {onnxruntime.__version__}, "
-          f"{len(texts)} sentences, {feeds['attention_mask'].sum()} tokens (batch {feeds['input_ids'].shape})\n")
+          f"{len(texts)} sentences, {mask.sum()} tokens (batch {feeds['input_ids'].shape})\n")
     print("| variant | weights quantized | file bytes | size vs float | cos sim mean / min (sentence emb.) "
-          "| max abs err (sentence emb.) | rel L2 err (token emb.) | max abs err (cos sim matrix) | run time vs float "
-          "| quantize time |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for label, build, size, run_time, err, count in rows:
+          "| max abs err (sentence emb.) | rel L2 err (token emb.) | max abs err (cos sim matrix) "
+          "| max abs vs gguf-py oracle | run time vs float | quantize time |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for label, count, size, run_time, err, versus, build in rows:
         metrics = ("1 / 1", "0", "0", "0") if err is None else (
             f"{err['cos_mean']:.5f} / {err['cos_min']:.5f}", f"{err['max_abs']:.4f}", f"{err['token_rel']:.4f}",
             f"{err['sim_max_abs']:.4f}")
-        print(f"| {label} | {count} | {size:,} | {size / float_size:.3f} | {' | '.join(metrics)} "
+        print(f"| {label} | {count} | {size:,} | {size / float_size:.3f} | {' | '.join(metrics)} | {versus} "
               f"| {run_time / float_time:.2f} | {build} |")
     return 0
 

@@ -29,10 +29,8 @@ from onnx_struct.helper import (
 )
 from onnx_struct.hooks import install, uninstall
 from onnx_struct.inference import infer_shapes
-from onnx_struct.lower import lower
-from onnx_struct.runtime import decode, encode
-from onnx_struct.session import InferenceSession
 from onnx_struct.layout import size_in_bits
+from onnx_struct.lower import lower
 from onnx_struct.model import (
     add_struct_types,
     add_struct_values,
@@ -43,6 +41,8 @@ from onnx_struct.model import (
     to_onnx,
 )
 from onnx_struct.pack import make_struct_value_from_leaves, pack
+from onnx_struct.runtime import decode, encode
+from onnx_struct.session import InferenceSession
 from onnx_struct.view import StructView, view, view_buffer
 
 __version__ = "0.1.0"

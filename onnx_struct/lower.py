@@ -17,7 +17,6 @@ import os
 import sys
 from collections.abc import Iterator
 
-import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
@@ -28,6 +27,7 @@ from onnx_struct.model import LoadedModel, ModelLike, StructTypeProto, load
 from onnx_struct.runtime import (
     PACKED_TYPES,
     PRIVATE_DOMAIN,
+    contiguous,
     onnx_elem_type,
     pack_bits,
     packed_rows,
@@ -440,7 +440,7 @@ def leaf_to_tensor(name: str, leaf: Leaf, struct_view: StructView, elem_type: in
         tensor = TensorProto(name=name, data_type=elem_type, dims=leaf.shape)
         tensor.raw_data = packed.tobytes()
         return tensor
-    array = np.ascontiguousarray(struct_view[leaf.path])
+    array = contiguous(struct_view[leaf.path])
     if leaf.bit_width % 8 or array.dtype.itemsize * 8 != (
         leaf.bit_width if leaf.kind == "tensor" else array.dtype.itemsize * 8
     ):

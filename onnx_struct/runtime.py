@@ -45,6 +45,8 @@ RUNTIMES = ("onnxruntime", "reference")
 # Sessions kept alive at once; each holds its function model's kernels and arena, so the bound
 # keeps memory flat when many distinct formats or shapes are decoded.
 SESSION_CACHE_SIZE = 32
+# onnxruntime's intra-op threads per decode session; 0 lets onnxruntime choose (physical cores).
+INTRA_OP_THREADS = 0
 # A decoder/encoder whose domain is "" would shadow standard operators once registered as a
 # model-local function, so it is registered under this domain instead.
 PRIVATE_DOMAIN = "onnx_struct.local"
@@ -134,12 +136,27 @@ class Feed:
             return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
                 _packed_carrier(self.packed, self.shape), self.elem_type
             )
-        array = np.ascontiguousarray(self.numpy())
+        array = contiguous(self.numpy())
         if array.dtype.kind == "V" or array.dtype.type.__module__.startswith("ml_dtypes"):
             # bfloat16, float8*, float8e8m0: same-size unsigned view, typed by ONNX element type.
             carrier = array.view(np.dtype(f"u{array.dtype.itemsize}"))
             return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(carrier, self.elem_type)
         return ort.OrtValue.ortvalue_from_numpy(array)
+
+
+def contiguous(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous copy of ``array`` (the array itself if it already is).
+
+    Leaves of arrays of blocks are strided views with contiguous rows (``qs: [n, 16]`` at a stride
+    of 18 bytes); numpy copies such rows element by element, but copies them as single void items
+    of the row's size about 7x faster (0.8 vs 5.5 ms for a 4096 x 4096 Q4_0 weight's ``qs``).
+    """
+    if array.flags.c_contiguous:
+        return array
+    if array.ndim >= 2 and array.strides[-1] == array.itemsize and array.shape[-1] > 1 and array.size:
+        rows = array.view(np.dtype((np.void, array.shape[-1] * array.itemsize)))
+        return np.ascontiguousarray(rows).view(array.dtype).reshape(array.shape)
+    return np.ascontiguousarray(array)
 
 
 def _packed_carrier(packed: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
@@ -201,7 +218,7 @@ def packed_rows(data: np.ndarray, leaf: Leaf) -> np.ndarray | None:
         offset=leaf.bit_offset // 8,
         strides=tuple(s // 8 for s in strides[:-1]) + (1,),
     )
-    return np.ascontiguousarray(rows).reshape(-1)
+    return contiguous(rows).reshape(-1)
 
 
 def onnx_elem_type(leaf: Leaf) -> int:
@@ -251,14 +268,13 @@ def function_model(
     function: onnx.FunctionProto,
     inputs: Sequence[tuple[str, onnx.TypeProto]],
     initializers: Sequence[TensorProto] = (),
-    output_types: Mapping[str, onnx.TypeProto] | None = None,
 ) -> onnx.ModelProto:
     """A model calling ``function`` once: its inputs are graph inputs or initializers, its outputs
     the graph outputs. The model imports exactly the function's own opsets, so every operator
     resolves to the version the function was written for."""
     fn = registered_function(function)
     node = helper.make_node(fn.name, list(fn.input), list(fn.output), domain=fn.domain, name="call")
-    outputs = [helper.make_value_info(name, (output_types or {}).get(name, onnx.TypeProto())) for name in fn.output]
+    outputs = [helper.make_value_info(name, onnx.TypeProto()) for name in fn.output]  # onnxruntime infers them
     graph = helper.make_graph(
         [node], "function", [helper.make_value_info(n, t) for n, t in inputs], outputs, initializer=list(initializers)
     )
@@ -370,6 +386,10 @@ class FunctionRunner:
         self._fetch = [o.name for o in inlined.graph.output]
         options = ort.SessionOptions()
         options.log_severity_level = 3  # warnings about unused constants would be noise here
+        options.intra_op_num_threads = INTRA_OP_THREADS
+        # A decode is one short run: spinning workers only burn the cores the caller (and other
+        # processes) need next; measured 1.3-2x slower decodes on a loaded 2-core machine.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         return ort.InferenceSession(
             inlined.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"]
         )
@@ -399,7 +419,10 @@ class FunctionRunner:
                     raise ValidationError(self.where, f"failed in onnxruntime: Reshape: {error}") from None
             return outputs
         try:
-            results = self._reference.run(None, {name: feed.numpy() for name, feed in feeds.items()})
+            # IEEE results (inf * 0 = NaN in a scale) are the format's semantics, as in onnxruntime,
+            # not numpy warnings.
+            with np.errstate(all="ignore"):
+                results = self._reference.run(None, {name: feed.numpy() for name, feed in feeds.items()})
         except Exception as error:
             raise ValidationError(self.where, f"failed in onnx's reference evaluator: {error}") from None
         return [np.asarray(r) for r in results]

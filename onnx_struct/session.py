@@ -19,7 +19,7 @@ import onnx
 from onnx_struct.errors import ValidationError
 from onnx_struct.lower import StructInput, lower_model
 from onnx_struct.model import ModelLike, StructProto, load
-from onnx_struct.runtime import Feed, _ort, leaf_feeds, ortvalue_to_numpy
+from onnx_struct.runtime import Feed, _ort, leaf_feeds, ort_errors, ortvalue_to_numpy
 from onnx_struct.view import StructView, view, view_buffer
 
 # protobuf refuses to serialize a message of 2 GiB or more.
@@ -68,9 +68,20 @@ class InferenceSession:
             options.add_session_config_entry(
                 "session.model_external_initializers_file_folder_path", str(loaded.base_dir)
             )
-        self._session = ort.InferenceSession(
-            lowering.model.SerializeToString(), options, providers=providers or ["CPUExecutionProvider"], **ort_kwargs
-        )
+        try:
+            self._session = ort.InferenceSession(
+                lowering.model.SerializeToString(),
+                options,
+                providers=providers or ["CPUExecutionProvider"],
+                **ort_kwargs,
+            )
+        except ort_errors() as error:  # e.g. a decoder needing a kernel onnxruntime lacks (FLOAT4E2M1 Cast)
+            message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise ValidationError(
+                "",
+                f"onnxruntime {ort.__version__} cannot load the lowered model: {message} "
+                "(onnx_struct.decode falls back to onnx's reference evaluator for such decoders)",
+            ) from None
 
     @property
     def struct_inputs(self) -> dict[str, list[str]]:

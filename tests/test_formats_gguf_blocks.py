@@ -13,7 +13,9 @@ import warnings
 
 import numpy as np
 import onnx
+import onnx.shape_inference
 import pytest
+from onnx import helper as oh
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -22,7 +24,7 @@ import onnx_struct as S
 from onnx_struct import formats
 from onnx_struct.formats.base import FORMAT_DOMAIN
 from onnx_struct.layout import size_in_bits
-from onnx_struct.runtime import decode, encode, function_model, ort_limits, tensor_type
+from onnx_struct.runtime import decode, encode, ort_limits
 from onnx_struct.view import view
 
 gguf = pytest.importorskip("gguf")
@@ -104,6 +106,23 @@ def assert_same_floats(actual: np.ndarray, expected: np.ndarray, *, nan_bits: bo
         np.testing.assert_array_equal(actual[~nan].view(np.uint32), expected[~nan].view(np.uint32))
 
 
+def calling_model(
+    function: onnx.FunctionProto, inputs: list[tuple[str, int, tuple[int, ...]]], rank: int
+) -> onnx.ModelProto:
+    """A model whose one node calls ``function`` on typed graph inputs (output dims left to inference)."""
+    node = oh.make_node(function.name, list(function.input), list(function.output), domain=function.domain)
+    graph = oh.make_graph(
+        [node],
+        "call",
+        [oh.make_tensor_value_info(name, elem_type, dims) for name, elem_type, dims in inputs],
+        [oh.make_tensor_value_info(name, onnx.TensorProto.FLOAT, [None] * rank) for name in function.output],
+    )
+    opsets = [oh.make_opsetid(o.domain, o.version) for o in function.opset_import] + [
+        oh.make_opsetid(function.domain, 1)
+    ]
+    return oh.make_model(graph, opset_imports=opsets, functions=[function], ir_version=10)
+
+
 def shape_for(name: str, n_blocks: int) -> tuple[int, ...]:
     block_size = formats.get(name).block_size
     rows = 8 if n_blocks % 8 == 0 else 1
@@ -167,11 +186,15 @@ def test_functions_follow_the_contract(name):
     # Full onnx checking with shape inference of a model calling the decoder on typed leaves.
     n = fmt.num_blocks(shape)
     inputs = [
-        (field_name, tensor_type(getattr(onnx.TensorProto, ONNX_TYPES[code]), (n, *dims)))
+        (field_name, getattr(onnx.TensorProto, ONNX_TYPES[code]), (n, *dims))
         for field_name, code, dims in GGML_BLOCKS[name]
     ]
-    output = {decoder.output[0]: tensor_type(onnx.TensorProto.FLOAT, shape)}
-    onnx.checker.check_model(function_model(decoder, inputs, output_types=output), full_check=True)
+    model = calling_model(decoder, inputs, len(shape))
+    onnx.checker.check_model(model, full_check=True)
+    inferred = onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
+    (output,) = inferred.graph.output
+    assert output.type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+    assert tuple(d.dim_value for d in output.type.tensor_type.shape.dim) == shape
 
 
 @pytest.mark.parametrize("name", ["Q4_0", "Q6_K", "F16"])

@@ -298,6 +298,8 @@ def tq_inputs(seed: int) -> np.ndarray:
     x[4] *= 1e-6  # d is a float16 subnormal
     x[5] = rng.integers(-1, 2, 512).astype(np.float32) * 3.0
     x[6, 256:] = -0.0
+    x[7, :256] = 0.0  # max |x| a float32 subnormal: 1 / d overflows in gguf-py
+    x[7, :3] = [1e-40, -3e-41, 5e-45]
     return x
 
 

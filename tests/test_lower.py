@@ -10,6 +10,8 @@ from onnx import TensorProto
 from onnx import helper as oh
 from test_runtime_models import (
     OPSET,
+    bitpack_declaration,
+    bitpack_oracle,
     cast_decoder,
     const,
     int4_oracle,
@@ -79,6 +81,23 @@ def test_sub_byte_leaf_of_blocks_is_packed_into_raw_data(rng):
     (y,) = run(lowered, {})
     np.testing.assert_array_equal(y, q4_oracle(payload))
     np.testing.assert_array_equal(y, S.decode("w", model))
+
+
+def test_bit_packing_components_are_materialized(rng):
+    n = 21
+    payload = rng.integers(0, 256, 2 * n, dtype=np.uint8).tobytes()
+    graph = oh.make_graph(
+        [oh.make_node("Identity", ["r"], ["Y"])], "g", [], [oh.make_tensor_value_info("Y", TensorProto.INT64, [n])]
+    )
+    model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
+    (index,) = S.add_struct_types(model, bitpack_declaration(n))
+    S.add_struct_values(model, S.make_struct_value("r", index, raw_data=payload))
+    lowered = S.lower(model)
+    check(lowered)
+    assert {t.name: t.data_type for t in lowered.graph.initializer} == {f"r::{c}": TensorProto.UINT8 for c in "abc"}
+    (y,) = run(lowered, {})
+    np.testing.assert_array_equal(y, bitpack_oracle(payload))
+    np.testing.assert_array_equal(y, S.decode("r", model))
 
 
 def _external_model(tmp_path, payload: bytes, offset: int) -> str:

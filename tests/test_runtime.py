@@ -8,6 +8,8 @@ import ml_dtypes
 import numpy as np
 import onnx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto
 from onnx import helper as oh
 from test_runtime_models import (
@@ -82,15 +84,18 @@ def test_bit_packing_root(rng, runtime_name):
     np.testing.assert_array_equal(out, bitpack_oracle(payload))
 
 
-def test_runtimes_agree_on_random_payloads(rng):
-    model, _ = q4_block_model(q4_payload(rng, 16), 16)
-    for _ in range(3):
-        payload = q4_payload(rng, 16)
-        value = S.make_struct_value("w", 1, raw_data=payload)
-        a = decode_quietly(value, model)
-        b = decode_quietly(value, model, runtime="reference")
-        np.testing.assert_array_equal(a, b)
-        np.testing.assert_array_equal(a, q4_oracle(payload))
+@settings(max_examples=25, deadline=None)
+@given(blocks=st.binary(min_size=18 * 4, max_size=18 * 4))
+def test_runtimes_agree_on_arbitrary_bytes(blocks):
+    # Any bytes, so also NaN/inf/subnormal scales: all three must agree bit for bit (NaN = NaN).
+    model, root = q4_block_model(blocks, 4)
+    value = S.make_struct_value("w", root, raw_data=blocks)
+    a = decode_quietly(value, model)
+    b = decode_quietly(value, model, runtime="reference")
+    with np.errstate(invalid="ignore", over="ignore"):
+        expected = q4_oracle(blocks)
+    np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
+    np.testing.assert_array_equal(a, expected)
 
 
 # ---------------------------------------------------------------------- leaf feeding
@@ -373,3 +378,29 @@ def test_nested_declaration_decoders_are_not_composed(rng):
         oh.make_function("t", "never", ["d"], ["y"], [oh.make_node("Not", ["d"], ["y"])], OPSET)
     )
     np.testing.assert_array_equal(decode_quietly("w", S.to_onnx(overlay)), q4_oracle(payload))
+
+
+# ---------------------------------------------------------------------- layering
+def test_onnxruntime_is_imported_by_runtime_only_and_lazily():
+    import pathlib  # noqa: PLC0415
+    import re  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    package = pathlib.Path(S.__file__).parent
+    statement = re.compile(r"^\s*(import onnxruntime|from onnxruntime(\.\w+)* import )", re.MULTILINE)
+    importers = sorted(str(p.relative_to(package)) for p in package.rglob("*.py") if statement.search(p.read_text()))
+    assert importers == ["runtime.py"]
+    code = "import sys, onnx_struct; onnx_struct.lower; assert 'onnxruntime' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_contiguous_copies_strided_rows_exactly(rng):
+    payload = rng.integers(0, 256, 18 * 7, dtype=np.uint8)
+    rows = np.lib.stride_tricks.as_strided(payload[2:], (7, 16), (18, 1))
+    np.testing.assert_array_equal(runtime.contiguous(rows), payload.reshape(7, 18)[:, 2:])
+    assert runtime.contiguous(rows).flags.c_contiguous
+    halves = np.ndarray((7, 2, 4), dtype="<u2", buffer=payload, offset=2, strides=(18, 8, 2))
+    np.testing.assert_array_equal(runtime.contiguous(halves), halves.copy())
+    columns = payload.reshape(7, 18)[:, ::3]  # not row-contiguous: the plain copy
+    np.testing.assert_array_equal(runtime.contiguous(columns), columns.copy())

@@ -7,7 +7,16 @@ import onnx
 import pytest
 from onnx import TensorProto
 from onnx import helper as oh
-from test_runtime_models import OPSET, int4_oracle, linear_int4_128, linear_model, q4_block_model, q4_oracle, q4_payload
+from test_runtime_models import (
+    OPSET,
+    cast_decoder,
+    int4_oracle,
+    linear_int4_128,
+    linear_model,
+    q4_block_model,
+    q4_oracle,
+    q4_payload,
+)
 
 import onnx_struct as S
 
@@ -109,3 +118,14 @@ def test_external_payload_read_from_the_models_directory(tmp_path, rng):
     path.write_bytes(overlay.SerializeToString())
     (y,) = S.InferenceSession(str(path)).run(None, {"X": np.zeros(128, np.float32)})
     np.testing.assert_array_equal(y, np.maximum(int4_oracle(payload) * np.float32(0.125), 0))
+
+
+def test_lowered_model_onnxruntime_cannot_load_is_a_validation_error():
+    graph = oh.make_graph(
+        [oh.make_node("Identity", ["v"], ["Y"])], "g", [], [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [8])]
+    )
+    model = oh.make_model(graph, opset_imports=OPSET, ir_version=11)
+    (index,) = S.add_struct_types(model, S.make_array(TensorProto.FLOAT4E2M1, 8, decoder=cast_decoder()))
+    S.add_struct_values(model, S.make_struct_value("v", index, raw_data=bytes(4)))
+    with pytest.raises(S.ValidationError, match="cannot load the lowered model"):
+        S.InferenceSession(model)

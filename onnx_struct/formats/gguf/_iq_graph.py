@@ -45,6 +45,12 @@ class FunctionBuilder:
         self.nodes.append(helper.make_node(op_type, list(inputs), [output], **attrs))
         return output
 
+    def ops(self, op_type: str, *inputs: str, count: int, **attrs) -> list[str]:
+        """Append one node with ``count`` outputs (e.g. Split); returns their names."""
+        outputs = [self._fresh(op_type.lower()) for _ in range(count)]
+        self.nodes.append(helper.make_node(op_type, list(inputs), outputs, **attrs))
+        return outputs
+
     def const(self, value, dtype=None) -> str:
         """A Constant node holding ``value`` (numpy array or scalar), shared by equal values."""
         array = np.asarray(value, dtype=dtype)
@@ -96,8 +102,8 @@ class FunctionBuilder:
         masked = self.band(self.shr(unsqueezed, shifts), np.array((1 << width) - 1, dtype=dtype))
         return self.reshape(masked, shape)
 
-    def slice(self, x: str, start: int, end: int, axis: int) -> str:
-        return self.op("Slice", x, *(self.const(np.array([v], dtype=np.int64)) for v in (start, end, axis)))
+    def slice(self, x: str, start: int, end: int, axis: int, out: str | None = None) -> str:
+        return self.op("Slice", x, *(self.const(np.array([v], dtype=np.int64)) for v in (start, end, axis)), out=out)
 
     def index_hi_lo(self, low: str, high: str, shape: Sequence[int]) -> str:
         """Gather index ``low | high << 8`` as int32 of ``shape``: a grid index whose low 8 bits
@@ -176,7 +182,9 @@ def u16(name: str, n: int) -> StructTypeProto.Field:
 def num_blocks(name: str, shape: Sequence[int], block_size: int) -> int:
     shape = tuple(int(d) for d in shape)
     if not shape or shape[-1] % block_size:
-        raise ValidationError(name, f"the last dimension of {list(shape)} is not a multiple of the block size {block_size}")
+        raise ValidationError(
+            name, f"the last dimension of {list(shape)} is not a multiple of the block size {block_size}"
+        )
     return math.prod(shape) // block_size
 
 

@@ -7,16 +7,18 @@ A format module reads like gguf-py's numpy code, one helper call per numpy step:
     y = dequantize_rows(b, q, b.cast("d", FLOAT), zero_point=8)
     decoder = b.build([b.reshape(y, shape, out="y")])
 
-Stable interface (``gguf/iq.py`` imports it): :data:`OPSET`, :data:`BITCAST_OPSET`,
-:class:`FunctionBuilder`, the recipes :func:`nibbles`, :func:`bit_planes`,
-:func:`unpack_fields`, :func:`byte_lookup`, :func:`dequantize_rows`, and the declaration helpers :func:`field` and :func:`gguf_format`.
+Stable interface for any GGUF format module: :data:`OPSET`, :data:`BITCAST_OPSET`,
+:class:`FunctionBuilder`, the recipes :func:`nibbles`, :func:`bit_fields`, :func:`bit_planes`,
+:func:`byte_lookup`, :func:`dequantize_rows`, :func:`scaled_down`, and the declaration helpers :func:`field` and
+:func:`gguf_format`.
 
 Why the recipes look the way they do (measured on onnxruntime 1.32's CPU provider): uint8
 ``Add``/``Sub``/``Mul`` are vectorized and ~7x faster than ``BitShift``/``BitwiseAnd``, and any
 broadcast whose innermost run is short (a ``[n, 1, 32] >> [1, 8, 1]`` shift, say) falls back to a
-per-run loop that is slower still. So bit fields are cut with *scalar* shifts plus uint8
-arithmetic, bit planes are made over long runs (Tile, then one multiply and compare), and bit
-expansions with short runs use a 256-entry ``Gather`` table.
+per-run loop that is slower still. So nibbles are cut with one *scalar* shift plus uint8
+arithmetic, narrower fields over long runs (Tile, then one wrapping multiply that moves each
+field to the top bits, then one shift, mask or compare), and bit expansions with short runs use
+a 256-entry ``Gather`` table.
 ``DequantizeLinear`` (per-axis) turns bytes into floats in one pass and computes
 ``float(q - zero_point) * scale`` with a single rounding, exactly gguf-py's ``d * q``.
 """
@@ -106,52 +108,68 @@ class FunctionBuilder:
         )
 
 
-def unpack_fields(b: FunctionBuilder, x: str, *, width: int, count: int, axis: int = -2) -> str:
-    """Bit fields of uint8 bytes along a size-1 ``axis``: field ``k`` = bits ``[k*width, (k+1)*width)``.
-
-    ``x`` must already have a size-1 dimension at ``axis`` (gguf-py's ``reshape((n, -1, 1, 32))``);
-    the result has ``count`` there, exactly gguf-py's ``(x >> shifts) & mask`` with
-    ``shifts = [0, width, 2*width, ...]`` broadcast over that axis. It is computed as
-    ``s_k = x >> k*width`` (scalar shifts) and ``field_k = s_k - (s_{k+1} << width)`` (uint8
-    arithmetic that cannot wrap), then one Concat.
-    """
-    shifted = [x] + [b.shift_right(x, k * width) for k in range(1, count)]
-    scale = b.const(1 << width, np.uint8)
-    fields = [b.op("Sub", shifted[k], b.op("Mul", shifted[k + 1], scale)) for k in range(count - 1)]
-    fields.append(shifted[-1])
-    return b.op("Concat", *fields, axis=axis)
-
-
-def nibbles(b: FunctionBuilder, x: str, rows: int, run: int, *, times16: bool = False) -> str:
-    """Bytes ``x [rows, run]`` -> ``[rows, 2 * run]``: the low nibbles of a run, then its high nibbles.
+def nibbles(b: FunctionBuilder, x: str, rows: int, run: int, times: int = 1) -> str:
+    """Bytes ``x [rows, run]`` -> ``[rows, 2 * run]``: the low nibbles of the run, then its high
+    nibbles, each multiplied by ``times`` (1, 2, 4, 8 or 16).
 
     This is ggml's 4-bit layout (``qs``: element ``j`` is the low nibble of byte ``j``, element
-    ``j + run`` the high nibble). With ``times16`` the result is ``16 * nibble`` instead: the low
-    nibble times 16 is one wrapping uint8 multiply, which saves a pass; feed it to
-    :func:`dequantize_rows` with ``zero_point * 16`` and ``scale / 16``, whose product is the same
-    real number (both factors exact), hence the same float32.
+    ``j + run`` its high nibble). ``times * low`` is ``times * x - 16 * times * high`` in wrapping
+    uint8 arithmetic; ``16 * high`` is one mask (``times=16`` needs no shift at all, the fastest
+    form). Scaled values go to :func:`dequantize_rows` with ``scale / times`` (see there).
     """
+    if times not in (1, 2, 4, 8, 16):
+        raise ValueError(f"nibbles can be scaled by 1, 2, 4, 8 or 16, not {times}")
     x = b.reshape(x, [rows, run])
+    if times == 16:
+        return b.op(
+            "Concat", b.op("Mul", x, b.const(16, np.uint8)), b.op("BitwiseAnd", x, b.const(0xF0, np.uint8)), axis=1
+        )
     high = b.shift_right(x, 4)
-    sixteen = b.const(16, np.uint8)
-    if times16:
-        return b.op("Concat", b.op("Mul", x, sixteen), b.op("Mul", high, sixteen), axis=1)
-    return b.op("Concat", b.op("Sub", x, b.op("Mul", high, sixteen)), high, axis=1)
+    scaled_x = x if times == 1 else b.op("Mul", x, b.const(times, np.uint8))
+    low = b.op("Sub", scaled_x, b.op("Mul", high, b.const(16 * times, np.uint8)))
+    return b.op("Concat", low, high if times == 1 else b.op("Mul", high, b.const(times, np.uint8)), axis=1)
+
+
+def _spread(b: FunctionBuilder, x: str, rows: int, run: int, multipliers: Sequence[int]) -> str:
+    """``[rows, len(multipliers) * run]``: copy ``k`` of the run times ``multipliers[k]`` (mod 256).
+
+    Tile then one multiply by a constant row: every op sees runs of ``len * run`` elements."""
+    tiled = b.op("Tile", b.reshape(x, [rows, run]), b.const([1, len(multipliers)], np.int64))
+    return b.op("Mul", tiled, b.const(np.repeat(np.asarray(multipliers, np.uint8), run)))
+
+
+def bit_fields(b: FunctionBuilder, x: str, rows: int, run: int, width: int, *, scaled: bool = False) -> str:
+    """Bytes ``x [rows, run]`` -> ``[rows, (8 // width) * run]``: field ``k`` (bits ``[k*width, (k+1)*width)``)
+    of byte ``l`` at ``[r, k * run + l]``.
+
+    gguf-py's ``(x.reshape(n, 1, run) >> shifts.reshape(1, -1, 1)) & mask``. Written as: copy ``k``
+    multiplied by ``2**(8 - (k+1)*width)`` (a wrapping uint8 multiply moves field ``k`` to the top
+    bits and drops the bits above it), then one scalar shift right by ``8 - width``. With
+    ``scaled`` the shift is replaced by a mask and the result is ``field << (8 - width)``: feed it
+    to :func:`dequantize_rows` with ``scale / 2**(8 - width)``, a product of the same two exact
+    factors, so the same float32.
+    """
+    count = 8 // width
+    top = _spread(b, x, rows, run, [1 << (8 - (k + 1) * width) for k in range(count)])
+    if scaled:
+        return b.op("BitwiseAnd", top, b.const((0xFF << (8 - width)) & 0xFF, np.uint8))
+    return b.shift_right(top, 8 - width)
 
 
 def bit_planes(b: FunctionBuilder, x: str, rows: int, run: int, value: int = 1) -> str:
     """Bytes ``x [rows, run]`` -> ``[rows, 8 * run]`` with ``value * bit_j(x[r, l])`` at ``[r, j * run + l]``.
 
-    gguf-py's ``(x.reshape(n, 1, run) >> arange(8).reshape(1, 8, 1)) & 1``. Written as: Tile the
-    run 8 times, multiply plane ``j`` by ``2**(7 - j)`` (wrapping uint8: bit ``j`` lands in bit
-    7), compare with 128. Every op sees runs of ``8 * run`` elements, where the broadcast shift
-    would loop over runs of ``run``.
+    :func:`bit_fields` for width 1, with the top bit tested by a compare (cheaper than a shift)
+    and the result multiplied by ``value`` (e.g. 16 for the fifth bit of a 5-bit quant).
     """
-    tiled = b.op("Tile", b.reshape(x, [rows, run]), b.const([1, 8], np.int64))
-    weights = np.repeat((1 << (7 - np.arange(8))).astype(np.uint8), run)
-    top = b.op("GreaterOrEqual", b.op("Mul", tiled, b.const(weights)), b.const(128, np.uint8))
-    bits = b.cast(top, UINT8)
+    top = _spread(b, x, rows, run, [1 << (7 - j) for j in range(8)])
+    bits = b.cast(b.op("GreaterOrEqual", top, b.const(128, np.uint8)), UINT8)
     return bits if value == 1 else b.op("Mul", bits, b.const(value, np.uint8))
+
+
+def scaled_down(b: FunctionBuilder, scale: str, times: int) -> str:
+    """``scale / times`` for a power of two ``times`` (exact), the partner of scaled quants."""
+    return b.op("Mul", scale, b.const(1.0 / times, np.float32))
 
 
 def byte_lookup(b: FunctionBuilder, x: str, table: np.ndarray) -> str:
@@ -171,6 +189,11 @@ def dequantize_rows(b: FunctionBuilder, q: str, scale: str, zero_point: int | No
     One DequantizeLinear (per-axis, axis 0): the difference is an exact small integer and the
     product is rounded once, so this equals gguf-py's ``d * (q - zp).astype(float32)`` bit for bit
     (NaN and infinity included). ``zero_point`` has the integer type ``dtype`` of ``q``.
+
+    Scaled quants: ``(2**k * q - 2**k * zp) * (scale / 2**k)`` is the same float32 as
+    ``(q - zp) * scale``, because both factors are exact (``scale / 2**k`` cannot underflow: GGUF
+    scales are FLOAT16, at least 2**-24, times small integers; k <= 6) and their real product is
+    the same, so the one rounding gives the same result. :func:`scaled_down` divides the scale.
     """
     if zero_point is None:
         return b.op("DequantizeLinear", q, scale, axis=0)

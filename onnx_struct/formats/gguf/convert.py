@@ -92,7 +92,8 @@ def convert(
         total = sum(int(t.n_bytes) for t in reader.tensors)
         if total > INLINE_LIMIT:
             raise ValidationError(
-                str(source), f"the tensors hold {total} bytes, more than one ONNX file can hold inline; use reference=True",
+                str(source),
+                f"the tensors hold {total} bytes, more than one ONNX file can hold inline; use reference=True",
                 actual=total,
             )
     roots: dict[tuple[str, tuple[int, ...]], int] = {}  # (format, shape) -> root index, shared by same-shape tensors
@@ -155,7 +156,8 @@ def _root_index(model, type_name, shape, n_bytes, roots, keep_unknown, gguf, whe
     if fmt is None:
         if not keep_unknown:
             raise ValidationError(
-                where, f"GGML type {type_name} has no registered format; pass keep_unknown=True (--keep-unknown) to keep it as raw bytes",
+                where,
+                f"GGML type {type_name} has no registered format; pass keep_unknown=True (--keep-unknown) to keep it as raw bytes",
                 gguf_type=type_name,
             )
         # No decoder: the bytes are kept and checkable, but no node may consume the value.
@@ -166,7 +168,8 @@ def _root_index(model, type_name, shape, n_bytes, roots, keep_unknown, gguf, whe
         block_size, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[type_name]]
         if (fmt.block_size, fmt.bytes_per_block) != (block_size, type_size):
             raise ValidationError(
-                where, f"format {type_name} declares {fmt.bytes_per_block} bytes per {fmt.block_size} elements; "
+                where,
+                f"format {type_name} declares {fmt.bytes_per_block} bytes per {fmt.block_size} elements; "
                 f"GGUF uses {type_size} per {block_size}",
             )
         index = fmt.add_to_model(model, shape)

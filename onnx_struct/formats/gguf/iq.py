@@ -77,28 +77,31 @@ def shifted_grid(g: FunctionBuilder, grid: str, delta: str) -> str:
     return g.reshape(g.to_int8(rows), [-1, 8])
 
 
-def nibble_pair_table(g: FunctionBuilder, levels: str) -> str:
-    """For IQ4: int8 ``[65536, 4]`` indexed by ``b0 | b1 << 8`` (two adjacent code bytes): the
-    levels of (low nibble of b0, of b1, high nibble of b0, of b1).
+def nibble_pair_tables(g: FunctionBuilder, levels: str) -> list[str]:
+    """For IQ4: two int8 tables ``[65536, 2]`` indexed by ``b0 | b1 << 8`` (two adjacent code
+    bytes): the levels of the low nibbles of (b0, b1), and of their high nibbles.
 
-    One Gather of a row of 4 per byte pair replaces four per-value lookups and every shift and
-    mask on the large tensor (onnxruntime's Gather costs per index, hardly per byte). The table
-    depends only on the constant ``levels``, so onnxruntime folds it when the session is built."""
+    One Gather of a row of 2 per byte pair and half replaces every shift and mask on the large
+    tensor and halves the lookups (onnxruntime's Gather costs per index, hardly per byte). The
+    tables depend only on the constant ``levels``: onnxruntime folds them when building the session."""
     byte = g.const(np.arange(256, dtype=np.uint8))
-    by_byte = [g.gather(g.to_int8(levels), g.index(part)) for part in (g.band(byte, np.uint8(15)), g.shr(byte, np.uint8(4)))]
-    nibbles = g.op("Concat", *(g.op("Unsqueeze", t, g.const(np.array([1], dtype=np.int64))) for t in by_byte), axis=1)
-    # [b1, b0, nibble, which byte]: (level of b0, level of b1) per nibble, via broadcasting
-    first = g.op("Mul", g.reshape(nibbles, [1, 256, 2, 1]), g.const(np.array([1, 0], dtype=np.int8)))
-    second = g.op("Mul", g.reshape(nibbles, [256, 1, 2, 1]), g.const(np.array([0, 1], dtype=np.int8)))
-    return g.reshape(g.op("Add", first, second), [1 << 16, 4])
+    tables = []
+    for nibble in (g.band(byte, np.uint8(15)), g.shr(byte, np.uint8(4))):
+        level = g.gather(g.to_int8(levels), g.index(nibble))  # [256]: the level of each byte's nibble
+        # [b1, b0, which byte] = (level[b0], level[b1]), by broadcasting
+        first = g.op("Mul", g.reshape(level, [1, 256, 1]), g.const(np.array([1, 0], dtype=np.int8)))
+        second = g.op("Mul", g.reshape(level, [256, 1, 1]), g.const(np.array([0, 1], dtype=np.int8)))
+        tables.append(g.reshape(g.op("Add", first, second), [1 << 16, 2]))
+    return tables
 
 
 def iq4_values(g: FunctionBuilder, qs: str, levels: str, groups: int) -> str:
     """IQ4 code bytes ``[groups * 16]`` -> int8 levels ``[groups, 32]`` in gguf-py's order: per 16
-    bytes the 16 low nibbles, then the 16 high nibbles."""
-    rows = g.gather(nibble_pair_table(g, levels), byte_pairs(g, qs, [groups, 8]))  # [groups, 8, 4]
-    halves = g.op("Transpose", g.reshape(rows, [groups, 8, 2, 2]), perm=[0, 2, 1, 3])  # [groups, 2, 8, 2]
-    return g.reshape(halves, [groups, 32])
+    bytes the 16 low nibbles, then the 16 high nibbles. (No Transpose: onnxruntime's threaded
+    Transpose of such small blocks costs more than everything else here together.)"""
+    pairs = byte_pairs(g, qs, [groups, 8])
+    halves = [g.gather(table, pairs) for table in nibble_pair_tables(g, levels)]  # 2 x [groups, 8, 2]
+    return g.reshape(g.op("Concat", *halves, axis=1), [groups, 32])
 
 
 def byte_pairs(g: FunctionBuilder, qs: str, shape: Sequence[int]) -> str:

@@ -16,12 +16,13 @@ from onnx_struct.formats.gguf._ops import (
     INT8,
     UINT8,
     FunctionBuilder,
+    bit_fields,
     bit_planes,
     dequantize_rows,
     field,
     gguf_format,
     nibbles,
-    unpack_fields,
+    scaled_down,
 )
 
 QK_K = 256
@@ -77,20 +78,21 @@ def _decode_q2_k(n: int, shape):
     low = b.op("Sub", "scales", b.op("Mul", high, b.const(16, np.uint8)))
     dl = _sub_scales(b, "d", n, low, [n * 16])
     ml = _sub_scales(b, "dmin", n, high, [n * 16, 1])
-    q = unpack_fields(b, b.reshape("qs", [n, 2, 1, 32]), width=2, count=4)  # [n, 2, 4, 32]
-    y = b.op("Sub", dequantize_rows(b, b.reshape(q, [n * 16, 16]), dl), ml)
+    # 64 * q, and dl / 64: the same product of two exact factors (see bit_fields).
+    q64 = b.reshape(bit_fields(b, "qs", n * 2, 32, width=2, scaled=True), [n * 16, 16])  # [n, 2, 4, 32]
+    y = b.op("Sub", dequantize_rows(b, q64, scaled_down(b, dl, 64)), ml)
     return b.build([b.reshape(y, shape, out="y")])
 
 
 def _decode_q3_k(n: int, shape):
     b = FunctionBuilder("decode_Q3_K", ["hmask", "qs", "scales", "d"], doc_string="d*(sc-32) * (q - 4*(1-hbit))")
     # 16 six-bit scales: low nibbles in bytes 0-7 (two per byte), top 2 bits in bytes 8-11.
-    low = unpack_fields(b, b.reshape(_columns(b, "scales", n, 8, 0), [n, 1, 8]), width=4, count=2)
-    high = unpack_fields(b, b.reshape(_columns(b, "scales", n, 4, 8), [n, 1, 4]), width=2, count=4)
-    scale = b.op("Add", b.reshape(low, [n, 16]), b.op("Mul", b.reshape(high, [n, 16]), b.const(16, np.uint8)))
+    low = nibbles(b, _columns(b, "scales", n, 8, 0), n, 8)
+    high = bit_fields(b, _columns(b, "scales", n, 4, 8), n, 4, width=2)
+    scale = b.op("Add", low, b.op("Mul", high, b.const(16, np.uint8)))
     signed_scale = b.op("Sub", b.cast(scale, FLOAT), b.const(32.0, np.float32))
     dl = b.reshape(b.op("Mul", _column(b, "d", n), signed_scale), [n * 16])
-    ql = b.reshape(unpack_fields(b, b.reshape("qs", [n, 2, 1, 32]), width=2, count=4), [n, QK_K])
+    ql = b.reshape(bit_fields(b, "qs", n * 2, 32, width=2), [n, QK_K])
     # gguf-py: ql - 4 * (hbit ^ 1) = (ql + 4 * hbit) - 4, an exact small integer either way.
     q = b.op("Add", ql, bit_planes(b, "hmask", n, 32, value=4))
     y = dequantize_rows(b, b.reshape(q, [n * 16, 16]), dl, zero_point=4)
@@ -100,9 +102,8 @@ def _decode_q3_k(n: int, shape):
 def _decode_q4_k(n: int, shape):
     b = FunctionBuilder("decode_Q4_K", ["d", "dmin", "scales", "qs"], doc_string="d*sc * q - dmin*m per 32 weights")
     scale, minimum = _scale_min_k4(b, n)
-    q16 = b.reshape(nibbles(b, "qs", n * 4, 32, times16=True), [n * 8, 32])  # 16 * q, see nibbles()
-    sixteenth = b.op("Mul", _sub_scales(b, "d", n, scale, [n * 8]), b.const(1 / 16, np.float32))
-    y = dequantize_rows(b, q16, sixteenth)
+    q16 = b.reshape(nibbles(b, "qs", n * 4, 32, times=16), [n * 8, 32])  # 16 * q, [n, 4, 2, 32]
+    y = dequantize_rows(b, q16, scaled_down(b, _sub_scales(b, "d", n, scale, [n * 8]), 16))
     y = b.op("Sub", y, _sub_scales(b, "dmin", n, minimum, [n * 8, 1]))
     return b.build([b.reshape(y, shape, out="y")])
 
@@ -121,10 +122,12 @@ def _decode_q5_k(n: int, shape):
 
 def _decode_q6_k(n: int, shape):
     b = FunctionBuilder("decode_Q6_K", ["ql", "qh", "scales", "d"], doc_string="d*scale * (q - 32) per 16 weights")
-    low = b.reshape(nibbles(b, "ql", n * 2, 64), [n, QK_K])
-    high = b.reshape(unpack_fields(b, b.reshape("qh", [n, 2, 1, 32]), width=2, count=4), [n, QK_K])
-    q = b.op("Add", low, b.op("Mul", high, b.const(16, np.uint8)))
-    y = dequantize_rows(b, b.reshape(q, [n * 16, 16]), _sub_scales(b, "d", n, "scales", [n * 16]), zero_point=32)
+    # 4 * q = 4 * (ql nibble) + 64 * (qh field), with zero point 4 * 32 and scale / 4: the field
+    # comes out of bit_fields already times 64 (a mask, no shift).
+    low = b.reshape(nibbles(b, "ql", n * 2, 64, times=4), [n, QK_K])
+    high = b.reshape(bit_fields(b, "qh", n * 2, 32, width=2, scaled=True), [n, QK_K])
+    q4 = b.reshape(b.op("Add", low, high), [n * 16, 16])
+    y = dequantize_rows(b, q4, scaled_down(b, _sub_scales(b, "d", n, "scales", [n * 16]), 4), zero_point=128)
     return b.build([b.reshape(y, shape, out="y")])
 
 

@@ -24,6 +24,7 @@ from onnx_struct.formats.gguf._ops import (
     field,
     gguf_format,
     nibbles,
+    scaled_down,
 )
 
 # Bit j of a byte, times 16 (the fifth bit of a 5-bit quant), for every byte value: [256, 8].
@@ -105,11 +106,6 @@ def _with_fifth_bit(b: FunctionBuilder, qs: str, qh: str, n: int) -> str:
     return b.op("Add", nibbles(b, qs, n, 16), fifth)
 
 
-def _sixteenth(b: FunctionBuilder, x: str) -> str:
-    """A FLOAT16 scale as float32, divided by 16 (exact) for :func:`nibbles` ``(times16=True)``."""
-    return b.op("Mul", b.cast(x, FLOAT), b.const(1 / 16, np.float32))
-
-
 def _column(b: FunctionBuilder, x: str, n: int) -> str:
     """An FLOAT16 ``[n]`` leaf as float32 ``[n, 1]`` (a per-block scale for broadcasting)."""
     return b.reshape(b.cast(x, FLOAT), [n, 1])
@@ -117,15 +113,15 @@ def _column(b: FunctionBuilder, x: str, n: int) -> str:
 
 def _decode_q4_0(n: int, shape):
     b = FunctionBuilder("decode_Q4_0", ["d", "qs"], doc_string="d * (q - 8), q the 32 nibbles of qs")
-    # (16q - 128) * (d / 16): the same real product as d * (q - 8), so the same float32.
-    y = dequantize_rows(b, nibbles(b, "qs", n, 16, times16=True), _sixteenth(b, "d"), zero_point=128)
+    # (16q - 128) * (d / 16) == (q - 8) * d exactly; 16q needs no shift (see nibbles).
+    y = dequantize_rows(b, nibbles(b, "qs", n, 16, times=16), scaled_down(b, b.cast("d", FLOAT), 16), zero_point=128)
     return b.build([b.reshape(y, shape, out="y")])
 
 
 def _decode_q4_1(n: int, shape):
     b = FunctionBuilder("decode_Q4_1", ["d", "m", "qs"], doc_string="(d * q) + m, q the 32 nibbles of qs")
-    q16 = nibbles(b, "qs", n, 16, times16=True)
-    y = b.op("Add", dequantize_rows(b, q16, _sixteenth(b, "d")), _column(b, "m", n))
+    dq = dequantize_rows(b, nibbles(b, "qs", n, 16, times=16), scaled_down(b, b.cast("d", FLOAT), 16))
+    y = b.op("Add", dq, _column(b, "m", n))
     return b.build([b.reshape(y, shape, out="y")])
 
 

@@ -58,19 +58,21 @@ def encode_tq1_0(shape: Sequence[int]) -> onnx.FunctionProto:
     n = num_blocks("TQ1_0", shape, QK_K)
     g = FunctionBuilder("encode_TQ1_0", ["x"])
     d, codes = ternary_codes(g, n)
-    codes = g.cast(codes, TensorProto.INT32)
-    packed = []
+    numbers = []  # per byte the base-3 number of its codes, most significant first (<= 242: uint8)
     for start, width, digits in ((0, 32, 5), (160, 16, 5), (240, 4, 4)):
         group = g.reshape(g.slice(codes, start, start + digits * width, 1), [n, digits, width])
-        weights = np.array([81, 27, 9, 3, 1][:digits], dtype=np.int32).reshape(digits, 1)
-        axes = g.const(np.array([1], dtype=np.int64))
-        packed.append(g.op("ReduceSum", g.op("Mul", group, g.const(weights)), axes, keepdims=0))
-    # the base-3 number as a fraction of 243, rounded up: ceil(v * 256 / 243), as gguf-py
-    for i, value in enumerate(packed):
-        scaled = g.op("Add", g.op("Mul", value, g.const(np.int32(256))), g.const(np.int32(243 - 1)))
-        packed[i] = g.cast(g.op("Div", scaled, g.const(np.int32(243))), TensorProto.UINT8)
-    g.op("Concat", packed[0], packed[1], axis=1, out="qs")
-    g.op("Identity", packed[2], out="qh")
+        weights = np.array([81, 27, 9, 3, 1][:digits], dtype=np.uint8).reshape(digits, 1)
+        parts = g.ops("Split", g.op("Mul", group, g.const(weights)), count=digits, axis=1, num_outputs=digits)
+        total = parts[0]
+        for part in parts[1:]:
+            total = g.op("Add", total, part)
+        numbers.append(g.reshape(total, [n, width]))
+    # gguf-py's (v * 256 + 242) // 243 = ceil(256 v / 243): for 0 < v <= 242 that quotient is at least
+    # 1/243 away from an integer, far beyond float32 rounding, so Ceil in float32 is exact
+    number = g.to_float(g.op("Concat", *numbers, axis=1))  # [n, 52]
+    packed = g.cast(g.op("Ceil", g.op("Mul", number, g.const(np.float32(256 / 243)))), TensorProto.UINT8)
+    g.slice(packed, 0, 48, 1, out="qs")
+    g.slice(packed, 48, 52, 1, out="qh")
     g.op("Identity", d, out="d")
     return g.build(["qs", "qh", "d"])
 
@@ -103,9 +105,13 @@ def encode_tq2_0(shape: Sequence[int]) -> onnx.FunctionProto:
     n = num_blocks("TQ2_0", shape, QK_K)
     g = FunctionBuilder("encode_TQ2_0", ["x"])
     d, codes = ternary_codes(g, n)
-    shifted = g.shl(g.reshape(codes, [n, 2, 4, 32]), np.array([0, 2, 4, 6], dtype=np.uint8).reshape(4, 1))
+    # code k of each byte goes to bits 2k: a multiply (uint8 Mul is far faster than BitShift in
+    # onnxruntime), and the four disjoint parts are summed
+    shifted = g.op(
+        "Mul", g.reshape(codes, [n, 2, 4, 32]), g.const(np.array([1, 4, 16, 64], dtype=np.uint8).reshape(4, 1))
+    )
     parts = [g.slice(shifted, k, k + 1, 2) for k in range(4)]
-    packed = g.op("BitwiseOr", g.op("BitwiseOr", parts[0], parts[1]), g.op("BitwiseOr", parts[2], parts[3]))
+    packed = g.op("Add", g.op("Add", parts[0], parts[1]), g.op("Add", parts[2], parts[3]))
     g.reshape(packed, [n, QK_K // 4], out="qs")
     g.op("Identity", d, out="d")
     return g.build(["qs", "d"])
@@ -116,21 +122,27 @@ def ternary_codes(g: FunctionBuilder, n: int) -> tuple[str, str]:
     """gguf-py's ternary quantization of input ``x``: (``d`` as FLOAT16 ``[n]``, codes ``q + 1``
     as UINT8 ``[n, 256]``).
 
-    ``d = max|x|``, ``id = 0 if d == 0 else 1 / d``, ``q = np_roundf(x * id)`` where np_roundf
-    rounds half away from zero as ``sign(v) * (floor(|v|) + floor(2 * (|v| - floor(|v|))))``.
+    gguf-py: ``d = max|x|``, ``id = 0 if d == 0 else 1 / d``, ``q = np_roundf(x * id)`` (round
+    half away from zero, ``sign(v) * (floor(|v|) + floor(2 * (|v| - floor(|v|))))``), then
+    ``int8(q) + 1``. For finite x, ``|x| <= d`` so ``|x * id| <= 1 + 2**-23``, where np_roundf is
+    exactly ``sign(v) * [|v| >= 0.5]``: two comparisons instead of eight float passes.
+
+    One case needs care: if ``d`` is a float32 subnormal below 2**-128, ``1 / d`` overflows and
+    gguf-py rounds inf/NaN, whose cast to int8 gives 0 on x86-64 (every code 1; ``d`` itself
+    rounds to 0 in f16). Using ``id = 0`` there gives the same bytes.
     """
     x = g.reshape(g.cast("x", TensorProto.FLOAT), [n, QK_K])
-    d = g.op("ReduceMax", g.op("Abs", x), g.const(np.array([1], dtype=np.int64)), keepdims=1)
-    zero = g.const(np.float32(0))
-    inverse = g.op("Where", g.op("Equal", d, zero), zero, g.op("Div", g.const(np.float32(1)), d))
+    d = g.op("ReduceMax", g.op("Abs", x), g.const(np.array([1], dtype=np.int64)), keepdims=1)  # [n, 1]
+    inverse = g.op("Div", g.const(np.float32(1)), d)
+    unusable = g.op("Or", g.op("Equal", d, g.const(np.float32(0))), g.op("IsInf", inverse))
+    inverse = g.op("Where", unusable, g.const(np.float32(0)), inverse)
     v = g.op("Mul", x, inverse)
-    magnitude = g.op("Abs", v)
-    floored = g.op("Floor", magnitude)
-    fraction = g.op("Floor", g.op("Mul", g.const(np.float32(2)), g.op("Sub", magnitude, floored)))
-    rounded = g.op("Mul", g.op("Sign", v), g.op("Add", floored, fraction))
-    codes = g.op("Add", g.cast(rounded, TensorProto.INT8), g.const(np.int8(1)))
-    d16 = g.reshape(g.cast(d, TensorProto.FLOAT16), [n])
-    return d16, g.cast(codes, TensorProto.UINT8)
+    up, down = (
+        g.cast(g.op(op, v, g.const(np.float32(t))), TensorProto.UINT8)
+        for op, t in (("GreaterOrEqual", 0.5), ("LessOrEqual", -0.5))
+    )
+    codes = g.op("Sub", g.op("Add", up, g.const(np.uint8(1))), down)
+    return g.reshape(g.cast(d, TensorProto.FLOAT16), [n]), codes
 
 
 # ---------------------------------------------------------------------- registration
