@@ -79,7 +79,9 @@ def bench_encoder(name: str, rng: np.random.Generator) -> list[float]:
 def main(names: list[str]) -> int:
     rng = np.random.default_rng(0)
     print(f"{VALUES} values per run, {ROWS} rows, min of {REPEAT} alternating runs; onnxruntime {ort.__version__}\n")
-    print("| type | direction | CPU ours (ms) | CPU gguf-py (ms) | CPU ratio | wall ours (ms) | wall gguf-py (ms) | wall ratio |")
+    print(
+        "| type | direction | CPU ours (ms) | CPU gguf-py (ms) | CPU ratio | wall ours (ms) | wall gguf-py (ms) | wall ratio |"
+    )
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     rows = [(n, "decode", bench_decoder) for n in FORMATS] + [(n, "encode", bench_encoder) for n in ("TQ1_0", "TQ2_0")]
     for name, direction, bench in rows:

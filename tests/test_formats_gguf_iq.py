@@ -9,7 +9,6 @@ gguf-py (a NaN where gguf-py has a NaN; the sign/payload of NaN is not compared)
 from __future__ import annotations
 
 import functools
-import importlib
 
 import numpy as np
 import onnx
@@ -21,10 +20,12 @@ from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
 from onnx.reference import ReferenceEvaluator
 
+import onnx_struct
 from onnx_struct import ValidationError, formats, size_in_bits
 from onnx_struct.formats import FORMAT_DOMAIN
-from onnx_struct.formats.gguf import _make_iq_grids, iq, iq_grids
+from onnx_struct.formats.gguf import _make_iq_grids, iq_grids
 from onnx_struct.formats.gguf._iq_graph import OPSET, FunctionBuilder
+from onnx_struct.formats.gguf.iq import FORMATS
 from onnx_struct.view import view_buffer
 
 gguf = pytest.importorskip("gguf")
@@ -70,7 +71,9 @@ def structured(name: str) -> np.dtype:
 def random_blocks(name: str, n: int, seed: int) -> bytes:
     """``n`` random blocks; the first f16 scales are NaN, +-inf, zeros, subnormals and extremes."""
     rng = np.random.default_rng(seed)
-    blocks = np.frombuffer(rng.integers(0, 256, n * structured(name).itemsize, dtype=np.uint8).tobytes(), structured(name)).copy()
+    blocks = np.frombuffer(
+        rng.integers(0, 256, n * structured(name).itemsize, dtype=np.uint8).tobytes(), structured(name)
+    ).copy()
     specials = F16_SPECIALS[:n]
     if "d" in blocks.dtype.names:  # odd blocks keep random bit patterns (any f16, NaN included)
         blocks["d"][::2] = rng.uniform(-2, 2, (n + 1) // 2).astype(np.float16)
@@ -87,7 +90,7 @@ def oracle_leaves(name: str, raw: bytes) -> dict[str, np.ndarray]:
     """Payload leaves split with the hand-written structured dtype; constants from the declaration."""
     blocks = np.frombuffer(raw, structured(name))
     leaves = {field: np.ascontiguousarray(blocks[field]) for field in blocks.dtype.names}
-    for field in formats.get(name).block_fields():
+    for field in FORMATS[name].block_fields():
         if field.WhichOneof("content") == "constant":
             leaves[field.name] = numpy_helper.to_array(field.constant)
     return leaves
@@ -117,7 +120,7 @@ def run(function: onnx.FunctionProto, feeds: dict, outputs: dict[str, tuple], ru
 
 
 def decode(name: str, shape: tuple[int, ...], leaves: dict, runtime: str = "ort") -> np.ndarray:
-    decoder = formats.get(name).decoder(shape)
+    decoder = FORMATS[name].decoder(shape)
     feeds = {i: leaves[i] for i in decoder.input}
     return run(decoder, feeds, {decoder.output[0]: (TensorProto.FLOAT, shape)}, runtime)[0]
 
@@ -135,11 +138,13 @@ def assert_bit_exact(actual: np.ndarray, expected: np.ndarray) -> None:
     np.testing.assert_array_equal(np.isnan(actual), nan, err_msg="NaN positions differ")
     a, e = actual[~nan].view(np.uint32), expected[~nan].view(np.uint32)
     mismatches = np.flatnonzero(a != e)
-    assert mismatches.size == 0, f"{mismatches.size} values differ, first at {mismatches[0]}: {actual[~nan][mismatches[0]]} != {expected[~nan][mismatches[0]]}"
+    assert mismatches.size == 0, (
+        f"{mismatches.size} values differ, first at {mismatches[0]}: {actual[~nan][mismatches[0]]} != {expected[~nan][mismatches[0]]}"
+    )
 
 
 def shape_for(name: str, rows: int, blocks_per_row: int) -> tuple[int, int]:
-    return (rows, blocks_per_row * formats.get(name).block_size)
+    return (rows, blocks_per_row * FORMATS[name].block_size)
 
 
 # ---------------------------------------------------------------------- tables
@@ -149,7 +154,9 @@ def test_tables_equal_gguf_py():
                       ("iq3xxs_grid", gq.IQ3_XXS), ("iq3s_grid", gq.IQ3_S), ("iq1s_grid", gq.IQ1_S)]:  # fmt: skip
         cls.init_grid()
         ours = getattr(iq_grids, name)
-        np.testing.assert_array_equal(ours.astype(np.float32), np.asarray(cls.grid).reshape(cls.grid_shape), err_msg=name)
+        np.testing.assert_array_equal(
+            ours.astype(np.float32), np.asarray(cls.grid).reshape(cls.grid_shape), err_msg=name
+        )
     assert iq_grids.ksigns_iq2xs.tobytes() == gq.IQ2_XXS.ksigns
     assert iq_grids.kvalues_iq4nl.tolist() == list(gq.IQ4_NL.kvalues)
 
@@ -172,7 +179,7 @@ def test_generated_table_module_is_current():
 # ---------------------------------------------------------------------- declarations
 @pytest.mark.parametrize("name", NAMES)
 def test_declaration_matches_ggml_block(name):
-    fmt = formats.get(name)
+    fmt = FORMATS[name]
     block_size, type_size = GGML_QUANT_SIZES[GGMLQuantizationType[name]]
     assert (fmt.family, fmt.block_size, fmt.bytes_per_block) == ("gguf", block_size, type_size)
     assert size_in_bits(fmt.block_declaration()) == 8 * type_size == 8 * structured(name).itemsize
@@ -185,7 +192,7 @@ def test_declaration_matches_ggml_block(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_view_leaves_equal_structured_split(name):
     """Our declaration read through view() splits blocks exactly like ggml's struct."""
-    fmt = formats.get(name)
+    fmt = FORMATS[name]
     shape = shape_for(name, 2, 3)
     model = oh.make_model(oh.make_graph([], "g", [], []))
     root = fmt.add_to_model(model, shape)
@@ -200,7 +207,7 @@ def test_view_leaves_equal_structured_split(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_decoder_inputs_are_the_leaves(name):
-    fmt = formats.get(name)
+    fmt = FORMATS[name]
     decoder = fmt.decoder(shape_for(name, 1, 2))
     assert (decoder.domain, decoder.name, len(decoder.output)) == (FORMAT_DOMAIN, f"decode_{name}", 1)
     assert list(decoder.input) == [f.name for f in fmt.block_fields()]
@@ -210,7 +217,7 @@ def test_decoder_inputs_are_the_leaves(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_decoder_rejects_a_partial_block(name):
     with pytest.raises(ValidationError, match="block size"):
-        formats.get(name).decoder((3, formats.get(name).block_size + 1))
+        FORMATS[name].decoder((3, FORMATS[name].block_size + 1))
 
 
 # ---------------------------------------------------------------------- decoders vs gguf-py
@@ -224,30 +231,27 @@ def test_decode_bit_exact_onnxruntime(name):
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # inf * 0 in the reference Mul, as in gguf-py
 def test_decode_bit_exact_reference_evaluator(name):
-    shape = (3, 1, 4 * formats.get(name).block_size)  # rank 3, 12 blocks
+    shape = (3, 1, 4 * FORMATS[name].block_size)  # rank 3, 12 blocks
     raw = random_blocks(name, 12, seed=7)
     assert_bit_exact(decode(name, shape, oracle_leaves(name, raw), "reference"), gguf_dequantize(name, raw, shape))
 
 
-@pytest.mark.parametrize("name", ["IQ2_XXS", "TQ1_0"])
+@pytest.mark.parametrize("name", NAMES)
 def test_decode_zero_blocks(name):
-    shape = (0, formats.get(name).block_size)
+    shape = (0, FORMATS[name].block_size)
     leaves = oracle_leaves(name, b"")
     assert decode(name, shape, leaves).shape == shape
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_decode_through_runtime(name):
-    """``onnx_struct.decode`` on a real struct value, once the runtime exists."""
-    runtime = importlib.import_module("onnx_struct")
-    if not hasattr(runtime, "decode"):
-        pytest.skip("onnx_struct.decode is not available yet")
-    fmt = formats.get(name)
+    """``onnx_struct.decode`` on a real struct value (constants bound as initializers)."""
+    fmt = FORMATS[name]
     shape = shape_for(name, 2, 4)
     raw = random_blocks(name, 8, seed=3)
     model = oh.make_model(oh.make_graph([], "g", [], []), opset_imports=[oh.make_opsetid("", OPSET)])
     value = fmt.make_value(model, "w", shape, raw)
-    assert_bit_exact(np.asarray(runtime.decode(value, model)), gguf_dequantize(name, raw, shape))
+    assert_bit_exact(np.asarray(onnx_struct.decode(value, model)), gguf_dequantize(name, raw, shape))
 
 
 def test_f16_bits_to_float_all_patterns():
@@ -264,7 +268,7 @@ def test_f16_bits_to_float_all_patterns():
 # ---------------------------------------------------------------------- TQ encoders vs gguf-py
 def encode(name: str, x: np.ndarray, runtime: str = "ort") -> bytes:
     """Our encoder's outputs assembled into blocks with the hand-written struct dtype."""
-    encoder = formats.get(name).encoder(x.shape)
+    encoder = FORMATS[name].encoder(x.shape)
     blocks = np.zeros(x.size // 256, structured(name))
     outputs = run(encoder, {encoder.input[0]: x}, encoder_outputs(blocks), runtime)
     for field, array in zip(encoder.output, outputs, strict=True):
@@ -315,12 +319,23 @@ def test_encode_byte_identical(name, runtime):
 def test_encode_then_decode_equals_gguf_round_trip(name):
     x = tq_inputs(seed=9)
     raw = encode(name, x)
-    assert_bit_exact(decode(name, x.shape, oracle_leaves(name, raw)), gguf_dequantize(name, gguf_quantize(name, x), x.shape))
+    assert_bit_exact(
+        decode(name, x.shape, oracle_leaves(name, raw)), gguf_dequantize(name, gguf_quantize(name, x), x.shape)
+    )
+
+
+@pytest.mark.parametrize("name", ["TQ1_0", "TQ2_0"])
+def test_encode_through_runtime(name):
+    """``onnx_struct.encode`` packs the encoder's outputs into exactly gguf-py's block bytes."""
+    x = tq_inputs(seed=11)
+    model = oh.make_model(oh.make_graph([], "g", [], []), opset_imports=[oh.make_opsetid("", OPSET)])
+    root = FORMATS[name].add_to_model(model, x.shape)
+    assert onnx_struct.encode(x, root, model).raw_data == gguf_quantize(name, x)
 
 
 @functools.cache
 def tq_sessions(name: str):
-    encoder = formats.get(name).encoder((1, 256))
+    encoder = FORMATS[name].encoder((1, 256))
     outputs = encoder_outputs(np.zeros(1, structured(name)))
     model = function_model(encoder, {"x": np.zeros((1, 256), np.float32)}, outputs)
     return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]), encoder
@@ -341,6 +356,19 @@ def test_encode_property_byte_identical(values, name):
     assert blocks.tobytes() == gguf_quantize(name, x)
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_encoder_exactly_where_gguf_py_quantizes(name):
+    """gguf-py quantizes TQ1_0 and TQ2_0 only (the IQ types need an importance matrix)."""
+    try:
+        gguf_quantize(name, np.zeros((1, 256), np.float32))
+        gguf_can = True
+    except NotImplementedError:
+        gguf_can = False
+    assert (FORMATS[name].encoder is not None) == gguf_can == name.startswith("TQ")
+
+
 def test_importing_iq_registers_every_type():
-    assert set(iq.FORMATS) == set(NAMES)
+    """Importing the iq module registers the TQ types too; the registry hands out the same objects."""
+    assert set(FORMATS) == set(NAMES)
     assert set(NAMES) <= set(formats.names())
+    assert all(formats.get(name) is FORMATS[name] for name in NAMES)

@@ -20,7 +20,6 @@ from onnx_struct.cli import main
 from onnx_struct.cli.from_gguf import ProgressBar
 from onnx_struct.formats.gguf import convert
 from onnx_struct.formats.gguf.convert import VALUE_TYPES_KEY, decode_metadata
-from onnx_struct.runtime import decode
 
 gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType
@@ -103,7 +102,7 @@ def test_inline_conversion_checks_and_decodes_like_gguf_py(tiny, tmp_path):
     assert list(values) == list(TENSORS)  # file order, GGUF names
     for name, (_qtype, stored, logical) in expected.items():
         assert values[name].raw_data == stored  # the bytes gguf-py wrote, verbatim
-        np.testing.assert_array_equal(decode(name, model_path), logical)
+        np.testing.assert_array_equal(S.decode(name, model_path), logical)
 
 
 def test_declarations_follow_the_registered_formats(tiny):
@@ -140,7 +139,7 @@ def test_reference_mode_copies_no_tensor_byte_and_resolves_offsets(tiny, tmp_pat
         offset, length = int(entries["offset"]), int(entries["length"])
         _qtype, stored, logical = expected[value.name]
         assert file_bytes[offset : offset + length] == stored
-        np.testing.assert_array_equal(decode(value.name, model_path), logical)
+        np.testing.assert_array_equal(S.decode(value.name, model_path), logical)
 
 
 def test_reference_mode_defaults_to_the_gguf_directory(tiny):
@@ -217,7 +216,7 @@ def test_keep_unknown_keeps_raw_uint8_arrays(tiny, q8_unknown, tmp_path, referen
     if not reference:
         assert value.raw_data == expected["blk.0.attn_q.weight"][1]
     with pytest.raises(S.ValidationError, match="no decoder"):
-        decode("blk.0.attn_q.weight", model, base_dir=source.parent)
+        S.decode("blk.0.attn_q.weight", model, base_dir=source.parent)
 
 
 def test_not_a_gguf_file_is_a_validation_error(tmp_path):
@@ -263,7 +262,9 @@ def test_cli_from_gguf_inline_and_reference(tiny, tmp_path, capsys):
     assert capsys.readouterr().out == ""  # the progress bar and summary go to stderr
     for name in ("a.onnx", "b.onnx"):
         S.check_model(tmp_path / name)
-        np.testing.assert_array_equal(decode("blk.0.ffn_down.weight", tmp_path / name), expected["blk.0.ffn_down.weight"][2])
+        np.testing.assert_array_equal(
+            S.decode("blk.0.ffn_down.weight", tmp_path / name), expected["blk.0.ffn_down.weight"][2]
+        )
     assert (tmp_path / "b.onnx").stat().st_size < (tmp_path / "a.onnx").stat().st_size
 
 
@@ -299,3 +300,55 @@ def test_progress_bar_draws_only_on_a_terminal():
     bar = ProgressBar(quiet, enabled=False)
     bar(1, 1, "a")
     assert quiet.getvalue() == ""
+
+
+def test_every_registered_ggml_type_converts_and_decodes_like_gguf_py(tmp_path):
+    """One tensor per GGML type that both gguf-py and the registry know, with random block bytes
+    (scales included, so non-finite values occur and must match too)."""
+    rng = np.random.default_rng(3)
+    known = set(formats.names())
+    types = [t for t in Q if t.name in known and t not in (Q.F32, Q.F16)]
+    assert {Q.Q4_0, Q.Q8_0, Q.BF16} <= set(types)
+    writer = gguf.GGUFWriter(tmp_path / "all.gguf", "llama")
+    expected = {}
+    for qtype in types:
+        block_size, type_size = gguf.GGML_QUANT_SIZES[qtype]
+        shape = (2, 2 * block_size)  # two rows of two blocks
+        data = rng.integers(0, 256, (shape[0], 2 * type_size), dtype=np.uint8)
+        writer.add_tensor(qtype.name, data, raw_dtype=qtype)
+        with np.errstate(invalid="ignore", over="ignore"):  # random scales: inf * 0 is expected
+            expected[qtype.name] = gguf.quants.dequantize(data, qtype).reshape(shape)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    model_path = _save(convert(tmp_path / "all.gguf"), tmp_path / "all.onnx")
+    S.check_model(model_path)
+    for name, want in expected.items():
+        got = S.decode(name, model_path)
+        assert got.shape == want.shape, name
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=0, equal_nan=True, err_msg=name)
+
+
+def test_a_type_without_a_format_in_a_real_file(tmp_path):
+    """An integer tensor (GGML I32/I8/...: no block format) as gguf-py writes it from numpy."""
+    dtypes = {"I8": np.int8, "I16": np.int16, "I32": np.int32, "I64": np.int64, "F64": np.float64}
+    name = next((n for n in dtypes if n not in formats.names()), None)
+    if name is None:
+        pytest.skip("every plain GGML type has a registered format")
+    data = np.arange(64, dtype=dtypes[name]).reshape(2, 32)
+    path = tmp_path / "ints.gguf"
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_tensor("positions", data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(S.ValidationError, match=rf"tensor\[0\] \('positions'\): GGML type {name} has no registered"):
+        convert(path)
+    model = convert(path, keep_unknown=True)
+    S.check_model(model)
+    (value,) = S.get_struct_values(model)
+    assert value.raw_data == data.tobytes()
+    root = S.get_struct_types(model)[value.type]
+    assert root.name == f"{name}_raw" and root.array.dimension == data.nbytes

@@ -18,7 +18,6 @@ import onnx_struct as S
 from onnx_struct import formats
 from onnx_struct.cli import main
 from onnx_struct.formats.quantize import plan, quantize
-from onnx_struct.lower import lower
 
 gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType
@@ -60,7 +59,10 @@ def synthetic_model() -> onnx.ModelProto:
         nodes,
         "synthetic",
         [oh.make_tensor_value_info("X", TensorProto.FLOAT, [3, 64])],
-        [oh.make_tensor_value_info(n, TensorProto.FLOAT, shape) for n, shape in (("Y", [3, 32]), ("Z", []), ("V", [3, 128]))],
+        [
+            oh.make_tensor_value_info(n, TensorProto.FLOAT, shape)
+            for n, shape in (("Y", [3, 32]), ("Z", []), ("V", [3, 128]))
+        ],
         initializers,
     )
     return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
@@ -114,7 +116,7 @@ def test_weights_are_replaced_and_lowered_model_matches_gguf_oracle(model, fmt):
     assert oh.get_attribute_value(next(a for a in gemm3.attribute if a.name == "transB")) == 1
 
     expected = oracle(model, Q[fmt], "input")
-    actual = run(lower(quantized))
+    actual = run(S.lower(quantized))
     for got, want in zip(actual, expected, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     # And the format's error against the float model is what the format promises.
@@ -144,7 +146,7 @@ def test_group_along_output_axis_stores_weights_as_they_are(model):
     w = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     assert values["W1"].raw_data == gguf.quants.quantize(w["W1"], Q.Q4_0).tobytes()
     assert values["W2"].raw_data == gguf.quants.quantize(np.ascontiguousarray(w["W2"].T), Q.Q4_0).tobytes()
-    for got, want in zip(run(lower(quantized)), oracle(model, Q.Q4_0, "output"), strict=True):
+    for got, want in zip(run(S.lower(quantized)), oracle(model, Q.Q4_0, "output"), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -223,7 +225,7 @@ def test_gather_tables_quantize_along_rows():
     (value,) = S.get_struct_values(quantized)
     assert value.name == "table" and value.raw_data == gguf.quants.quantize(table, Q.Q4_0).tobytes()
     ids = np.array([0, 99, 7, 7, 42], np.int64)
-    session = ort.InferenceSession(lower(quantized).SerializeToString(), providers=["CPUExecutionProvider"])
+    session = ort.InferenceSession(S.lower(quantized).SerializeToString(), providers=["CPUExecutionProvider"])
     (got,) = session.run(None, {"ids": ids})
     np.testing.assert_allclose(got, gguf_roundtrip(table, Q.Q4_0)[ids], rtol=1e-6, atol=1e-6)
 
@@ -233,5 +235,5 @@ def test_an_older_opset_is_upgraded_so_the_decoder_runs():
     old.opset_import[0].version = 17  # every operator of the model exists unchanged at 17
     quantized = quantize(old, "Q8_0")
     assert quantized.opset_import[0].version >= 21
-    for got, want in zip(run(lower(quantized)), oracle(old, Q.Q8_0, "input"), strict=True):
+    for got, want in zip(run(S.lower(quantized)), oracle(old, Q.Q8_0, "input"), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -71,8 +71,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"onnx-struct from-gguf: {error}", file=sys.stderr)
         return EXIT_INVALID
     bar.close()
-    output.write_bytes(model.SerializeToString())
+    data = model.SerializeToString()
+    output.write_bytes(data)
     if not args.quiet:
         mode = "referencing" if args.reference else "copying"
-        print(f"{output}: {len(model.SerializeToString())} bytes, {mode} the tensors of {args.input}", file=sys.stderr)
+        print(f"{output}: {len(data)} bytes, {mode} the tensors of {args.input}", file=sys.stderr)
     return EXIT_OK

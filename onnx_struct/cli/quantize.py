@@ -24,12 +24,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("output", help="the .onnx file to write")
     parser.add_argument("--format", required=True, help="a registered format with an encoder, e.g. Q4_0, Q8_0")
     parser.add_argument(
-        "--group-axis", choices=("input", "output"), default="input",
+        "--group-axis",
+        choices=("input", "output"),
+        default="input",
         help="axis the blocks group: the input axis K as GGUF does (default), or the output axis N",
     )
     parser.add_argument("--min-elements", type=int, default=4096, help="leave smaller weights as float (default 4096)")
     parser.add_argument(
-        "--op-types", default="MatMul,Gemm", help="comma-separated op types whose weights are quantized (default MatMul,Gemm)"
+        "--op-types",
+        default="MatMul,Gemm",
+        help="comma-separated op types whose weights are quantized (default MatMul,Gemm)",
     )
     parser.add_argument("--quiet", action="store_true", help="print nothing on success")
 

@@ -190,7 +190,9 @@ def _format(format: str | BlockFormat) -> BlockFormat:
     return formats.get(format)
 
 
-def _plan(stock: onnx.ModelProto, fmt: BlockFormat, op_types: Sequence[str], min_elements: int, group_axis: str) -> Plan:
+def _plan(
+    stock: onnx.ModelProto, fmt: BlockFormat, op_types: Sequence[str], min_elements: int, group_axis: str
+) -> Plan:
     unknown = [op for op in op_types if op not in WEIGHT_INPUT]
     if unknown:
         raise ValueError(f"op_types {unknown} are not supported; the weight input is known for {sorted(WEIGHT_INPUT)}")

@@ -96,11 +96,21 @@ class FunctionBuilder:
 
         ``axis=-1``: ``(x[..., None] >> shifts) & mask``, the fields of one element adjacent;
         ``axis=-2``: ``(x[..., None, :] >> shifts[:, None]) & mask``, all elements' field 0
-        first, then all field 1, ... (ggml's "low nibbles, then high nibbles" order)."""
-        shifts = np.array(list(shifts), dtype=dtype).reshape([-1] + [1] * (-axis - 1))
+        first, then all field 1, ... (ggml's "low nibbles, then high nibbles" order).
+
+        For ``axis=-1`` the shifts run along a new *leading* axis, ``[k, count]``, and a 2-D
+        Transpose makes the fields adjacent: onnxruntime broadcasts ``[count, 1] >> [k]`` one tiny
+        span at a time, several times slower than the two passes."""
+        shifts = list(shifts)
+        mask = np.array((1 << width) - 1, dtype=dtype)
+        if axis == -1:
+            count = math.prod(shape) // len(shifts)
+            flat = self.reshape(x, [1, count])
+            fields = self.band(self.shr(flat, np.array(shifts, dtype=dtype).reshape(-1, 1)), mask)  # [k, count]
+            return self.reshape(self.op("Transpose", fields, perm=[1, 0]), shape)
+        shifts = np.array(shifts, dtype=dtype).reshape([-1] + [1] * (-axis - 1))
         unsqueezed = self.op("Unsqueeze", x, self.const(np.array([axis], dtype=np.int64)))
-        masked = self.band(self.shr(unsqueezed, shifts), np.array((1 << width) - 1, dtype=dtype))
-        return self.reshape(masked, shape)
+        return self.reshape(self.band(self.shr(unsqueezed, shifts), mask), shape)
 
     def slice(self, x: str, start: int, end: int, axis: int, out: str | None = None) -> str:
         return self.op("Slice", x, *(self.const(np.array([v], dtype=np.int64)) for v in (start, end, axis)), out=out)

@@ -3,24 +3,26 @@
 A format module reads like gguf-py's numpy code, one helper call per numpy step::
 
     b = FunctionBuilder("decode_Q4_0", ["d", "qs"])
-    q = nibbles(b, "qs", n, 16)                       # [n, 32]: low nibbles, then high nibbles
+    q = nibbles(b, "qs", n, 16)  # [n, 32]: low nibbles, then high nibbles
     y = dequantize_rows(b, q, b.cast("d", FLOAT), zero_point=8)
     decoder = b.build([b.reshape(y, shape, out="y")])
 
 Stable interface for any GGUF format module: :data:`OPSET`, :data:`BITCAST_OPSET`,
-:class:`FunctionBuilder`, the recipes :func:`nibbles`, :func:`bit_fields`, :func:`bit_planes`,
-:func:`byte_lookup`, :func:`dequantize_rows`, :func:`scaled_down`, and the declaration helpers :func:`field` and
-:func:`gguf_format`.
+:class:`FunctionBuilder`; the recipes :func:`nibbles`, :func:`bit_fields`, :func:`bit_planes`,
+:func:`byte_lookup`, :func:`dequantize_rows`, :func:`scaled_down`; the declaration helpers
+:func:`field` and :func:`gguf_format`.
 
 Why the recipes look the way they do (measured on onnxruntime 1.32's CPU provider): uint8
-``Add``/``Sub``/``Mul`` are vectorized and ~7x faster than ``BitShift``/``BitwiseAnd``, and any
-broadcast whose innermost run is short (a ``[n, 1, 32] >> [1, 8, 1]`` shift, say) falls back to a
-per-run loop that is slower still. So nibbles are cut with one *scalar* shift plus uint8
+``Add``/``Sub``/``Mul`` are vectorized and 5-10x faster than ``BitwiseAnd``/``BitShift``; uint8
+``Where``, Gathers of single bytes and any broadcast whose innermost run is short (a
+``[n, 1, 32] >> [1, 8, 1]`` shift, say) are slower still (per-element or per-run loops). So nibbles are cut with one *scalar* shift plus uint8
 arithmetic, narrower fields over long runs (Tile, then one wrapping multiply that moves each
 field to the top bits, then one shift, mask or compare), and bit expansions with short runs use
-a 256-entry ``Gather`` table.
+a 256-entry ``Gather`` table (one row copy per byte).
 ``DequantizeLinear`` (per-axis) turns bytes into floats in one pass and computes
-``float(q - zero_point) * scale`` with a single rounding, exactly gguf-py's ``d * q``.
+``float(q - zero_point) * scale`` with a single rounding, exactly gguf-py's ``d * q``. The
+remaining float pass of formats with a minimum (``d * q + m``) is a broadcast Add/Sub, kept as a
+separate op because gguf-py rounds twice.
 """
 
 from __future__ import annotations

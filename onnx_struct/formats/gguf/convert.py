@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import sys
 from collections.abc import Callable
 
 import numpy as np
@@ -121,7 +122,7 @@ def _open(gguf, source: pathlib.Path):
         reader = gguf.GGUFReader(source, "r")
     except (ValueError, KeyError, IndexError, TypeError) as error:  # gguf-py's ways of saying "malformed"
         raise ValidationError(str(source), f"not a readable GGUF file: {error}") from None
-    if reader.byte_order != "I" or reader.endianess != gguf.GGUFEndian.LITTLE:
+    if (reader.byte_order == "I") != (sys.byteorder == "little"):  # "I": the host's byte order
         # The proposal's payloads are little-endian; a big-endian file's tensors are not.
         raise ValidationError(str(source), "big-endian GGUF files are not supported (payloads must be little-endian)")
     return reader

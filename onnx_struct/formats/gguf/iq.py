@@ -4,8 +4,15 @@ Each type is one :class:`BlockFormat`: its block Structure declares the payload 
 order with their real ONNX types (``d: FLOAT16``, ``qs: UINT8[n]`` or ``UINT16[n]``, ...) plus
 the lookup tables the decoder needs as CONSTANT fields (``iq2xxs_grid``, ``ksigns_iq2xs``,
 ``kvalues_iq4nl``, ... stored as ggml declares them, zero payload bytes). The decoder is an ONNX
-function reproducing ``gguf.quants.dequantize`` bit for bit: same float32 operations in the same
-order, so every output equals gguf-py's exactly (NaN where gguf-py has NaN).
+function reproducing ``gguf.quants.dequantize`` bit for bit (NaN where gguf-py has NaN): the
+float32 scales are computed with gguf-py's operations in its order, the rest of gguf-py's product
+(grid times signs, a level) is an exact small integer, and the two meet in one float32 multiply
+(DequantizeLinear), which rounds exactly as gguf-py's chain does.
+
+Speed, in onnxruntime: one Gather of a whole row (8 signed grid values, 2 IQ4 levels) per index,
+tables derived from the constant fields only (folded when the session is built), no element-wise
+op on a short broadcast span or a trailing dimension of 1, and no Transpose of small blocks; those
+cost more than gguf-py's whole numpy pipeline.
 
 Where gguf-py splits a ggml array by meaning, the declaration follows gguf-py's names:
 IQ2_S ``qs[64]`` is ``qs[32]`` (grid indices) + ``signs[32]``, IQ3_XXS ``qs[96]`` is ``qs[64]``
@@ -128,8 +135,9 @@ def decode_iq2_xxs(shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("decode_IQ2_XXS", ["d", "qs", "iq2xxs_grid", "ksigns_iq2xs"])
     words = g.reshape("qs", [n, 8, 4])
     grid_index = g.bits(g.slice(words, 0, 2, 2), np.uint16, [0, 8], 8, [n, 8, 4])  # the 4 index bytes
-    low, high = (g.cast(g.slice(words, k, k + 1, 2), TensorProto.UINT32) for k in (2, 3))
-    aux = g.op("BitwiseOr", low, g.shl(high, np.uint32(16)))  # [n, 8, 1] uint32
+    # flat [n * 8]: onnxruntime runs element-wise ops on a trailing dimension of 1 ~15x slower
+    low, high = (g.cast(g.reshape(g.slice(words, k, k + 1, 2), [n * 8]), TensorProto.UINT32) for k in (2, 3))
+    aux = g.op("BitwiseOr", low, g.shl(high, np.uint32(16)))  # [n * 8] uint32
     sign_index = g.bits(aux, np.uint32, [0, 7, 14, 21], 7, [n, 8, 4])
     index = g.op("Add", g.op("Mul", g.index(sign_index), g.const(np.int32(256))), g.index(grid_index))
     values = g.gather(signed_grid(g, "iq2xxs_grid", g.sign_table("ksigns_iq2xs")), index)  # [n, 8, 4, 8]
@@ -242,7 +250,7 @@ def decode_iq1_s(shape: Sequence[int]) -> onnx.FunctionProto:
     n = num_blocks("IQ1_S", shape, QK_K)
     g = FunctionBuilder("decode_IQ1_S", ["d", "qs", "qh", "iq1s_grid", "delta"])
     high = g.bits("qh", np.uint16, [0, 3, 6, 9], 3, [n, 32])
-    negative = g.reshape(g.index(g.shr("qh", np.uint16(15))), [n, 8, 1])
+    negative = g.index(g.bits("qh", np.uint16, [15] * 4, 1, [n, 8, 4]))  # the sub-block's sign, per grid row
     index = g.op("Add", g.op("Mul", g.index_hi_lo("qs", high, [n, 8, 4]), g.const(np.int32(2))), negative)
     values = g.gather(shifted_grid(g, "iq1s_grid", "delta"), index)  # [n, 8, 4, 8]
     scale = g.band(g.shr("qh", np.uint16(12)), np.uint16(7))

@@ -107,7 +107,7 @@ def _with_fifth_bit(b: FunctionBuilder, qs: str, qh: str, n: int) -> str:
 
 
 def _column(b: FunctionBuilder, x: str, n: int) -> str:
-    """An FLOAT16 ``[n]`` leaf as float32 ``[n, 1]`` (a per-block scale for broadcasting)."""
+    """A FLOAT16 ``[n]`` leaf as float32 ``[n, 1]`` (a per-block scale for broadcasting)."""
     return b.reshape(b.cast(x, FLOAT), [n, 1])
 
 

@@ -4,10 +4,12 @@ Both store 256 values in {-1, 0, 1} times one f16 scale ``d`` (the block's absol
 with ``d`` *last* in the block. TQ2_0 packs 2-bit codes ``q + 1``; TQ1_0 packs 5 trits per byte
 as a fixed-point fraction of 243 so that digit k is ``((byte * 3**k) mod 256) * 3 >> 8``.
 
-The encoders reproduce ``gguf.quants.quantize`` byte for byte (same float32 operations in the
-same order, round-half-away-from-zero as gguf-py's ``np_roundf``); the decoders reproduce
-``gguf.quants.dequantize`` bit for bit. Blocks containing NaN or infinity have no defined
-encoding in gguf-py (the float -> int8 cast of NaN is platform-defined), so neither has ours.
+The encoders reproduce ``gguf.quants.quantize`` byte for byte for finite input (gguf-py's
+float32 ``d``, ``1 / d`` and ``x * id``; its round-half-away-from-zero ``np_roundf`` is two
+comparisons on the reachable range, see :func:`ternary_codes`); the decoders reproduce
+``gguf.quants.dequantize`` bit for bit (``d * (q - 1)`` as one DequantizeLinear multiply of an
+exact integer). Blocks containing NaN or infinity have no defined encoding in gguf-py (the
+float -> int8 cast of NaN is platform-defined), so none here either.
 """
 
 from __future__ import annotations
@@ -40,8 +42,12 @@ def decode_tq1_0(shape: Sequence[int]) -> onnx.FunctionProto:
     parts = []
     # byte j of a group of `width` bytes holds values k * width + j, k = 0..digits-1
     for source, start, width, digits in (("qs", 0, 32, 5), ("qs", 32, 16, 5), ("qh", 0, 4, 4)):
-        group = g.op("Unsqueeze", g.slice(source, start, start + width, 1), g.const(np.array([1], dtype=np.int64)))
-        shifted = g.op("Mul", group, g.const(POWERS_5[:digits].reshape(digits, 1)))  # uint8, wraps mod 256
+        group = g.reshape(g.slice(source, start, start + width, 1), [n, 1, width])
+        # Expand first, then a broadcast over blocks only: onnxruntime's element-wise kernels crawl on
+        # short broadcast spans such as [n, 1, width] * [digits, 1]
+        group = g.op("Expand", group, g.const(np.array([n, digits, width], dtype=np.int64)))
+        powers = np.repeat(POWERS_5[:digits].reshape(digits, 1), width, axis=1)
+        shifted = g.op("Mul", group, g.const(powers))  # uint8, wraps mod 256
         parts.append(g.reshape(shifted, [n, digits * width]))
     fraction = g.op("Concat", *parts, axis=1)  # [n, 256] uint8
     # gguf-py's digit (uint16(q) * 3) >> 8 is 0, 1 or 2: it is [q >= 86] + [q >= 171] (3q >= 256, 3q >= 512),
@@ -61,7 +67,7 @@ def encode_tq1_0(shape: Sequence[int]) -> onnx.FunctionProto:
     numbers = []  # per byte the base-3 number of its codes, most significant first (<= 242: uint8)
     for start, width, digits in ((0, 32, 5), (160, 16, 5), (240, 4, 4)):
         group = g.reshape(g.slice(codes, start, start + digits * width, 1), [n, digits, width])
-        weights = np.array([81, 27, 9, 3, 1][:digits], dtype=np.uint8).reshape(digits, 1)
+        weights = np.repeat(np.array([81, 27, 9, 3, 1][:digits], dtype=np.uint8).reshape(digits, 1), width, axis=1)
         parts = g.ops("Split", g.op("Mul", group, g.const(weights)), count=digits, axis=1, num_outputs=digits)
         total = parts[0]
         for part in parts[1:]:
@@ -92,7 +98,8 @@ def decode_tq2_0(shape: Sequence[int]) -> onnx.FunctionProto:
     # tensor. Each 32-value row then has its own zero point 4**k and scale d / 4**k, and
     # (q_k * 4**k - 4**k) * (d / 4**k) is exactly gguf-py's d * (q_k - 1): the integer part is exact
     # and scaling d by a power of two is exact (d is an f16 value, far from float32's subnormals).
-    masked = g.band(g.reshape("qs", [n, 2, 1, 32]), np.array([3, 12, 48, 192], dtype=np.uint8).reshape(4, 1))
+    planes = g.op("Expand", g.reshape("qs", [n, 2, 1, 32]), g.const(np.array([n, 2, 4, 32], dtype=np.int64)))
+    masked = g.band(planes, np.repeat(np.array([[3], [12], [48], [192]], dtype=np.uint8), 32, axis=1))
     powers = np.array([1, 4, 16, 64], dtype=np.uint8)
     rows = g.const(np.array([n, 2, 4], dtype=np.int64))
     zero_points = g.reshape(g.op("Expand", g.const(powers), rows), [n * 8])
@@ -106,10 +113,9 @@ def encode_tq2_0(shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("encode_TQ2_0", ["x"])
     d, codes = ternary_codes(g, n)
     # code k of each byte goes to bits 2k: a multiply (uint8 Mul is far faster than BitShift in
-    # onnxruntime), and the four disjoint parts are summed
-    shifted = g.op(
-        "Mul", g.reshape(codes, [n, 2, 4, 32]), g.const(np.array([1, 4, 16, 64], dtype=np.uint8).reshape(4, 1))
-    )
+    # onnxruntime; a [4, 32] factor keeps the broadcast span long), and the disjoint parts are summed
+    weights = np.repeat(np.array([[1], [4], [16], [64]], dtype=np.uint8), 32, axis=1)
+    shifted = g.op("Mul", g.reshape(codes, [n, 2, 4, 32]), g.const(weights))
     parts = [g.slice(shifted, k, k + 1, 2) for k in range(4)]
     packed = g.op("Add", g.op("Add", parts[0], parts[1]), g.op("Add", parts[2], parts[3]))
     g.reshape(packed, [n, QK_K // 4], out="qs")
