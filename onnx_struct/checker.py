@@ -229,33 +229,7 @@ class _Checker:
             return
         expected = size_bits // 8
         if len(value.external_data):
-            if value.HasField("raw_data"):
-                self.report(ValidationError(where, "payload is given both inline (raw_data) and as external_data"))
-                return
-            ref = self.attempt(external.parse_external_data, value.external_data, f"{where}.external_data")
-            if ref is None:
-                return
-            if ref.length is not None and ref.length != expected:
-                self.report(
-                    ValidationError(
-                        where,
-                        f"external payload length is {ref.length} bytes; the type requires {expected}",
-                        expected=expected,
-                        actual=ref.length,
-                    )
-                )
-                return
-            if self.loaded.base_dir is not None:
-                resolved = self.attempt(external.resolve, ref, self.loaded.base_dir, f"{where}.external_data")
-                if resolved is not None and resolved[1] != expected:
-                    self.report(
-                        ValidationError(
-                            where,
-                            f"external payload length is {resolved[1]} bytes; the type requires {expected}",
-                            expected=expected,
-                            actual=resolved[1],
-                        )
-                    )
+            self.attempt(external.external_payload_range, value, expected, self.loaded.base_dir, where)
             return
         actual = len(value.raw_data)
         if actual != expected:

@@ -100,6 +100,33 @@ def resolve(ref: ExternalRef, base_dir: os.PathLike | str, path: str) -> tuple[p
     return target, length
 
 
+def external_payload_range(
+    value, nbytes: int, base_dir: os.PathLike | str | None, where: str
+) -> tuple[pathlib.Path, int] | None:
+    """Check a struct value's external payload against the ``nbytes`` its type requires.
+
+    Returns ``(file, offset)`` of the verified range, or None when ``base_dir`` is None (then only
+    the entries and a declared ``length`` can be checked). Only ``stat`` touches the file.
+    """
+    if value.HasField("raw_data"):
+        raise ValidationError(where, "payload is given both inline (raw_data) and as external_data")
+    ref = parse_external_data(value.external_data, f"{where}.external_data")
+    lengths = [ref.length] if ref.length is not None else []
+    file = None
+    if base_dir is not None:
+        file, length = resolve(ref, base_dir, f"{where}.external_data")
+        lengths.append(length)
+    for length in lengths:
+        if length != nbytes:
+            raise ValidationError(
+                where,
+                f"external payload length is {length} bytes; the type requires {nbytes}",
+                expected=nbytes,
+                actual=length,
+            )
+    return None if file is None else (file, ref.offset)
+
+
 def map_payload(file: pathlib.Path, offset: int, length: int) -> memoryview:
     """A read-only memory map of exactly ``length`` bytes at ``offset`` (already verified)."""
     if length == 0:

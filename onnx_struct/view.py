@@ -208,38 +208,22 @@ def layout_and_size(table: TypeTable, declaration: StructTypeProto, where: str) 
 
 def _payload(value: StructProto, nbytes: int, base_dir: pathlib.Path | None, where: str):
     if len(value.external_data):
-        if value.raw_data:
-            raise ValidationError(where, "payload is given both inline (raw_data) and as external_data")
-        ref = external.parse_external_data(value.external_data, f"{where}.external_data")
-        if ref.length is not None and ref.length != nbytes:
-            raise ValidationError(
-                where,
-                f"external payload length is {ref.length} bytes; the type requires {nbytes}",
-                expected=nbytes,
-                actual=ref.length,
-            )
-        if base_dir is None:
+        located = external.external_payload_range(value, nbytes, base_dir, where)
+        if located is None:
             raise ValidationError(
                 f"{where}.external_data",
                 "external payload but no base directory (load the model from a path or pass base_dir)",
             )
-        file, length = external.resolve(ref, base_dir, f"{where}.external_data")
-        if length != nbytes:
-            raise ValidationError(
-                where,
-                f"external payload length is {length} bytes; the type requires {nbytes}",
-                expected=nbytes,
-                actual=length,
-            )
-        return external.map_payload(file, ref.offset, length)
-    if len(value.raw_data) != nbytes:
+        return external.map_payload(located[0], located[1], nbytes)
+    data = value.raw_data  # each access copies the payload out of the message: read it once
+    if len(data) != nbytes:
         raise ValidationError(
             where,
-            f"payload is {len(value.raw_data)} bytes; the type requires {nbytes}",
+            f"payload is {len(data)} bytes; the type requires {nbytes}",
             expected=nbytes,
-            actual=len(value.raw_data),
+            actual=len(data),
         )
-    return value.raw_data
+    return data
 
 
 # ---------------------------------------------------------------------- leaf extraction

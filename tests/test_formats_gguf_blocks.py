@@ -15,10 +15,10 @@ import numpy as np
 import onnx
 import onnx.shape_inference
 import pytest
-from onnx import helper as oh
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from onnx import helper as oh
 
 import onnx_struct as S
 from onnx_struct import formats
@@ -123,6 +123,21 @@ def calling_model(
     return oh.make_model(graph, opset_imports=opsets, functions=[function], ir_version=10)
 
 
+def in_runtime(runtime: str, run):
+    """``run()`` with numpy's warnings about NaN/inf arithmetic silenced; in onnxruntime any
+    RuntimeWarning (e.g. a fallback to the reference evaluator) is an error instead."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("error" if runtime == "onnxruntime" else "ignore", RuntimeWarning)
+        return run()
+
+
+def gguf_py(run):
+    """``run()`` with gguf-py's numpy warnings about NaN/inf scales silenced."""
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return run()
+
+
 def shape_for(name: str, n_blocks: int) -> tuple[int, ...]:
     block_size = formats.get(name).block_size
     rows = 8 if n_blocks % 8 == 0 else 1
@@ -215,10 +230,8 @@ def test_decode_equals_gguf_dequantize(name, runtime):
     payload = random_payload(name, n_blocks, seed=7)
     shape = shape_for(name, n_blocks)
     model, value, _ = declared(name, shape, payload.tobytes())
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)  # inf * 0 in NaN/inf-scaled blocks
-        expected = quants.dequantize(payload.reshape(shape[0], -1), gguf_type(name))
-        actual = decode(value, model, runtime=runtime)
+    expected = gguf_py(lambda: quants.dequantize(payload.reshape(shape[0], -1), gguf_type(name)))
+    actual = in_runtime(runtime, lambda: decode(value, model, runtime=runtime))
     assert expected.shape == shape
     # Bit-exact (so within any ulp budget). F32 and BF16 are pure bit moves, NaN payloads included;
     # onnxruntime's vectorized FLOAT16 -> FLOAT Cast quiets a signalling NaN (numpy keeps its bits).
@@ -231,13 +244,11 @@ def test_decode_any_rank(name, shape):
     n_blocks = formats.get(name).num_blocks(shape)
     payload = random_payload(name, n_blocks, seed=3) if n_blocks else np.zeros(0, np.uint8)
     model, value, _ = declared(name, shape, payload.tobytes())
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        if n_blocks:
-            expected = quants.dequantize(payload.reshape(*shape[:-1], -1), gguf_type(name))
-        else:  # gguf-py cannot reshape an empty payload
-            expected = np.zeros(shape, np.float32)
-        actual = decode(value, model)
+    if n_blocks:
+        expected = gguf_py(lambda: quants.dequantize(payload.reshape(*shape[:-1], -1), gguf_type(name)))
+    else:  # gguf-py cannot reshape an empty payload
+        expected = np.zeros(shape, np.float32)
+    actual = in_runtime("onnxruntime", lambda: decode(value, model))
     assert actual.shape == shape
     assert_same_floats(actual, expected)
 
@@ -286,10 +297,8 @@ def encoder_input(name: str, seed: int) -> np.ndarray:
 def test_encode_equals_gguf_quantize(name, runtime):
     x = encoder_input(name, seed=11)
     model, _, index = declared(name, x.shape)
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        expected = quants.quantize(x, gguf_type(name))
-        value = encode(x, index, model, runtime=runtime)
+    expected = gguf_py(lambda: quants.quantize(x, gguf_type(name)))
+    value = in_runtime(runtime, lambda: encode(x, index, model, runtime=runtime))
     assert value.raw_data == expected.tobytes()
 
 
@@ -310,10 +319,8 @@ def test_encode_equals_gguf_quantize_property(name, x):
     """Finite floats whose block scale has a finite reciprocal (gguf-py's casts of inf/NaN to uint8
     are undefined, so nothing outside that range has a reference result)."""
     model, _, index = declared(name, x.shape)
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        expected = quants.quantize(x, gguf_type(name))
-        value = encode(x, index, model)
+    expected = gguf_py(lambda: quants.quantize(x, gguf_type(name)))
+    value = in_runtime("onnxruntime", lambda: encode(x, index, model))
     assert value.raw_data == expected.tobytes()
 
 
@@ -321,8 +328,6 @@ def test_encode_equals_gguf_quantize_property(name, x):
 def test_encode_then_decode_is_gguf_round_trip(name):
     x = encoder_input(name, seed=5)[8:]
     model, _, index = declared(name, x.shape)
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore", RuntimeWarning)
-        expected = quants.dequantize(quants.quantize(x, gguf_type(name)), gguf_type(name))
-        actual = decode(encode(x, index, model, name="w"), model)
+    expected = gguf_py(lambda: quants.dequantize(quants.quantize(x, gguf_type(name)), gguf_type(name)))
+    actual = in_runtime("onnxruntime", lambda: decode(encode(x, index, model, name="w"), model))
     assert_same_floats(actual, expected)

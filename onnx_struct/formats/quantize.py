@@ -158,7 +158,12 @@ def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, .
     opset than the format's decoder could not run it. Converting now, while the model is plain ONNX,
     always works where the converter does; afterwards the struct values would be names the converter
     does not know. If the converter fails, the model is returned unchanged (lowering then reports
-    which operators differ)."""
+    which operators differ).
+
+    The converter also runs shape inference and leaves its results behind (value_info, refined
+    output shapes); those are dropped again, keeping the model's own: on the evaluation model of
+    docs/formats.md the inferred value_info alone made onnxruntime's optimized graph 27% slower.
+    """
     needed = max((o.version for o in fmt.decoder(shape).opset_import if o.domain in ("", "ai.onnx")), default=0)
     have = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if have >= needed:
@@ -166,9 +171,13 @@ def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, .
     from onnx import version_converter  # noqa: PLC0415
 
     try:
-        return version_converter.convert_version(model, needed)
+        converted = version_converter.convert_version(model, needed)
     except Exception:  # noqa: BLE001 - the converter raises RuntimeError and assorted others
         return model
+    for field in ("value_info", "output"):
+        del getattr(converted.graph, field)[:]
+        getattr(converted.graph, field).extend(getattr(model.graph, field))
+    return converted
 
 
 # ---------------------------------------------------------------------------------- planning
