@@ -117,6 +117,7 @@ def session(model: onnx.ModelProto):
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    options.intra_op_num_threads = 1  # steadier timings on a shared 2-core machine
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 

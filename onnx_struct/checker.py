@@ -15,7 +15,16 @@ import onnx.checker
 from onnx_struct import bindings, external
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import TypeTable, element_label, read_constant
-from onnx_struct.model import LoadedModel, ModelLike, StructTypeProto, iter_overlay, load, locate, to_onnx
+from onnx_struct.model import (
+    LoadedModel,
+    ModelLike,
+    StructTypeProto,
+    iter_overlay,
+    length_delimited,
+    load,
+    locate,
+    to_onnx,
+)
 
 # Captured at import so that install() (which replaces onnx.checker.check_model) cannot recurse.
 _stock_check_model = onnx.checker.check_model
@@ -342,16 +351,17 @@ def stock_view(loaded: LoadedModel, struct_type_protos: list | None = None) -> o
         locate(view, locator).opaque_type.CopyFrom(opaque_type(type_proto.struct_type))
     view.DiscardUnknownFields()  # the struct parts (only in the view)
     _external_initializers_as_inputs(view.graph)
-    templates: dict[int, onnx.TypeProto] = {}
-    inputs = view.graph.input
+    # Struct values become Opaque graph inputs: one serialized fragment of GraphProto.input
+    # entries (field 11; ValueInfoProto.name = 1, .type = 2), merged at once.
+    typed: dict[int, bytes] = {}
+    entries = []
     for value in loaded.proto.graph.struct_initializer:
         key = value.type if not value.HasField("struct_type") else -1
-        if key not in templates:
+        if key not in typed:
             reference = value.struct_type if key == -1 else StructTypeProto(type_index=key)
-            templates[key] = onnx.TypeProto(opaque_type=opaque_type(reference))
-        info = inputs.add()
-        info.name = value.name
-        info.type.CopyFrom(templates[key])
+            typed[key] = length_delimited(2, onnx.TypeProto(opaque_type=opaque_type(reference)).SerializeToString())
+        entries.append(length_delimited(11, length_delimited(1, value.name.encode()) + typed[key]))
+    view.graph.MergeFromString(b"".join(entries))
     return view
 
 

@@ -126,6 +126,24 @@ def _append(model: onnx.ModelProto | pb.ModelProto, fragment: pb.ModelProto) -> 
     model.MergeFromString(fragment.SerializeToString())
 
 
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def length_delimited(field_number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field (a message, string or bytes), ready to concatenate.
+
+    Used to append thousands of small entries with a single ``MergeFromString`` instead of
+    building each one as a message (see ``checker.stock_view``).
+    """
+    return _varint(field_number << 3 | 2) + _varint(len(payload)) + payload
+
+
 def is_overlay(message) -> bool:
     """True for onnx_struct's own message classes (the only ones that can hold struct parts)."""
     return message.DESCRIPTOR.file is pb.DESCRIPTOR

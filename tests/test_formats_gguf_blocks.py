@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 import onnx.shape_inference
 import pytest
+from format_oracles import assert_same_floats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -93,17 +94,6 @@ def declared(name: str, shape: tuple[int, ...], payload: bytes = b"") -> tuple[o
     fmt = formats.get(name)
     index = fmt.add_to_model(model, shape)
     return model, S.make_struct_value(name, index, raw_data=payload), index
-
-
-def assert_same_floats(actual: np.ndarray, expected: np.ndarray, *, nan_bits: bool = False) -> None:
-    """Equal float32 bit patterns; NaNs only need the same positions unless ``nan_bits``."""
-    assert actual.dtype == np.float32 and actual.shape == expected.shape
-    nan = np.isnan(expected)
-    np.testing.assert_array_equal(np.isnan(actual), nan)
-    if nan_bits:
-        np.testing.assert_array_equal(actual.view(np.uint32), expected.view(np.uint32))
-    else:
-        np.testing.assert_array_equal(actual[~nan].view(np.uint32), expected[~nan].view(np.uint32))
 
 
 def calling_model(

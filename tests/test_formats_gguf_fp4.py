@@ -9,22 +9,18 @@ compared bit for bit (stricter than the 2-ulp budget), encoders byte for byte.
 
 from __future__ import annotations
 
-import contextlib
 import warnings
 
 import numpy as np
 import onnx
 import pytest
+from format_oracles import assert_same_floats, assert_valid_functions, run_decode, run_encode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
-from onnx import TensorProto
-from onnx import helper as oh
 
-from onnx_struct import ValidationError, add_struct_values, formats, size_in_bits
+from onnx_struct import ValidationError, formats, size_in_bits
 from onnx_struct.formats.gguf import fp4
-from onnx_struct.layout import TypeTable
-from onnx_struct.runtime import decode, encode
 from onnx_struct.view import view_buffer
 
 gguf = pytest.importorskip("gguf")
@@ -41,53 +37,10 @@ RUNTIMES = ("onnxruntime", "reference")
 
 
 # ---------------------------------------------------------------------- harness
-def base_model() -> onnx.ModelProto:
-    graph = oh.make_graph(
-        [oh.make_node("Identity", ["X"], ["Y"])],
-        "g",
-        [oh.make_tensor_value_info("X", onnx.TensorProto.FLOAT, [1])],
-        [oh.make_tensor_value_info("Y", onnx.TensorProto.FLOAT, [1])],
-    )
-    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
-
-
-def run_decode(fmt, shape, payload: bytes, runtime: str) -> np.ndarray:
-    """Decode ``payload`` through the package's path; onnxruntime must not fall back."""
-    model = base_model()
-    add_struct_values(model, fmt.make_value(model, "w", shape, payload))
-    with no_fallback():
-        return decode("w", model, runtime=runtime)
-
-
-def run_encode(fmt, x: np.ndarray, runtime: str) -> bytes:
-    model = base_model()
-    index = fmt.add_to_model(model, x.shape)
-    with no_fallback():
-        return encode(x, index, model, runtime=runtime).raw_data
-
-
-@contextlib.contextmanager
-def no_fallback():
-    """Fail if the runtime falls back from onnxruntime to the reference evaluator."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    fallbacks = [str(w.message) for w in caught if "ReferenceEvaluator" in str(w.message)]
-    assert not fallbacks, fallbacks
-
-
 def gguf_quantize(x: np.ndarray, name: str) -> bytes:
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # gguf-py's float -> uint8 cast of tiny/inf amax
         return gq.quantize(x, QTYPES[name]).tobytes()
-
-
-def assert_same_floats(actual: np.ndarray, expected: np.ndarray) -> None:
-    """Bit-identical float32, except that any NaN matches any NaN (payloads are not compared)."""
-    assert actual.shape == expected.shape and actual.dtype == expected.dtype == np.float32
-    nan = np.isnan(expected)
-    np.testing.assert_array_equal(np.isnan(actual), nan)
-    np.testing.assert_array_equal(actual[~nan].view(np.uint32), expected[~nan].view(np.uint32))
 
 
 # ---------------------------------------------------------------------- declarations
@@ -258,29 +211,6 @@ def test_nvfp4_encoder_matches_ggml_reference(runtime):
 
 
 # ---------------------------------------------------------------------- ONNX validity
-def assert_valid_functions(fmt, shape) -> None:
-    """Decoder and encoder, each called from a model typed with the leaves' real types, pass
-    onnx.checker with full (strict) shape inference at the opset they import."""
-    leaves = {
-        leaf.path: leaf for leaf in TypeTable([fmt.block_declaration()]).leaves(fmt.root_declaration(shape, 0), "r")
-    }
-    for function in (fmt.decoder(shape), fmt.encoder(shape)):
-        if function.name.startswith("decode"):
-            payload = [name for name in function.input if leaves[name].kind != "constant"]
-            inputs = [oh.make_tensor_value_info(p, leaves[p].elem_type, leaves[p].shape) for p in payload]
-            constants = [leaves[name].constant for name in function.input if name not in payload]
-            outputs = [oh.make_tensor_value_info(function.output[0], TensorProto.FLOAT, shape)]
-        else:
-            inputs, constants = [oh.make_tensor_value_info("x", TensorProto.FLOAT, shape)], []
-            outputs = [oh.make_tensor_value_info(o, leaves[o].elem_type, leaves[o].shape) for o in function.output]
-        node = oh.make_node(function.name, list(function.input), list(function.output), domain=function.domain)
-        graph = oh.make_graph([node], "g", inputs, outputs, initializer=constants)
-        opset = [oh.make_opsetid("", function.opset_import[0].version), oh.make_opsetid(function.domain, 1)]
-        model = oh.make_model(graph, functions=[function], opset_imports=opset)
-        model.ir_version = onnx.helper.find_min_ir_version_for(opset[:1])
-        onnx.checker.check_model(model, full_check=True)
-
-
 @pytest.mark.parametrize("name", list(QTYPES))
 def test_functions_are_valid_onnx(name):
     fmt = getattr(fp4, name)

@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from format_oracles import assert_same_floats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, numpy_helper
@@ -23,8 +24,9 @@ from onnx.reference import ReferenceEvaluator
 import onnx_struct
 from onnx_struct import ValidationError, formats, size_in_bits
 from onnx_struct.formats import FORMAT_DOMAIN
+from onnx_struct.formats._graph import OPSET, FunctionBuilder
 from onnx_struct.formats.gguf import _make_iq_grids, iq_grids
-from onnx_struct.formats.gguf._iq_graph import OPSET, FunctionBuilder
+from onnx_struct.formats.gguf._iq_graph import f16_bits_to_float
 from onnx_struct.formats.gguf.iq import FORMATS
 from onnx_struct.view import view_buffer
 
@@ -132,17 +134,6 @@ def gguf_dequantize(name: str, raw: bytes, shape: tuple[int, ...]) -> np.ndarray
         return gq.dequantize(data, qtype)
 
 
-def assert_bit_exact(actual: np.ndarray, expected: np.ndarray) -> None:
-    assert actual.dtype == np.float32 and actual.shape == expected.shape
-    nan = np.isnan(expected)
-    np.testing.assert_array_equal(np.isnan(actual), nan, err_msg="NaN positions differ")
-    a, e = actual[~nan].view(np.uint32), expected[~nan].view(np.uint32)
-    mismatches = np.flatnonzero(a != e)
-    assert mismatches.size == 0, (
-        f"{mismatches.size} values differ, first at {mismatches[0]}: {actual[~nan][mismatches[0]]} != {expected[~nan][mismatches[0]]}"
-    )
-
-
 def shape_for(name: str, rows: int, blocks_per_row: int) -> tuple[int, int]:
     return (rows, blocks_per_row * FORMATS[name].block_size)
 
@@ -225,7 +216,7 @@ def test_decoder_rejects_a_partial_block(name):
 def test_decode_bit_exact_onnxruntime(name):
     shape = shape_for(name, 8, 25)  # 200 blocks in 8 rows
     raw = random_blocks(name, 200, seed=hash(name) % 1000)
-    assert_bit_exact(decode(name, shape, oracle_leaves(name, raw)), gguf_dequantize(name, raw, shape))
+    assert_same_floats(decode(name, shape, oracle_leaves(name, raw)), gguf_dequantize(name, raw, shape))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -233,7 +224,7 @@ def test_decode_bit_exact_onnxruntime(name):
 def test_decode_bit_exact_reference_evaluator(name):
     shape = (3, 1, 4 * FORMATS[name].block_size)  # rank 3, 12 blocks
     raw = random_blocks(name, 12, seed=7)
-    assert_bit_exact(decode(name, shape, oracle_leaves(name, raw), "reference"), gguf_dequantize(name, raw, shape))
+    assert_same_floats(decode(name, shape, oracle_leaves(name, raw), "reference"), gguf_dequantize(name, raw, shape))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -251,16 +242,16 @@ def test_decode_through_runtime(name):
     raw = random_blocks(name, 8, seed=3)
     model = oh.make_model(oh.make_graph([], "g", [], []), opset_imports=[oh.make_opsetid("", OPSET)])
     value = fmt.make_value(model, "w", shape, raw)
-    assert_bit_exact(np.asarray(onnx_struct.decode(value, model)), gguf_dequantize(name, raw, shape))
+    assert_same_floats(np.asarray(onnx_struct.decode(value, model)), gguf_dequantize(name, raw, shape))
 
 
 def test_f16_bits_to_float_all_patterns():
     """The IQ1_M scale path: every uint16 pattern equals numpy's float16 -> float32."""
     g = FunctionBuilder("f16", ["bits"])
-    g.op("Identity", g.f16_bits_to_float("bits"), out="y")
+    g.op("Identity", f16_bits_to_float(g, "bits"), out="y")
     bits = np.arange(1 << 16, dtype=np.uint16)
     (actual,) = run(g.build("y"), {"bits": bits}, {"y": (TensorProto.FLOAT, bits.shape)})
-    assert_bit_exact(actual, bits.view(np.float16).astype(np.float32))
+    assert_same_floats(actual, bits.view(np.float16).astype(np.float32))
     finite = ~np.isnan(actual)
     assert np.array_equal(np.signbit(actual[finite]), np.signbit(bits.view(np.float16)[finite]))  # -0.0 kept
 
@@ -319,7 +310,7 @@ def test_encode_byte_identical(name, runtime):
 def test_encode_then_decode_equals_gguf_round_trip(name):
     x = tq_inputs(seed=9)
     raw = encode(name, x)
-    assert_bit_exact(
+    assert_same_floats(
         decode(name, x.shape, oracle_leaves(name, raw)), gguf_dequantize(name, gguf_quantize(name, x), x.shape)
     )
 

@@ -8,22 +8,17 @@ round-half-to-even (``np.rint``).
 
 from __future__ import annotations
 
-import contextlib
-import warnings
-
 import numpy as np
-import onnx
 import pytest
+from format_oracles import assert_valid_functions, run_decode, run_encode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto
-from onnx import helper as oh
 
-from onnx_struct import ValidationError, add_struct_values, formats, size_in_bits
+from onnx_struct import ValidationError, formats, size_in_bits
 from onnx_struct.formats import linear
 from onnx_struct.formats.linear import make_linear_format
 from onnx_struct.layout import TypeTable
-from onnx_struct.runtime import decode, encode
 from onnx_struct.view import view_buffer
 
 RANGES = {"INT4": (-8, 7), "UINT4": (0, 15), "INT8": (-128, 127), "UINT8": (0, 255)}
@@ -56,38 +51,6 @@ IDS = [linear.linear_format_name(*spec) for spec in ALL]
 
 
 # ---------------------------------------------------------------------- harness
-def base_model() -> onnx.ModelProto:
-    graph = oh.make_graph(
-        [oh.make_node("Identity", ["X"], ["Y"])],
-        "g",
-        [oh.make_tensor_value_info("X", TensorProto.FLOAT, [1])],
-        [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [1])],
-    )
-    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
-
-
-@contextlib.contextmanager
-def no_fallback():
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    assert not [str(w.message) for w in caught if "ReferenceEvaluator" in str(w.message)]
-
-
-def run_decode(fmt, shape, payload: bytes, runtime: str) -> np.ndarray:
-    model = base_model()
-    add_struct_values(model, fmt.make_value(model, "w", shape, payload))
-    with no_fallback():
-        return decode("w", model, runtime=runtime)
-
-
-def run_encode(fmt, x: np.ndarray, runtime: str) -> bytes:
-    model = base_model()
-    index = fmt.add_to_model(model, x.shape)
-    with no_fallback():
-        return encode(x, index, model, runtime=runtime).raw_data
-
-
 def block_dtype(element, block_size, scale, zero_point) -> np.dtype:
     """Our block as a numpy structured dtype: 4-bit values as raw bytes (split by ``nibbles``)."""
     values = (
@@ -320,29 +283,6 @@ def test_any_geometry_round_trips(element, half_block, scale, zero_point, seed):
 
 
 # ---------------------------------------------------------------------- ONNX validity
-def assert_valid_functions(fmt, shape) -> None:
-    """Decoder and encoder, each called from a model typed with the leaves' real types, pass
-    onnx.checker with full (strict) shape inference at the opset they import."""
-    leaves = {
-        leaf.path: leaf for leaf in TypeTable([fmt.block_declaration()]).leaves(fmt.root_declaration(shape, 0), "r")
-    }
-    for function in (fmt.decoder(shape), fmt.encoder(shape)):
-        if function.name.startswith("decode"):
-            payload = [name for name in function.input if leaves[name].kind != "constant"]
-            inputs = [oh.make_tensor_value_info(p, leaves[p].elem_type, leaves[p].shape) for p in payload]
-            constants = [leaves[name].constant for name in function.input if name not in payload]
-            outputs = [oh.make_tensor_value_info(function.output[0], TensorProto.FLOAT, shape)]
-        else:
-            inputs, constants = [oh.make_tensor_value_info("x", TensorProto.FLOAT, shape)], []
-            outputs = [oh.make_tensor_value_info(o, leaves[o].elem_type, leaves[o].shape) for o in function.output]
-        node = oh.make_node(function.name, list(function.input), list(function.output), domain=function.domain)
-        graph = oh.make_graph([node], "g", inputs, outputs, initializer=constants)
-        opset = [oh.make_opsetid("", function.opset_import[0].version), oh.make_opsetid(function.domain, 1)]
-        model = oh.make_model(graph, functions=[function], opset_imports=opset)
-        model.ir_version = onnx.helper.find_min_ir_version_for(opset[:1])
-        onnx.checker.check_model(model, full_check=True)
-
-
 @pytest.mark.parametrize("spec", ALL, ids=IDS)
 def test_functions_are_valid_onnx(spec):
     assert_valid_functions(make_linear_format(*spec), (2, 2 * spec[1]))

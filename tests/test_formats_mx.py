@@ -8,23 +8,19 @@ MXFP8/MXINT8, the reference evaluator (after a warning) for MXFP4/MXFP6.
 
 from __future__ import annotations
 
-import contextlib
-import warnings
-
+import format_oracles as oracles
 import ml_dtypes
 import numpy as np
-import onnx
 import pytest
+from format_oracles import assert_valid_functions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from onnx import TensorProto
-from onnx import helper as oh
 
-from onnx_struct import ValidationError, add_struct_values, formats, size_in_bits
+from onnx_struct import ValidationError, formats, size_in_bits
 from onnx_struct.formats import mx
 from onnx_struct.layout import TypeTable
-from onnx_struct.runtime import decode, encode
 from onnx_struct.view import view_buffer
 
 # name -> (element dtype, bits, emax_elem from OCP v1.0 table 1 / microxcaling, onnx type)
@@ -42,40 +38,17 @@ RUNTIMES = ("onnxruntime", "reference")
 
 
 # ---------------------------------------------------------------------- harness
-def base_model() -> onnx.ModelProto:
-    graph = oh.make_graph(
-        [oh.make_node("Identity", ["X"], ["Y"])],
-        "g",
-        [oh.make_tensor_value_info("X", TensorProto.FLOAT, [1])],
-        [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [1])],
-    )
-    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
-
-
-@contextlib.contextmanager
-def expected_runtime(name: str, runtime: str):
+def falls_back(name: str, runtime: str) -> bool:
     """onnxruntime runs MXFP8/MXINT8 itself and falls back to the reference for MXFP4/MXFP6."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    fell_back = any("ReferenceEvaluator" in str(w.message) for w in caught)
-    assert fell_back == (runtime == "onnxruntime" and name not in IN_ORT)
+    return runtime == "onnxruntime" and name not in IN_ORT
 
 
 def run_decode(name: str, shape, payload: bytes, runtime: str) -> np.ndarray:
-    fmt = mx.FORMATS[name]
-    model = base_model()
-    add_struct_values(model, fmt.make_value(model, "w", shape, payload))
-    with expected_runtime(name, runtime):
-        return decode("w", model, runtime=runtime)
+    return oracles.run_decode(mx.FORMATS[name], shape, payload, runtime, fallback=falls_back(name, runtime))
 
 
 def run_encode(name: str, x: np.ndarray, runtime: str) -> bytes:
-    fmt = mx.FORMATS[name]
-    model = base_model()
-    index = fmt.add_to_model(model, x.shape)
-    with expected_runtime(name, runtime):
-        return encode(x, index, model, runtime=runtime).raw_data
+    return oracles.run_encode(mx.FORMATS[name], x, runtime, fallback=falls_back(name, runtime))
 
 
 def pack_blocks(scales: np.ndarray, codes: np.ndarray, bits: int) -> bytes:
@@ -275,29 +248,6 @@ def test_encode_property_in_onnxruntime(name, x):
 
 
 # ---------------------------------------------------------------------- ONNX validity
-def assert_valid_functions(fmt, shape) -> None:
-    """Decoder and encoder, each called from a model typed with the leaves' real types, pass
-    onnx.checker with full (strict) shape inference at the opset they import."""
-    leaves = {
-        leaf.path: leaf for leaf in TypeTable([fmt.block_declaration()]).leaves(fmt.root_declaration(shape, 0), "r")
-    }
-    for function in (fmt.decoder(shape), fmt.encoder(shape)):
-        if function.name.startswith("decode"):
-            payload = [name for name in function.input if leaves[name].kind != "constant"]
-            inputs = [oh.make_tensor_value_info(p, leaves[p].elem_type, leaves[p].shape) for p in payload]
-            constants = [leaves[name].constant for name in function.input if name not in payload]
-            outputs = [oh.make_tensor_value_info(function.output[0], TensorProto.FLOAT, shape)]
-        else:
-            inputs, constants = [oh.make_tensor_value_info("x", TensorProto.FLOAT, shape)], []
-            outputs = [oh.make_tensor_value_info(o, leaves[o].elem_type, leaves[o].shape) for o in function.output]
-        node = oh.make_node(function.name, list(function.input), list(function.output), domain=function.domain)
-        graph = oh.make_graph([node], "g", inputs, outputs, initializer=constants)
-        opset = [oh.make_opsetid("", function.opset_import[0].version), oh.make_opsetid(function.domain, 1)]
-        model = oh.make_model(graph, functions=[function], opset_imports=opset)
-        model.ir_version = onnx.helper.find_min_ir_version_for(opset[:1])
-        onnx.checker.check_model(model, full_check=True)
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_functions_are_valid_onnx(name):
     assert_valid_functions(mx.FORMATS[name], (2, 64))

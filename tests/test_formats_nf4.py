@@ -8,22 +8,18 @@ below as decimal strings, a numpy transcription of bitsandbytes' pure-torch ``qu
 
 from __future__ import annotations
 
-import contextlib
-import warnings
-
 import numpy as np
 import onnx
 import pytest
+from format_oracles import assert_valid_functions, run_decode, run_encode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from onnx import TensorProto
-from onnx import helper as oh
 
-from onnx_struct import ValidationError, add_struct_values, formats, size_in_bits
+from onnx_struct import ValidationError, formats, size_in_bits
 from onnx_struct.formats import nf4
 from onnx_struct.layout import TypeTable
-from onnx_struct.runtime import decode, encode
 
 PUBLISHED = (
     "-1.0 -0.6961928009986877 -0.5250730514526367 -0.39491748809814453 -0.28444138169288635 "
@@ -35,38 +31,6 @@ RUNTIMES = ("onnxruntime", "reference")
 
 
 # ---------------------------------------------------------------------- harness
-def base_model() -> onnx.ModelProto:
-    graph = oh.make_graph(
-        [oh.make_node("Identity", ["X"], ["Y"])],
-        "g",
-        [oh.make_tensor_value_info("X", TensorProto.FLOAT, [1])],
-        [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [1])],
-    )
-    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
-
-
-@contextlib.contextmanager
-def no_fallback():
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        yield
-    assert not [w for w in caught if "ReferenceEvaluator" in str(w.message)]
-
-
-def run_decode(shape, payload: bytes, runtime: str) -> np.ndarray:
-    model = base_model()
-    add_struct_values(model, nf4.NF4.make_value(model, "w", shape, payload))
-    with no_fallback():
-        return decode("w", model, runtime=runtime)
-
-
-def run_encode(x: np.ndarray, runtime: str) -> bytes:
-    model = base_model()
-    index = nf4.NF4.add_to_model(model, x.shape)
-    with no_fallback():
-        return encode(x, index, model, runtime=runtime).raw_data
-
-
 CODE = np.array([float(v) for v in PUBLISHED], dtype=np.float32)
 BLOCK = np.dtype([("absmax", "<f4"), ("qs", "u1", (32,))])  # our interleaved block, by hand
 
@@ -127,7 +91,7 @@ def test_golden_block(runtime):
     # absmax 2.0; byte 0 = 0xF0: the first value is code 15 (+1.0), the second code 0 (-1.0);
     # byte 1 = 0x78: codes 7 (0.0) then 8 (0.0795...)
     payload = np.float32(2.0).tobytes() + bytes([0xF0, 0x78]) + bytes([0x77] * 30)
-    y = run_decode((64,), payload, runtime)
+    y = run_decode(nf4.NF4, (64,), payload, runtime)
     np.testing.assert_array_equal(y[:4], np.float32([2.0, -2.0, 0.0, 2 * np.float32(0.07958029955625534)]))
     np.testing.assert_array_equal(y[4:], 0)
 
@@ -139,7 +103,7 @@ def test_decode_matches_bitsandbytes(runtime):
     blocks["absmax"][::2] = rng.uniform(0, 4, 24).astype(np.float32)  # odd blocks: any bit pattern
     blocks["absmax"][:4] = [0.0, np.inf, np.nan, 1e-40]
     payload = blocks.tobytes()
-    y = run_decode((6, 8, 64), payload, runtime)
+    y = run_decode(nf4.NF4, (6, 8, 64), payload, runtime)
     expected = bnb_dequantize(payload).reshape(6, 8, 64)
     nan = np.isnan(expected)
     np.testing.assert_array_equal(np.isnan(y), nan)
@@ -184,12 +148,12 @@ def reciprocal_sensitive_block() -> np.ndarray:
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_encode_matches_bitsandbytes_algorithm(runtime):
     x = edge_blocks()  # one block per row
-    assert run_encode(x, runtime) == bnb_quantize(x)
+    assert run_encode(nf4.NF4, x, runtime) == bnb_quantize(x)
 
 
 def test_round_trip_error_is_half_the_widest_codebook_gap():
     x = np.random.default_rng(13).standard_normal((4, 256)).astype(np.float32)
-    y = bnb_dequantize(run_encode(x, "onnxruntime")).reshape(x.shape)
+    y = bnb_dequantize(run_encode(nf4.NF4, x, "onnxruntime")).reshape(x.shape)
     absmax = np.abs(x).reshape(-1, 64).max(axis=1, keepdims=True)
     gap = np.max(np.diff(CODE)) / 2
     assert np.all(np.abs(y - x).reshape(-1, 64) <= absmax * gap * (1 + 1e-6))
@@ -198,32 +162,9 @@ def test_round_trip_error_is_half_the_widest_codebook_gap():
 @settings(max_examples=40, deadline=None)
 @given(hnp.arrays(np.float32, (2, 64), elements=st.floats(width=32, allow_nan=False, allow_infinity=False)))
 def test_encode_property(x):
-    assert run_encode(x, "onnxruntime") == bnb_quantize(x)
+    assert run_encode(nf4.NF4, x, "onnxruntime") == bnb_quantize(x)
 
 
 # ---------------------------------------------------------------------- ONNX validity
-def assert_valid_functions(fmt, shape) -> None:
-    """Decoder and encoder, each called from a model typed with the leaves' real types, pass
-    onnx.checker with full (strict) shape inference at the opset they import."""
-    leaves = {
-        leaf.path: leaf for leaf in TypeTable([fmt.block_declaration()]).leaves(fmt.root_declaration(shape, 0), "r")
-    }
-    for function in (fmt.decoder(shape), fmt.encoder(shape)):
-        if function.name.startswith("decode"):
-            payload = [name for name in function.input if leaves[name].kind != "constant"]
-            inputs = [oh.make_tensor_value_info(p, leaves[p].elem_type, leaves[p].shape) for p in payload]
-            constants = [leaves[name].constant for name in function.input if name not in payload]
-            outputs = [oh.make_tensor_value_info(function.output[0], TensorProto.FLOAT, shape)]
-        else:
-            inputs, constants = [oh.make_tensor_value_info("x", TensorProto.FLOAT, shape)], []
-            outputs = [oh.make_tensor_value_info(o, leaves[o].elem_type, leaves[o].shape) for o in function.output]
-        node = oh.make_node(function.name, list(function.input), list(function.output), domain=function.domain)
-        graph = oh.make_graph([node], "g", inputs, outputs, initializer=constants)
-        opset = [oh.make_opsetid("", function.opset_import[0].version), oh.make_opsetid(function.domain, 1)]
-        model = oh.make_model(graph, functions=[function], opset_imports=opset)
-        model.ir_version = onnx.helper.find_min_ir_version_for(opset[:1])
-        onnx.checker.check_model(model, full_check=True)
-
-
 def test_functions_are_valid_onnx():
     assert_valid_functions(nf4.NF4, (3, 128))

@@ -235,5 +235,42 @@ def test_an_older_opset_is_upgraded_so_the_decoder_runs():
     old.opset_import[0].version = 17  # every operator of the model exists unchanged at 17
     quantized = quantize(old, "Q8_0")
     assert quantized.opset_import[0].version >= 21
+    # Only the opset changes: the converter's shape-inference results are not left behind.
+    assert not quantized.graph.value_info and list(quantized.graph.output) == list(old.graph.output)
     for got, want in zip(run(S.lower(quantized)), oracle(old, Q.Q8_0, "input"), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_weights_seen_outside_the_main_graph_nodes_are_kept():
+    """A weight that is also a graph output, or that a subgraph reads, keeps its float value."""
+    then_branch = oh.make_graph(
+        [oh.make_node("MatMul", ["X", "Wsub"], ["T"])],
+        "then",
+        [],
+        [oh.make_tensor_value_info("T", TensorProto.FLOAT, None)],
+    )
+    else_branch = oh.make_graph(
+        [oh.make_node("Identity", ["H"], ["E"])], "else", [], [oh.make_tensor_value_info("E", TensorProto.FLOAT, None)]
+    )
+    graph = oh.make_graph(
+        [
+            oh.make_node("MatMul", ["X", "Wsub"], ["H"]),
+            oh.make_node("MatMul", ["X", "Wout"], ["H2"]),
+            oh.make_node("If", ["cond"], ["Y"], then_branch=then_branch, else_branch=else_branch),
+        ],
+        "outside",
+        [
+            oh.make_tensor_value_info("X", TensorProto.FLOAT, [3, 64]),
+            oh.make_tensor_value_info("cond", TensorProto.BOOL, []),
+        ],
+        [
+            oh.make_tensor_value_info("Y", TensorProto.FLOAT, [3, 64]),
+            oh.make_tensor_value_info("H2", TensorProto.FLOAT, [3, 64]),
+            oh.make_tensor_value_info("Wout", TensorProto.FLOAT, [64, 64]),
+        ],
+        [weight("Wsub", (64, 64)), weight("Wout", (64, 64))],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+    planned = plan(model, "Q8_0")
+    assert not planned.weights
+    assert planned.skipped == {"Wsub": "a subgraph uses it", "Wout": "it is also a graph input or output"}

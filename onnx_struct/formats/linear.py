@@ -29,7 +29,6 @@ Everything runs in onnxruntime at opset 21.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -37,11 +36,9 @@ import onnx
 from onnx import TensorProto
 
 from onnx_struct.errors import ValidationError
-from onnx_struct.formats._graph import FunctionBuilder
-from onnx_struct.formats.base import BlockFormat, register
-from onnx_struct.helper import make_field, make_tensor_type
+from onnx_struct.formats._graph import FunctionBuilder, block_format, field
+from onnx_struct.formats.base import BlockFormat
 
-OPSET = 21
 FLOAT16_MAX = 65504.0
 
 
@@ -104,20 +101,18 @@ def make_linear_format(
     zero_bits = 8 if zero_point else 0  # a 4-bit zero point is followed by 4 bits of padding
     fmt_name = name or linear_format_name(element, block_size, scale, zero_point)
     layout = _Layout(fmt_name, spec, block_size, scale_type, zero_point)
-    fmt = BlockFormat(
-        name=fmt_name,
-        family="linear",
-        block_size=block_size,
-        bytes_per_block=(scale_bits + zero_bits + block_size * spec.bits) // 8,
-        block_fields=layout.fields,
-        decoder=layout.decoder,
-        encoder=layout.encoder,
-        description=(
-            f"linear: {block_size} {element} values times a {scale} scale"
-            + (", minus a stored zero point" if zero_point else "")
-        ),
+    return block_format(
+        "linear",
+        fmt_name,
+        block_size,
+        (scale_bits + zero_bits + block_size * spec.bits) // 8,
+        layout.fields,
+        layout.decoder,
+        layout.encoder,
+        f"linear: {block_size} {element} values times a {scale} scale"
+        + (", minus a stored zero point" if zero_point else ""),
+        register_format=register_format,
     )
-    return register(fmt) if register_format else fmt
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,40 +124,25 @@ class _Layout:
     zero_point: bool
 
     def fields(self) -> list:
-        fields = [make_field("scale", make_tensor_type(self.scale_type, []), "y = (values - zero_point) * scale")]
+        fields = [field("scale", self.scale_type, doc="y = (values - zero_point) * scale")]
         if self.zero_point:
-            fields.append(make_field("zero_point", make_tensor_type(self.element.onnx_type, []), "the code of 0.0"))
+            fields.append(field("zero_point", self.element.onnx_type, doc="the code of 0.0"))
             if self.element.bits == 4:
-                fields.append(make_field("padding", make_tensor_type(TensorProto.UINT4, []), "zero bits: whole bytes"))
-        fields.append(
-            make_field("values", make_tensor_type(self.element.onnx_type, [self.block_size]), "LSB-first when 4-bit")
-        )
+                fields.append(field("padding", TensorProto.UINT4, doc="zero bits: whole bytes"))
+        fields.append(field("values", self.element.onnx_type, (self.block_size,), "LSB-first when 4-bit"))
         return fields
 
-    def _blocks(self, shape: Sequence[int]) -> int:
-        """Blocks in ``shape``, with BlockFormat.num_blocks' check (the format does not exist yet
-        when the layout is made, so it cannot be asked)."""
-        shape = tuple(int(d) for d in shape)
-        if not shape or shape[-1] % self.block_size:
-            raise ValidationError(
-                self.name, f"the last dimension of {list(shape)} is not a multiple of the block size {self.block_size}"
-            )
-        return math.prod(shape) // self.block_size
-
-    def decoder(self, shape: Sequence[int]) -> onnx.FunctionProto:
-        n = self._blocks(shape)
+    def decoder(self, n: int, shape: Sequence[int]) -> onnx.FunctionProto:
         inputs = ["scale", "zero_point", "values"] if self.zero_point else ["scale", "values"]
-        g = FunctionBuilder(f"decode_{self.name}", inputs, OPSET)
+        g = FunctionBuilder(f"decode_{self.name}", inputs)
         values = g.to_float("values")  # [n, block]
         if self.zero_point:
-            values = g.op("Sub", values, g.reshape(g.to_float("zero_point"), [n, 1]))
-        g.reshape(g.op("Mul", values, g.reshape(g.to_float("scale"), [n, 1])), shape, out="y")
-        return g.build("y")
+            values = g.op("Sub", values, g.to_float("zero_point", [n, 1]))
+        return g.finish(g.op("Mul", values, g.to_float("scale", [n, 1])), shape)
 
-    def encoder(self, shape: Sequence[int]) -> onnx.FunctionProto:
-        n = self._blocks(shape)
+    def encoder(self, n: int, shape: Sequence[int]) -> onnx.FunctionProto:
         qmin, qmax = np.float32(self.element.qmin), np.float32(self.element.qmax)
-        g = FunctionBuilder(f"encode_{self.name}", ["x"], OPSET)
+        g = FunctionBuilder(f"encode_{self.name}", ["x"])
         x = g.reshape("x", [n, self.block_size])
         axes = g.axes(1)
         zero = g.const(np.float32(0))

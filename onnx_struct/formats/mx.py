@@ -34,9 +34,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from onnx_struct.formats._graph import FunctionBuilder
-from onnx_struct.formats.base import BlockFormat, register
-from onnx_struct.helper import make_field, make_tensor_type
+from onnx_struct.formats._graph import FunctionBuilder, block_format, field
+from onnx_struct.formats.base import BlockFormat
 
 BLOCK_SIZE = 32
 SCALE_BIAS = 127
@@ -85,10 +84,11 @@ def scale_thresholds(emax: int) -> np.ndarray:
 def _fields(element: ElementFormat):
     def fields() -> list:
         return [
-            make_field("scale", make_tensor_type(TensorProto.FLOAT8E8M0, []), "shared scale X = 2**(scale - 127)"),
-            make_field(
+            field("scale", TensorProto.FLOAT8E8M0, doc="shared scale X = 2**(scale - 127)"),
+            field(
                 "elements",
-                make_tensor_type(element.onnx_type, [BLOCK_SIZE]),
+                element.onnx_type,
+                (BLOCK_SIZE,),
                 "the 32 elements P[i], tightly packed LSB-first; value = X * P[i]",
             ),
         ]
@@ -98,22 +98,18 @@ def _fields(element: ElementFormat):
 
 # ---------------------------------------------------------------------- decoder / encoder
 def _decoder(name: str, element: ElementFormat):
-    def decode(shape: Sequence[int]) -> onnx.FunctionProto:
-        n = FORMATS[name].num_blocks(shape)
+    def decode(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
         g = FunctionBuilder(f"decode_{name}", ["scale", "elements"], element.opset)
         values = g.to_float("elements")  # [n, 32]
         if element.onnx_type == TensorProto.INT8:
             values = g.op("Mul", values, g.const(np.float32(MXINT8_SCALE)))
-        scale = g.reshape(g.to_float("scale"), [n, 1])
-        g.reshape(g.op("Mul", values, scale), shape, out="y")
-        return g.build("y")
+        return g.finish(g.op("Mul", values, g.to_float("scale", [n, 1])), shape)
 
     return decode
 
 
 def _encoder(name: str, element: ElementFormat):
-    def encode(shape: Sequence[int]) -> onnx.FunctionProto:
-        n = FORMATS[name].num_blocks(shape)
+    def encode(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
         g = FunctionBuilder(f"encode_{name}", ["x"], element.opset)
         x = g.reshape("x", [n, BLOCK_SIZE])
         special = g.not_finite(x)
@@ -151,17 +147,15 @@ def _register(name: str, element: ElementFormat) -> BlockFormat:
     kind = (
         "INT8 (x 2**-6)" if element.onnx_type == TensorProto.INT8 else onnx.TensorProto.DataType.Name(element.onnx_type)
     )
-    return register(
-        BlockFormat(
-            name=name,
-            family="mx",
-            block_size=BLOCK_SIZE,
-            bytes_per_block=1 + BLOCK_SIZE * element.bits // 8,
-            block_fields=_fields(element),
-            decoder=_decoder(name, element),
-            encoder=_encoder(name, element),
-            description=f"OCP MX v1.0 {name[4:]}: an E8M0 scale, then 32 {kind} elements packed LSB-first",
-        )
+    return block_format(
+        "mx",
+        name,
+        BLOCK_SIZE,
+        1 + BLOCK_SIZE * element.bits // 8,
+        _fields(element),
+        _decoder(name, element),
+        _encoder(name, element),
+        f"OCP MX v1.0 {name[4:]}: an E8M0 scale, then 32 {kind} elements packed LSB-first",
     )
 
 

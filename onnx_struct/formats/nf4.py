@@ -30,11 +30,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from onnx_struct.formats._graph import FunctionBuilder
-from onnx_struct.formats.base import BlockFormat, register
-from onnx_struct.helper import make_constant_field, make_field, make_tensor_type
+from onnx_struct.formats._graph import UINT8, FunctionBuilder, block_format, field
+from onnx_struct.helper import make_constant_field
 
-OPSET = 21
 BLOCK_SIZE = 64
 ZERO_CODE = 7
 
@@ -65,30 +63,27 @@ CODE = np.array(
 
 def nf4_fields() -> list:
     return [
-        make_field("absmax", make_tensor_type(TensorProto.FLOAT, []), "absolute maximum of the block: its scale"),
-        make_field(
+        field("absmax", TensorProto.FLOAT, doc="absolute maximum of the block: its scale"),
+        field(
             "qs",
-            make_tensor_type(TensorProto.UINT8, [BLOCK_SIZE // 2]),
+            UINT8,
+            (BLOCK_SIZE // 2,),
             "codes, two per byte, value 2i in the HIGH nibble of byte i (bitsandbytes' order)",
         ),
         make_constant_field("code", CODE, "the NF4 codebook (QLoRA appendix E); value = code[q] * absmax"),
     ]
 
 
-def decode_nf4(shape: Sequence[int]) -> onnx.FunctionProto:
-    n = NF4.num_blocks(shape)
-    g = FunctionBuilder("decode_NF4", ["absmax", "qs", "code"], OPSET)
-    first = g.op("BitShift", "qs", g.const(np.uint8(4)), direction="RIGHT")
-    second = g.op("BitwiseAnd", "qs", g.const(np.uint8(0x0F)))
+def decode_nf4(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
+    g = FunctionBuilder("decode_NF4", ["absmax", "qs", "code"])
+    first, second = g.shr("qs", np.uint8(4)), g.band("qs", np.uint8(0x0F))
     pairs = g.op("Concat", *(g.op("Unsqueeze", v, g.axes(2)) for v in (first, second)), axis=2)  # [n, 32, 2]
-    values = g.gather("code", g.reshape(pairs, [n, BLOCK_SIZE]))
-    g.reshape(g.op("Mul", values, g.reshape("absmax", [n, 1])), shape, out="y")
-    return g.build("y")
+    values = g.gather("code", g.index(g.reshape(pairs, [n, BLOCK_SIZE])))
+    return g.finish(g.op("Mul", values, g.reshape("absmax", [n, 1])), shape)
 
 
-def encode_nf4(shape: Sequence[int]) -> onnx.FunctionProto:
-    n = NF4.num_blocks(shape)
-    g = FunctionBuilder("encode_NF4", ["x"], OPSET)
+def encode_nf4(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
+    g = FunctionBuilder("encode_NF4", ["x"])
     x = g.reshape("x", [n, BLOCK_SIZE])
     is_nan = g.op("IsNaN", x)
     x = g.where(is_nan, np.float32(0), x)
@@ -100,24 +95,22 @@ def encode_nf4(shape: Sequence[int]) -> onnx.FunctionProto:
     ratio = g.where(g.op("IsInf", reciprocal), g.op("Div", x, safe), g.op("Mul", x, reciprocal))
     scaled = g.op("Clip", ratio, g.const(np.float32(-1)), g.const(np.float32(1)))
     errors = g.op("Abs", g.op("Sub", g.op("Unsqueeze", scaled, g.axes(2)), g.const(CODE)))  # [n, 64, 16]
-    codes = g.cast(g.op("ArgMin", errors, axis=2, keepdims=0, select_last_index=0), TensorProto.UINT8)
+    codes = g.cast(g.op("ArgMin", errors, axis=2, keepdims=0, select_last_index=0), UINT8)
     pairs = g.reshape(codes, [n, BLOCK_SIZE // 2, 2])
-    first = g.op("BitShift", g.slice(pairs, 0, 1, 2), g.const(np.uint8(4)), direction="LEFT")
+    first = g.shl(g.slice(pairs, 0, 1, 2), np.uint8(4))
     packed = g.op("BitwiseOr", first, g.slice(pairs, 1, 2, 2))
     g.reshape(packed, [n, BLOCK_SIZE // 2], out="qs")
     g.reshape(absmax, [n], out="absmax")
     return g.build(["absmax", "qs"])
 
 
-NF4 = register(
-    BlockFormat(
-        name="NF4",
-        family="nf4",
-        block_size=BLOCK_SIZE,
-        bytes_per_block=4 + BLOCK_SIZE // 2,
-        block_fields=nf4_fields,
-        decoder=decode_nf4,
-        encoder=encode_nf4,
-        description="NF4 (QLoRA / bitsandbytes): 64 codes into the NormalFloat codebook, times the float32 absmax",
-    )
+NF4 = block_format(
+    "nf4",
+    "NF4",
+    BLOCK_SIZE,
+    4 + BLOCK_SIZE // 2,
+    nf4_fields,
+    decode_nf4,
+    encode_nf4,
+    "NF4 (QLoRA / bitsandbytes): 64 codes into the NormalFloat codebook, times the float32 absmax",
 )

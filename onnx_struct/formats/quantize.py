@@ -9,10 +9,11 @@ Which axis the blocks group: a block format's blocks run along the LAST dimensio
 of the stored tensor. For ``Y = X @ W`` with ``W: [K, N]`` that would be the output axis N. GGUF,
 onnxruntime's MatMulNBits and most weight-only schemes group along the input (reduction) axis K
 instead, which is what ``group_axis="input"`` (the default) does: it stores ``W^T: [N, K]`` and
-adds one ``Transpose`` (or, for a Gemm, flips ``transB``), so each block is 32 consecutive
+adds one ``Transpose`` (or, for a Gemm, flips ``transB``), so each block holds consecutive
 weights of one output channel (the bytes are then exactly a GGUF tensor's). ``group_axis="output"``
-stores ``W`` as is, with no extra node; each block then shares one scale across 32 output
-channels for one input channel. docs/formats.md compares the two on a real model.
+stores ``W`` as is, with no extra node; each block then shares one scale across a block of output
+channels for one input channel. docs/formats.md compares the two on a real model. Embedding
+tables read by ``Gather`` are quantized on request, blocks along each row.
 """
 
 from __future__ import annotations
@@ -125,7 +126,11 @@ def quantize(
             _flip_trans_b(node)
     for weight in planned.weights:
         if weight.transpose == "node":
-            transposes.append(onnx.helper.make_node("Transpose", [weight.value_name], [weight.name], perm=[1, 0]))
+            transposes.append(
+                onnx.helper.make_node(
+                    "Transpose", [weight.value_name], [weight.name], name=f"{weight.value_name}/Transpose", perm=[1, 0]
+                )
+            )
     # The Transposes read only struct values, so they may run first; keep the graph sorted.
     nodes = transposes + list(graph.node)
     del graph.node[:]
@@ -160,9 +165,8 @@ def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, .
     does not know. If the converter fails, the model is returned unchanged (lowering then reports
     which operators differ).
 
-    The converter also runs shape inference and leaves its results behind (value_info, refined
-    output shapes); those are dropped again, keeping the model's own: on the evaluation model of
-    docs/formats.md the inferred value_info alone made onnxruntime's optimized graph 27% slower.
+    The converter also runs shape inference and leaves its results behind (a value_info for every
+    intermediate, refined output shapes); those are dropped again, so only the opset changes.
     """
     needed = max((o.version for o in fmt.decoder(shape).opset_import if o.domain in ("", "ai.onnx")), default=0)
     have = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
@@ -256,6 +260,8 @@ def _plan(
 
 
 def _ineligible(tensor, consumers, op_types, min_elements, interface, in_subgraphs) -> str:
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return "its data is external and not loaded (pass a path, or onnx.load the model with its data)"
     if tensor.data_type != onnx.TensorProto.FLOAT:
         return f"its element type is {onnx.TensorProto.DataType.Name(tensor.data_type)}, not FLOAT"
     if len(tensor.dims) != 2:

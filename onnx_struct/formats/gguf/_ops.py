@@ -1,16 +1,16 @@
-"""Small helpers for writing GGUF decoders and encoders as ONNX FunctionProtos.
+"""GGUF recipes: the unpacking steps of GGUF decoders, written with the shared FunctionBuilder.
 
 A format module reads like gguf-py's numpy code, one helper call per numpy step::
 
     b = FunctionBuilder("decode_Q4_0", ["d", "qs"])
     q = nibbles(b, "qs", n, 16)  # [n, 32]: low nibbles, then high nibbles
-    y = dequantize_rows(b, q, b.cast("d", FLOAT), zero_point=8)
-    decoder = b.build([b.reshape(y, shape, out="y")])
+    y = dequantize_rows(b, q, b.to_float("d"), zero_point=8)
+    decoder = b.finish(y, shape)
 
-Stable interface for any GGUF format module: :data:`OPSET`, :data:`BITCAST_OPSET`,
-:class:`FunctionBuilder`; the recipes :func:`nibbles`, :func:`bit_fields`, :func:`bit_planes`,
-:func:`byte_lookup`, :func:`dequantize_rows`, :func:`scaled_down`; the declaration helpers
-:func:`field` and :func:`gguf_format`.
+Stable interface for any GGUF format module: the recipes :func:`nibbles`, :func:`bit_fields`,
+:func:`bit_planes`, :func:`byte_lookup`, :func:`dequantize_rows`, :func:`scaled_down`, and
+:func:`gguf_format` (registration). The builder, :func:`field` and the opset constants are in
+:mod:`onnx_struct.formats._graph`.
 
 Why the recipes look the way they do (measured on onnxruntime 1.32's CPU provider): uint8
 ``Add``/``Sub``/``Mul`` are vectorized and 5-10x faster than ``BitwiseAnd``/``BitShift``; uint8
@@ -27,87 +27,16 @@ separate op because gguf-py rounds twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import functools
+from collections.abc import Sequence
 
 import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
 
-from onnx_struct.formats.base import FORMAT_DOMAIN, BlockFormat, register
-from onnx_struct.helper import make_field, make_tensor_type
+from onnx_struct.formats._graph import UINT8, FunctionBuilder, block_format
 
-# Default-domain opset of every decoder/encoder: onnxruntime 1.32 and onnx's ReferenceEvaluator
-# implement all ops used here at this version (BitwiseAnd, uint8 BitShift, blocked/per-axis
-# DequantizeLinear, Cast from/to FLOAT16 and BFLOAT16).
-OPSET = 21
-# BitCast (reinterpret bits) exists from opset 26; only functions that must read a float's bits
-# (e.g. the BF16 encoder's NaN handling) use it.
-BITCAST_OPSET = 26
-
-FLOAT = TensorProto.FLOAT
-FLOAT16 = TensorProto.FLOAT16
-BFLOAT16 = TensorProto.BFLOAT16
-UINT8 = TensorProto.UINT8
-INT8 = TensorProto.INT8
-UINT16 = TensorProto.UINT16
-UINT32 = TensorProto.UINT32
-INT32 = TensorProto.INT32
-INT64 = TensorProto.INT64
-
-
-class FunctionBuilder:
-    """Accumulates the nodes of one FunctionProto in the ``onnx_struct.formats`` domain.
-
-    Every op yields one fresh value name; constants are ``Constant`` nodes (deduplicated), so the
-    function is self-contained and specific to the shapes it was built for.
-    """
-
-    def __init__(self, name: str, inputs: Sequence[str], *, doc_string: str = "", opset: int = OPSET) -> None:
-        self.name = name
-        self.inputs = list(inputs)
-        self.doc_string = doc_string
-        self.opset = opset
-        self.nodes: list[onnx.NodeProto] = []
-        self._constants: dict[tuple, str] = {}
-        self._count = 0
-
-    def _fresh(self, stem: str) -> str:
-        self._count += 1
-        return f"_{stem}{self._count}"
-
-    def op(self, op_type: str, *inputs: str, out: str | None = None, **attributes) -> str:
-        """Append ``op_type(inputs)`` and return its (single) output name."""
-        output = out or self._fresh(op_type.lower())
-        self.nodes.append(helper.make_node(op_type, list(inputs), [output], **attributes))
-        return output
-
-    def const(self, value, dtype=None) -> str:
-        """A constant tensor (numpy array or scalar, converted to ``dtype`` if given)."""
-        array = np.asarray(value, dtype=dtype)
-        key = (array.dtype.str, array.shape, array.tobytes())
-        if key not in self._constants:
-            self._constants[key] = self.op("Constant", value=numpy_helper.from_array(array))
-        return self._constants[key]
-
-    def reshape(self, x: str, shape: Sequence[int], out: str | None = None) -> str:
-        return self.op("Reshape", x, self.const(np.asarray(shape, dtype=np.int64)), out=out)
-
-    def cast(self, x: str, to: int, out: str | None = None) -> str:
-        return self.op("Cast", x, to=to, out=out)
-
-    def shift_right(self, x: str, bits: int, dtype=np.uint8) -> str:
-        return self.op("BitShift", x, self.const(bits, dtype), direction="RIGHT")
-
-    def build(self, outputs: Sequence[str]) -> onnx.FunctionProto:
-        return helper.make_function(
-            FORMAT_DOMAIN,
-            self.name,
-            self.inputs,
-            list(outputs),
-            self.nodes,
-            [helper.make_opsetid("", self.opset)],
-            doc_string=self.doc_string or None,
-        )
+#: ``gguf_format(name, block_size, bytes_per_block, fields, decoder, encoder=None, description="")``
+#: registers the GGUF format ``name`` (the GGML type name); see :func:`block_format`.
+gguf_format = functools.partial(block_format, "gguf")
 
 
 def nibbles(b: FunctionBuilder, x: str, rows: int, run: int, times: int = 1) -> str:
@@ -126,7 +55,7 @@ def nibbles(b: FunctionBuilder, x: str, rows: int, run: int, times: int = 1) -> 
         return b.op(
             "Concat", b.op("Mul", x, b.const(16, np.uint8)), b.op("BitwiseAnd", x, b.const(0xF0, np.uint8)), axis=1
         )
-    high = b.shift_right(x, 4)
+    high = b.shr(x, np.uint8(4))
     scaled_x = x if times == 1 else b.op("Mul", x, b.const(times, np.uint8))
     low = b.op("Sub", scaled_x, b.op("Mul", high, b.const(16 * times, np.uint8)))
     return b.op("Concat", low, high if times == 1 else b.op("Mul", high, b.const(times, np.uint8)), axis=1)
@@ -155,7 +84,7 @@ def bit_fields(b: FunctionBuilder, x: str, rows: int, run: int, width: int, *, s
     top = _spread(b, x, rows, run, [1 << (8 - (k + 1) * width) for k in range(count)])
     if scaled:
         return b.op("BitwiseAnd", top, b.const((0xFF << (8 - width)) & 0xFF, np.uint8))
-    return b.shift_right(top, 8 - width)
+    return b.shr(top, np.uint8(8 - width))
 
 
 def bit_planes(b: FunctionBuilder, x: str, rows: int, run: int, value: int = 1) -> str:
@@ -182,15 +111,16 @@ def byte_lookup(b: FunctionBuilder, x: str, table: np.ndarray) -> str:
     """
     if table.shape[0] != 256:
         raise ValueError(f"a byte lookup table has 256 rows, not {table.shape[0]}")
-    return b.op("Gather", b.const(table), b.cast(x, INT32), axis=0)
+    return b.gather(table, b.index(x))
 
 
-def dequantize_rows(b: FunctionBuilder, q: str, scale: str, zero_point: int | None = None, dtype=np.uint8) -> str:
+def dequantize_rows(b: FunctionBuilder, q: str, scale: str, zero_point: int | str | None = None, dtype=np.uint8) -> str:
     """``float(q[r, :] - zero_point) * scale[r]`` for integer ``q [rows, k]`` and float32 ``scale [rows]``.
 
     One DequantizeLinear (per-axis, axis 0): the difference is an exact small integer and the
     product is rounded once, so this equals gguf-py's ``d * (q - zp).astype(float32)`` bit for bit
-    (NaN and infinity included). ``zero_point`` has the integer type ``dtype`` of ``q``.
+    (NaN and infinity included). ``zero_point`` is one integer of ``q``'s type ``dtype`` for
+    every row, or a value name holding one per row (``[rows]``, of ``q``'s type).
 
     Scaled quants: ``(2**k * q - 2**k * zp) * (scale / 2**k)`` is the same float32 as
     ``(q - zp) * scale``, because both factors are exact (``scale / 2**k`` cannot underflow: GGUF
@@ -199,47 +129,7 @@ def dequantize_rows(b: FunctionBuilder, q: str, scale: str, zero_point: int | No
     """
     if zero_point is None:
         return b.op("DequantizeLinear", q, scale, axis=0)
+    if isinstance(zero_point, str):
+        return b.op("DequantizeLinear", q, scale, zero_point, axis=0)
     zero = b.op("Expand", b.const(zero_point, dtype), b.op("Shape", scale))
     return b.op("DequantizeLinear", q, scale, zero, axis=0)
-
-
-# ---------------------------------------------------------------------------------- declarations
-def field(name: str, elem_type: int, dims: Sequence[int] = (), doc: str = ""):
-    """One block field: a static tensor of ``elem_type`` (a scalar when ``dims`` is empty)."""
-    return make_field(name, make_tensor_type(elem_type, list(dims)), doc)
-
-
-def gguf_format(
-    name: str,
-    block_size: int,
-    bytes_per_block: int,
-    fields: Callable[[], list],
-    decoder: Callable[[int, tuple[int, ...]], onnx.FunctionProto],
-    encoder: Callable[[int, tuple[int, ...]], onnx.FunctionProto] | None = None,
-    description: str = "",
-) -> BlockFormat:
-    """Register the GGUF format ``name`` (the GGML type name).
-
-    ``decoder(n_blocks, shape)`` and ``encoder(n_blocks, shape)`` build the functions for a tensor
-    of numpy ``shape``; ``n_blocks`` is checked by :meth:`BlockFormat.num_blocks` first.
-    """
-    fmt: BlockFormat | None = None
-
-    def with_count(build):
-        def for_shape(shape: Sequence[int]) -> onnx.FunctionProto:
-            shape = tuple(int(d) for d in shape)
-            return build(fmt.num_blocks(shape), shape)
-
-        return for_shape
-
-    fmt = BlockFormat(
-        name=name,
-        family="gguf",
-        block_size=block_size,
-        bytes_per_block=bytes_per_block,
-        block_fields=fields,
-        decoder=with_count(decoder),
-        encoder=with_count(encoder) if encoder else None,
-        description=description,
-    )
-    return register(fmt)

@@ -98,7 +98,6 @@ def convert(
                 actual=total,
             )
     roots: dict[tuple[str, tuple[int, ...]], int] = {}  # (format, shape) -> root index, shared by same-shape tensors
-    values = []
     for i, tensor in enumerate(reader.tensors):
         where = f"{source.name}: tensor[{i}] ({tensor.name!r})"
         shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))  # numpy order: GGUF's ne0 is the last
@@ -106,12 +105,14 @@ def convert(
         root = _root_index(model, type_name, shape, int(tensor.n_bytes), roots, keep_unknown, gguf, where)
         if location is not None:
             external = {"location": location, "offset": int(tensor.data_offset), "length": int(tensor.n_bytes)}
-            values.append(make_struct_value(tensor.name, root, external_data=external))
+            value = make_struct_value(tensor.name, root, external_data=external)
         else:
-            values.append(make_struct_value(tensor.name, root, raw_data=_payload(tensor, where)))
+            value = make_struct_value(tensor.name, root, raw_data=_payload(tensor, where))
+        # One value at a time: the model never holds a second copy of all the payloads at once.
+        add_struct_values(model, value)
+        del value
         if progress is not None:
             progress(i + 1, len(reader.tensors), tensor.name)
-    add_struct_values(model, *values)
     return to_onnx(model)
 
 

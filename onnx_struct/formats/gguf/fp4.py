@@ -28,13 +28,11 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx
-from onnx import TensorProto
 
-from onnx_struct.formats._graph import FunctionBuilder
-from onnx_struct.formats.base import BlockFormat, register
-from onnx_struct.helper import make_constant_field, make_field, make_tensor_type
+from onnx_struct.formats._graph import UINT8, FunctionBuilder, field
+from onnx_struct.formats.gguf._ops import gguf_format
+from onnx_struct.helper import make_constant_field
 
-OPSET = 21
 QK_MXFP4 = 32
 QK_NVFP4 = 64
 QK_NVFP4_SUB = 16
@@ -119,26 +117,34 @@ UE4M3_CODES, UE4M3_THRESHOLDS = _ue4m3_thresholds()
 
 
 # ---------------------------------------------------------------------- declarations
-def _u8(name: str, count: int | None = None, doc: str = "") -> object:
-    return make_field(name, make_tensor_type(TensorProto.UINT8, [] if count is None else [count]), doc)
-
-
 def _kvalues_field():
     return make_constant_field("kvalues", KVALUES, "ggml kvalues_mxfp4: the E2M1 value of each 4-bit code, doubled")
 
 
 def mxfp4_fields() -> list:
     return [
-        _u8("e", doc="E8M0 exponent; the block scale is 2**(e - 128) (the doubled kvalues make up the 1/2)"),
-        _u8("qs", QK_MXFP4 // 2, "value j < 16 in the low nibble of byte j, value j + 16 in its high nibble"),
+        field("e", UINT8, doc="E8M0 exponent; the block scale is 2**(e - 128) (the doubled kvalues make up the 1/2)"),
+        field(
+            "qs", UINT8, (QK_MXFP4 // 2,), "value j < 16 in the low nibble of byte j, value j + 16 in its high nibble"
+        ),
         _kvalues_field(),
     ]
 
 
 def nvfp4_fields() -> list:
     return [
-        _u8("d", QK_NVFP4 // QK_NVFP4_SUB, "unsigned E4M3 scale (bias 7, 0x00/0x7F = 0) of each 16 values, halved"),
-        _u8("qs", QK_NVFP4 // 2, "per 16 values 8 bytes: value j < 8 in the low nibble of byte j, j + 8 in the high"),
+        field(
+            "d",
+            UINT8,
+            (QK_NVFP4 // QK_NVFP4_SUB,),
+            "unsigned E4M3 scale (bias 7, 0x00/0x7F = 0) of each 16 values, halved",
+        ),
+        field(
+            "qs",
+            UINT8,
+            (QK_NVFP4 // 2,),
+            "per 16 values 8 bytes: value j < 8 in the low nibble of byte j, j + 8 in the high",
+        ),
         _kvalues_field(),
     ]
 
@@ -146,28 +152,22 @@ def nvfp4_fields() -> list:
 # ---------------------------------------------------------------------- decoders
 def _codes(g: FunctionBuilder, qs: str, axis: int) -> str:
     """INT32 codes of a nibble-packed uint8 leaf: all low nibbles, then all high nibbles along ``axis``."""
-    low = g.op("BitwiseAnd", qs, g.const(np.uint8(0x0F)))
-    high = g.op("BitShift", qs, g.const(np.uint8(4)), direction="RIGHT")
-    return g.op("Concat", low, high, axis=axis)
+    return g.index(g.op("Concat", g.band(qs, np.uint8(0x0F)), g.shr(qs, np.uint8(4)), axis=axis))
 
 
-def decode_mxfp4(shape: Sequence[int]) -> onnx.FunctionProto:
-    n = MXFP4.num_blocks(shape)
-    g = FunctionBuilder("decode_MXFP4", ["e", "qs", "kvalues"], OPSET)
+def decode_mxfp4(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
+    g = FunctionBuilder("decode_MXFP4", ["e", "qs", "kvalues"])
     values = g.gather(g.to_float("kvalues"), _codes(g, "qs", axis=1))  # [n, 32]
-    d = g.reshape(g.gather(E8M0_HALF, "e"), [n, 1])
-    g.reshape(g.op("Mul", d, values), shape, out="y")
-    return g.build("y")
+    d = g.reshape(g.gather(E8M0_HALF, g.index("e")), [n, 1])
+    return g.finish(g.op("Mul", d, values), shape)
 
 
-def decode_nvfp4(shape: Sequence[int]) -> onnx.FunctionProto:
-    n = NVFP4.num_blocks(shape)
-    g = FunctionBuilder("decode_NVFP4", ["d", "qs", "kvalues"], OPSET)
+def decode_nvfp4(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
+    g = FunctionBuilder("decode_NVFP4", ["d", "qs", "kvalues"])
     sub_blocks = g.reshape("qs", [n, 4, 8])
     values = g.gather(g.to_float("kvalues"), _codes(g, sub_blocks, axis=2))  # [n, 4, 16]
-    d = g.reshape(g.gather(UE4M3_HALF, "d"), [n, 4, 1])
-    g.reshape(g.op("Mul", d, values), shape, out="y")
-    return g.build("y")
+    d = g.reshape(g.gather(UE4M3_HALF, g.index("d")), [n, 4, 1])
+    return g.finish(g.op("Mul", d, values), shape)
 
 
 # ---------------------------------------------------------------------- encoders
@@ -177,19 +177,18 @@ def _best_index(g: FunctionBuilder, x: str, d: str) -> str:
     candidates = g.op("Mul", g.op("Unsqueeze", d, g.axes(-1)), g.const(KVALUES.astype(np.float32)))
     errors = g.op("Abs", g.op("Sub", candidates, g.op("Unsqueeze", x, g.axes(-1))))
     best = g.op("ArgMin", errors, axis=-1, keepdims=0, select_last_index=0)
-    return g.cast(g.where(g.not_finite(x), np.int64(0), best), TensorProto.UINT8)
+    return g.cast(g.where(g.not_finite(x), np.int64(0), best), UINT8)
 
 
 def _pack_halves(g: FunctionBuilder, codes: str, half: int, axis: int) -> str:
     """``codes[..., :half] | codes[..., half:] << 4`` along ``axis`` (uint8)."""
     low = g.slice(codes, 0, half, axis)
-    high = g.op("BitShift", g.slice(codes, half, 2 * half, axis), g.const(np.uint8(4)), direction="LEFT")
+    high = g.shl(g.slice(codes, half, 2 * half, axis), np.uint8(4))
     return g.op("BitwiseOr", low, high)
 
 
-def encode_mxfp4(shape: Sequence[int]) -> onnx.FunctionProto:
-    n = MXFP4.num_blocks(shape)
-    g = FunctionBuilder("encode_MXFP4", ["x"], OPSET)
+def encode_mxfp4(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
+    g = FunctionBuilder("encode_MXFP4", ["x"])
     x = g.reshape("x", [n, QK_MXFP4])
     amax = g.op("ReduceMax", g.op("Abs", x), g.axes(1), keepdims=1)  # [n, 1]
     # e = floor(log2f(amax)) - 2 + 127, wrapped to uint8 like gguf-py's astype(np.uint8) on x86
@@ -198,51 +197,43 @@ def encode_mxfp4(shape: Sequence[int]) -> onnx.FunctionProto:
     # amax == 0 gives e = 0 (np.where(d > 0, ...)); NaN anywhere makes gguf-py's amax NaN -> 0 too;
     # inf gives floor(log2) = inf, whose uint8 cast is 0 on x86. (ReduceMax may skip NaN: test it.)
     zero = g.op("Or", g.op("Not", g.op("Greater", amax, g.const(np.float32(0)))), g.block_any(g.not_finite(x)))
-    e = g.cast(g.where(zero, np.int32(0), e), TensorProto.UINT8)
-    d = g.gather(E8M0_HALF, e)  # [n, 1]
+    e = g.cast(g.where(zero, np.int32(0), e), UINT8)
+    d = g.gather(E8M0_HALF, g.index(e))  # [n, 1]
     codes = _best_index(g, x, d)  # [n, 32]
     g.reshape(e, [n], out="e")
     g.op("Identity", _pack_halves(g, codes, QK_MXFP4 // 2, axis=1), out="qs")
     return g.build(["e", "qs"])
 
 
-def encode_nvfp4(shape: Sequence[int]) -> onnx.FunctionProto:
-    n = NVFP4.num_blocks(shape)
-    g = FunctionBuilder("encode_NVFP4", ["x"], OPSET)
+def encode_nvfp4(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
+    g = FunctionBuilder("encode_NVFP4", ["x"])
     x = g.reshape("x", [n, 4, QK_NVFP4_SUB])
     # ggml's amax loop (`if (amax < fabsf(v))`) skips NaN: take |x| with NaN as 0
     magnitude = g.where(g.op("IsNaN", x), np.float32(0), g.op("Abs", x))
     amax = g.op("ReduceMax", magnitude, g.axes(2), keepdims=1)  # [n, 4, 1]
     scaled = g.op("Div", amax, g.const(np.float32(6)))
     ue = g.gather(UE4M3_CODES, g.count_at_least(scaled, UE4M3_THRESHOLDS))  # uint8 [n, 4, 1]
-    codes = _best_index(g, x, g.gather(UE4M3_HALF, ue))  # [n, 4, 16]
+    codes = _best_index(g, x, g.gather(UE4M3_HALF, g.index(ue)))  # [n, 4, 16]
     g.reshape(ue, [n, 4], out="d")
     g.reshape(_pack_halves(g, codes, QK_NVFP4_SUB // 2, axis=2), [n, QK_NVFP4 // 2], out="qs")
     return g.build(["d", "qs"])
 
 
-MXFP4 = register(
-    BlockFormat(
-        name="MXFP4",
-        family="gguf",
-        block_size=QK_MXFP4,
-        bytes_per_block=1 + QK_MXFP4 // 2,
-        block_fields=mxfp4_fields,
-        decoder=decode_mxfp4,
-        encoder=encode_mxfp4,
-        description="GGUF MXFP4: 32 E2M1 values (ggml kvalues_mxfp4, doubled) times 2**(e - 128)",
-    )
+MXFP4 = gguf_format(
+    "MXFP4",
+    QK_MXFP4,
+    1 + QK_MXFP4 // 2,
+    mxfp4_fields,
+    decode_mxfp4,
+    encode_mxfp4,
+    "GGUF MXFP4: 32 E2M1 values (ggml kvalues_mxfp4, doubled) times 2**(e - 128)",
 )
-
-NVFP4 = register(
-    BlockFormat(
-        name="NVFP4",
-        family="gguf",
-        block_size=QK_NVFP4,
-        bytes_per_block=QK_NVFP4 // QK_NVFP4_SUB + QK_NVFP4 // 2,
-        block_fields=nvfp4_fields,
-        decoder=decode_nvfp4,
-        encoder=encode_nvfp4,
-        description="GGUF NVFP4: 64 E2M1 values (kvalues_mxfp4, doubled) in 4 groups of 16, each times a halved UE4M3 scale",
-    )
+NVFP4 = gguf_format(
+    "NVFP4",
+    QK_NVFP4,
+    QK_NVFP4 // QK_NVFP4_SUB + QK_NVFP4 // 2,
+    nvfp4_fields,
+    decode_nvfp4,
+    encode_nvfp4,
+    "GGUF NVFP4: 64 E2M1 values (kvalues_mxfp4, doubled) in 4 groups of 16, each times a halved UE4M3 scale",
 )

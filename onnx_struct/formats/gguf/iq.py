@@ -27,11 +27,12 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx
-from onnx import TensorProto
 
-from onnx_struct.formats.base import BlockFormat, register
+from onnx_struct.formats._graph import FLOAT16, INT8, INT32, UINT8, UINT16, UINT32, FunctionBuilder, field
+from onnx_struct.formats.base import BlockFormat
 from onnx_struct.formats.gguf import iq_grids
-from onnx_struct.formats.gguf._iq_graph import FunctionBuilder, f16, finish, num_blocks, tensor, u8, u16
+from onnx_struct.formats.gguf._iq_graph import bits, f16_bits_to_float, index_hi_lo, sign_table
+from onnx_struct.formats.gguf._ops import dequantize_rows, gguf_format
 from onnx_struct.helper import make_constant_field
 
 QK_K = 256  # elements per super-block of every IQ type but IQ4_NL
@@ -64,12 +65,12 @@ def scaled(g: FunctionBuilder, values: str, scale: str, groups: int, shape: Sequ
     small integers, so ``db * (grid * signs)`` with the integer product done in int8 rounds once,
     to the same float32."""
     rows = g.reshape(values, [groups, math.prod(shape) // groups if groups else 0])
-    return finish(g, g.dequantize(rows, g.reshape(scale, [groups])), shape)
+    return g.finish(dequantize_rows(g, rows, g.reshape(scale, [groups])), shape)
 
 
 def signed_grid(g: FunctionBuilder, grid: str, signs: str) -> str:
     """int8 ``[len(signs) * len(grid), 8]``: row ``s * len(grid) + i`` is ``grid[i] * signs[s]``."""
-    rows = g.op("Mul", g.op("Unsqueeze", signs, g.const(np.array([1], dtype=np.int64))), g.to_int8(grid))
+    rows = g.op("Mul", g.op("Unsqueeze", signs, g.const(np.array([1], dtype=np.int64))), g.cast(grid, INT8))
     return g.reshape(rows, [-1, 8])
 
 
@@ -81,7 +82,7 @@ def shifted_grid(g: FunctionBuilder, grid: str, delta: str) -> str:
     inverse = g.op("Reciprocal", delta)
     base = g.op("Mul", g.to_float(g.op("Unsqueeze", grid, g.const(np.array([1], dtype=np.int64)))), inverse)
     rows = g.op("Add", base, g.const(np.array([1, -1], dtype=np.float32).reshape(2, 1)))
-    return g.reshape(g.to_int8(rows), [-1, 8])
+    return g.reshape(g.cast(rows, INT8), [-1, 8])
 
 
 def nibble_pair_tables(g: FunctionBuilder, levels: str) -> list[str]:
@@ -94,7 +95,7 @@ def nibble_pair_tables(g: FunctionBuilder, levels: str) -> list[str]:
     byte = g.const(np.arange(256, dtype=np.uint8))
     tables = []
     for nibble in (g.band(byte, np.uint8(15)), g.shr(byte, np.uint8(4))):
-        level = g.gather(g.to_int8(levels), g.index(nibble))  # [256]: the level of each byte's nibble
+        level = g.gather(g.cast(levels, INT8), g.index(nibble))  # [256]: the level of each byte's nibble
         # [b1, b0, which byte] = (level[b0], level[b1]), by broadcasting
         first = g.op("Mul", g.reshape(level, [1, 256, 1]), g.const(np.array([1, 0], dtype=np.int8)))
         second = g.op("Mul", g.reshape(level, [256, 1, 1]), g.const(np.array([0, 1], dtype=np.int8)))
@@ -123,201 +124,192 @@ def byte_pairs(g: FunctionBuilder, qs: str, shape: Sequence[int]) -> str:
 # ---------------------------------------------------------------------- IQ2_XXS
 def iq2_xxs_fields() -> list:
     return [
-        f16("d"),
-        u16("qs", QK_K // 8),  # per 32 values: 2 words of 4 grid-index bytes, 1 uint32 of signs+scale
+        field("d", FLOAT16),
+        field("qs", UINT16, (QK_K // 8,)),  # per 32 values: 2 words of 4 grid-index bytes, 1 uint32 of signs+scale
         table("iq2xxs_grid", "256 grid rows of 8 magnitudes (ggml uint64_t iq2xxs_grid[256])"),
         table("ksigns_iq2xs", "7-bit sign index -> 8 sign bits with even parity"),
     ]
 
 
-def decode_iq2_xxs(shape: Sequence[int]) -> onnx.FunctionProto:
-    n = num_blocks("IQ2_XXS", shape, QK_K)
+def decode_iq2_xxs(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("decode_IQ2_XXS", ["d", "qs", "iq2xxs_grid", "ksigns_iq2xs"])
     words = g.reshape("qs", [n, 8, 4])
-    grid_index = g.bits(g.slice(words, 0, 2, 2), np.uint16, [0, 8], 8, [n, 8, 4])  # the 4 index bytes
+    grid_index = bits(g, g.slice(words, 0, 2, 2), np.uint16, [0, 8], 8, [n, 8, 4])  # the 4 index bytes
     # flat [n * 8]: onnxruntime runs element-wise ops on a trailing dimension of 1 ~15x slower
-    low, high = (g.cast(g.reshape(g.slice(words, k, k + 1, 2), [n * 8]), TensorProto.UINT32) for k in (2, 3))
+    low, high = (g.cast(g.reshape(g.slice(words, k, k + 1, 2), [n * 8]), UINT32) for k in (2, 3))
     aux = g.op("BitwiseOr", low, g.shl(high, np.uint32(16)))  # [n * 8] uint32
-    sign_index = g.bits(aux, np.uint32, [0, 7, 14, 21], 7, [n, 8, 4])
+    sign_index = bits(g, aux, np.uint32, [0, 7, 14, 21], 7, [n, 8, 4])
     index = g.op("Add", g.op("Mul", g.index(sign_index), g.const(np.int32(256))), g.index(grid_index))
-    values = g.gather(signed_grid(g, "iq2xxs_grid", g.sign_table("ksigns_iq2xs")), index)  # [n, 8, 4, 8]
-    db = half_scale(g, g.scale("d", [n, 1]), 0.25, g.reshape(g.shr(aux, np.uint32(28)), [n, 8]), [n * 8])
+    values = g.gather(signed_grid(g, "iq2xxs_grid", sign_table(g, "ksigns_iq2xs")), index)  # [n, 8, 4, 8]
+    db = half_scale(g, g.to_float("d", [n, 1]), 0.25, g.reshape(g.shr(aux, np.uint32(28)), [n, 8]), [n * 8])
     return scaled(g, values, db, n * 8, shape)
 
 
 # ---------------------------------------------------------------------- IQ2_XS
 def iq2_xs_fields() -> list:
     return [
-        f16("d"),
-        u16("qs", QK_K // 8),  # 9-bit grid index | 7-bit sign index << 9, per 8 values
-        u8("scales", QK_K // 32),  # 4-bit scales, one per 16 values
+        field("d", FLOAT16),
+        field("qs", UINT16, (QK_K // 8,)),  # 9-bit grid index | 7-bit sign index << 9, per 8 values
+        field("scales", UINT8, (QK_K // 32,)),  # 4-bit scales, one per 16 values
         table("iq2xs_grid", "512 grid rows of 8 magnitudes (ggml uint64_t iq2xs_grid[512])"),
         table("ksigns_iq2xs", "7-bit sign index -> 8 sign bits with even parity"),
     ]
 
 
-def decode_iq2_xs(shape: Sequence[int]) -> onnx.FunctionProto:
-    n = num_blocks("IQ2_XS", shape, QK_K)
+def decode_iq2_xs(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("decode_IQ2_XS", ["d", "qs", "scales", "iq2xs_grid", "ksigns_iq2xs"])
     # the signed grid's row sign * 512 + grid is the qs word itself
-    values = g.gather(signed_grid(g, "iq2xs_grid", g.sign_table("ksigns_iq2xs")), g.index("qs"))  # [n, 32, 8]
-    scales = g.bits("scales", np.uint8, [0, 4], 4, [n, 16])
-    db = half_scale(g, g.scale("d", [n, 1]), 0.25, scales, [n * 16])
+    values = g.gather(signed_grid(g, "iq2xs_grid", sign_table(g, "ksigns_iq2xs")), g.index("qs"))  # [n, 32, 8]
+    scales = bits(g, "scales", np.uint8, [0, 4], 4, [n, 16])
+    db = half_scale(g, g.to_float("d", [n, 1]), 0.25, scales, [n * 16])
     return scaled(g, values, db, n * 16, shape)
 
 
 # ---------------------------------------------------------------------- IQ2_S
 def iq2_s_fields() -> list:
     return [
-        f16("d"),
-        u8("qs", QK_K // 8),  # low 8 bits of the 10-bit grid indices (ggml: first half of qs[64])
-        u8("signs", QK_K // 8),  # one sign bit per value (ggml: second half of qs[64])
-        u8("qh", QK_K // 32),  # high 2 bits of the grid indices, 4 per byte
-        u8("scales", QK_K // 32),  # 4-bit scales, one per 16 values
+        field("d", FLOAT16),
+        field("qs", UINT8, (QK_K // 8,)),  # low 8 bits of the 10-bit grid indices (ggml: first half of qs[64])
+        field("signs", UINT8, (QK_K // 8,)),  # one sign bit per value (ggml: second half of qs[64])
+        field("qh", UINT8, (QK_K // 32,)),  # high 2 bits of the grid indices, 4 per byte
+        field("scales", UINT8, (QK_K // 32,)),  # 4-bit scales, one per 16 values
         table("iq2s_grid", "1024 grid rows of 8 magnitudes (ggml uint64_t iq2s_grid[1024])"),
     ]
 
 
-def decode_iq2_s(shape: Sequence[int]) -> onnx.FunctionProto:
-    n = num_blocks("IQ2_S", shape, QK_K)
+def decode_iq2_s(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("decode_IQ2_S", ["d", "qs", "signs", "qh", "scales", "iq2s_grid"])
-    high = g.bits("qh", np.uint8, [0, 2, 4, 6], 2, [n, 32])
-    grid = g.gather(g.to_int8("iq2s_grid"), g.index_hi_lo("qs", high, [n, 32]))  # [n, 32, 8]
-    signs = g.gather(g.sign_table(g.const(np.arange(256, dtype=np.uint8))), g.index("signs"))
-    scales = g.bits("scales", np.uint8, [0, 4], 4, [n, 16])
-    db = half_scale(g, g.scale("d", [n, 1]), 0.25, scales, [n * 16])
+    high = bits(g, "qh", np.uint8, [0, 2, 4, 6], 2, [n, 32])
+    grid = g.gather(g.cast("iq2s_grid", INT8), index_hi_lo(g, "qs", high, [n, 32]))  # [n, 32, 8]
+    signs = g.gather(sign_table(g, g.const(np.arange(256, dtype=np.uint8))), g.index("signs"))
+    scales = bits(g, "scales", np.uint8, [0, 4], 4, [n, 16])
+    db = half_scale(g, g.to_float("d", [n, 1]), 0.25, scales, [n * 16])
     return scaled(g, g.op("Mul", grid, signs), db, n * 16, shape)
 
 
 # ---------------------------------------------------------------------- IQ3_XXS
 def iq3_xxs_fields() -> list:
     return [
-        f16("d"),
-        u8("qs", QK_K // 4),  # grid indices, one per 4 values
-        tensor("scales", TensorProto.UINT32, QK_K // 32),  # ggml scales_and_signs: 4x7-bit signs | scale << 28
+        field("d", FLOAT16),
+        field("qs", UINT8, (QK_K // 4,)),  # grid indices, one per 4 values
+        field("scales", UINT32, (QK_K // 32,)),  # ggml scales_and_signs: 4x7-bit signs | scale << 28
         table("iq3xxs_grid", "256 grid rows of 4 magnitudes (ggml uint32_t iq3xxs_grid[256])"),
         table("ksigns_iq2xs", "7-bit sign index -> 8 sign bits with even parity"),
     ]
 
 
-def decode_iq3_xxs(shape: Sequence[int]) -> onnx.FunctionProto:
-    n = num_blocks("IQ3_XXS", shape, QK_K)
+def decode_iq3_xxs(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("decode_IQ3_XXS", ["d", "qs", "scales", "iq3xxs_grid", "ksigns_iq2xs"])
-    grid = g.gather(g.to_int8("iq3xxs_grid"), g.index(g.reshape("qs", [n, 8, 8])))  # [n, 8, 8, 4]
-    sign_index = g.bits("scales", np.uint32, [0, 7, 14, 21], 7, [n, 8, 4])
-    signs = g.gather(g.sign_table("ksigns_iq2xs"), g.index(sign_index))  # [n, 8, 4, 8]
+    grid = g.gather(g.cast("iq3xxs_grid", INT8), g.index(g.reshape("qs", [n, 8, 8])))  # [n, 8, 8, 4]
+    sign_index = bits(g, "scales", np.uint32, [0, 7, 14, 21], 7, [n, 8, 4])
+    signs = g.gather(sign_table(g, "ksigns_iq2xs"), g.index(sign_index))  # [n, 8, 4, 8]
     values = g.op("Mul", g.reshape(grid, [n, 8, 4, 8]), signs)
-    db = half_scale(g, g.scale("d", [n, 1]), 0.5, g.shr("scales", np.uint32(28)), [n * 8])
+    db = half_scale(g, g.to_float("d", [n, 1]), 0.5, g.shr("scales", np.uint32(28)), [n * 8])
     return scaled(g, values, db, n * 8, shape)
 
 
 # ---------------------------------------------------------------------- IQ3_S
 def iq3_s_fields() -> list:
     return [
-        f16("d"),
-        u8("qs", QK_K // 4),  # low 8 bits of the 9-bit grid indices
-        u8("qh", QK_K // 32),  # high bit of the grid indices, 8 per byte
-        u8("signs", QK_K // 8),  # one sign bit per value
-        u8("scales", QK_K // 64),  # 4-bit scales, one per 32 values
+        field("d", FLOAT16),
+        field("qs", UINT8, (QK_K // 4,)),  # low 8 bits of the 9-bit grid indices
+        field("qh", UINT8, (QK_K // 32,)),  # high bit of the grid indices, 8 per byte
+        field("signs", UINT8, (QK_K // 8,)),  # one sign bit per value
+        field("scales", UINT8, (QK_K // 64,)),  # 4-bit scales, one per 32 values
         table("iq3s_grid", "512 grid rows of 4 magnitudes (ggml uint32_t iq3s_grid[512])"),
     ]
 
 
-def decode_iq3_s(shape: Sequence[int]) -> onnx.FunctionProto:
-    n = num_blocks("IQ3_S", shape, QK_K)
+def decode_iq3_s(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("decode_IQ3_S", ["d", "qs", "qh", "signs", "scales", "iq3s_grid"])
-    high = g.bits("qh", np.uint8, range(8), 1, [n, 64])
-    grid = g.gather(g.to_int8("iq3s_grid"), g.index_hi_lo("qs", high, [n, 32, 2]))  # [n, 32, 2, 4]
-    signs = g.gather(g.sign_table(g.const(np.arange(256, dtype=np.uint8))), g.index("signs"))  # [n, 32, 8]
+    high = bits(g, "qh", np.uint8, range(8), 1, [n, 64])
+    grid = g.gather(g.cast("iq3s_grid", INT8), index_hi_lo(g, "qs", high, [n, 32, 2]))  # [n, 32, 2, 4]
+    signs = g.gather(sign_table(g, g.const(np.arange(256, dtype=np.uint8))), g.index("signs"))  # [n, 32, 8]
     values = g.op("Mul", g.reshape(grid, [n, 32, 8]), signs)
-    scales = g.bits("scales", np.uint8, [0, 4], 4, [n, 8])
-    db = odd_scale(g, g.scale("d", [n, 1]), scales, np.uint8)
+    scales = bits(g, "scales", np.uint8, [0, 4], 4, [n, 8])
+    db = odd_scale(g, g.to_float("d", [n, 1]), scales, np.uint8)
     return scaled(g, values, db, n * 8, shape)
 
 
 # ---------------------------------------------------------------------- IQ1_S
 def iq1_s_fields() -> list:
     return [
-        f16("d"),
-        u8("qs", QK_K // 8),  # low 8 bits of the 11-bit grid indices
-        u16("qh", QK_K // 32),  # 4x3-bit index high bits | 3-bit scale << 12 | delta sign << 15
+        field("d", FLOAT16),
+        field("qs", UINT8, (QK_K // 8,)),  # low 8 bits of the 11-bit grid indices
+        field("qh", UINT16, (QK_K // 32,)),  # 4x3-bit index high bits | 3-bit scale << 12 | delta sign << 15
         table("iq1s_grid", "2048 grid rows of 8 values in {-1, 0, 1} (ggml uint64_t iq1s_grid[2048])"),
         make_constant_field("delta", IQ1S_DELTA, "grid shift IQ1S_DELTA"),
     ]
 
 
-def decode_iq1_s(shape: Sequence[int]) -> onnx.FunctionProto:
-    n = num_blocks("IQ1_S", shape, QK_K)
+def decode_iq1_s(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("decode_IQ1_S", ["d", "qs", "qh", "iq1s_grid", "delta"])
-    high = g.bits("qh", np.uint16, [0, 3, 6, 9], 3, [n, 32])
-    negative = g.index(g.bits("qh", np.uint16, [15] * 4, 1, [n, 8, 4]))  # the sub-block's sign, per grid row
-    index = g.op("Add", g.op("Mul", g.index_hi_lo("qs", high, [n, 8, 4]), g.const(np.int32(2))), negative)
+    high = bits(g, "qh", np.uint16, [0, 3, 6, 9], 3, [n, 32])
+    negative = g.index(bits(g, "qh", np.uint16, [15] * 4, 1, [n, 8, 4]))  # the sub-block's sign, per grid row
+    index = g.op("Add", g.op("Mul", index_hi_lo(g, "qs", high, [n, 8, 4]), g.const(np.int32(2))), negative)
     values = g.gather(shifted_grid(g, "iq1s_grid", "delta"), index)  # [n, 8, 4, 8]
     scale = g.band(g.shr("qh", np.uint16(12)), np.uint16(7))
-    dl = odd_scale(g, g.scale("d", [n, 1]), scale, np.uint16)  # [n, 8]
+    dl = odd_scale(g, g.to_float("d", [n, 1]), scale, np.uint16)  # [n, 8]
     return scaled(g, values, g.op("Mul", dl, "delta"), n * 8, shape)
 
 
 # ---------------------------------------------------------------------- IQ1_M
 def iq1_m_fields() -> list:
     return [
-        u8("qs", QK_K // 8),  # low 8 bits of the 11-bit grid indices
-        u8("qh", QK_K // 16),  # per 8 values a nibble: 3 index high bits | delta sign << 3
-        u16("scales", QK_K // 64),  # 4x3-bit scales | one nibble of the f16 super-block scale << 12
+        field("qs", UINT8, (QK_K // 8,)),  # low 8 bits of the 11-bit grid indices
+        field("qh", UINT8, (QK_K // 16,)),  # per 8 values a nibble: 3 index high bits | delta sign << 3
+        field("scales", UINT16, (QK_K // 64,)),  # 4x3-bit scales | one nibble of the f16 super-block scale << 12
         table("iq1s_grid", "2048 grid rows of 8 values in {-1, 0, 1} (ggml uint64_t iq1s_grid[2048])"),
         make_constant_field("delta", IQ1S_DELTA, "grid shift IQ1M_DELTA"),
     ]
 
 
-def decode_iq1_m(shape: Sequence[int]) -> onnx.FunctionProto:
-    n = num_blocks("IQ1_M", shape, QK_K)
+def decode_iq1_m(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("decode_IQ1_M", ["qs", "qh", "scales", "iq1s_grid", "delta"])
     # d's 16 bits are the top nibbles of the 4 scale words, lowest first; they are disjoint, so
     # the OR of gguf-py is a sum
     nibbles = g.shr(g.band("scales", np.uint16(0xF000)), np.array([12, 8, 4, 0], dtype=np.uint16))
-    total = g.op("ReduceSum", g.cast(nibbles, TensorProto.INT32), g.const(np.array([1], dtype=np.int64)), keepdims=0)
-    d = g.reshape(g.f16_bits_to_float(g.cast(total, TensorProto.UINT16)), [n, 1])
-    nibble = g.bits("qh", np.uint8, [0, 4], 4, [n, 32])
-    index = g.op("Mul", g.index_hi_lo("qs", g.band(nibble, np.uint8(7)), [n, 32]), g.const(np.int32(2)))
+    total = g.op("ReduceSum", g.cast(nibbles, INT32), g.const(np.array([1], dtype=np.int64)), keepdims=0)
+    d = g.reshape(f16_bits_to_float(g, g.cast(total, UINT16)), [n, 1])
+    nibble = bits(g, "qh", np.uint8, [0, 4], 4, [n, 32])
+    index = g.op("Mul", index_hi_lo(g, "qs", g.band(nibble, np.uint8(7)), [n, 32]), g.const(np.int32(2)))
     index = g.op("Add", index, g.index(g.shr(nibble, np.uint8(3))))
     values = g.gather(shifted_grid(g, "iq1s_grid", "delta"), index)  # [n, 32, 8]
-    dl = odd_scale(g, d, g.bits("scales", np.uint16, [0, 3, 6, 9], 3, [n, 16]), np.uint16)  # [n, 16]
+    dl = odd_scale(g, d, bits(g, "scales", np.uint16, [0, 3, 6, 9], 3, [n, 16]), np.uint16)  # [n, 16]
     return scaled(g, values, g.op("Mul", dl, "delta"), n * 16, shape)
 
 
 # ---------------------------------------------------------------------- IQ4_NL, IQ4_XS
 def iq4_nl_fields() -> list:
     return [
-        f16("d"),
-        u8("qs", QK4_NL // 2),  # 4-bit codes: values 0..15 in the low nibbles, 16..31 in the high
+        field("d", FLOAT16),
+        field("qs", UINT8, (QK4_NL // 2,)),  # 4-bit codes: values 0..15 in the low nibbles, 16..31 in the high
         table("kvalues_iq4nl", "the 16 non-linear levels"),
     ]
 
 
-def decode_iq4_nl(shape: Sequence[int]) -> onnx.FunctionProto:
-    n = num_blocks("IQ4_NL", shape, QK4_NL)
+def decode_iq4_nl(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("decode_IQ4_NL", ["d", "qs", "kvalues_iq4nl"])
     return scaled(g, iq4_values(g, "qs", "kvalues_iq4nl", n), g.to_float("d"), n, shape)
 
 
 def iq4_xs_fields() -> list:
     return [
-        f16("d"),
-        tensor("scales_h", TensorProto.UINT16),  # high 2 bits of the 8 6-bit scales
-        u8("scales_l", QK_K // 64),  # low 4 bits of the 8 6-bit scales
-        u8("qs", QK_K // 2),  # 4-bit codes; per 32 values low nibbles then high nibbles
+        field("d", FLOAT16),
+        field("scales_h", UINT16),  # high 2 bits of the 8 6-bit scales
+        field("scales_l", UINT8, (QK_K // 64,)),  # low 4 bits of the 8 6-bit scales
+        field("qs", UINT8, (QK_K // 2,)),  # 4-bit codes; per 32 values low nibbles then high nibbles
         table("kvalues_iq4nl", "the 16 non-linear levels"),
     ]
 
 
-def decode_iq4_xs(shape: Sequence[int]) -> onnx.FunctionProto:
-    n = num_blocks("IQ4_XS", shape, QK_K)
+def decode_iq4_xs(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("decode_IQ4_XS", ["d", "scales_h", "scales_l", "qs", "kvalues_iq4nl"])
     values = iq4_values(g, "qs", "kvalues_iq4nl", n * 8)
-    low = g.bits("scales_l", np.uint8, [0, 4], 4, [n, 8])
-    high = g.cast(g.bits("scales_h", np.uint16, range(0, 16, 2), 2, [n, 8]), TensorProto.UINT8)
+    low = bits(g, "scales_l", np.uint8, [0, 4], 4, [n, 8])
+    high = g.cast(bits(g, "scales_h", np.uint16, range(0, 16, 2), 2, [n, 8]), UINT8)
     scale = g.op("Sub", g.to_float(g.op("BitwiseOr", low, g.shl(high, np.uint8(4)))), g.const(np.float32(32)))
-    dl = g.op("Mul", g.scale("d", [n, 1]), scale)  # [n, 8]
+    dl = g.op("Mul", g.to_float("d", [n, 1]), scale)  # [n, 8]
     return scaled(g, values, dl, n * 8, shape)
 
 
@@ -334,19 +326,10 @@ _IQ_TYPES = (
     ("IQ1_M", QK_K, 56, iq1_m_fields, decode_iq1_m, "1.75 bpw: IQ1 grid, f16 scale split over 4 nibbles"),
 )
 
-FORMATS: dict[str, BlockFormat] = {}
-for _name, _block_size, _bytes, _fields, _decoder, _description in _IQ_TYPES:
-    FORMATS[_name] = register(
-        BlockFormat(
-            name=_name,
-            family="gguf",
-            block_size=_block_size,
-            bytes_per_block=_bytes,
-            block_fields=_fields,
-            decoder=_decoder,
-            description=f"GGUF {_name} ({_description})",
-        )
-    )
+FORMATS: dict[str, BlockFormat] = {
+    name: gguf_format(name, block_size, size, fields, decoder, description=f"GGUF {name} ({description})")
+    for name, block_size, size, fields, decoder, description in _IQ_TYPES
+}
 
 # The TQ types live in their own module; importing this one registers them too.
 from onnx_struct.formats.gguf import tq as _tq  # noqa: E402

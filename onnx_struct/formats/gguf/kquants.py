@@ -10,16 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnx_struct.formats._graph import FLOAT16, INT8, UINT8, FunctionBuilder, field
 from onnx_struct.formats.gguf._ops import (
-    FLOAT,
-    FLOAT16,
-    INT8,
-    UINT8,
-    FunctionBuilder,
     bit_fields,
     bit_planes,
     dequantize_rows,
-    field,
     gguf_format,
     nibbles,
     scaled_down,
@@ -28,20 +23,9 @@ from onnx_struct.formats.gguf._ops import (
 QK_K = 256
 
 
-def _column(b: FunctionBuilder, x: str, n: int) -> str:
-    """A FLOAT16 ``[n]`` leaf as float32 ``[n, 1]``, to scale the ``[n, k]`` sub-block values."""
-    return b.reshape(b.cast(x, FLOAT), [n, 1])
-
-
-def _columns(b: FunctionBuilder, x: str, n: int, count: int, start: int) -> str:
-    """Columns ``start .. start+count`` of a ``[n, k]`` tensor."""
-    ends = b.const([start + count], np.int64)
-    return b.op("Slice", x, b.const([start], np.int64), ends, b.const([1], np.int64))
-
-
 def _sub_scales(b: FunctionBuilder, scale: str, n: int, values: str, rows: list[int]) -> str:
     """``scale [n, 1] * float(values [n, k])`` reshaped to ``rows``: gguf-py's ``d * sc``."""
-    return b.reshape(b.op("Mul", _column(b, scale, n), b.cast(values, FLOAT)), rows)
+    return b.reshape(b.op("Mul", b.to_float(scale, [n, 1]), b.to_float(values)), rows)
 
 
 def _scale_min_k4(b: FunctionBuilder, n: int) -> tuple[str, str]:
@@ -52,21 +36,21 @@ def _scale_min_k4(b: FunctionBuilder, n: int) -> tuple[str, str]:
     bytes 0-3 / 4-7. Small tensors, so plain bitwise ops.
     """
     low6, top2, nibble = b.const(0x3F, np.uint8), b.const(0x30, np.uint8), b.const(0x0F, np.uint8)
-    d_part, m_part, md_part = (_columns(b, "scales", n, 4, start) for start in (0, 4, 8))
+    d_part, m_part, md_part = (b.slice("scales", start, start + 4, 1) for start in (0, 4, 8))
     scale = b.op(
         "Concat",
         b.op("BitwiseAnd", d_part, low6),
         b.op(
             "BitwiseOr",
             b.op("BitwiseAnd", md_part, nibble),
-            b.op("BitwiseAnd", b.shift_right(d_part, 2), top2),
+            b.op("BitwiseAnd", b.shr(d_part, np.uint8(2)), top2),
         ),
         axis=1,
     )
     minimum = b.op(
         "Concat",
         b.op("BitwiseAnd", m_part, low6),
-        b.op("BitwiseOr", b.shift_right(md_part, 4), b.op("BitwiseAnd", b.shift_right(m_part, 2), top2)),
+        b.op("BitwiseOr", b.shr(md_part, np.uint8(4)), b.op("BitwiseAnd", b.shr(m_part, np.uint8(2)), top2)),
         axis=1,
     )
     return scale, minimum
@@ -74,29 +58,29 @@ def _scale_min_k4(b: FunctionBuilder, n: int) -> tuple[str, str]:
 
 def _decode_q2_k(n: int, shape):
     b = FunctionBuilder("decode_Q2_K", ["scales", "qs", "d", "dmin"], doc_string="d*sc * q - dmin*m per 16 weights")
-    high = b.shift_right("scales", 4)
+    high = b.shr("scales", np.uint8(4))
     low = b.op("Sub", "scales", b.op("Mul", high, b.const(16, np.uint8)))
     dl = _sub_scales(b, "d", n, low, [n * 16])
     ml = _sub_scales(b, "dmin", n, high, [n * 16, 1])
     # 64 * q, and dl / 64: the same product of two exact factors (see bit_fields).
     q64 = b.reshape(bit_fields(b, "qs", n * 2, 32, width=2, scaled=True), [n * 16, 16])  # [n, 2, 4, 32]
     y = b.op("Sub", dequantize_rows(b, q64, scaled_down(b, dl, 64)), ml)
-    return b.build([b.reshape(y, shape, out="y")])
+    return b.finish(y, shape)
 
 
 def _decode_q3_k(n: int, shape):
     b = FunctionBuilder("decode_Q3_K", ["hmask", "qs", "scales", "d"], doc_string="d*(sc-32) * (q - 4*(1-hbit))")
     # 16 six-bit scales: low nibbles in bytes 0-7 (two per byte), top 2 bits in bytes 8-11.
-    low = nibbles(b, _columns(b, "scales", n, 8, 0), n, 8)
-    high = bit_fields(b, _columns(b, "scales", n, 4, 8), n, 4, width=2)
+    low = nibbles(b, b.slice("scales", 0, 8, 1), n, 8)
+    high = bit_fields(b, b.slice("scales", 8, 12, 1), n, 4, width=2)
     scale = b.op("Add", low, b.op("Mul", high, b.const(16, np.uint8)))
-    signed_scale = b.op("Sub", b.cast(scale, FLOAT), b.const(32.0, np.float32))
-    dl = b.reshape(b.op("Mul", _column(b, "d", n), signed_scale), [n * 16])
+    signed_scale = b.op("Sub", b.to_float(scale), b.const(32.0, np.float32))
+    dl = b.reshape(b.op("Mul", b.to_float("d", [n, 1]), signed_scale), [n * 16])
     ql = b.reshape(bit_fields(b, "qs", n * 2, 32, width=2), [n, QK_K])
     # gguf-py: ql - 4 * (hbit ^ 1) = (ql + 4 * hbit) - 4, an exact small integer either way.
     q = b.op("Add", ql, bit_planes(b, "hmask", n, 32, value=4))
     y = dequantize_rows(b, b.reshape(q, [n * 16, 16]), dl, zero_point=4)
-    return b.build([b.reshape(y, shape, out="y")])
+    return b.finish(y, shape)
 
 
 def _decode_q4_k(n: int, shape):
@@ -105,7 +89,7 @@ def _decode_q4_k(n: int, shape):
     q16 = b.reshape(nibbles(b, "qs", n * 4, 32, times=16), [n * 8, 32])  # 16 * q, [n, 4, 2, 32]
     y = dequantize_rows(b, q16, scaled_down(b, _sub_scales(b, "d", n, scale, [n * 8]), 16))
     y = b.op("Sub", y, _sub_scales(b, "dmin", n, minimum, [n * 8, 1]))
-    return b.build([b.reshape(y, shape, out="y")])
+    return b.finish(y, shape)
 
 
 def _decode_q5_k(n: int, shape):
@@ -117,7 +101,7 @@ def _decode_q5_k(n: int, shape):
     q = b.op("Add", low, bit_planes(b, "qh", n, 32, value=16))
     y = dequantize_rows(b, b.reshape(q, [n * 8, 32]), _sub_scales(b, "d", n, scale, [n * 8]))
     y = b.op("Sub", y, _sub_scales(b, "dmin", n, minimum, [n * 8, 1]))
-    return b.build([b.reshape(y, shape, out="y")])
+    return b.finish(y, shape)
 
 
 def _decode_q6_k(n: int, shape):
@@ -128,7 +112,7 @@ def _decode_q6_k(n: int, shape):
     high = b.reshape(bit_fields(b, "qh", n * 2, 32, width=2, scaled=True), [n, QK_K])
     q4 = b.reshape(b.op("Add", low, high), [n * 16, 16])
     y = dequantize_rows(b, q4, scaled_down(b, _sub_scales(b, "d", n, "scales", [n * 16]), 4), zero_point=128)
-    return b.build([b.reshape(y, shape, out="y")])
+    return b.finish(y, shape)
 
 
 _D = "FLOAT16 super-block scale"

@@ -9,23 +9,18 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from onnx_struct.formats.gguf._ops import (
+from onnx_struct.formats._graph import (
     BFLOAT16,
     BITCAST_OPSET,
-    FLOAT,
     FLOAT16,
     INT8,
     UINT8,
     UINT16,
     UINT32,
     FunctionBuilder,
-    byte_lookup,
-    dequantize_rows,
     field,
-    gguf_format,
-    nibbles,
-    scaled_down,
 )
+from onnx_struct.formats.gguf._ops import byte_lookup, dequantize_rows, gguf_format, nibbles, scaled_down
 
 # Bit j of a byte, times 16 (the fifth bit of a 5-bit quant), for every byte value: [256, 8].
 _BIT_X16 = (((np.arange(256, dtype=np.uint8)[:, None] >> np.arange(8, dtype=np.uint8)) & 1) * 16).astype(np.uint8)
@@ -35,8 +30,7 @@ _BIT_X16 = (((np.arange(256, dtype=np.uint8)[:, None] >> np.arange(8, dtype=np.u
 def _plain(name: str, elem_type: int, nbytes: int, decode_op: bool, encoder) -> None:
     def decode(n: int, shape: tuple[int, ...]):
         b = FunctionBuilder(f"decode_{name}", ["value"])
-        value = b.cast("value", FLOAT) if decode_op else "value"
-        return b.build([b.reshape(value, shape, out="y")])
+        return b.finish(b.to_float("value") if decode_op else "value", shape)
 
     gguf_format(
         name,
@@ -62,10 +56,10 @@ def _encode_f16(n: int, shape: tuple[int, ...]):
     b = FunctionBuilder("encode_F16", ["x"], opset=BITCAST_OPSET)
     x = b.reshape("x", [n])
     bits = b.op("BitCast", x, to=UINT32)
-    sign = b.shift_right(b.op("BitwiseAnd", bits, b.const(0x80000000, np.uint32)), 16, np.uint32)
+    sign = b.shr(b.band(bits, 0x80000000, np.uint32), 16, np.uint32)
     payload = b.op(
         "Max",
-        b.shift_right(b.op("BitwiseAnd", bits, b.const(0x007FFFFF, np.uint32)), 13, np.uint32),
+        b.shr(b.band(bits, 0x007FFFFF, np.uint32), 13, np.uint32),
         b.const(1, np.uint32),
     )
     nan_bits = b.op("BitwiseOr", sign, b.op("BitwiseOr", payload, b.const(0x7C00, np.uint32)))
@@ -88,9 +82,9 @@ def _encode_bf16(n: int, shape: tuple[int, ...]):
     is_nan = b.op("Greater", b.op("BitwiseAnd", bits, b.const(0x7FFFFFFF, np.uint32)), b.const(0x7F800000, np.uint32))
     bits = b.op("Where", is_nan, quiet, bits)
     # (n + 0x7fff + ((n >> 16) & 1)) >> 16; no uint32 overflow: a non-NaN n is at most 0xff800000.
-    odd = b.op("BitwiseAnd", b.shift_right(bits, 16, np.uint32), b.const(1, np.uint32))
+    odd = b.op("BitwiseAnd", b.shr(bits, 16, np.uint32), b.const(1, np.uint32))
     rounded = b.op("Add", bits, b.op("Add", odd, b.const(0x7FFF, np.uint32)))
-    upper = b.cast(b.shift_right(rounded, 16, np.uint32), UINT16)
+    upper = b.cast(b.shr(rounded, 16, np.uint32), UINT16)
     return b.build([b.op("BitCast", upper, to=BFLOAT16, out="value")])
 
 
@@ -106,42 +100,37 @@ def _with_fifth_bit(b: FunctionBuilder, qs: str, qh: str, n: int) -> str:
     return b.op("Add", nibbles(b, qs, n, 16), fifth)
 
 
-def _column(b: FunctionBuilder, x: str, n: int) -> str:
-    """A FLOAT16 ``[n]`` leaf as float32 ``[n, 1]`` (a per-block scale for broadcasting)."""
-    return b.reshape(b.cast(x, FLOAT), [n, 1])
-
-
 def _decode_q4_0(n: int, shape):
     b = FunctionBuilder("decode_Q4_0", ["d", "qs"], doc_string="d * (q - 8), q the 32 nibbles of qs")
     # (16q - 128) * (d / 16) == (q - 8) * d exactly; 16q needs no shift (see nibbles).
-    y = dequantize_rows(b, nibbles(b, "qs", n, 16, times=16), scaled_down(b, b.cast("d", FLOAT), 16), zero_point=128)
-    return b.build([b.reshape(y, shape, out="y")])
+    y = dequantize_rows(b, nibbles(b, "qs", n, 16, times=16), scaled_down(b, b.to_float("d"), 16), zero_point=128)
+    return b.finish(y, shape)
 
 
 def _decode_q4_1(n: int, shape):
     b = FunctionBuilder("decode_Q4_1", ["d", "m", "qs"], doc_string="(d * q) + m, q the 32 nibbles of qs")
-    dq = dequantize_rows(b, nibbles(b, "qs", n, 16, times=16), scaled_down(b, b.cast("d", FLOAT), 16))
-    y = b.op("Add", dq, _column(b, "m", n))
-    return b.build([b.reshape(y, shape, out="y")])
+    dq = dequantize_rows(b, nibbles(b, "qs", n, 16, times=16), scaled_down(b, b.to_float("d"), 16))
+    y = b.op("Add", dq, b.to_float("m", [n, 1]))
+    return b.finish(y, shape)
 
 
 def _decode_q5_0(n: int, shape):
     b = FunctionBuilder("decode_Q5_0", ["d", "qh", "qs"], doc_string="d * (q - 16), q = nibble | qh bit << 4")
-    y = dequantize_rows(b, _with_fifth_bit(b, "qs", "qh", n), b.cast("d", FLOAT), zero_point=16)
-    return b.build([b.reshape(y, shape, out="y")])
+    y = dequantize_rows(b, _with_fifth_bit(b, "qs", "qh", n), b.to_float("d"), zero_point=16)
+    return b.finish(y, shape)
 
 
 def _decode_q5_1(n: int, shape):
     b = FunctionBuilder("decode_Q5_1", ["d", "m", "qh", "qs"], doc_string="(d * q) + m, q = nibble | qh bit << 4")
     q = _with_fifth_bit(b, "qs", "qh", n)
-    y = b.op("Add", dequantize_rows(b, q, b.cast("d", FLOAT)), _column(b, "m", n))
-    return b.build([b.reshape(y, shape, out="y")])
+    y = b.op("Add", dequantize_rows(b, q, b.to_float("d")), b.to_float("m", [n, 1]))
+    return b.finish(y, shape)
 
 
 def _decode_q8_0(n: int, shape):
     b = FunctionBuilder("decode_Q8_0", ["d", "qs"], doc_string="qs * d")
-    y = dequantize_rows(b, "qs", b.cast("d", FLOAT))
-    return b.build([b.reshape(y, shape, out="y")])
+    y = dequantize_rows(b, "qs", b.to_float("d"))
+    return b.finish(y, shape)
 
 
 # Encoders mirror gguf-py's numpy quantize_blocks op for op, in float32: the scale, its reciprocal
@@ -240,12 +229,30 @@ def _encode_q8_0(n: int, shape):
     return b.build([_scale_out(b, d, n, "d"), b.cast(q, INT8, out="qs")])
 
 
-_HALF = "FLOAT16 scale"
+# The fields of the legacy blocks, in ggml's names and order.
+def _d():
+    return field("d", FLOAT16, doc="FLOAT16 scale")
+
+
+def _m():
+    return field("m", FLOAT16, doc="FLOAT16 minimum")
+
+
+def _qh():
+    return field("qh", UINT8, (4,), "fifth bits, little-endian uint32: bit j is element j's")
+
+
+def _qs(doc: str = "nibbles: low = 0..15, high = 16..31"):
+    return field("qs", UINT8, (16,), doc)
+
+
+_QS5 = "low 4 bits: low nibbles = 0..15, high = 16..31"
+
 gguf_format(
     "Q4_0",
     32,
     18,
-    lambda: [field("d", FLOAT16, doc=_HALF), field("qs", UINT8, (16,), "nibbles: low = 0..15, high = 16..31")],
+    lambda: [_d(), _qs()],
     _decode_q4_0,
     _encode_q4_0,
     "GGML Q4_0: 32 weights = d * (nibble - 8).",
@@ -254,11 +261,7 @@ gguf_format(
     "Q4_1",
     32,
     20,
-    lambda: [
-        field("d", FLOAT16, doc=_HALF),
-        field("m", FLOAT16, doc="FLOAT16 minimum"),
-        field("qs", UINT8, (16,), "nibbles: low = 0..15, high = 16..31"),
-    ],
+    lambda: [_d(), _m(), _qs()],
     _decode_q4_1,
     _encode_q4_1,
     "GGML Q4_1: 32 weights = d * nibble + m.",
@@ -267,11 +270,7 @@ gguf_format(
     "Q5_0",
     32,
     22,
-    lambda: [
-        field("d", FLOAT16, doc=_HALF),
-        field("qh", UINT8, (4,), "fifth bits, little-endian uint32: bit j is element j's"),
-        field("qs", UINT8, (16,), "low 4 bits: low nibbles = 0..15, high = 16..31"),
-    ],
+    lambda: [_d(), _qh(), _qs(_QS5)],
     _decode_q5_0,
     _encode_q5_0,
     "GGML Q5_0: 32 weights = d * (5-bit q - 16).",
@@ -280,12 +279,7 @@ gguf_format(
     "Q5_1",
     32,
     24,
-    lambda: [
-        field("d", FLOAT16, doc=_HALF),
-        field("m", FLOAT16, doc="FLOAT16 minimum"),
-        field("qh", UINT8, (4,), "fifth bits, little-endian uint32: bit j is element j's"),
-        field("qs", UINT8, (16,), "low 4 bits: low nibbles = 0..15, high = 16..31"),
-    ],
+    lambda: [_d(), _m(), _qh(), _qs(_QS5)],
     _decode_q5_1,
     _encode_q5_1,
     "GGML Q5_1: 32 weights = d * (5-bit q) + m.",
@@ -294,7 +288,7 @@ gguf_format(
     "Q8_0",
     32,
     34,
-    lambda: [field("d", FLOAT16, doc=_HALF), field("qs", INT8, (32,))],
+    lambda: [_d(), field("qs", INT8, (32,))],
     _decode_q8_0,
     _encode_q8_0,
     "GGML Q8_0: 32 weights = d * int8.",

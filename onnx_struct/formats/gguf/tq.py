@@ -18,10 +18,10 @@ from collections.abc import Sequence
 
 import numpy as np
 import onnx
-from onnx import TensorProto
 
-from onnx_struct.formats.base import BlockFormat, register
-from onnx_struct.formats.gguf._iq_graph import FunctionBuilder, f16, finish, num_blocks, u8
+from onnx_struct.formats._graph import FLOAT, FLOAT16, UINT8, FunctionBuilder, field
+from onnx_struct.formats.base import BlockFormat
+from onnx_struct.formats.gguf._ops import dequantize_rows, gguf_format
 
 QK_K = 256
 POWERS_5 = np.array([1, 3, 9, 27, 81], dtype=np.uint8)  # digit k of a TQ1_0 byte is scaled by 3**k
@@ -30,14 +30,13 @@ POWERS_5 = np.array([1, 3, 9, 27, 81], dtype=np.uint8)  # digit k of a TQ1_0 byt
 # ---------------------------------------------------------------------- TQ1_0
 def tq1_0_fields() -> list:
     return [
-        u8("qs", (QK_K - 4 * QK_K // 64) // 5),  # 240 values, 5 per byte
-        u8("qh", QK_K // 64),  # the last 16 values, 4 per byte
-        f16("d"),
+        field("qs", UINT8, ((QK_K - 4 * QK_K // 64) // 5,)),  # 240 values, 5 per byte
+        field("qh", UINT8, (QK_K // 64,)),  # the last 16 values, 4 per byte
+        field("d", FLOAT16),
     ]
 
 
-def decode_tq1_0(shape: Sequence[int]) -> onnx.FunctionProto:
-    n = num_blocks("TQ1_0", shape, QK_K)
+def decode_tq1_0(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("decode_TQ1_0", ["qs", "qh", "d"])
     parts = []
     # byte j of a group of `width` bytes holds values k * width + j, k = 0..digits-1
@@ -54,14 +53,12 @@ def decode_tq1_0(shape: Sequence[int]) -> onnx.FunctionProto:
     # which onnxruntime computes far faster than a 16-bit multiply and shift
     digit = g.op(
         "Add",
-        *(g.cast(g.op("GreaterOrEqual", fraction, g.const(np.uint8(t))), TensorProto.UINT8) for t in (86, 171)),
+        *(g.cast(g.op("GreaterOrEqual", fraction, g.const(np.uint8(t))), UINT8) for t in (86, 171)),
     )
-    ones = g.op("Expand", g.const(np.array([1], dtype=np.uint8)), g.const(np.array([n], dtype=np.int64)))
-    return finish(g, g.dequantize(digit, g.to_float("d"), ones), shape)  # d * (digit - 1)
+    return g.finish(dequantize_rows(g, digit, g.to_float("d"), zero_point=1), shape)  # d * (digit - 1)
 
 
-def encode_tq1_0(shape: Sequence[int]) -> onnx.FunctionProto:
-    n = num_blocks("TQ1_0", shape, QK_K)
+def encode_tq1_0(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("encode_TQ1_0", ["x"])
     d, codes = ternary_codes(g, n)
     numbers = []  # per byte the base-3 number of its codes, most significant first (<= 242: uint8)
@@ -76,7 +73,7 @@ def encode_tq1_0(shape: Sequence[int]) -> onnx.FunctionProto:
     # gguf-py's (v * 256 + 242) // 243 = ceil(256 v / 243): for 0 < v <= 242 that quotient is at least
     # 1/243 away from an integer, far beyond float32 rounding, so Ceil in float32 is exact
     number = g.to_float(g.op("Concat", *numbers, axis=1))  # [n, 52]
-    packed = g.cast(g.op("Ceil", g.op("Mul", number, g.const(np.float32(256 / 243)))), TensorProto.UINT8)
+    packed = g.cast(g.op("Ceil", g.op("Mul", number, g.const(np.float32(256 / 243)))), UINT8)
     g.slice(packed, 0, 48, 1, out="qs")
     g.slice(packed, 48, 52, 1, out="qh")
     g.op("Identity", d, out="d")
@@ -86,13 +83,12 @@ def encode_tq1_0(shape: Sequence[int]) -> onnx.FunctionProto:
 # ---------------------------------------------------------------------- TQ2_0
 def tq2_0_fields() -> list:
     return [
-        u8("qs", QK_K // 4),  # 2-bit codes q + 1; per 128 values byte j holds values j, j+32, j+64, j+96
-        f16("d"),
+        field("qs", UINT8, (QK_K // 4,)),  # 2-bit codes q + 1; per 128 values byte j holds values j, j+32, j+64, j+96
+        field("d", FLOAT16),
     ]
 
 
-def decode_tq2_0(shape: Sequence[int]) -> onnx.FunctionProto:
-    n = num_blocks("TQ2_0", shape, QK_K)
+def decode_tq2_0(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("decode_TQ2_0", ["qs", "d"])
     # Code k of a byte is masked in place, (q_k << 2k), not shifted down: one BitwiseAnd on the large
     # tensor. Each 32-value row then has its own zero point 4**k and scale d / 4**k, and
@@ -103,13 +99,12 @@ def decode_tq2_0(shape: Sequence[int]) -> onnx.FunctionProto:
     powers = np.array([1, 4, 16, 64], dtype=np.uint8)
     rows = g.const(np.array([n, 2, 4], dtype=np.int64))
     zero_points = g.reshape(g.op("Expand", g.const(powers), rows), [n * 8])
-    scales = g.op("Mul", g.scale("d", [n, 1, 1]), g.const((1 / powers).astype(np.float32)))  # [n, 1, 4]
+    scales = g.op("Mul", g.to_float("d", [n, 1, 1]), g.const((1 / powers).astype(np.float32)))  # [n, 1, 4]
     scales = g.reshape(g.op("Expand", scales, rows), [n * 8])
-    return finish(g, g.dequantize(g.reshape(masked, [n * 8, 32]), scales, zero_points), shape)
+    return g.finish(dequantize_rows(g, g.reshape(masked, [n * 8, 32]), scales, zero_points), shape)
 
 
-def encode_tq2_0(shape: Sequence[int]) -> onnx.FunctionProto:
-    n = num_blocks("TQ2_0", shape, QK_K)
+def encode_tq2_0(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("encode_TQ2_0", ["x"])
     d, codes = ternary_codes(g, n)
     # code k of each byte goes to bits 2k: a multiply (uint8 Mul is far faster than BitShift in
@@ -137,44 +132,37 @@ def ternary_codes(g: FunctionBuilder, n: int) -> tuple[str, str]:
     gguf-py rounds inf/NaN, whose cast to int8 gives 0 on x86-64 (every code 1; ``d`` itself
     rounds to 0 in f16). Using ``id = 0`` there gives the same bytes.
     """
-    x = g.reshape(g.cast("x", TensorProto.FLOAT), [n, QK_K])
+    x = g.reshape(g.cast("x", FLOAT), [n, QK_K])
     d = g.op("ReduceMax", g.op("Abs", x), g.const(np.array([1], dtype=np.int64)), keepdims=1)  # [n, 1]
     inverse = g.op("Div", g.const(np.float32(1)), d)
     unusable = g.op("Or", g.op("Equal", d, g.const(np.float32(0))), g.op("IsInf", inverse))
     inverse = g.op("Where", unusable, g.const(np.float32(0)), inverse)
     v = g.op("Mul", x, inverse)
     up, down = (
-        g.cast(g.op(op, v, g.const(np.float32(t))), TensorProto.UINT8)
-        for op, t in (("GreaterOrEqual", 0.5), ("LessOrEqual", -0.5))
+        g.cast(g.op(op, v, g.const(np.float32(t))), UINT8) for op, t in (("GreaterOrEqual", 0.5), ("LessOrEqual", -0.5))
     )
     codes = g.op("Sub", g.op("Add", up, g.const(np.uint8(1))), down)
-    return g.reshape(g.cast(d, TensorProto.FLOAT16), [n]), codes
+    return g.reshape(g.cast(d, FLOAT16), [n]), codes
 
 
 # ---------------------------------------------------------------------- registration
 FORMATS: dict[str, BlockFormat] = {
-    "TQ1_0": register(
-        BlockFormat(
-            name="TQ1_0",
-            family="gguf",
-            block_size=QK_K,
-            bytes_per_block=54,
-            block_fields=tq1_0_fields,
-            decoder=decode_tq1_0,
-            encoder=encode_tq1_0,
-            description="GGUF TQ1_0 (1.6875 bpw ternary: 5 trits per byte, f16 scale last)",
-        )
+    "TQ1_0": gguf_format(
+        "TQ1_0",
+        QK_K,
+        54,
+        tq1_0_fields,
+        decode_tq1_0,
+        encode_tq1_0,
+        "GGUF TQ1_0 (1.6875 bpw ternary: 5 trits per byte, f16 scale last)",
     ),
-    "TQ2_0": register(
-        BlockFormat(
-            name="TQ2_0",
-            family="gguf",
-            block_size=QK_K,
-            bytes_per_block=66,
-            block_fields=tq2_0_fields,
-            decoder=decode_tq2_0,
-            encoder=encode_tq2_0,
-            description="GGUF TQ2_0 (2.0625 bpw ternary: 2-bit codes, f16 scale last)",
-        )
+    "TQ2_0": gguf_format(
+        "TQ2_0",
+        QK_K,
+        66,
+        tq2_0_fields,
+        decode_tq2_0,
+        encode_tq2_0,
+        "GGUF TQ2_0 (2.0625 bpw ternary: 2-bit codes, f16 scale last)",
     ),
 }
