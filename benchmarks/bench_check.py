@@ -52,7 +52,7 @@ def interleaved_minimum(functions, repeat: int = 25) -> list[float]:
     """Minimum time of each function over ``repeat`` interleaved rounds (robust on a busy machine)."""
     times = [[] for _ in functions]
     for _ in range(repeat):
-        for slot, function in zip(times, functions):
+        for slot, function in zip(times, functions, strict=True):
             start = time.perf_counter()
             function()
             slot.append(time.perf_counter() - start)

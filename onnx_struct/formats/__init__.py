@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import importlib
 
-from onnx_struct.formats.base import FORMAT_DOMAIN, BlockFormat, _REGISTRY, register
+from onnx_struct.formats.base import _REGISTRY, FORMAT_DOMAIN, BlockFormat, register
+
 # quantize() imports onnxruntime only when it encodes; importing it here binds the name to the function
 # (the submodule of the same name is then not re-bound over it).
 from onnx_struct.formats.quantize import quantize
