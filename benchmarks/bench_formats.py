@@ -1,8 +1,7 @@
-"""Decode throughput of every registered GGUF format: onnx_struct.decode (onnxruntime) vs gguf-py.
+"""Decode (and encode) throughput of every registered GGUF format: onnx_struct vs gguf-py.
 
-For each format registered with ``family == "gguf"`` at run time (so every GGUF module's types,
-not only the legacy and K-quants), the same random payload bytes of a ``rows x cols`` tensor are
-decoded by
+For each format registered with ``family == "gguf"`` at run time (plain, legacy, K-quants, IQ,
+TQ, MXFP4, NVFP4), the same random payload bytes of a ``rows x cols`` tensor are decoded by
 
 * ``gguf.quants.dequantize`` (gguf-py, numpy), and
 * ``onnx_struct.decode`` (the user path: view the payload, feed the leaves, run the decoder
@@ -11,13 +10,18 @@ decoded by
 * the decoder function alone: the cached session run on leaves extracted once, i.e. what the
   format's ONNX function costs without the view and feeding.
 
-Random bytes are valid blocks for these formats (scales may be NaN or infinity; numpy's warnings
-about them are silenced). Every timing is the best of ``--repeat`` runs after one warm-up, all in
-this process; the table reports the ratio gguf-py time / decode time measured in the same run
-(goal: >= 3) and the output throughput in MB/s of float32. Formats gguf-py does not know get no
-ratio. The machine's other load shows up as noise, hence best-of.
+With ``--encode`` the encoders of the types gguf-py can quantize run too (``onnx_struct.encode``,
+payload packed, vs ``gguf.quants.quantize`` on the same standard-normal floats).
 
-Run: ``python benchmarks/bench_formats.py [--rows 4096 --cols 4096 --repeat 5 --only Q4_0,Q6_K]``.
+Random bytes are valid blocks for these formats (scales may be NaN or infinity; numpy's warnings
+about them are silenced). The contenders of one format run in turns (one call each per round,
+``--repeat`` rounds after a warm-up), so both sides see the same load; each reports its minimum
+wall time and minimum process CPU time (all of onnxruntime's threads; numpy is single-threaded).
+The table gives gguf-py time / our time measured in the same run (goal: >= 3) and the output
+throughput of the external path. Formats gguf-py does not know get no ratio.
+
+Run: ``python benchmarks/bench_formats.py [--rows 4096 --cols 4096 --repeat 5 --only Q4_0,Q6_K
+--encode --threads 2]``.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import onnx
 
 import onnx_struct as S
 from onnx_struct import bindings, formats, runtime
-from onnx_struct.runtime import decode
+from onnx_struct.runtime import decode, encode
 
 try:
     from gguf import GGMLQuantizationType, quants
@@ -43,14 +47,19 @@ except ImportError:  # gguf-py is an optional dependency (the "bench" extra)
     GGMLQuantizationType = quants = None
 
 
-def best_of(function, repeat: int) -> float:
-    function()  # warm-up: builds and caches the session, faults the pages in
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
+def race(contenders: dict, repeat: int) -> dict[str, tuple[float, float]]:
+    """name -> (minimum wall time, minimum CPU time) over ``repeat`` rounds in which every
+    contender runs once, after one warm-up call each (builds and caches sessions, faults pages in)."""
+    for function in contenders.values():
         function()
-        times.append(time.perf_counter() - start)
-    return min(times)
+    best = {name: [math.inf, math.inf] for name in contenders}
+    for _ in range(repeat):
+        for name, function in contenders.items():
+            wall, cpu = time.perf_counter(), time.process_time()
+            function()
+            best[name][0] = min(best[name][0], time.perf_counter() - wall)
+            best[name][1] = min(best[name][1], time.process_time() - cpu)
+    return {name: tuple(times) for name, times in best.items()}
 
 
 def decoder_only(value, model):
@@ -65,14 +74,10 @@ def decoder_only(value, model):
 
 
 def gguf_type(name: str):
-    if GGMLQuantizationType is None:
-        return None
-    return getattr(GGMLQuantizationType, name, None)
+    return None if GGMLQuantizationType is None else getattr(GGMLQuantizationType, name, None)
 
 
-def bench_format(
-    name: str, rows: int, cols: int, repeat: int, rng: np.random.Generator, directory: pathlib.Path
-) -> dict:
+def bench_decoder(name: str, rows: int, cols: int, repeat: int, rng, directory: pathlib.Path) -> dict:
     fmt = formats.get(name)
     cols = max(fmt.block_size, cols // fmt.block_size * fmt.block_size)
     shape = (rows, cols)
@@ -83,42 +88,77 @@ def bench_format(
     external = S.make_struct_value(
         name, value.type, external_data={"location": f"{name}.bin", "offset": 0, "length": payload.size}
     )
-    row = {"format": name, "shape": f"{rows}x{cols}", "elements": rows * cols}
-    try:
-        row["decode"] = best_of(lambda: decode(value, model), repeat)
-        row["external"] = best_of(lambda: decode(external, model, base_dir=directory), repeat)
-        row["function"] = best_of(decoder_only(value, model), repeat)
-    except Exception as error:  # report and go on: the table covers every registered format
-        row["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:80]}"
-        return row
+    row = {"format": name, "elements": rows * cols}
+    contenders = {
+        "inline": lambda: decode(value, model),
+        "external": lambda: decode(external, model, base_dir=directory),
+        "function": decoder_only(value, model),
+    }
     qtype = gguf_type(name)
     if qtype is not None:
         data = payload.reshape(rows, -1)
-        try:
-            row["gguf"] = best_of(lambda: quants.dequantize(data, qtype), repeat)
-        except NotImplementedError:
-            pass
+        contenders["gguf"] = lambda: quants.dequantize(data, qtype)
+    try:
+        row.update(race(contenders, repeat))
+    except NotImplementedError:  # gguf-py knows the type but cannot dequantize it
+        del contenders["gguf"]
+        row.update(race(contenders, repeat))
+    except Exception as error:  # report and go on: the table covers every registered format
+        row["error"] = f"{type(error).__name__}: {str(error).splitlines()[0][:80]}"
     return row
 
 
-def markdown(rows: list[dict]) -> str:
+def bench_encoder(name: str, rows: int, cols: int, repeat: int, rng) -> dict | None:
+    fmt, qtype = formats.get(name), gguf_type(name)
+    if fmt.encoder is None or qtype is None:
+        return None
+    x = rng.standard_normal((rows, max(fmt.block_size, cols // fmt.block_size * fmt.block_size))).astype(np.float32)
+    try:
+        quants.quantize(x[:1], qtype)
+    except NotImplementedError:
+        return None
+    model = onnx.ModelProto()
+    root = fmt.add_to_model(model, x.shape)
+    row = {"format": name, "elements": x.size}
+    row.update(race({"encode": lambda: encode(x, root, model), "gguf": lambda: quants.quantize(x, qtype)}, repeat))
+    return row
+
+
+def ratio(row: dict, ours: str, clock: int = 0) -> str:
+    return f"{row['gguf'][clock] / row[ours][clock]:.1f}x" if "gguf" in row and ours in row else "n/a"
+
+
+def decode_table(rows: list[dict]) -> str:
     lines = [
-        "| format | decode, inline (ms) | decode, external (ms) | decoder function (ms) | gguf-py (ms) "
-        "| gguf-py / decode inline | gguf-py / decode external | gguf-py / function | MB/s out (external) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| format | decode inline (ms) | decode external (ms) | decoder function (ms) | gguf-py (ms) "
+        "| gguf-py / inline | gguf-py / external | gguf-py / function | CPU: gguf-py / function | MB/s out |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         if "error" in row:
-            lines.append(f"| {row['format']} | failed: {row['error']} | | | | | | | |")
+            lines.append(f"| {row['format']} | failed: {row['error']} | | | | | | | | |")
             continue
-        times = [f"{row[k] * 1e3:.1f}" for k in ("decode", "external", "function")]
-        gguf_ms = f"{row['gguf'] * 1e3:.1f}" if "gguf" in row else "n/a"
-        ratios = [
-            f"{row['gguf'] / row[k]:.1f}x" if "gguf" in row else "n/a" for k in ("decode", "external", "function")
-        ]
-        throughput = row["elements"] * 4 / row["external"] / 1e6
+        times = [f"{row[k][0] * 1e3:.1f}" for k in ("inline", "external", "function")]
+        gguf_ms = f"{row['gguf'][0] * 1e3:.1f}" if "gguf" in row else "n/a"
+        ratios = [ratio(row, k) for k in ("inline", "external", "function")] + [ratio(row, "function", 1)]
+        throughput = row["elements"] * 4 / row["external"][0] / 1e6
         lines.append(f"| {row['format']} | {' | '.join(times)} | {gguf_ms} | {' | '.join(ratios)} | {throughput:.0f} |")
     return "\n".join(lines)
+
+
+def encode_table(rows: list[dict]) -> str:
+    lines = [
+        "| format | encode (ms) | gguf-py quantize (ms) | wall: gguf-py / encode | CPU: gguf-py / encode |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        wall = f"{row['encode'][0] * 1e3:.1f} | {row['gguf'][0] * 1e3:.1f}"
+        lines.append(f"| {row['format']} | {wall} | {ratio(row, 'encode')} | {ratio(row, 'encode', 1)} |")
+    return "\n".join(lines)
+
+
+def geometric_mean(values: list[float]) -> float:
+    return math.exp(sum(map(math.log, values)) / len(values))
 
 
 def main() -> None:
@@ -127,30 +167,40 @@ def main() -> None:
     parser.add_argument("--cols", type=int, default=4096)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--only", default="", help="comma-separated format names (default: every GGUF format)")
+    parser.add_argument("--encode", action="store_true", help="also the encoders gguf-py has a quantizer for")
+    parser.add_argument("--threads", type=int, default=None, help="onnxruntime intra-op threads (default: runtime's)")
     args = parser.parse_args()
+    if args.threads is not None:
+        runtime.INTRA_OP_THREADS = args.threads
     names = [n for n in formats.names() if formats.get(n).family == "gguf"]
     if args.only:
         wanted = set(args.only.split(","))
         names = [n for n in names if n in wanted]
     rng = np.random.default_rng(0)
-    results = []
-    load_before = os.getloadavg()[0]
+    decoded, encoded = [], []
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)  # NaN/inf scales in random blocks
         for name in names:
-            results.append(bench_format(name, args.rows, args.cols, args.repeat, rng, pathlib.Path(tmp)))
+            decoded.append(bench_decoder(name, args.rows, args.cols, args.repeat, rng, pathlib.Path(tmp)))
+            if args.encode and (row := bench_encoder(name, args.rows, args.cols, args.repeat, rng)):
+                encoded.append(row)
             print(f"{name}: done", flush=True)
+    threads = runtime.INTRA_OP_THREADS or "onnxruntime's default"
     print(
-        f"\n{args.rows} x {args.cols} elements, best of {args.repeat}; load average {load_before:.1f} before, "
-        f"{os.getloadavg()[0]:.1f} after ({os.cpu_count()} CPUs)\n"
+        f"\n{args.rows} x {args.cols} elements, min of {args.repeat} alternating rounds; onnxruntime "
+        f"{runtime.ort_version()}, intra-op threads: {threads}; load average (1, 5, 15 min) "
+        f"{'/'.join(f'{v:.1f}' for v in load_before)} before, "
+        f"{'/'.join(f'{v:.1f}' for v in os.getloadavg())} after ({os.cpu_count()} CPUs)\n"
     )
-    print(markdown(results))
-    for column in ("decode", "external", "function"):
+    print(decode_table(decoded))
+    for column in ("inline", "external", "function"):
         # F32: gguf-py returns a view of the bytes (no work at all), so it has no meaningful ratio.
-        ratios = [r["gguf"] / r[column] for r in results if "gguf" in r and column in r and r["format"] != "F32"]
+        ratios = [r["gguf"][0] / r[column][0] for r in decoded if "gguf" in r and column in r and r["format"] != "F32"]
         if ratios:
-            mean = math.exp(sum(map(math.log, ratios)) / len(ratios))
-            print(f"geometric mean gguf-py / {column} (all but F32): {mean:.1f}x")
+            print(f"geometric mean gguf-py / {column} (all but F32): {geometric_mean(ratios):.1f}x")
+    if encoded:
+        print("\n" + encode_table(encoded))
 
 
 if __name__ == "__main__":

@@ -11,11 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from onnx import numpy_helper
 
 from onnx_struct import dtypes, external
 from onnx_struct.errors import ValidationError
-from onnx_struct.layout import TypeTable, element_label, type_size
+from onnx_struct.layout import TypeTable, element_label, read_constant, type_size
 from onnx_struct.model import LoadedModel, StructTypeProto, load
 
 # Nodes described per declaration tree; references past this are not expanded (exponential
@@ -193,9 +192,8 @@ def _constant_node(name: str, tensor, offset: int) -> dict[str, Any]:
         "size_bits": 0,
     }
     try:
-        array = numpy_helper.to_array(tensor)
-        node["value"] = _preview(array)
-    except Exception:  # noqa: BLE001 - an unreadable constant is the checker's finding, not ours
+        node["value"] = _preview(read_constant(tensor, "constant"))
+    except ValidationError:  # an unreadable constant is the checker's finding, not ours
         node["value"] = "?"
     return node
 

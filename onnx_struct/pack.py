@@ -27,15 +27,15 @@ from collections.abc import Mapping
 
 import numpy as np
 from numpy.typing import ArrayLike
-from onnx import numpy_helper
 
 from onnx_struct.errors import LeafNotFoundError, ValidationError
 from onnx_struct.helper import make_struct_value
-from onnx_struct.layout import Leaf, TypeTable
+from onnx_struct.layout import Leaf, TypeTable, read_constant
 from onnx_struct.model import StructProto, StructTypeProto
 from onnx_struct.view import (
     CHUNK,
     bit_positions,
+    byte_strided,
     chunks,
     is_zero_copy,
     layout_and_size,
@@ -97,7 +97,7 @@ def coerce_leaf(value: ArrayLike, leaf: Leaf) -> np.ndarray:
     """``value`` as an array of the leaf's dtype and shape, or a ValidationError naming the leaf."""
     where = f"leaf {leaf.path!r}"
     if leaf.kind == "constant":
-        expected = numpy_helper.to_array(leaf.constant)
+        expected = read_constant(leaf.constant, leaf.source)
         given = np.asarray(value)
         if given.shape != expected.shape or not _same_values(given, expected):
             raise ValidationError(where, f"is a constant and must equal {expected.tolist()!r} if given")
@@ -136,14 +136,7 @@ def write_leaf(out: np.ndarray, leaf: Leaf, array: np.ndarray) -> None:
     if leaf.count == 0:
         return
     if is_zero_copy(leaf):
-        target = np.ndarray(
-            leaf.shape,
-            dtype=leaf.dtype.newbyteorder("<"),
-            buffer=out,
-            offset=leaf.bit_offset // 8,
-            strides=tuple(s // 8 for s in leaf.strides),
-        )
-        target[...] = array
+        byte_strided(out, leaf.shape, leaf.dtype.newbyteorder("<"), leaf.bit_offset, leaf.strides)[...] = array
         return
     shape, strides = merged_dims(leaf.shape, leaf.strides)
     if (
@@ -156,13 +149,7 @@ def write_leaf(out: np.ndarray, leaf: Leaf, array: np.ndarray) -> None:
     ):
         # Whole rows of sub-byte elements own their bytes: pack them and assign.
         row_bytes = shape[-1] * width // 8
-        rows = np.ndarray(
-            shape[:-1] + (row_bytes,),
-            dtype=np.uint8,
-            buffer=out,
-            offset=leaf.bit_offset // 8,
-            strides=tuple(s // 8 for s in strides[:-1]) + (1,),
-        )
+        rows = byte_strided(out, shape[:-1] + (row_bytes,), np.uint8, leaf.bit_offset, strides[:-1] + (8,))
         rows[...] = pack_sub_byte(_patterns(array, leaf).reshape(-1), width).reshape(rows.shape)
         return
     columns = phase_columns(leaf.bit_offset, shape, strides)

@@ -39,7 +39,7 @@ from onnx_struct import bindings, dtypes
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import Leaf, TypeTable
 from onnx_struct.model import LoadedModel, StructProto, StructTypeProto, load
-from onnx_struct.view import StructView, merged_dims, value_declaration, view
+from onnx_struct.view import StructView, byte_strided, merged_dims, value_declaration, view
 
 RUNTIMES = ("onnxruntime", "reference")
 # Sessions kept alive at once; each holds its function model's kernels and arena, so the bound
@@ -211,13 +211,7 @@ def packed_rows(data: np.ndarray, leaf: Leaf) -> np.ndarray | None:
     if strides[-1] != width or leaf.bit_offset % 8 or (shape[-1] * width) % 8 or any(s % 8 for s in strides[:-1]):
         return None
     row_bytes = shape[-1] * width // 8
-    rows = np.ndarray(
-        shape[:-1] + (row_bytes,),
-        dtype=np.uint8,
-        buffer=data,
-        offset=leaf.bit_offset // 8,
-        strides=tuple(s // 8 for s in strides[:-1]) + (1,),
-    )
+    rows = byte_strided(data, shape[:-1] + (row_bytes,), np.uint8, leaf.bit_offset, strides[:-1] + (8,))
     return contiguous(rows).reshape(-1)
 
 

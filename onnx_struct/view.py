@@ -32,11 +32,10 @@ import pathlib
 from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
-from onnx import numpy_helper
 
 from onnx_struct import external
 from onnx_struct.errors import LeafNotFoundError, ValidationError
-from onnx_struct.layout import Leaf, TypeTable
+from onnx_struct.layout import Leaf, TypeTable, read_constant
 from onnx_struct.model import LoadedModel, StructProto, StructTypeProto, load
 
 # Elements handled per vectorized step of the general route and of nibble unpacking: big enough
@@ -230,20 +229,14 @@ def _payload(value: StructProto, nbytes: int, base_dir: pathlib.Path | None, whe
 def read_leaf(data: np.ndarray, leaf: Leaf) -> np.ndarray:
     """The elements of ``leaf`` in the uint8 payload ``data`` as an array of ``leaf.dtype``."""
     if leaf.kind == "constant":
-        array = numpy_helper.to_array(leaf.constant)
+        array = read_constant(leaf.constant, leaf.source)  # dims verified against the data first
         array.flags.writeable = False
         return array
     width = leaf.bit_width
     if leaf.count == 0:
         return np.zeros(leaf.shape, dtype=leaf.dtype)
     if is_zero_copy(leaf):
-        array = np.ndarray(
-            leaf.shape,
-            dtype=leaf.dtype.newbyteorder("<"),
-            buffer=data,
-            offset=leaf.bit_offset // 8,
-            strides=tuple(s // 8 for s in leaf.strides),
-        )
+        array = byte_strided(data, leaf.shape, leaf.dtype.newbyteorder("<"), leaf.bit_offset, leaf.strides)
         array.flags.writeable = False
         return array
     shape, strides = merged_dims(leaf.shape, leaf.strides)
@@ -264,6 +257,15 @@ def read_leaf(data: np.ndarray, leaf: Leaf) -> np.ndarray:
         return raw.view(leaf.dtype.newbyteorder("<")).reshape(leaf.shape)
     raw = _gather_bits(data, leaf.bit_offset, shape, strides, width)
     return _as_dtype(raw, leaf).reshape(leaf.shape)
+
+
+def byte_strided(buffer, shape, dtype, bit_offset: int, bit_strides) -> np.ndarray:
+    """The ndarray over ``buffer`` whose element ``idx`` starts at bit
+    ``bit_offset + sum(idx * bit_strides)`` (all multiples of 8): the one place where a bit layout
+    becomes numpy byte strides, for reading (view), writing (pack) and feeding (runtime)."""
+    return np.ndarray(
+        shape, dtype=dtype, buffer=buffer, offset=bit_offset // 8, strides=tuple(s // 8 for s in bit_strides)
+    )
 
 
 def is_zero_copy(leaf: Leaf) -> bool:
@@ -439,13 +441,7 @@ def _sub_byte_rows(data: np.ndarray, bit_offset: int, shape, strides, width: int
     skip = (bit_offset % 8) // width  # elements of the first byte that precede the leaf
     inner = shape[-1]
     row_bytes = -(-(skip + inner) * width // 8)
-    rows = np.ndarray(
-        shape[:-1] + (row_bytes,),
-        dtype=np.uint8,
-        buffer=data,
-        offset=bit_offset // 8,
-        strides=tuple(s // 8 for s in strides[:-1]) + (1,),
-    )
+    rows = byte_strided(data, shape[:-1] + (row_bytes,), np.uint8, bit_offset, strides[:-1] + (8,))
     flat = np.ascontiguousarray(rows).reshape(-1)  # a view when the rows are contiguous
     unpacked = unpack_sub_byte(flat, width).reshape(shape[:-1] + (row_bytes * per_byte,))
     if skip == 0 and row_bytes * per_byte == inner:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from conftest import base_model, linear_int4_128
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -111,3 +112,13 @@ def test_hostile_constant_dims_do_not_allocate():
     S.add_struct_types(model, S.make_structure([S.make_constant_field("k", huge)]))
     (error,) = S.validate(model)
     assert "constant holds 0 values in float_data for 1099511627776 elements" in str(error)
+
+
+def test_view_refuses_a_hostile_constant_before_allocating():
+    huge = onnx.TensorProto(data_type=T.FLOAT, dims=[1 << 40], name="k")
+    declaration = S.make_structure([S.make_field("a", T.UINT8), S.make_constant_field("k", huge)])
+    value = S.make_struct_value("v", declaration, raw_data=b"\x07")
+    viewed = S.view(value)
+    assert viewed["a"] == 7
+    with pytest.raises(S.ValidationError, match="constant holds 0 values"):
+        viewed["k"]
