@@ -6,10 +6,9 @@ Goal (issue 2): the struct checks add no more than the stock checker's time, i.e
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import onnx
+from _timing import interleaved_minimum
 from onnx import TensorProto
 from onnx import helper as oh
 
@@ -46,17 +45,6 @@ def build() -> onnx.ModelProto:
     payload = np.random.default_rng(0).integers(0, 256, 4 * 18, dtype=np.uint8).tobytes()
     S.add_struct_values(model, *[S.make_struct_value(f"w{i}", 1, raw_data=payload) for i in range(N)])
     return model
-
-
-def interleaved_minimum(functions, repeat: int = 25) -> list[float]:
-    """Minimum time of each function over ``repeat`` interleaved rounds (robust on a busy machine)."""
-    times = [[] for _ in functions]
-    for _ in range(repeat):
-        for slot, function in zip(times, functions, strict=True):
-            start = time.perf_counter()
-            function()
-            slot.append(time.perf_counter() - start)
-    return [min(slot) for slot in times]
 
 
 def main() -> None:

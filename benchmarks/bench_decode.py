@@ -15,10 +15,10 @@ Run: ``python benchmarks/bench_decode.py [--rows 4096 --cols 4096 --repeat 7]``.
 from __future__ import annotations
 
 import argparse
-import time
 
 import numpy as np
 import onnx
+from _timing import best_of
 from onnx import TensorProto
 from onnx import helper as oh
 
@@ -80,16 +80,6 @@ def library_q4_0_value(payload: bytes, rows: int, cols: int) -> tuple[onnx.Model
     model = oh.make_model(oh.make_graph([], "g", [], []), opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
     S.add_struct_values(model, fmt.make_value(model, "w", (rows, cols), payload))
     return model, "w"
-
-
-def best_of(function, repeat: int) -> float:
-    function()
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def main() -> None:

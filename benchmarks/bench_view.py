@@ -19,9 +19,9 @@ Times are the best of several runs (``time.perf_counter``).
 from __future__ import annotations
 
 import sys
-import time
 
 import numpy as np
+from _timing import best_of
 from onnx import TensorProto
 
 import onnx_struct as S
@@ -29,15 +29,6 @@ from onnx_struct.view import view_buffer
 
 MIB = 1 << 20
 RNG = np.random.default_rng(0)
-
-
-def best(function, repeat: int = 5) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        function()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def row(name: str, ours: float, peer_name: str, peer: float, goal: str = "") -> str:
@@ -56,11 +47,11 @@ def bench_float16(rows: list[str]) -> None:
     v = view_buffer(buffer, root, types)
     expected = buffer.reshape(n, 18)[:, :2].copy().view(np.float16).reshape(n)
     assert np.array_equal(np.ascontiguousarray(v["d"]).view(np.uint16), expected.view(np.uint16))
-    copy = best(buffer.copy)
+    copy = best_of(buffer.copy)
     rows.append(
         row(
             "Q4_0-like `d` (FLOAT16, 18-byte stride, 64 MiB): view creation",
-            best(lambda: v["d"]),
+            best_of(lambda: v["d"]),
             "numpy copy of buffer",
             copy,
             ">= 0.5",
@@ -69,7 +60,7 @@ def bench_float16(rows: list[str]) -> None:
     rows.append(
         row(
             "Q4_0-like `d`: view + np.ascontiguousarray",
-            best(lambda: np.ascontiguousarray(v["d"])),
+            best_of(lambda: np.ascontiguousarray(v["d"])),
             "numpy copy of buffer",
             copy,
             ">= 0.5",
@@ -84,12 +75,12 @@ def bench_int4(rows: list[str]) -> None:
     v = view_buffer(buffer, root)
     got = v[""]
     assert np.array_equal(got[:1000].view(np.uint8), np.stack([buffer[:500] & 15, buffer[:500] >> 4], 1).reshape(-1))
-    copy = best(buffer.copy)
+    copy = best_of(buffer.copy)
     rows.append(
-        row("INT4 leaf (64 MiB payload) materialized", best(lambda: v[""]), "numpy copy of buffer", copy, ">= 0.25")
+        row("INT4 leaf (64 MiB payload) materialized", best_of(lambda: v[""]), "numpy copy of buffer", copy, ">= 0.25")
     )
     leaves = {"": got}
-    rows.append(row("pack of the INT4 leaf", best(lambda: S.pack(leaves, root), 3), "numpy copy of buffer", copy))
+    rows.append(row("pack of the INT4 leaf", best_of(lambda: S.pack(leaves, root), 3), "numpy copy of buffer", copy))
 
 
 SIX_BIT = ("a", "b", "c")
@@ -125,13 +116,13 @@ def bench_six_bit(rows: list[str]) -> None:
     reference = numpy_reference(buffer)
     mine = ours()
     assert all(np.array_equal(mine[k], reference[k]) for k in SIX_BIT)
-    t_ours = best(ours, 3)
+    t_ours = best_of(ours, 3)
     rows.append(
         row(
             "6-bit components a, b, c at bits 3/9/15 (16 MiB)",
             t_ours,
             "straightforward numpy",
-            best(lambda: numpy_reference(buffer), 3),
+            best_of(lambda: numpy_reference(buffer), 3),
         )
     )
 
@@ -152,7 +143,7 @@ def bench_six_bit(rows: list[str]) -> None:
     parsed = parser.parse(data)
     assert [r.a for r in parsed] == mine["a"][:subset].tolist() and [r.c for r in parsed] == mine["c"][:subset].tolist()
     per_record_ours = t_ours / n
-    t_construct = best(lambda: parser.parse(data), 3) / subset
+    t_construct = best_of(lambda: parser.parse(data), 3) / subset
     rows.append(
         row(
             "  same, time per 1e6 records (ours measured on all records)",
@@ -169,7 +160,7 @@ def bench_six_bit(rows: list[str]) -> None:
         swapped = [data[i : i + 3][::-1] for i in range(0, len(data), 3)]
         unpacked = [compiled.unpack(r) for r in swapped]
         assert [u[3] for u in unpacked] == mine["a"][:subset].tolist()
-        t_peer = best(lambda compiled=compiled, swapped=swapped: [compiled.unpack(r) for r in swapped], 3) / subset
+        t_peer = best_of(lambda compiled=compiled, swapped=swapped: [compiled.unpack(r) for r in swapped], 3) / subset
         rows.append(
             row(
                 "  same, time per 1e6 records (ours measured on all records)",
@@ -179,11 +170,14 @@ def bench_six_bit(rows: list[str]) -> None:
             )
         )
 
-    copy = best(buffer.copy)
+    copy = best_of(buffer.copy)
     leaves = dict(mine)
     rows.append(
         row(
-            "pack of the 6-bit components (16 MiB)", best(lambda: S.pack(leaves, root), 3), "numpy copy of buffer", copy
+            "pack of the 6-bit components (16 MiB)",
+            best_of(lambda: S.pack(leaves, root), 3),
+            "numpy copy of buffer",
+            copy,
         )
     )
 
