@@ -154,19 +154,23 @@ class _Checker:
         # Fast path for the common case (a valid inline value of a model-level type): a few field
         # reads per value; anything unusual takes the full path below, which builds messages.
         inline_bytes = self.model_level_payload_bytes()
+        declarations = self.table.declarations
+        value_names = self.value_names
         for k, value in enumerate(graph.struct_initializer):
             name = value.name
-            expected = inline_bytes.get(value.type) if not value.HasField("struct_type") else None
+            type_index = value.type
+            expected = inline_bytes.get(type_index)
             if (
                 expected is not None
                 and type(name) is str  # noqa: E721 - proto2 hands non-UTF-8 strings over as bytes
                 and name
-                and name not in self.value_names
+                and name not in value_names
                 and name not in defined
-                and not len(value.external_data)
                 and len(value.raw_data) == expected
+                and not value.HasField("struct_type")
+                and not len(value.external_data)
             ):
-                self.value_names[name] = self.table.declarations[value.type]
+                value_names[name] = declarations[type_index]
                 continue
             where = element_label(f"graph.struct_initializer[{k}]", value.name)
             if not isinstance(value.name, str):

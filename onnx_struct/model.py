@@ -126,7 +126,12 @@ def _append(model: onnx.ModelProto | pb.ModelProto, fragment: pb.ModelProto) -> 
     model.MergeFromString(fragment.SerializeToString())
 
 
+_ONE_BYTE_VARINTS = [bytes((i,)) for i in range(128)]
+
+
 def _varint(value: int) -> bytes:
+    if value < 128:  # tags and the lengths of names: almost every call
+        return _ONE_BYTE_VARINTS[value]
     out = bytearray()
     while True:
         byte, value = value & 0x7F, value >> 7
@@ -191,8 +196,12 @@ def iter_overlay(message, path: str = "", *, into_struct_parts: bool = False):
                 continue
             prefix = f"{where}.{name}" if where else name
             if repeated:
-                for i, item in enumerate(getattr(current, name)):
-                    if not _may_hold_struct_parts(item, into_struct_parts):
+                items = getattr(current, name)
+                if not len(items):
+                    continue
+                may_hold = _struct_part_probe(items[0].DESCRIPTOR, into_struct_parts)
+                for i, item in enumerate(items):
+                    if not may_hold(item):  # e.g. a node without attributes: one field read
                         continue
                     label = item.name if has_name else ""
                     children.append(
@@ -200,20 +209,42 @@ def iter_overlay(message, path: str = "", *, into_struct_parts: bool = False):
                     )
             elif current.HasField(name):
                 item = getattr(current, name)
-                if _may_hold_struct_parts(item, into_struct_parts):
+                if _struct_part_probe(item.DESCRIPTOR, into_struct_parts)(item):
                     children.append((prefix, (*locator, (name, None)), item))
         stack.extend(reversed(children))
 
 
-def _may_hold_struct_parts(message, into_struct_parts: bool) -> bool:
-    if message.DESCRIPTOR.name in ("GraphProto", "StructTypeProto", "StructProto"):
-        return True
-    for name, repeated, _, struct_part in _overlay_fields(message.DESCRIPTOR):
-        if struct_part and not into_struct_parts and message.DESCRIPTOR.name != "TypeProto":
-            continue
-        if len(getattr(message, name)) if repeated else message.HasField(name):
-            return True
-    return False
+def _struct_part_probe(descriptor, into_struct_parts: bool):
+    """A cheap predicate: can a message of this type hold a struct part below it?
+
+    GraphProtos and struct parts always can; any other message only through one of its
+    overlay-typed fields (a struct_type TypeProto counts even when not entering struct parts).
+    """
+    key = (descriptor.full_name, into_struct_parts)
+    probe = _PROBES.get(key)
+    if probe is None:
+        if descriptor.name in ("GraphProto", "StructTypeProto", "StructProto"):
+            probe = _always
+        else:
+            fields = [
+                (name, repeated)
+                for name, repeated, _, struct_part in _overlay_fields(descriptor)
+                if not struct_part or into_struct_parts or descriptor.name == "TypeProto"
+            ]
+            if len(fields) == 1 and fields[0][1]:
+                repeated_name = fields[0][0]
+                probe = lambda m: len(getattr(m, repeated_name)) > 0  # noqa: E731 - the hot case: nodes
+            else:
+                probe = lambda m: any(len(getattr(m, n)) if r else m.HasField(n) for n, r in fields)  # noqa: E731
+        _PROBES[key] = probe
+    return probe
+
+
+def _always(message) -> bool:
+    return True
+
+
+_PROBES: dict[tuple[str, bool], object] = {}
 
 
 def locate(message, locator):

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from onnx_struct.formats._graph import UINT8, FunctionBuilder, block_format
+from onnx_struct.formats._graph import UINT8, UINT16, FunctionBuilder, block_format
 
 #: ``gguf_format(name, block_size, bytes_per_block, fields, decoder, encoder=None, description="")``
 #: registers the GGUF format ``name`` (the GGML type name); see :func:`block_format`.
@@ -133,3 +133,39 @@ def dequantize_rows(b: FunctionBuilder, q: str, scale: str, zero_point: int | st
         return b.op("DequantizeLinear", q, scale, zero_point, axis=0)
     zero = b.op("Expand", b.const(zero_point, dtype), b.op("Shape", scale))
     return b.op("DequantizeLinear", q, scale, zero, axis=0)
+
+
+def nibble_lookup(b: FunctionBuilder, qs: str, levels, groups: int, run: int) -> str:
+    """``levels[nibble]`` of every nibble of bytes ``qs [groups, run]``, as ``[groups, 2 * run]`` in
+    ggml's 4-bit order (the run's low nibbles, then its high nibbles); ``levels`` is a 16-entry
+    value name or array (e.g. INT8 codebook levels), the result has its type.
+
+    onnxruntime's Gather costs ~6-9 ns per index whatever the row (up to tens of bytes), while
+    uint8/uint16 arithmetic costs ~0.1 ns per element, so this gathers one row of 4 values per
+    *pair* of bytes: the index ``b0 | b1 << 8`` of two adjacent bytes (built in uint16) selects
+    ``(levels[lo b0], levels[lo b1], levels[hi b0], levels[hi b1])`` in a ``[65536, 4]`` table
+    (derived from ``levels`` in the graph, so constant-folded when the session is built), and one
+    Transpose moves the high-nibble pairs after the low ones. A quarter of the Gather indices of
+    one lookup per nibble, with only exact integer work.
+    """
+    pairs = b.reshape(qs, [groups * run // 2, 2])
+    count = groups * run // 2
+    # flat [count] operands: onnxruntime runs element-wise ops on a trailing dimension of 1 slowly
+    even, odd = (
+        b.cast(b.reshape(half, [count]), UINT16) for half in b.ops("Split", pairs, count=2, axis=1, num_outputs=2)
+    )
+    index = b.index(b.op("Add", even, b.op("Mul", odd, b.const(256, np.uint16))))
+    values = b.gather(_pair_table(b, levels), index)  # [count, 4]
+    halves = b.op("Transpose", b.reshape(values, [groups, run // 2, 2, 2]), perm=[0, 2, 1, 3])
+    return b.reshape(halves, [groups, 2 * run])
+
+
+def _pair_table(b: FunctionBuilder, levels) -> str:
+    """``[65536, 4]``: row ``b0 | b1 << 8`` is ``(levels[lo b0], levels[lo b1], levels[hi b0], levels[hi b1])``."""
+    byte = np.arange(256)
+    low, high = (b.gather(levels, b.const(nibble.astype(np.int32))) for nibble in (byte & 15, byte >> 4))
+    columns = []
+    for per_byte in (low, high):
+        for shape in ([1, 256, 1], [256, 1, 1]):  # b0 varies along axis 1, b1 along axis 0
+            columns.append(b.op("Expand", b.reshape(per_byte, shape), b.const([256, 256, 1], np.int64)))
+    return b.reshape(b.op("Concat", *columns, axis=2), [1 << 16, 4])

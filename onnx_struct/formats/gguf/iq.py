@@ -32,7 +32,7 @@ from onnx_struct.formats._graph import FLOAT16, INT8, INT32, UINT8, UINT16, UINT
 from onnx_struct.formats.base import BlockFormat
 from onnx_struct.formats.gguf import iq_grids
 from onnx_struct.formats.gguf._iq_graph import bits, f16_bits_to_float, index_hi_lo, sign_table
-from onnx_struct.formats.gguf._ops import dequantize_rows, gguf_format
+from onnx_struct.formats.gguf._ops import dequantize_rows, gguf_format, nibble_lookup
 from onnx_struct.helper import make_constant_field
 
 QK_K = 256  # elements per super-block of every IQ type but IQ4_NL
@@ -83,42 +83,6 @@ def shifted_grid(g: FunctionBuilder, grid: str, delta: str) -> str:
     base = g.op("Mul", g.to_float(g.op("Unsqueeze", grid, g.const(np.array([1], dtype=np.int64)))), inverse)
     rows = g.op("Add", base, g.const(np.array([1, -1], dtype=np.float32).reshape(2, 1)))
     return g.reshape(g.cast(rows, INT8), [-1, 8])
-
-
-def nibble_pair_tables(g: FunctionBuilder, levels: str) -> list[str]:
-    """For IQ4: two int8 tables ``[65536, 2]`` indexed by ``b0 | b1 << 8`` (two adjacent code
-    bytes): the levels of the low nibbles of (b0, b1), and of their high nibbles.
-
-    One Gather of a row of 2 per byte pair and half replaces every shift and mask on the large
-    tensor and halves the lookups (onnxruntime's Gather costs per index, hardly per byte). The
-    tables depend only on the constant ``levels``: onnxruntime folds them when building the session."""
-    byte = g.const(np.arange(256, dtype=np.uint8))
-    tables = []
-    for nibble in (g.band(byte, np.uint8(15)), g.shr(byte, np.uint8(4))):
-        level = g.gather(g.cast(levels, INT8), g.index(nibble))  # [256]: the level of each byte's nibble
-        # [b1, b0, which byte] = (level[b0], level[b1]), by broadcasting
-        first = g.op("Mul", g.reshape(level, [1, 256, 1]), g.const(np.array([1, 0], dtype=np.int8)))
-        second = g.op("Mul", g.reshape(level, [256, 1, 1]), g.const(np.array([0, 1], dtype=np.int8)))
-        tables.append(g.reshape(g.op("Add", first, second), [1 << 16, 2]))
-    return tables
-
-
-def iq4_values(g: FunctionBuilder, qs: str, levels: str, groups: int) -> str:
-    """IQ4 code bytes ``[groups * 16]`` -> int8 levels ``[groups, 32]`` in gguf-py's order: per 16
-    bytes the 16 low nibbles, then the 16 high nibbles. (No Transpose: onnxruntime's threaded
-    Transpose of such small blocks costs more than everything else here together.)"""
-    pairs = byte_pairs(g, qs, [groups, 8])
-    halves = [g.gather(table, pairs) for table in nibble_pair_tables(g, levels)]  # 2 x [groups, 8, 2]
-    return g.reshape(g.op("Concat", *halves, axis=1), [groups, 32])
-
-
-def byte_pairs(g: FunctionBuilder, qs: str, shape: Sequence[int]) -> str:
-    """``qs[2j] | qs[2j + 1] << 8`` as int32 of ``shape`` (gather indices into nibble_pair_tables)."""
-    count = math.prod(shape)
-    pairs = g.reshape(g.index(qs), [count, 2])
-    # flat [count] operands: onnxruntime broadcasts [count, 1] shapes one element at a time
-    low, high = (g.reshape(g.slice(pairs, k, k + 1, 1), [count]) for k in (0, 1))
-    return g.reshape(g.op("Add", low, g.op("Mul", high, g.const(np.int32(256)))), shape)
 
 
 # ---------------------------------------------------------------------- IQ2_XXS
@@ -290,7 +254,7 @@ def iq4_nl_fields() -> list:
 
 def decode_iq4_nl(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("decode_IQ4_NL", ["d", "qs", "kvalues_iq4nl"])
-    return scaled(g, iq4_values(g, "qs", "kvalues_iq4nl", n), g.to_float("d"), n, shape)
+    return scaled(g, nibble_lookup(g, "qs", "kvalues_iq4nl", n, QK4_NL // 2), g.to_float("d"), n, shape)
 
 
 def iq4_xs_fields() -> list:
@@ -305,7 +269,7 @@ def iq4_xs_fields() -> list:
 
 def decode_iq4_xs(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("decode_IQ4_XS", ["d", "scales_h", "scales_l", "qs", "kvalues_iq4nl"])
-    values = iq4_values(g, "qs", "kvalues_iq4nl", n * 8)
+    values = nibble_lookup(g, "qs", "kvalues_iq4nl", n * 8, 16)  # int8 [n * 8, 32]
     low = bits(g, "scales_l", np.uint8, [0, 4], 4, [n, 8])
     high = g.cast(bits(g, "scales_h", np.uint16, range(0, 16, 2), 2, [n, 8]), UINT8)
     scale = g.op("Sub", g.to_float(g.op("BitwiseOr", low, g.shl(high, np.uint8(4)))), g.const(np.float32(32)))
