@@ -19,8 +19,8 @@ from onnx_struct.model import (
     LoadedModel,
     ModelLike,
     StructTypeProto,
+    graph_inputs_fragment,
     iter_overlay,
-    length_delimited,
     load,
     locate,
     to_onnx,
@@ -350,22 +350,21 @@ def stock_view(loaded: LoadedModel, struct_type_protos: list | None = None) -> o
     Opaque graph inputs, struct parts dropped. Built by one parse, not by deep copies."""
     if struct_type_protos is None:
         struct_type_protos = collect_graph_parts(loaded.proto)[1]
-    view = to_onnx(loaded.proto)
+    view = onnx.ModelProto.FromString(loaded.serialized) if loaded.serialized is not None else to_onnx(loaded.proto)
     for _, locator, type_proto in struct_type_protos:
         locate(view, locator).opaque_type.CopyFrom(opaque_type(type_proto.struct_type))
     view.DiscardUnknownFields()  # the struct parts (only in the view)
     _external_initializers_as_inputs(view.graph)
-    # Struct values become Opaque graph inputs: one serialized fragment of GraphProto.input
-    # entries (field 11; ValueInfoProto.name = 1, .type = 2), merged at once.
+    # Struct values become Opaque graph inputs, appended as one serialized fragment.
     typed: dict[int, bytes] = {}
     entries = []
     for value in loaded.proto.graph.struct_initializer:
         key = value.type if not value.HasField("struct_type") else -1
         if key not in typed:
             reference = value.struct_type if key == -1 else StructTypeProto(type_index=key)
-            typed[key] = length_delimited(2, onnx.TypeProto(opaque_type=opaque_type(reference)).SerializeToString())
-        entries.append(length_delimited(11, length_delimited(1, value.name.encode()) + typed[key]))
-    view.graph.MergeFromString(b"".join(entries))
+            typed[key] = onnx.TypeProto(opaque_type=opaque_type(reference)).SerializeToString()
+        entries.append((value.name, typed[key]))
+    view.graph.MergeFromString(graph_inputs_fragment(entries))
     return view
 
 

@@ -32,6 +32,9 @@ class LoadedModel:
 
     proto: pb.ModelProto
     base_dir: pathlib.Path | None
+    # The bytes ``proto`` was parsed from (nothing mutates a loaded proto), so a stock view can be
+    # parsed from them instead of serializing the overlay again.
+    serialized: bytes | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def struct_types(self):
@@ -52,18 +55,20 @@ class LoadedModel:
 def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = None) -> LoadedModel:
     """Parse any accepted model form into the overlay object model (no payload is read)."""
     if isinstance(model, LoadedModel):
-        return model if base_dir is None else LoadedModel(model.proto, pathlib.Path(base_dir))
+        return model if base_dir is None else LoadedModel(model.proto, pathlib.Path(base_dir), model.serialized)
     directory = pathlib.Path(base_dir) if base_dir is not None else None
     if isinstance(model, pb.ModelProto):
         return LoadedModel(model, directory)
     if isinstance(model, onnx.ModelProto):
-        return LoadedModel(from_onnx(model), directory)
+        data = model.SerializeToString()
+        return LoadedModel(pb.ModelProto.FromString(data), directory, data)
     if isinstance(model, (bytes, bytearray, memoryview)):
-        return LoadedModel(_parse(bytes(model), "<bytes>"), directory)
+        data = bytes(model)
+        return LoadedModel(_parse(data, "<bytes>"), directory, data)
     if isinstance(model, (str, os.PathLike)):
         path = pathlib.Path(model)
-        proto = _parse(path.read_bytes(), str(path))
-        return LoadedModel(proto, directory if directory is not None else path.resolve().parent)
+        data = path.read_bytes()
+        return LoadedModel(_parse(data, str(path)), directory if directory is not None else path.resolve().parent, data)
     raise TypeError(f"expected onnx.ModelProto, bytes or a path, got {type(model).__name__}")
 
 
@@ -147,6 +152,26 @@ def length_delimited(field_number: int, payload: bytes) -> bytes:
     building each one as a message (see ``checker.stock_view``).
     """
     return _varint(field_number << 3 | 2) + _varint(len(payload)) + payload
+
+
+_GRAPH_INPUT_TAG = length_delimited(11, b"")[:1]  # GraphProto.input = 11
+_VALUE_INFO_NAME_TAG = length_delimited(1, b"")[:1]  # ValueInfoProto.name = 1
+_VALUE_INFO_TYPE_TAG = length_delimited(2, b"")[:1]  # ValueInfoProto.type = 2
+
+
+def graph_inputs_fragment(entries: Iterable[tuple[str, bytes]]) -> bytes:
+    """Serialized ``GraphProto.input`` entries for ``(name, serialized TypeProto)`` pairs, to
+    append thousands of inputs with one ``MergeFromString`` (building each ValueInfoProto as a
+    message costs ~1 us apiece). Short entries, nearly all of them, skip the general varint."""
+    parts = []
+    small = _ONE_BYTE_VARINTS
+    for name, type_bytes in entries:
+        name_bytes = name.encode()
+        inner = _VALUE_INFO_NAME_TAG + (small[len(name_bytes)] if len(name_bytes) < 128 else _varint(len(name_bytes)))
+        inner += name_bytes + _VALUE_INFO_TYPE_TAG
+        inner += (small[len(type_bytes)] if len(type_bytes) < 128 else _varint(len(type_bytes))) + type_bytes
+        parts.append(_GRAPH_INPUT_TAG + (small[len(inner)] if len(inner) < 128 else _varint(len(inner))) + inner)
+    return b"".join(parts)
 
 
 def is_overlay(message) -> bool:
