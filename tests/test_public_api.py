@@ -39,6 +39,23 @@ def test_required_names_are_exported():
         assert hasattr(S, name), name
 
 
+def test_formats_api():
+    from onnx_struct import formats
+    from onnx_struct.formats import gguf
+
+    assert callable(formats.get) and callable(formats.names) and callable(formats.quantize)
+    assert callable(gguf.convert)
+    assert formats.get("Q4_0").name == "Q4_0"
+
+
+def test_console_script_is_declared():
+    import tomllib
+    from pathlib import Path
+
+    project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
+    assert project["scripts"]["onnx-struct"] == "onnx_struct.cli:main"
+
+
 def test_validation_error_is_onnx_validation_error():
     assert issubclass(S.ValidationError, onnx.checker.ValidationError)
     assert issubclass(S.LeafNotFoundError, KeyError) and issubclass(S.LeafNotFoundError, S.ValidationError)

@@ -119,8 +119,7 @@ def dequantize_rows(b: FunctionBuilder, q: str, scale: str, zero_point: int | st
 
     One DequantizeLinear (per-axis, axis 0): the difference is an exact small integer and the
     product is rounded once, so this equals gguf-py's ``d * (q - zp).astype(float32)`` bit for bit
-    (NaN and infinity included). ``zero_point`` is one integer of ``q``'s type ``dtype`` for
-    every row, or a value name holding one per row (``[rows]``, of ``q``'s type).
+    (NaN and infinity included). ``zero_point`` has the integer type ``dtype`` of ``q``.
 
     Scaled quants: ``(2**k * q - 2**k * zp) * (scale / 2**k)`` is the same float32 as
     ``(q - zp) * scale``, because both factors are exact (``scale / 2**k`` cannot underflow: GGUF
@@ -129,8 +128,6 @@ def dequantize_rows(b: FunctionBuilder, q: str, scale: str, zero_point: int | st
     """
     if zero_point is None:
         return b.op("DequantizeLinear", q, scale, axis=0)
-    if isinstance(zero_point, str):
-        return b.op("DequantizeLinear", q, scale, zero_point, axis=0)
     zero = b.op("Expand", b.const(zero_point, dtype), b.op("Shape", scale))
     return b.op("DequantizeLinear", q, scale, zero, axis=0)
 

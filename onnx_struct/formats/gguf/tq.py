@@ -21,7 +21,7 @@ import onnx
 
 from onnx_struct.formats._graph import FLOAT, FLOAT16, UINT8, FunctionBuilder, field
 from onnx_struct.formats.base import BlockFormat
-from onnx_struct.formats.gguf._ops import dequantize_rows, gguf_format
+from onnx_struct.formats.gguf._ops import bit_fields, dequantize_rows, gguf_format, scaled_down
 
 QK_K = 256
 POWERS_5 = np.array([1, 3, 9, 27, 81], dtype=np.uint8)  # digit k of a TQ1_0 byte is scaled by 3**k
@@ -90,18 +90,12 @@ def tq2_0_fields() -> list:
 
 def decode_tq2_0(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("decode_TQ2_0", ["qs", "d"])
-    # Code k of a byte is masked in place, (q_k << 2k), not shifted down: one BitwiseAnd on the large
-    # tensor. Each 32-value row then has its own zero point 4**k and scale d / 4**k, and
-    # (q_k * 4**k - 4**k) * (d / 4**k) is exactly gguf-py's d * (q_k - 1): the integer part is exact
-    # and scaling d by a power of two is exact (d is an f16 value, far from float32's subnormals).
-    planes = g.op("Expand", g.reshape("qs", [n, 2, 1, 32]), g.const(np.array([n, 2, 4, 32], dtype=np.int64)))
-    masked = g.band(planes, np.repeat(np.array([[3], [12], [48], [192]], dtype=np.uint8), 32, axis=1))
-    powers = np.array([1, 4, 16, 64], dtype=np.uint8)
-    rows = g.const(np.array([n, 2, 4], dtype=np.int64))
-    zero_points = g.reshape(g.op("Expand", g.const(powers), rows), [n * 8])
-    scales = g.op("Mul", g.to_float("d", [n, 1, 1]), g.const((1 / powers).astype(np.float32)))  # [n, 1, 4]
-    scales = g.reshape(g.op("Expand", scales, rows), [n * 8])
-    return g.finish(dequantize_rows(g, g.reshape(masked, [n * 8, 32]), scales, zero_points), shape)
+    # 64 * q_k, code k of byte l of each 32 at 32 k + l (the uint8 recipe: a wrapping multiply moves
+    # the code to the top bits, one scalar mask clears the rest), then (64 q - 64) * (d / 64), which
+    # is exactly gguf-py's d * (q - 1): the integer part is exact and scaling d by a power of two is
+    # exact (d is an f16 value, far from float32's subnormals), so the one rounding is the same.
+    q64 = g.reshape(bit_fields(g, "qs", n * 2, 32, width=2, scaled=True), [n, QK_K])
+    return g.finish(dequantize_rows(g, q64, scaled_down(g, g.to_float("d"), 64), zero_point=64), shape)
 
 
 def encode_tq2_0(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
