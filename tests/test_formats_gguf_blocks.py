@@ -321,3 +321,18 @@ def test_encode_then_decode_is_gguf_round_trip(name):
     expected = gguf_py(lambda: quants.dequantize(quants.quantize(x, gguf_type(name)), gguf_type(name)))
     actual = in_runtime("onnxruntime", lambda: decode(encode(x, index, model, name="w"), model))
     assert_same_floats(actual, expected)
+
+
+# ---------------------------------------------------------------------- the shared builder
+@pytest.mark.parametrize("name", ["Q4_K", "IQ4_NL", "MXFP4", "NF4", "OCP_MXFP8_E4M3", "INT4_B32_F16"])
+def test_decoders_end_in_a_reshape_the_runtime_can_skip(name):
+    """Every family's decoder ends in Reshape(value, logical shape) named "y": without allowzero
+    for a shape with data (onnx_struct's runtime then returns a numpy view instead of
+    onnxruntime's copy), with allowzero=1 when the shape has a zero dimension (no blocks: a 0 is
+    a real empty dimension, not "copy")."""
+    fmt = formats.get(name)
+    for shape, allowzero in (((2, 2 * fmt.block_size), None), ((0, fmt.block_size), 1)):
+        last = fmt.decoder(shape).node[-1]
+        assert (last.op_type, list(last.output)) == ("Reshape", ["y"])
+        attributes = {a.name: oh.get_attribute_value(a) for a in last.attribute}
+        assert attributes.get("allowzero") == allowzero, (shape, attributes)

@@ -8,21 +8,25 @@ A format module reads like gguf-py's numpy code, one helper call per numpy step:
     decoder = b.finish(y, shape)
 
 Stable interface for any GGUF format module: the recipes :func:`nibbles`, :func:`bit_fields`,
-:func:`bit_planes`, :func:`byte_lookup`, :func:`dequantize_rows`, :func:`scaled_down`, and
-:func:`gguf_format` (registration). The builder, :func:`field` and the opset constants are in
-:mod:`onnx_struct.formats._graph`.
+:func:`bit_planes`, :func:`spread`, :func:`byte_lookup`, :func:`nibble_lookup`, :func:`dequantize_rows`,
+:func:`scaled_down`, :func:`add_rows`, and :func:`gguf_format` (registration). The builder,
+:func:`field` and the opset constants are in :mod:`onnx_struct.formats._graph`.
 
-Why the recipes look the way they do (measured on onnxruntime 1.32's CPU provider): uint8
-``Add``/``Sub``/``Mul`` are vectorized and 5-10x faster than ``BitwiseAnd``/``BitShift``; uint8
-``Where``, Gathers of single bytes and any broadcast whose innermost run is short (a
-``[n, 1, 32] >> [1, 8, 1]`` shift, say) are slower still (per-element or per-run loops). So nibbles are cut with one *scalar* shift plus uint8
-arithmetic, narrower fields over long runs (Tile, then one wrapping multiply that moves each
-field to the top bits, then one shift, mask or compare), and bit expansions with short runs use
-a 256-entry ``Gather`` table (one row copy per byte).
+Why the recipes look the way they do (measured on onnxruntime 1.32's CPU provider, 16M values,
+one thread): uint8/uint16 ``Add``/``Sub``/``Mul``/``Min``/``Max``/comparisons and bool->uint8
+``Cast`` cost ~0.1 ns per element; ``BitwiseAnd`` ~0.5 and ``BitShift`` ~0.85 ns per byte; a
+``Gather`` ~6-10 ns per *index* almost whatever its row (so one index should fetch several
+values); uint8 ``Where`` ~6 ns per element; and any broadcast whose innermost run is short (a
+``[n, 1, 32] >> [1, 8, 1]`` shift, ``[rows, 16] + [rows, 1]``, a ``Tile``/``Expand`` repeating
+single bytes) loops per run. ``Transpose`` of small inner blocks is fine on one thread and ~30x
+slower with two (avoid it). So nibbles are cut with one *scalar* shift plus uint8 arithmetic,
+narrower fields over long runs come from ``Tile``, one wrapping multiply that moves each field to
+the top bits, then one shift, mask or compare, bit expansions with short runs use a 256-entry
+``Gather`` table (one row copy per byte), and 16-entry codebooks gather 4 values per index.
 ``DequantizeLinear`` (per-axis) turns bytes into floats in one pass and computes
 ``float(q - zero_point) * scale`` with a single rounding, exactly gguf-py's ``d * q``. The
-remaining float pass of formats with a minimum (``d * q + m``) is a broadcast Add/Sub, kept as a
-separate op because gguf-py rounds twice.
+remaining float pass of formats with a minimum (``d * q + m``) is kept separate because gguf-py
+rounds twice (:func:`add_rows`).
 """
 
 from __future__ import annotations
@@ -61,10 +65,11 @@ def nibbles(b: FunctionBuilder, x: str, rows: int, run: int, times: int = 1) -> 
     return b.op("Concat", low, high if times == 1 else b.op("Mul", high, b.const(times, np.uint8)), axis=1)
 
 
-def _spread(b: FunctionBuilder, x: str, rows: int, run: int, multipliers: Sequence[int]) -> str:
+def spread(b: FunctionBuilder, x: str, rows: int, run: int, multipliers: Sequence[int]) -> str:
     """``[rows, len(multipliers) * run]``: copy ``k`` of the run times ``multipliers[k]`` (mod 256).
 
-    Tile then one multiply by a constant row: every op sees runs of ``len * run`` elements."""
+    Tile then one multiply by a constant row: every op sees runs of ``len * run`` elements (an
+    ``Expand`` of ``[rows, 1, run]`` costs ~2.5x the Tile)."""
     tiled = b.op("Tile", b.reshape(x, [rows, run]), b.const([1, len(multipliers)], np.int64))
     return b.op("Mul", tiled, b.const(np.repeat(np.asarray(multipliers, np.uint8), run)))
 
@@ -81,7 +86,7 @@ def bit_fields(b: FunctionBuilder, x: str, rows: int, run: int, width: int, *, s
     factors, so the same float32.
     """
     count = 8 // width
-    top = _spread(b, x, rows, run, [1 << (8 - (k + 1) * width) for k in range(count)])
+    top = spread(b, x, rows, run, [1 << (8 - (k + 1) * width) for k in range(count)])
     if scaled:
         return b.op("BitwiseAnd", top, b.const((0xFF << (8 - width)) & 0xFF, np.uint8))
     return b.shr(top, np.uint8(8 - width))
@@ -93,7 +98,7 @@ def bit_planes(b: FunctionBuilder, x: str, rows: int, run: int, value: int = 1) 
     :func:`bit_fields` for width 1, with the top bit tested by a compare (cheaper than a shift)
     and the result multiplied by ``value`` (e.g. 16 for the fifth bit of a 5-bit quant).
     """
-    top = _spread(b, x, rows, run, [1 << (7 - j) for j in range(8)])
+    top = spread(b, x, rows, run, [1 << (7 - j) for j in range(8)])
     bits = b.cast(b.op("GreaterOrEqual", top, b.const(128, np.uint8)), UINT8)
     return bits if value == 1 else b.op("Mul", bits, b.const(value, np.uint8))
 
@@ -114,7 +119,7 @@ def byte_lookup(b: FunctionBuilder, x: str, table: np.ndarray) -> str:
     return b.gather(table, b.index(x))
 
 
-def dequantize_rows(b: FunctionBuilder, q: str, scale: str, zero_point: int | str | None = None, dtype=np.uint8) -> str:
+def dequantize_rows(b: FunctionBuilder, q: str, scale: str, zero_point: int | None = None, dtype=np.uint8) -> str:
     """``float(q[r, :] - zero_point) * scale[r]`` for integer ``q [rows, k]`` and float32 ``scale [rows]``.
 
     One DequantizeLinear (per-axis, axis 0): the difference is an exact small integer and the
@@ -135,34 +140,75 @@ def dequantize_rows(b: FunctionBuilder, q: str, scale: str, zero_point: int | st
 def nibble_lookup(b: FunctionBuilder, qs: str, levels, groups: int, run: int) -> str:
     """``levels[nibble]`` of every nibble of bytes ``qs [groups, run]``, as ``[groups, 2 * run]`` in
     ggml's 4-bit order (the run's low nibbles, then its high nibbles); ``levels`` is a 16-entry
-    value name or array (e.g. INT8 codebook levels), the result has its type.
+    value name or array (e.g. an INT8 codebook), the result has its type. ``run`` is a multiple of 4.
 
-    onnxruntime's Gather costs ~6-9 ns per index whatever the row (up to tens of bytes), while
-    uint8/uint16 arithmetic costs ~0.1 ns per element, so this gathers one row of 4 values per
-    *pair* of bytes: the index ``b0 | b1 << 8`` of two adjacent bytes (built in uint16) selects
-    ``(levels[lo b0], levels[lo b1], levels[hi b0], levels[hi b1])`` in a ``[65536, 4]`` table
-    (derived from ``levels`` in the graph, so constant-folded when the session is built), and one
-    Transpose moves the high-nibble pairs after the low ones. A quarter of the Gather indices of
-    one lookup per nibble, with only exact integer work.
+    onnxruntime's Gather costs ~6-10 ns per index whatever the row (up to tens of bytes) while
+    uint8/uint16 Add/Sub/Mul cost ~0.1 ns per element, so this gathers a row of 4 values per
+    index: the low (or high) nibbles ``n0..n3`` of 4 adjacent bytes form the index
+    ``n0 | n1 << 4 | n2 << 8 | n3 << 12`` of a ``[65536, 4]`` table of ``levels`` (derived from
+    ``levels`` in the graph, so constant-folded when the session is built). Each gathered row is 4
+    consecutive output values, so nothing is reordered afterwards (onnxruntime's threaded
+    Transpose of such small blocks is ~30x slower than on one thread).
     """
-    pairs = b.reshape(qs, [groups * run // 2, 2])
-    count = groups * run // 2
+    if run % 4:
+        raise ValueError(f"nibble_lookup reads whole groups of 4 bytes, not runs of {run}")
+    quads = b.reshape(qs, [groups * run // 4, 4])
+    count = groups * run // 4
     # flat [count] operands: onnxruntime runs element-wise ops on a trailing dimension of 1 slowly
-    even, odd = (
-        b.cast(b.reshape(half, [count]), UINT16) for half in b.ops("Split", pairs, count=2, axis=1, num_outputs=2)
-    )
-    index = b.index(b.op("Add", even, b.op("Mul", odd, b.const(256, np.uint16))))
-    values = b.gather(_pair_table(b, levels), index)  # [count, 4]
-    halves = b.op("Transpose", b.reshape(values, [groups, run // 2, 2, 2]), perm=[0, 2, 1, 3])
-    return b.reshape(halves, [groups, 2 * run])
+    b0, b1, b2, b3 = (b.reshape(x, [count]) for x in b.ops("Split", quads, count=4, axis=1, num_outputs=4))
+    low01, high01 = _nibble_pair_codes(b, b0, b1)
+    low23, high23 = _nibble_pair_codes(b, b2, b3)
+    indices = []
+    for first, second in ((low01, low23), (high01, high23)):
+        code = b.op("Add", b.cast(first, UINT16), b.op("Mul", b.cast(second, UINT16), b.const(256, np.uint16)))
+        indices.append(b.reshape(code, [groups, 1, run // 4]))
+    index = b.index(b.op("Concat", *indices, axis=1))  # [groups, 2 (low, high), run / 4]
+    return b.reshape(b.gather(_quad_table(b, levels), index), [groups, 2 * run])
 
 
-def _pair_table(b: FunctionBuilder, levels) -> str:
-    """``[65536, 4]``: row ``b0 | b1 << 8`` is ``(levels[lo b0], levels[lo b1], levels[hi b0], levels[hi b1])``."""
-    byte = np.arange(256)
-    low, high = (b.gather(levels, b.const(nibble.astype(np.int32))) for nibble in (byte & 15, byte >> 4))
+def _nibble_pair_codes(b: FunctionBuilder, first: str, second: str) -> tuple[str, str]:
+    """uint8 ``(lo(first) | lo(second) << 4, hi(first) | hi(second) << 4)`` of two byte tensors.
+
+    ``lo(second) << 4`` is a wrapping multiply by 16 and ``hi(second) << 4`` one mask; only the
+    first byte's high nibble needs a shift."""
+    high = b.shr(first, np.uint8(4))
+    low = b.op("Sub", first, b.op("Mul", high, b.const(16, np.uint8)))
+    low_code = b.op("Add", low, b.op("Mul", second, b.const(16, np.uint8)))
+    high_code = b.op("Add", high, b.band(second, np.uint8(0xF0)))
+    return low_code, high_code
+
+
+def _quad_table(b: FunctionBuilder, levels) -> str:
+    """``[65536, 4]``: row ``n0 | n1 << 4 | n2 << 8 | n3 << 12`` is ``levels[[n0, n1, n2, n3]]``."""
+    levels = levels if isinstance(levels, str) else b.const(levels)
+    grid = b.const([16, 16, 16, 16, 1], np.int64)
     columns = []
-    for per_byte in (low, high):
-        for shape in ([1, 256, 1], [256, 1, 1]):  # b0 varies along axis 1, b1 along axis 0
-            columns.append(b.op("Expand", b.reshape(per_byte, shape), b.const([256, 256, 1], np.int64)))
-    return b.reshape(b.op("Concat", *columns, axis=2), [1 << 16, 4])
+    for k in range(4):  # n_k varies along grid axis 3 - k (n0 fastest)
+        shape = [1, 1, 1, 1, 1]
+        shape[3 - k] = 16
+        columns.append(b.op("Expand", b.reshape(levels, shape), grid))
+    return b.reshape(b.op("Concat", *columns, axis=4), [1 << 16, 4])
+
+
+def add_rows(b: FunctionBuilder, y: str, offset: str, rows: int, subtract: bool = False) -> str:
+    """``y[r, :] + offset[r]`` (``-`` with ``subtract``) for float32 ``y [rows, k]``, ``offset [rows]``:
+    the separate float pass of the formats with a minimum (gguf-py rounds ``d * q`` and ``+ m``
+    separately, so it cannot be fused into the DequantizeLinear product).
+
+    Written as ``BatchNormalization`` (channels = rows, ``scale = var = 1``, ``mean = 0``,
+    ``epsilon = 0``, ``B = offset``), which is exactly ``y + offset``: the normalization factor
+    ``1 / sqrt(1 + 0)`` is exactly 1, ``x * 1`` is exact for every float (NaN, ±inf and -0
+    included), ``B - 0 * 1`` is ``B`` (also for -0, NaN and ±inf), so the one remaining rounding is
+    the addition's, whether or not it is fused (``fma(x, 1, B)`` rounds ``x + B`` once).
+    Subtraction adds ``offset * -1`` (exact; ``x - m`` and ``x + (-m)`` are the same IEEE result).
+    Why not ``Add``: onnxruntime broadcasts ``[rows, k] + [rows, 1]`` one short row at a time; its
+    BatchNormalization runs the same rows ~15-30% faster on one thread (measured on 16M values,
+    rows of 16 and 32). It is single-threaded, so with a second idle core the parallel broadcast
+    Add is ~10% faster; on a loaded machine (where the ratios are at risk) BatchNormalization wins.
+    """
+    if subtract:
+        offset = b.op("Mul", offset, b.const(-1.0, np.float32))
+    ones = b.op("Expand", b.const([1.0], np.float32), b.const([rows], np.int64))
+    zeros = b.op("Expand", b.const([0.0], np.float32), b.const([rows], np.int64))
+    x = b.op("Unsqueeze", y, b.axes(0))  # [1, rows, k]: N = 1, C = rows
+    return b.op("BatchNormalization", x, ones, b.reshape(offset, [rows]), zeros, ones, epsilon=0.0)

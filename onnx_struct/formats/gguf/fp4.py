@@ -12,8 +12,11 @@ matching factor 1/2:
   bytes ``8s .. 8s+7``, value ``j < 8`` in the low nibble of byte ``j``, value ``j + 8`` in the
   high nibble.
 
-Scales are decoded by a 256-entry table Gather, so the decoders are exact (every product is
-representable in float32) and run in onnxruntime at opset 21.
+Decoders: the scale by a 256-entry table Gather per block, the value ``kvalues[code]`` by a dozen
+uint8 operations (the E2M1 pattern as arithmetic: several times cheaper in onnxruntime than a
+Gather per value; the ``kvalues`` constant field still declares the table, and the tests check
+every code against gguf-py), then one DequantizeLinear product ``d * kvalue``. Exact (every
+product is representable in float32) and run in onnxruntime at opset 21.
 
 Encoders: the MXFP4 encoder reproduces ``gguf.quants.quantize`` byte for byte, including its
 float32 ``floor(log2(amax))`` (which rounds up just below a power of two) and, for

@@ -9,7 +9,7 @@ float32 scales are computed with gguf-py's operations in its order, the rest of 
 (grid times signs, a level) is an exact small integer, and the two meet in one float32 multiply
 (DequantizeLinear), which rounds exactly as gguf-py's chain does.
 
-Speed, in onnxruntime: one Gather of a whole row (8 signed grid values, 2 IQ4 levels) per index,
+Speed, in onnxruntime: one Gather of a whole row (8 signed grid values, 4 IQ4 levels) per index,
 tables derived from the constant fields only (folded when the session is built), no element-wise
 op on a short broadcast span or a trailing dimension of 1, and no Transpose of small blocks; those
 cost more than gguf-py's whole numpy pipeline.

@@ -12,6 +12,7 @@ import numpy as np
 
 from onnx_struct.formats._graph import FLOAT16, INT8, UINT8, FunctionBuilder, field
 from onnx_struct.formats.gguf._ops import (
+    add_rows,
     bit_fields,
     bit_planes,
     dequantize_rows,
@@ -61,10 +62,10 @@ def _decode_q2_k(n: int, shape):
     high = b.shr("scales", np.uint8(4))
     low = b.op("Sub", "scales", b.op("Mul", high, b.const(16, np.uint8)))
     dl = _sub_scales(b, "d", n, low, [n * 16])
-    ml = _sub_scales(b, "dmin", n, high, [n * 16, 1])
+    ml = _sub_scales(b, "dmin", n, high, [n * 16])
     # 64 * q, and dl / 64: the same product of two exact factors (see bit_fields).
     q64 = b.reshape(bit_fields(b, "qs", n * 2, 32, width=2, scaled=True), [n * 16, 16])  # [n, 2, 4, 32]
-    y = b.op("Sub", dequantize_rows(b, q64, scaled_down(b, dl, 64)), ml)
+    y = add_rows(b, dequantize_rows(b, q64, scaled_down(b, dl, 64)), ml, n * 16, subtract=True)
     return b.finish(y, shape)
 
 
@@ -88,7 +89,7 @@ def _decode_q4_k(n: int, shape):
     scale, minimum = _scale_min_k4(b, n)
     q16 = b.reshape(nibbles(b, "qs", n * 4, 32, times=16), [n * 8, 32])  # 16 * q, [n, 4, 2, 32]
     y = dequantize_rows(b, q16, scaled_down(b, _sub_scales(b, "d", n, scale, [n * 8]), 16))
-    y = b.op("Sub", y, _sub_scales(b, "dmin", n, minimum, [n * 8, 1]))
+    y = add_rows(b, y, _sub_scales(b, "dmin", n, minimum, [n * 8]), n * 8, subtract=True)
     return b.finish(y, shape)
 
 
@@ -100,7 +101,7 @@ def _decode_q5_k(n: int, shape):
     low = b.reshape(nibbles(b, "qs", n * 4, 32), [n, QK_K])
     q = b.op("Add", low, bit_planes(b, "qh", n, 32, value=16))
     y = dequantize_rows(b, b.reshape(q, [n * 8, 32]), _sub_scales(b, "d", n, scale, [n * 8]))
-    y = b.op("Sub", y, _sub_scales(b, "dmin", n, minimum, [n * 8, 1]))
+    y = add_rows(b, y, _sub_scales(b, "dmin", n, minimum, [n * 8]), n * 8, subtract=True)
     return b.finish(y, shape)
 
 

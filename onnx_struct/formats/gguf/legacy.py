@@ -20,7 +20,14 @@ from onnx_struct.formats._graph import (
     FunctionBuilder,
     field,
 )
-from onnx_struct.formats.gguf._ops import byte_lookup, dequantize_rows, gguf_format, nibbles, scaled_down
+from onnx_struct.formats.gguf._ops import (
+    add_rows,
+    byte_lookup,
+    dequantize_rows,
+    gguf_format,
+    nibbles,
+    scaled_down,
+)
 
 # Bit j of a byte, times 16 (the fifth bit of a 5-bit quant), for every byte value: [256, 8].
 _BIT_X16 = (((np.arange(256, dtype=np.uint8)[:, None] >> np.arange(8, dtype=np.uint8)) & 1) * 16).astype(np.uint8)
@@ -110,7 +117,7 @@ def _decode_q4_0(n: int, shape):
 def _decode_q4_1(n: int, shape):
     b = FunctionBuilder("decode_Q4_1", ["d", "m", "qs"], doc_string="(d * q) + m, q the 32 nibbles of qs")
     dq = dequantize_rows(b, nibbles(b, "qs", n, 16, times=16), scaled_down(b, b.to_float("d"), 16))
-    y = b.op("Add", dq, b.to_float("m", [n, 1]))
+    y = add_rows(b, dq, b.to_float("m"), n)
     return b.finish(y, shape)
 
 
@@ -123,7 +130,7 @@ def _decode_q5_0(n: int, shape):
 def _decode_q5_1(n: int, shape):
     b = FunctionBuilder("decode_Q5_1", ["d", "m", "qh", "qs"], doc_string="(d * q) + m, q = nibble | qh bit << 4")
     q = _with_fifth_bit(b, "qs", "qh", n)
-    y = b.op("Add", dequantize_rows(b, q, b.to_float("d")), b.to_float("m", [n, 1]))
+    y = add_rows(b, dequantize_rows(b, q, b.to_float("d")), b.to_float("m"), n)
     return b.finish(y, shape)
 
 
