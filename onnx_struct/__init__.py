@@ -32,12 +32,14 @@ from onnx_struct.inference import infer_shapes
 from onnx_struct.layout import size_in_bits
 from onnx_struct.lower import lower
 from onnx_struct.model import (
+    LoadedModel,
     add_struct_types,
     add_struct_values,
     add_value_infos,
     from_onnx,
     get_struct_types,
     get_struct_values,
+    load_model,
     to_onnx,
 )
 from onnx_struct.pack import make_struct_value_from_leaves, pack
@@ -100,6 +102,8 @@ __all__ = [
     "add_value_infos",
     "get_struct_types",
     "get_struct_values",
+    "LoadedModel",
+    "load_model",
     "from_onnx",
     "to_onnx",
 ]

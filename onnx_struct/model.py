@@ -72,6 +72,17 @@ def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = No
     raise TypeError(f"expected onnx.ModelProto, bytes or a path, got {type(model).__name__}")
 
 
+def load_model(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = None) -> LoadedModel:
+    """Parse a model once for many calls: every public function accepts the result in place of
+    the model, and skips re-reading the file or re-serializing an ``onnx.ModelProto`` (which costs
+    a pass over every inline payload per call).
+
+    >>> m = load_model("weights.onnx")
+    >>> arrays = {v.name: decode(v.name, m) for v in m.struct_values}
+    """
+    return load(model, base_dir)
+
+
 def _parse(data: bytes, origin: str) -> pb.ModelProto:
     try:
         return pb.ModelProto.FromString(data)

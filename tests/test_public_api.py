@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import onnx
 import onnx.checker
 
 import onnx_struct as S
@@ -54,6 +55,27 @@ def test_console_script_is_declared():
 
     project = tomllib.loads((Path(__file__).resolve().parent.parent / "pyproject.toml").read_text())["project"]
     assert project["scripts"]["onnx-struct"] == "onnx_struct.cli:main"
+
+
+def test_load_model_once_for_many_calls(tmp_path):
+    import numpy as np
+    from conftest import model_with
+    from onnx import TensorProto
+    from onnx import helper as oh
+
+    decoder = oh.make_function(
+        "t", "dec", ["v"], ["y"], [oh.make_node("Cast", ["v"], ["y"], to=TensorProto.FLOAT)], [oh.make_opsetid("", 21)]
+    )
+    declaration = S.make_array(TensorProto.UINT8, 4, decoder=decoder)
+    values = [S.make_struct_value(f"w{i}", 0, raw_data=bytes([i, 2 * i, 3 * i, 4 * i])) for i in range(3)]
+    path = tmp_path / "m.onnx"
+    onnx.save(model_with([declaration], values), path)
+    loaded = S.load_model(path)
+    assert loaded.base_dir == tmp_path.resolve()
+    S.check_model(loaded)
+    for i in range(3):
+        np.testing.assert_array_equal(S.decode(f"w{i}", loaded), np.array([i, 2 * i, 3 * i, 4 * i], np.float32))
+        assert S.view(f"w{i}", loaded)[""].tolist() == [i, 2 * i, 3 * i, 4 * i]
 
 
 def test_validation_error_is_onnx_validation_error():
