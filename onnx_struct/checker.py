@@ -34,7 +34,8 @@ CONCRETE_KINDS = ("array", "structure", "bit_packing")
 
 
 class _Checker:
-    def __init__(self, loaded: LoadedModel) -> None:
+    def __init__(self, loaded: LoadedModel, stock_options: dict | None = None) -> None:
+        self.stock_options = stock_options or {}  # onnx checker flags, passed through
         self.loaded = loaded
         self.proto = loaded.proto
         self.table = TypeTable(loaded.struct_types)
@@ -301,7 +302,7 @@ class _Checker:
                 from onnx_struct import inference  # noqa: PLC0415 - imports the runtime-free inference only
 
                 view = inference.logical_view(self.loaded, view)
-            _stock_check_model(view, full_check=full_check)
+            _stock_check_model(view, full_check=full_check, **self.stock_options)
         except onnx.checker.ValidationError as error:
             self.report(ValidationError("", f"onnx.checker: {error}"))
         except UnicodeDecodeError:  # stock onnx's error message itself fails on non-UTF-8 names
@@ -383,24 +384,38 @@ def _external_initializers_as_inputs(graph: onnx.GraphProto) -> None:
 
 
 def validate(
-    model: ModelLike, *, full_check: bool = False, base_dir: str | os.PathLike | None = None
+    model: ModelLike, *, full_check: bool = False, base_dir: str | os.PathLike | None = None, **stock_options: bool
 ) -> list[ValidationError]:
     """Every diagnostic of ``model`` (empty when valid). See :func:`check_model`."""
     try:
         loaded = load(model, base_dir)
     except ValidationError as error:  # unparsable bytes are a diagnostic too
         return [error]
-    return _Checker(loaded).run(full_check)
+    return _Checker(loaded, stock_options).run(full_check)
 
 
-def check_model(model: ModelLike, full_check: bool = False, *, base_dir: str | os.PathLike | None = None) -> None:
+def check_model(
+    model: ModelLike,
+    full_check: bool = False,
+    *,
+    base_dir: str | os.PathLike | None = None,
+    skip_opset_compatibility_check: bool = False,
+    check_custom_domain: bool = False,
+) -> None:
     """Check a model with struct parts; raise the first :class:`ValidationError` found.
 
     ``model`` is an ``onnx.ModelProto`` (struct parts as unknown fields), serialized bytes, or a
     path (external payloads are then resolved against the file's directory, or ``base_dir``).
     The stock parts are checked by ``onnx.checker.check_model``; ``full_check`` adds struct-aware
-    shape inference, as onnx's ``full_check`` does.
+    shape inference, as onnx's ``full_check`` does; ``skip_opset_compatibility_check`` and
+    ``check_custom_domain`` are passed to onnx's checker.
     """
-    diagnostics = validate(model, full_check=full_check, base_dir=base_dir)
+    diagnostics = validate(
+        model,
+        full_check=full_check,
+        base_dir=base_dir,
+        skip_opset_compatibility_check=skip_opset_compatibility_check,
+        check_custom_domain=check_custom_domain,
+    )
     if diagnostics:
         raise diagnostics[0]

@@ -62,6 +62,8 @@ def _uint64(text: str, path: str) -> int:
 
 def check_location(location: str, path: str) -> None:
     """Reject absolute locations and ``..`` components (syntax only, no file system access)."""
+    if "\0" in location:  # no file system accepts it; os calls would raise ValueError
+        raise ValidationError(path, f"location {location!r} contains a NUL character")
     pure = pathlib.PurePosixPath(location.replace("\\", "/"))
     if pure.is_absolute() or re.match(r"^[A-Za-z]:", location) or location.startswith(("/", "\\")):
         raise ValidationError(path, f"location {location!r} is absolute; it must be relative to the model")
@@ -73,7 +75,10 @@ def resolve(ref: ExternalRef, base_dir: os.PathLike | str, path: str) -> tuple[p
     """The file of ``ref`` inside ``base_dir`` (symlinks resolved) and its size, checked to hold
     the referenced range. Only ``stat`` is called: no payload byte is read."""
     root = pathlib.Path(base_dir).resolve()
-    target = (root / ref.location).resolve()
+    try:
+        target = (root / ref.location).resolve()
+    except (OSError, RuntimeError) as error:  # Python 3.11 raises RuntimeError on a symlink loop
+        raise ValidationError(path, f"external location {ref.location!r} cannot be resolved: {error}") from None
     if not target.is_relative_to(root):
         raise ValidationError(path, f"location {ref.location!r} resolves outside the model directory")
     try:

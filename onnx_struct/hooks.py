@@ -37,7 +37,12 @@ def _wrap_check_model(original):
             if _has_struct_parts(model):
                 from onnx_struct.checker import check_model as struct_check  # noqa: PLC0415
 
-                return struct_check(model, full_check=full_check)
+                return struct_check(
+                    model,
+                    full_check=full_check,
+                    skip_opset_compatibility_check=skip_opset_compatibility_check,
+                    check_custom_domain=check_custom_domain,
+                )
         return original(model, full_check, skip_opset_compatibility_check, check_custom_domain)
 
     return check_model

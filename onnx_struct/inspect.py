@@ -20,8 +20,11 @@ from onnx_struct.model import LoadedModel, StructTypeProto, load
 # Nodes described per declaration tree; references past this are not expanded (exponential
 # fan-out through shared references is legal, printing it is not useful).
 MAX_NODES = 2000
+# References expanded below one another; deeper ones are not (nesting depth is unbounded, and the
+# tree is built recursively, three Python frames per level).
+MAX_DEPTH = 64
 
-__all__ = ["describe", "describe_declaration", "format_text", "MAX_NODES"]
+__all__ = ["describe", "describe_declaration", "format_text", "MAX_NODES", "MAX_DEPTH"]
 
 
 def describe(model, value: str | None = None) -> dict[str, Any]:
@@ -95,7 +98,9 @@ def describe_declaration(declaration: StructTypeProto, table: TypeTable, path: s
     return _declaration_node(declaration, table, path, 0, budget, name=declaration.name)
 
 
-def _declaration_node(declaration, table: TypeTable, path: str, offset: int, budget: list[int], name: str = ""):
+def _declaration_node(
+    declaration, table: TypeTable, path: str, offset: int, budget: list[int], name: str = "", depth: int = 0
+):
     budget[0] -= 1
     kind = declaration.WhichOneof("kind")
     node: dict[str, Any] = {
@@ -116,13 +121,13 @@ def _declaration_node(declaration, table: TypeTable, path: str, offset: int, bud
             if field.WhichOneof("content") == "constant":
                 children.append(_constant_node(field.name, field.constant, position))
                 continue
-            child = _type_node(field.type, table, f"{where}.type", position, budget, field.name)
+            child = _type_node(field.type, table, f"{where}.type", position, budget, field.name, depth)
             children.append(child)
             position += child["size_bits"]
         node["children"] = children
     elif kind == "array":
         array = declaration.array
-        element = _type_node(array.element_type, table, f"{path}.array.element_type", offset, budget, "element")
+        element = _type_node(array.element_type, table, f"{path}.array.element_type", offset, budget, "element", depth)
         node.update(type=f"array[{array.dimension}]", dimension=array.dimension, stride_bits=element["size_bits"])
         node["children"] = [element]
     elif kind == "bit_packing":
@@ -143,14 +148,14 @@ def _declaration_node(declaration, table: TypeTable, path: str, offset: int, bud
             position += component.bit_width
         node["children"] = children
     elif kind == "type_index":
-        return _reference_node(declaration.type_index, table, path, offset, budget, name)
+        return _reference_node(declaration.type_index, table, path, offset, budget, name, depth)
     return node
 
 
-def _type_node(type_proto, table: TypeTable, path: str, offset: int, budget: list[int], name: str):
+def _type_node(type_proto, table: TypeTable, path: str, offset: int, budget: list[int], name: str, depth: int):
     size = type_size(type_proto, path, table.size_of_index)
     if type_proto.WhichOneof("value") == "struct_type":
-        return _reference_node(type_proto.struct_type.type_index, table, path, offset, budget, name)
+        return _reference_node(type_proto.struct_type.type_index, table, path, offset, budget, name, depth)
     tensor = type_proto.tensor_type
     dims = [d.dim_value for d in tensor.shape.dim]
     budget[0] -= 1
@@ -165,7 +170,7 @@ def _type_node(type_proto, table: TypeTable, path: str, offset: int, budget: lis
     }
 
 
-def _reference_node(index: int, table: TypeTable, path: str, offset: int, budget: list[int], name: str):
+def _reference_node(index: int, table: TypeTable, path: str, offset: int, budget: list[int], name: str, depth: int):
     declaration = table.declaration(index, path)
     node: dict[str, Any] = {
         "name": name,
@@ -176,10 +181,12 @@ def _reference_node(index: int, table: TypeTable, path: str, offset: int, budget
         "size_bits": table.size_of_index(index, path),
     }
     budget[0] -= 1
-    if budget[0] <= 0:
+    if budget[0] <= 0 or depth >= MAX_DEPTH:
         node["truncated"] = True
     else:
-        node["children"] = [_declaration_node(declaration, table, TypeTable.path(index), offset, budget)]
+        node["children"] = [
+            _declaration_node(declaration, table, TypeTable.path(index), offset, budget, depth=depth + 1)
+        ]
     return node
 
 

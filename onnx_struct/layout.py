@@ -1,8 +1,9 @@
 """The proposal's size function and the leaf layout every view, writer and decoder binding uses.
 
 Sizes are computed in bits, checked against uint64 after every operation, and memoized per
-model-level declaration; reference chains are resolved with an explicit stack, so a chain tens of
-thousands long or a 60-level diamond of shared references costs linear time and no recursion.
+model-level declaration; reference chains are resolved with an explicit stack (for sizes and for
+leaves), so a chain tens of thousands long or a 60-level diamond of shared references costs linear
+time and no recursion.
 
 A *leaf* is a tensor-typed field (or a tensor array element), a bit-packing component, or a
 constant field. Every non-constant leaf is an affine bit layout: element ``idx`` starts at bit
@@ -74,6 +75,14 @@ def join_path(prefix: str, name: str) -> str:
     return f"{prefix}.{name}" if prefix and name else prefix or name
 
 
+def leaf_name(name: str | bytes, where: str, what: str) -> str:
+    """A field or component name as a leaf path part. proto2 does not validate UTF-8 on parse, so
+    a hostile name arrives as bytes; it can name no leaf (the checker reports it too)."""
+    if not isinstance(name, str):
+        raise ValidationError(where, f"{what} name is not valid UTF-8")
+    return name
+
+
 def element_label(path: str, name: str) -> str:
     return f"{path} ({name!r})" if name else path
 
@@ -132,7 +141,11 @@ class TypeTable:
     # ------------------------------------------------------------------ leaves
     def leaves(self, declaration: StructTypeProto, path: str) -> tuple[Leaf, ...]:
         """Leaves of a concrete root, in payload order, with unique paths."""
-        self.size(declaration, path)  # validates the whole reachable graph first
+        self.size(declaration, path)  # validates the whole reachable graph first (no cycles)
+        # Referenced declarations first, deepest first: building each then only looks up the
+        # leaves of its direct references, so nesting depth costs no recursion.
+        for index in self._uncached_references(declaration, path):
+            self._leaves_of_index(index)
         leaves = self._relative_leaves(declaration, path)
         seen: set[str] = set()
         for leaf in leaves:
@@ -140,6 +153,25 @@ class TypeTable:
                 raise ValidationError(leaf.source, f"leaf path {leaf.path!r} is not unique in {path}")
             seen.add(leaf.path)
         return leaves
+
+    def _uncached_references(self, declaration: StructTypeProto, path: str) -> list[int]:
+        """Indices reachable from ``declaration`` whose leaves are not cached, references before
+        referrers (an iterative post-order walk; the graph is known to be acyclic)."""
+        order: list[int] = []
+        queued: set[int] = set()
+        stack = [(None, iter_references(declaration, path))]
+        while stack:
+            owner, references = stack[-1]
+            for target, _ in references:
+                if target not in queued and target not in self._leaves:
+                    queued.add(target)
+                    stack.append((target, iter_references(self.declarations[target], self.path(target))))
+                    break
+            else:
+                stack.pop()
+                if owner is not None:
+                    order.append(owner)
+        return order
 
     def _leaves_of_index(self, index: int) -> tuple[Leaf, ...]:
         if index not in self._leaves:
@@ -159,9 +191,10 @@ class TypeTable:
             record = sum(c.bit_width for c in packing.component)
             offset = 0
             for i, component in enumerate(packing.component):
+                source = element_label(f"{path}.bit_packing.component[{i}]", component.name)
                 out.append(
                     Leaf(
-                        path=component.name,
+                        path=leaf_name(component.name, source, "component"),
                         kind="component",
                         elem_type=0,
                         bit_width=component.bit_width,
@@ -169,7 +202,7 @@ class TypeTable:
                         shape=(packing.dimension,),
                         strides=(record,),
                         bit_offset=offset,
-                        source=element_label(f"{path}.bit_packing.component[{i}]", component.name),
+                        source=source,
                     )
                 )
                 offset += component.bit_width
@@ -177,16 +210,17 @@ class TypeTable:
             offset = 0
             for i, field in enumerate(declaration.structure.field):
                 field_path = element_label(f"{path}.structure.field[{i}]", field.name)
+                name = leaf_name(field.name, field_path, "field")
                 if field.WhichOneof("content") == "constant":
-                    out.append(constant_leaf(field.name, field.constant, field_path))
+                    out.append(constant_leaf(name, field.constant, field_path))
                     continue
-                inner = self._type_leaves(field.type, f"{field_path}.type", field.name)
+                inner = self._type_leaves(field.type, f"{field_path}.type", name)
+                _check_leaf_count(len(out) + len(inner), path)  # before building, not after
                 out.extend(leaf.shifted("", offset, (), ()) for leaf in inner)
                 offset += type_size(field.type, f"{field_path}.type", self._sizes.__getitem__)
         elif kind == "type_index":
             out.extend(self._leaves_of_index(declaration.type_index))
-        if len(out) > MAX_LEAVES:
-            raise ValidationError(path, f"declaration has more than {MAX_LEAVES} leaves")
+        _check_leaf_count(len(out), path)
         return tuple(out)
 
     def _type_leaves(self, type_proto, path: str, name: str) -> tuple[Leaf, ...]:
@@ -209,6 +243,11 @@ class TypeTable:
             source=f"{path}.tensor_type",
         )
         return (leaf,)
+
+
+def _check_leaf_count(count: int, path: str) -> None:
+    if count > MAX_LEAVES:
+        raise ValidationError(path, f"declaration has more than {MAX_LEAVES} leaves")
 
 
 def constant_leaf(name: str, tensor: onnx.TensorProto, path: str) -> Leaf:

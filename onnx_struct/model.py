@@ -177,7 +177,7 @@ def graph_inputs_fragment(entries: Iterable[tuple[str, bytes]]) -> bytes:
     parts = []
     small = _ONE_BYTE_VARINTS
     for name, type_bytes in entries:
-        name_bytes = name.encode()
+        name_bytes = name if isinstance(name, bytes) else name.encode()  # proto2 hands non-UTF-8 names over as bytes
         inner = _VALUE_INFO_NAME_TAG + (small[len(name_bytes)] if len(name_bytes) < 128 else _varint(len(name_bytes)))
         inner += name_bytes + _VALUE_INFO_TYPE_TAG
         inner += (small[len(type_bytes)] if len(type_bytes) < 128 else _varint(len(type_bytes))) + type_bytes

@@ -96,13 +96,15 @@ def make_struct_value_from_leaves(
 def coerce_leaf(value: ArrayLike, leaf: Leaf) -> np.ndarray:
     """``value`` as an array of the leaf's dtype and shape, or a ValidationError naming the leaf."""
     where = f"leaf {leaf.path!r}"
+    try:
+        array = np.asarray(value)
+    except ValueError as error:  # ragged nested sequences
+        raise ValidationError(where, f"value is not an array: {error}") from None
     if leaf.kind == "constant":
         expected = read_constant(leaf.constant, leaf.source)
-        given = np.asarray(value)
-        if given.shape != expected.shape or not _same_values(given, expected):
+        if array.shape != expected.shape or not _same_values(array, expected):
             raise ValidationError(where, f"is a constant and must equal {expected.tolist()!r} if given")
         return expected
-    array = np.asarray(value)
     if array.shape != leaf.shape:
         raise ValidationError(where, f"shape {array.shape} differs from the leaf's shape {leaf.shape}")
     target = leaf.dtype

@@ -159,12 +159,19 @@ def _render(leaves: tuple[Leaf, ...], size: int, title: str, subtitle: str) -> s
 
     # element boxes
     for leaf in leaves:
-        if leaf.kind == "constant" or leaf.count == 0:
+        if leaf.kind == "constant" or leaf.count == 0 or leaf.bit_offset >= drawn_bits:
             continue
-        starts = bit_positions(leaf.bit_offset, leaf.shape, leaf.strides, 0, leaf.count)
-        indices = np.argwhere(np.ones(leaf.shape, dtype=bool)) if leaf.shape else np.zeros((1, 0), dtype=np.int64)
+        # Elements start at increasing bits in index order, each at least one bit after the one
+        # before, so only the first ``drawn_bits`` can be visible: the declaration's size, which
+        # no payload bounds here, never sizes an allocation.
+        count = min(leaf.count, drawn_bits)
+        starts = bit_positions(leaf.bit_offset, leaf.shape, leaf.strides, 0, count)
+        if leaf.shape:
+            indices = np.stack(np.unravel_index(np.arange(count), leaf.shape), axis=-1)
+        else:
+            indices = np.zeros((1, 0), dtype=np.int64)
         for start, index in zip(starts.tolist(), indices.tolist(), strict=True):
-            if start >= drawn_bits:
+            if not 0 <= start < drawn_bits:  # int64 positions past 2**63 wrap to negative
                 continue
             label = (
                 leaf.path + "".join(f"[{i}]" for i in index) if leaf.path or index else dtypes.type_name(leaf.elem_type)

@@ -234,7 +234,11 @@ def read_leaf(data: np.ndarray, leaf: Leaf) -> np.ndarray:
         return array
     width = leaf.bit_width
     if leaf.count == 0:
-        return np.zeros(leaf.shape, dtype=leaf.dtype)
+        # No payload bounds an empty leaf's other dimensions: a uint64 one can exceed numpy's.
+        try:
+            return np.zeros(leaf.shape, dtype=leaf.dtype)
+        except ValueError:
+            raise ValidationError(leaf.source, f"empty leaf of shape {leaf.shape} has no numpy shape") from None
     if is_zero_copy(leaf):
         array = byte_strided(data, leaf.shape, leaf.dtype.newbyteorder("<"), leaf.bit_offset, leaf.strides)
         array.flags.writeable = False

@@ -402,3 +402,16 @@ def test_full_check_runs_stock_full_check():
     )
     assert S.validate(model) == []
     assert any("onnx" in str(d) for d in S.validate(model, full_check=True))
+
+
+def test_stock_view_keeps_a_struct_value_name_that_is_not_utf8():
+    # The checker reports the name, but stock_view also serves infer_shapes and lower, which do
+    # not check first: the name's bytes go into the graph input as they are.
+    from onnx_struct.checker import stock_view
+    from onnx_struct.model import load
+
+    model = model_with([NIBBLES], [value(name="Q")])
+    data = model.SerializeToString().replace(b"*\x01Q", b"*\x01\xff")
+    view = stock_view(load(data))
+    assert view.graph.input[-1].SerializeToString().startswith(b"\n\x01\xff")
+    assert view.graph.input[-1].type.opaque_type.name == "struct_types.0"

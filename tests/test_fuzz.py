@@ -122,3 +122,38 @@ def test_view_refuses_a_hostile_constant_before_allocating():
     assert viewed["a"] == 7
     with pytest.raises(S.ValidationError, match="constant holds 0 values"):
         viewed["k"]
+
+
+def _views_give_only_validation_errors(data: bytes) -> None:
+    """Every struct value of a (mutated) model: view it, read every leaf, pack the leaves back,
+    draw and describe its declaration; only ValidationErrors may come out."""
+    from onnx_struct.inspect import describe  # noqa: PLC0415
+    from onnx_struct.svg import layout_svg  # noqa: PLC0415
+
+    with tempfile.TemporaryDirectory() as tmp:
+        directory = Path(tmp)
+        (directory / "payload.bin").write_bytes(bytes(range(32)))
+        try:
+            model = S.load_model(data, base_dir=directory)
+        except S.ValidationError:
+            return
+        for value in model.struct_values:
+            try:
+                viewed = S.view(value, model)
+                leaves = viewed.leaves()
+                declaration = value.struct_type if value.HasField("struct_type") else value.type
+                assert S.pack(leaves, declaration, model) == viewed.buffer.tobytes()  # every bit is in a leaf
+            except S.ValidationError as error:
+                assert str(error)
+        try:
+            describe(model)
+            for index in range(len(model.struct_types)):
+                layout_svg(model, index)
+        except S.ValidationError as error:
+            assert str(error)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutations())
+def test_mutated_models_view_pack_and_inspect_give_only_validation_errors(data):
+    _views_give_only_validation_errors(data)

@@ -236,6 +236,22 @@ def test_truncated_file_is_a_validation_error(tiny, tmp_path):
             convert(truncated)
 
 
+@pytest.mark.parametrize("key", ["general.name", "tokenizer.ggml.tokens"])
+def test_metadata_string_that_is_not_utf8_is_a_validation_error(tiny, tmp_path, key):
+    # gguf-py decodes string values only when asked (field.contents()), so the reader opens the
+    # file and the bad bytes surface while the metadata is converted.
+    source, _ = tiny
+    text = {"general.name": b"tiny", "tokenizer.ggml.tokens": "é".encode()}[key]
+    data = source.read_bytes()
+    assert data.count(text) == 1
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(data.replace(text, b"\xff" * len(text)))
+    with pytest.raises(S.ValidationError, match="not valid UTF-8") as info:
+        convert(bad)
+    assert key in info.value.path and "bad.gguf" in info.value.path
+    assert main(["from-gguf", str(bad), str(tmp_path / "bad.onnx"), "--quiet"]) == 1
+
+
 def test_big_endian_file_is_rejected(tmp_path):
     path = tmp_path / "be.gguf"
     write_gguf(path, {"w": (Q.F32, (2, 32))}, endianess=gguf.GGUFEndian.BIG)

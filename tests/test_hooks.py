@@ -57,3 +57,21 @@ def test_install_makes_check_model_struct_aware_and_uninstall_restores(tmp_path)
     assert onnx.shape_inference.infer_shapes is original_infer
     S.uninstall()  # harmless twice
     assert onnx.checker.check_model is original_check
+
+
+def test_installed_hook_passes_onnx_checker_flags_through():
+    # An op of an unregistered custom domain passes onnx's checker unless check_custom_domain is set;
+    # the struct-aware path must honour the flag exactly as the stock path does.
+    model = model_with([linear_int4_128()], [S.make_struct_value("weight", 0, raw_data=bytes(64))])
+    model.graph.node.append(onnx.helper.make_node("Custom", ["X"], ["Z"], domain="my.domain"))
+    model.opset_import.append(onnx.helper.make_opsetid("my.domain", 1))
+    S.check_model(model)
+    with pytest.raises(S.ValidationError, match="No Op registered for Custom"):
+        S.check_model(model, check_custom_domain=True)
+    S.install()
+    try:
+        onnx.checker.check_model(model)
+        with pytest.raises(onnx.checker.ValidationError, match="No Op registered for Custom"):
+            onnx.checker.check_model(model, check_custom_domain=True)
+    finally:
+        S.uninstall()

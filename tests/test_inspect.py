@@ -18,7 +18,8 @@ from onnx import TensorProto as T
 
 import onnx_struct as S
 from onnx_struct.cli import main
-from onnx_struct.inspect import describe, format_text
+from onnx_struct.inspect import describe, describe_declaration, format_text
+from onnx_struct.layout import TypeTable
 from onnx_struct.svg import BIT, LEFT, MAX_ROWS, ROW, TOP, layout_svg
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
@@ -208,6 +209,43 @@ def test_svg_large_declaration_is_cut_with_a_note():
     svg = layout_svg(model, 0)
     assert len(boxes(svg)) == MAX_ROWS * 4
     assert any("more bits not drawn" in (text or "") for text in labels(svg))
+
+
+def test_svg_draws_only_what_fits_however_large_the_declaration():
+    # 2**40 bytes then a field at bit 2**43, and one past 2**63: only the first rows are drawn,
+    # so nothing proportional to the declaration is allocated.
+    model = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], []))
+    S.add_struct_types(
+        model,
+        S.make_structure([S.make_field("x", S.make_tensor_type(T.UINT8, [1 << 40])), S.make_field("y", T.UINT8)]),
+        S.make_structure([S.make_field("x", S.make_tensor_type(T.UINT8, [1 << 60])), S.make_field("y", T.UINT8)]),
+    )
+    for index in (0, 1):
+        svg = layout_svg(model, index)
+        assert len(boxes(svg)) == MAX_ROWS * 4
+        assert any("more bits not drawn" in (text or "") for text in labels(svg))
+
+
+def deep_chain_model(depth: int) -> onnx.ModelProto:
+    """``depth`` structures, each one field ``x`` referencing the previous one (valid, 1 byte)."""
+    model = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], []))
+    types = [S.make_structure([S.make_field("x", T.UINT8)])]
+    types += [S.make_structure([S.make_field("x", S.make_type_reference(i))]) for i in range(depth)]
+    S.add_struct_types(model, *types)
+    return model
+
+
+def test_deep_nesting_is_described_and_drawn_without_recursion_errors():
+    depth = 2000
+    model = deep_chain_model(depth)
+    table = TypeTable(model_types := S.get_struct_types(model))
+    tree = describe_declaration(model_types[depth], table, TypeTable.path(depth))
+    node, levels = tree, 0
+    while node.get("children"):
+        node, levels = node["children"][0], levels + 1
+    assert node.get("truncated") and levels < 200  # expansion stops at a fixed depth
+    svg = layout_svg(model, depth)
+    assert len(boxes(svg)) == 1 and ".".join(["x"] * (depth + 1)) in svg
 
 
 def docs_examples() -> dict[str, str]:

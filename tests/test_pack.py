@@ -217,3 +217,8 @@ def test_random_declarations_view_matches_oracle_and_round_trips(declaration, ra
     repacked = view(make_struct_value("v", root, raw_data=pack(fresh, root, types)), types)
     for path, array in fresh.items():
         assert same_bits(repacked[path], array), path
+
+
+def test_ragged_leaf_value_is_a_validation_error_naming_the_leaf():
+    with pytest.raises(ValidationError, match=r"^leaf 'a': .*not an array"):
+        pack({"a": [[1, 2], [3]]}, make_structure([make_field("a", make_tensor_type(T.UINT8, [2, 2]))]))

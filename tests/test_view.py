@@ -237,6 +237,14 @@ def test_zero_length_arrays():
         assert any(0 in array.shape for array in got.values())
 
 
+def test_empty_leaf_with_a_dimension_numpy_cannot_hold_is_a_validation_error():
+    # uint64 dimension 2**64 - 1 of zero-size elements: 0 bits, valid, but no numpy shape holds it
+    root = make_array(make_tensor_type(T.UINT8, [0]), (1 << 64) - 1)
+    v = view(make_struct_value("w", root, raw_data=b""))
+    with pytest.raises(ValidationError, match=r"'w'\.array\.element_type\.tensor_type: .*numpy"):
+        v[""]
+
+
 def test_zero_copy_views_are_read_only_and_share_the_payload():
     root = make_array(make_type_reference(0), 4)
     types = [make_structure([make_field("d", T.FLOAT16), make_field("qs", make_tensor_type(T.UINT8, [16]))])]
@@ -325,6 +333,7 @@ def no_reads(monkeypatch):
         ({"location": "missing.bin"}, "cannot be opened"),
         ({"offset": 1 << 20}, "past the end"),
         ({"offset": "x"}, "not a non-negative decimal"),
+        ({"location": "weights\x00.bin"}, "NUL character"),  # os calls would raise ValueError
     ],
 )
 def test_external_errors_are_raised_before_any_read(tmp_path, no_reads, entries, match):
@@ -354,6 +363,16 @@ def test_external_symlink_escaping_the_directory(tmp_path, no_reads):
         view("w", path)
 
 
+def test_external_symlink_loop(tmp_path, no_reads):
+    path = _external_model(tmp_path, bytes(4), at=0, location="a.bin")
+    (tmp_path / "a.bin").symlink_to(tmp_path / "b.bin")
+    (tmp_path / "b.bin").symlink_to(tmp_path / "a.bin")
+    with pytest.raises(ValidationError, match=r"'w'\)\.external_data: .*'a\.bin' cannot be resolved"):
+        view("w", path)
+    (error,) = onnx_struct.validate(path)
+    assert "cannot be resolved" in str(error)
+
+
 def test_external_without_base_dir(no_reads):
     value = make_struct_value("w", make_array(T.UINT8, 4), external_data={"location": "x.bin", "length": 4})
     with pytest.raises(ValidationError, match="no base directory"):
@@ -379,3 +398,49 @@ def test_unaligned_leaf_whose_last_element_is_aligned_and_ends_the_buffer(elem_t
     payload = np.frombuffer(random_bytes((2 * (4 + width)) // 8), np.uint8)
     assert_matches_oracle(root, payload.tobytes(), types)
     assert same_bits(view_buffer(payload, root, types)["x"], oracle_arrays(root, payload.tobytes(), types)["x"])
+
+
+def test_deep_nesting_is_viewed_without_recursion():
+    # 3000 nested structures: valid (no depth limit in the proposal), and far deeper than Python's
+    # recursion limit, so leaves are built bottom-up like sizes are.
+    depth = 3000
+    types = [make_structure([make_field("x", T.UINT8)])]
+    types += [make_structure([make_field("x", make_type_reference(i))]) for i in range(depth)]
+    root = make_array(make_type_reference(depth), 2)
+    v = view(make_struct_value("w", root, raw_data=b"\x05\x07"), types)
+    (path,) = v.paths
+    assert path == ".".join(["x"] * (depth + 1))
+    assert v[path].tolist() == [5, 7]
+    assert onnx_struct.pack({path: [5, 7]}, root, types) == b"\x05\x07"
+
+
+def test_leaf_limit_is_enforced_while_enumerating(monkeypatch):
+    # Shared references fan out exponentially: level k has 2**k leaves. A structure of many fields
+    # each referencing a large level must be refused once the limit is passed, not after all
+    # fields * 2**k leaves were built.
+    from onnx_struct import layout
+
+    monkeypatch.setattr(layout, "MAX_LEAVES", 1000)
+    types = [make_structure([make_field("a", T.UINT8), make_field("b", T.UINT8)])]
+    for level in range(1, 9):  # level 8: 512 leaves
+        types.append(make_structure([make_field(n, make_type_reference(level - 1)) for n in "ab"]))
+    root = make_structure([make_field(f"f{k}", make_type_reference(8)) for k in range(200)])
+    built = []
+    original = layout.Leaf.shifted
+    monkeypatch.setattr(layout.Leaf, "shifted", lambda self, *a: built.append(1) or original(self, *a))
+    with pytest.raises(ValidationError, match="more than 1000 leaves"):
+        view_buffer(bytes(onnx_struct.size_in_bits(root, types) // 8), root, types)
+    assert len(built) < 10_000  # the levels below and at most 2 root fields, not 200 * 512 * 2
+
+
+@pytest.mark.parametrize("kind", ["field", "component"])
+def test_name_that_is_not_utf8_is_a_validation_error(kind):
+    # proto2 does not validate UTF-8 on parse: such a name arrives as bytes, never as a leaf path
+    if kind == "field":
+        declaration = make_structure([make_field("Z", T.UINT8)])
+    else:
+        declaration = make_bit_packing([("Z", 8)], 1)
+    data = declaration.SerializeToString().replace(b"\n\x01Z", b"\n\x01\xff")
+    hostile = onnx_struct.StructTypeProto.FromString(data)
+    with pytest.raises(ValidationError, match=rf"{kind}\[0\] \(b'\\xff'\): {kind} name is not valid UTF-8"):
+        view(make_struct_value("w", hostile, raw_data=b"\x01"))

@@ -26,14 +26,12 @@ _loaded = False
 
 
 def _load_families() -> None:
+    """Import every family module (each registers its formats). A failing import propagates: a
+    silently missing family would only show up later as an "unknown format" error."""
     global _loaded
     if not _loaded:
         for module in FAMILY_MODULES:
-            try:
-                importlib.import_module(module)
-            except ModuleNotFoundError as error:  # a family still being written
-                if error.name != module:
-                    raise
+            importlib.import_module(module)
         _loaded = True
 
 

@@ -85,7 +85,7 @@ def convert(
     graph = onnx.helper.make_graph([], _graph_name(source), [], [])
     stock = onnx.helper.make_model(graph, producer_name="onnx_struct.formats.gguf")
     stock.doc_string = f"Tensors and metadata of the GGUF file {source.name}; the graph has no nodes."
-    for key, value in metadata_props(reader, gguf).items():
+    for key, value in metadata_props(reader, gguf, where=f"{source.name}: metadata").items():
         stock.metadata_props.add(key=key, value=value)
     model = from_onnx(stock)
 
@@ -189,7 +189,7 @@ def _payload(tensor, where: str) -> bytes:
 # ---------------------------------------------------------------------------------- metadata
 
 
-def metadata_props(reader, gguf=None) -> dict[str, str]:
+def metadata_props(reader, gguf=None, *, where: str = "metadata") -> dict[str, str]:
     """GGUF key-value metadata as ``metadata_props`` entries.
 
     A STRING value is stored verbatim; every other value as JSON (integers in decimal, booleans
@@ -197,6 +197,7 @@ def metadata_props(reader, gguf=None) -> dict[str, str]:
     arrays as JSON arrays). The GGUF value type of every key goes into one extra entry,
     ``onnx_struct.gguf.value_types`` (a JSON object such as ``{"llama.block_count": "UINT32",
     "tokenizer.ggml.tokens": "ARRAY[STRING]"}``), so the file's metadata can be rebuilt exactly.
+    A string that is not UTF-8 is a ValidationError at ``where[<key>]``.
     """
     gguf = gguf or _gguf()
     props: dict[str, str] = {}
@@ -208,7 +209,10 @@ def metadata_props(reader, gguf=None) -> dict[str, str]:
             continue
         value_types = [gguf.GGUFValueType(t) for t in field.types]
         types[key] = _type_label(value_types)
-        props[key] = _encode_value(field, value_types, gguf)
+        try:
+            props[key] = _encode_value(field, value_types, gguf)
+        except UnicodeDecodeError as error:  # gguf-py decodes string values only here, on request
+            raise ValidationError(f"{where}[{key!r}]", f"a {types[key]} value is not valid UTF-8: {error}") from None
     props[VALUE_TYPES_KEY] = json.dumps(types, separators=(",", ":"))
     return props
 
