@@ -3,7 +3,7 @@
 The *logical type* of a concrete declaration is the type of its decoder's output given the leaf
 types (tensor types of the bound leaves; constants as initializers holding their values, so a
 ``Reshape`` by a constant shape leaf is inferred exactly). It is computed by onnx's own
-inference on a one-call model of the decoder (``runtime.function_model``) rather than by
+inference on a one-call model of the decoder (``functions.function_model``) rather than by
 ``onnx.shape_inference.infer_function_output_types``, which sees types only, never the values of
 the constant leaves.
 
@@ -61,7 +61,7 @@ def logical_type(declaration: StructTypeProto, table: TypeTable, where: str) -> 
 
     Raises ValidationError naming the decoder when onnx cannot infer it.
     """
-    from onnx_struct.runtime import function_model, onnx_elem_type, tensor_type  # noqa: PLC0415 - no ORT import
+    from onnx_struct.functions import function_model, onnx_elem_type, tensor_type  # noqa: PLC0415
 
     decoder = declaration.decoder
     decoder_path = bindings.function_label(f"{where}.decoder", decoder)

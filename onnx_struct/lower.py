@@ -22,9 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnx_struct import bindings, external
 from onnx_struct.errors import ValidationError
-from onnx_struct.layout import Leaf, TypeTable, element_label
-from onnx_struct.model import LoadedModel, ModelLike, StructTypeProto, load
-from onnx_struct.runtime import (
+from onnx_struct.functions import (
     PACKED_TYPES,
     PRIVATE_DOMAIN,
     contiguous,
@@ -34,6 +32,8 @@ from onnx_struct.runtime import (
     registered_function,
     tensor_type,
 )
+from onnx_struct.layout import Leaf, TypeTable, element_label
+from onnx_struct.model import LoadedModel, ModelLike, StructTypeProto, load
 from onnx_struct.view import StructView, merged_dims, view
 
 SEPARATOR = "::"

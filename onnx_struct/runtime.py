@@ -3,9 +3,9 @@
 This is the only module that imports onnxruntime, and it does so lazily (on the first run), so
 ``import onnx_struct`` and the checker never load it.
 
-A decoder runs as a tiny *function model*: the decoder registered as a model-local function, one
-graph input per bound payload leaf (fed at run time, so nothing is constant-folded), constant
-leaves as initializers, and one call node. Sessions are cached per (function bytes, leaf types
+A decoder runs as a tiny *function model* (:mod:`onnx_struct.functions`): the decoder registered as
+a model-local function, one graph input per bound payload leaf (fed at run time, so nothing is
+constant-folded), constant leaves as initializers, and one call node. Sessions are cached per (function bytes, leaf types
 and shapes, constants, runtime) in a bounded LRU, so decoding many values of one format builds
 one session. Leaves are fed as ``OrtValue`` s over the payload bytes: sub-byte types (INT4, UINT4,
 INT2, UINT2, FLOAT4E2M1) in ONNX's packed form, which for byte-aligned dense rows is exactly the
@@ -37,9 +37,24 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnx_struct import bindings, dtypes
 from onnx_struct.errors import ValidationError
+
+# The function models and leaf packing live in functions.py (no onnxruntime there); they are also
+# reachable here, where they were first defined.
+from onnx_struct.functions import (  # noqa: F401 - re-exported
+    PACKED_TYPES,
+    PRIVATE_DOMAIN,
+    contiguous,
+    function_model,
+    onnx_elem_type,
+    pack_bits,
+    packed_rows,
+    registered_function,
+    tensor_type,
+    unpack_bits,
+)
 from onnx_struct.layout import Leaf, TypeTable
 from onnx_struct.model import LoadedModel, StructProto, StructTypeProto, load
-from onnx_struct.view import StructView, byte_strided, merged_dims, value_declaration, view
+from onnx_struct.view import StructView, value_declaration, view
 
 RUNTIMES = ("onnxruntime", "reference")
 # Sessions kept alive at once; each holds its function model's kernels and arena, so the bound
@@ -47,13 +62,6 @@ RUNTIMES = ("onnxruntime", "reference")
 SESSION_CACHE_SIZE = 32
 # onnxruntime's intra-op threads per decode session; 0 lets onnxruntime choose (physical cores).
 INTRA_OP_THREADS = 0
-# A decoder/encoder whose domain is "" would shadow standard operators once registered as a
-# model-local function, so it is registered under this domain instead.
-PRIVATE_DOMAIN = "onnx_struct.local"
-# Element types stored packed (several per byte) in onnxruntime tensors and TensorProto.raw_data.
-PACKED_TYPES = frozenset(
-    t for t in (getattr(TensorProto, n, None) for n in ("INT4", "UINT4", "INT2", "UINT2", "FLOAT4E2M1")) if t
-)
 
 
 def _ort():
@@ -144,21 +152,6 @@ class Feed:
         return ort.OrtValue.ortvalue_from_numpy(array)
 
 
-def contiguous(array: np.ndarray) -> np.ndarray:
-    """A C-contiguous copy of ``array`` (the array itself if it already is).
-
-    Leaves of arrays of blocks are strided views with contiguous rows (``qs: [n, 16]`` at a stride
-    of 18 bytes); numpy copies such rows element by element, but copies them as single void items
-    of the row's size about 7x faster (0.8 vs 5.5 ms for a 4096 x 4096 Q4_0 weight's ``qs``).
-    """
-    if array.flags.c_contiguous:
-        return array
-    if array.ndim >= 2 and array.strides[-1] == array.itemsize and array.shape[-1] > 1 and array.size:
-        rows = array.view(np.dtype((np.void, array.shape[-1] * array.itemsize)))
-        return np.ascontiguousarray(rows).view(array.dtype).reshape(array.shape)
-    return np.ascontiguousarray(array)
-
-
 def _packed_carrier(packed: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     """A uint8 array of the *logical* shape whose data pointer is ``packed``.
 
@@ -170,56 +163,6 @@ def _packed_carrier(packed: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
         return packed[:1].reshape(())
     strides = tuple(int(math.prod(shape[k + 1 :])) for k in range(len(shape)))
     return np.lib.stride_tricks.as_strided(packed, shape=shape, strides=strides, writeable=False)
-
-
-def pack_bits(array: np.ndarray, width: int) -> np.ndarray:
-    """Sub-byte values (ml_dtypes keeps each in the low bits of a byte) -> ONNX packed bytes."""
-    per_byte = 8 // width
-    raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8) & np.uint8((1 << width) - 1)
-    padded = np.zeros(-(-raw.size // per_byte) * per_byte, dtype=np.uint8)
-    padded[: raw.size] = raw
-    grouped = padded.reshape(-1, per_byte)
-    out = grouped[:, 0].copy()
-    for k in range(1, per_byte):  # per position within a byte, not per element
-        out |= grouped[:, k] << np.uint8(k * width)
-    return out
-
-
-def unpack_bits(packed: np.ndarray, width: int, count: int) -> np.ndarray:
-    """ONNX packed bytes -> ``count`` uint8 values, each in the low bits (LSB-first order)."""
-    per_byte = 8 // width
-    out = np.empty((packed.size, per_byte), dtype=np.uint8)
-    for k in range(per_byte):
-        np.bitwise_and(packed >> np.uint8(k * width), np.uint8((1 << width) - 1), out=out[:, k])
-    return out.reshape(-1)[:count]
-
-
-def packed_rows(data: np.ndarray, leaf: Leaf) -> np.ndarray | None:
-    """The bytes of a sub-byte leaf in ONNX packing, gathered straight from the payload ``data``.
-
-    Applies when the leaf is dense along its merged innermost dimension, that run is a whole
-    number of bytes starting on a byte boundary, and the outer strides are whole bytes: then the
-    payload's LSB-first bytes *are* the packed form, and only whole rows are copied (not at all
-    when the leaf is contiguous). Returns None for any other layout.
-    """
-    width = leaf.bit_width
-    shape, strides = merged_dims(leaf.shape, leaf.strides)
-    if leaf.count == 0:
-        return np.zeros(0, dtype=np.uint8)
-    if not shape:  # a single element
-        shape, strides = (1,), (width,)
-    if strides[-1] != width or leaf.bit_offset % 8 or (shape[-1] * width) % 8 or any(s % 8 for s in strides[:-1]):
-        return None
-    row_bytes = shape[-1] * width // 8
-    rows = byte_strided(data, shape[:-1] + (row_bytes,), np.uint8, leaf.bit_offset, strides[:-1] + (8,))
-    return contiguous(rows).reshape(-1)
-
-
-def onnx_elem_type(leaf: Leaf) -> int:
-    """The ONNX element type a leaf is passed as (components: their unsigned integer dtype)."""
-    if leaf.kind == "component":
-        return helper.np_dtype_to_tensor_dtype(leaf.dtype)
-    return leaf.elem_type
 
 
 def leaf_feeds(struct_view: StructView, bound: Mapping[str, Leaf]) -> tuple[dict[str, Feed], list[TensorProto]]:
@@ -242,44 +185,6 @@ def leaf_feeds(struct_view: StructView, bound: Mapping[str, Leaf]) -> tuple[dict
                 continue
         feeds[name] = Feed(elem_type, leaf.shape, array=struct_view[leaf.path])
     return feeds, constants
-
-
-# ---------------------------------------------------------------------- function models
-def tensor_type(elem_type: int, shape: Sequence[int]) -> onnx.TypeProto:
-    return helper.make_tensor_type_proto(elem_type, list(shape))
-
-
-def registered_function(function: onnx.FunctionProto) -> onnx.FunctionProto:
-    """A copy of ``function`` under a non-default domain (see PRIVATE_DOMAIN)."""
-    copy = onnx.FunctionProto()
-    copy.CopyFrom(function)
-    if not copy.domain:
-        copy.domain = PRIVATE_DOMAIN
-    return copy
-
-
-def function_model(
-    function: onnx.FunctionProto,
-    inputs: Sequence[tuple[str, onnx.TypeProto]],
-    initializers: Sequence[TensorProto] = (),
-) -> onnx.ModelProto:
-    """A model calling ``function`` once: its inputs are graph inputs or initializers, its outputs
-    the graph outputs. The model imports exactly the function's own opsets, so every operator
-    resolves to the version the function was written for."""
-    fn = registered_function(function)
-    node = helper.make_node(fn.name, list(fn.input), list(fn.output), domain=fn.domain, name="call")
-    outputs = [helper.make_value_info(name, onnx.TypeProto()) for name in fn.output]  # onnxruntime infers them
-    graph = helper.make_graph(
-        [node], "function", [helper.make_value_info(n, t) for n, t in inputs], outputs, initializer=list(initializers)
-    )
-    opsets = {o.domain: o.version for o in fn.opset_import}
-    opsets.setdefault(fn.domain, 1)
-    opset_ids = [helper.make_opsetid(d, v) for d, v in opsets.items()]
-    # IR 10 is the first with INT4/UINT4; newer opsets may need more (find_min_ir_version_for).
-    ir_version = max(10, helper.find_min_ir_version_for(opset_ids, True))
-    return helper.make_model(
-        graph, opset_imports=opset_ids, functions=[fn], ir_version=min(ir_version, onnx.IR_VERSION)
-    )
 
 
 def _trailing_reshape(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[int, ...] | None]:
@@ -445,7 +350,10 @@ def ortvalue_to_numpy(value) -> np.ndarray:
 
 
 _cache: collections.OrderedDict[bytes, FunctionRunner] = collections.OrderedDict()
-_cache_lock = threading.Lock()
+_cache_lock = threading.Lock()  # guards _cache; held only for lookups and inserts
+# Serializes building runners, so threads missing the cache for one key at once build it once
+# (a session build is what costs; it uses every core anyway). Lookups never wait for it.
+_build_lock = threading.Lock()
 
 
 def cached_runner(
@@ -464,17 +372,27 @@ def cached_runner(
     for tensor in initializers:
         digest.update(tensor.SerializeToString(deterministic=True))
     key = digest.digest()
+    runner = _cached(key)
+    if runner is not None:
+        return runner
+    with _build_lock:
+        runner = _cached(key)  # built by another thread while this one waited
+        if runner is not None:
+            return runner
+        runner = FunctionRunner(function_model(function, inputs, initializers), where, runtime)
+        with _cache_lock:
+            _cache[key] = runner
+            while len(_cache) > SESSION_CACHE_SIZE:
+                _cache.popitem(last=False)
+    return runner
+
+
+def _cached(key: bytes) -> FunctionRunner | None:
     with _cache_lock:
         runner = _cache.get(key)
         if runner is not None:
             _cache.move_to_end(key)
-            return runner
-    runner = FunctionRunner(function_model(function, inputs, initializers), where, runtime)
-    with _cache_lock:
-        _cache[key] = runner
-        while len(_cache) > SESSION_CACHE_SIZE:
-            _cache.popitem(last=False)
-    return runner
+        return runner
 
 
 def clear_cache() -> None:

@@ -261,6 +261,52 @@ def test_graph_operators_that_changed_are_converted(rng):
     np.testing.assert_array_equal(run(lowered, {})[0], expected)
 
 
+@pytest.mark.parametrize("opset", [11, 13])
+def test_older_graph_consuming_decoded_values_through_changed_operators_is_converted(rng, opset):
+    # The reported failure mode ("Input ... is undefined" from the version converter): the decoded
+    # value feeds operators whose signature changed since the graph's opset (Split and Unsqueeze
+    # moved attributes to inputs at 13, Reshape/Gemm changed), a value_info names it and an
+    # intermediate, and it is also a graph output.
+    f32, i64 = TensorProto.FLOAT, TensorProto.INT64
+    if opset < 13:
+        split = [oh.make_node("Split", ["weight"], ["a", "b"], axis=0, split=[64, 64])]
+        unsqueeze = [oh.make_node("Unsqueeze", ["a"], ["a1"], axes=[0])]
+    else:
+        split = [const("sizes", i64, [2], [64, 64]), oh.make_node("Split", ["weight", "sizes"], ["a", "b"], axis=0)]
+        unsqueeze = [const("axes", i64, [1], [0]), oh.make_node("Unsqueeze", ["a", "axes"], ["a1"])]
+    nodes = [
+        const("shape", i64, [2], [16, 8]),
+        oh.make_node("Reshape", ["weight", "shape"], ["w2"]),
+        oh.make_node("Gemm", ["X", "w2"], ["Y"], alpha=1.0),
+        *split,
+        *unsqueeze,
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        [oh.make_tensor_value_info("X", f32, [2, 16])],
+        [
+            oh.make_tensor_value_info("Y", f32, [2, 8]),
+            oh.make_tensor_value_info("a1", f32, [1, 64]),
+            oh.make_tensor_value_info("weight", f32, [128]),
+        ],
+        value_info=[oh.make_tensor_value_info("w2", f32, [16, 8]), oh.make_tensor_value_info("weight", f32, [128])],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=6)
+    (index,) = S.add_struct_types(model, linear_int4_128())
+    payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
+    S.add_struct_values(model, S.make_struct_value("weight", index, raw_data=payload))
+    lowered = S.lower(model)
+    check(lowered)
+    assert {o.domain: o.version for o in lowered.opset_import}[""] == OPSET[0].version
+    weight = (int4_oracle(payload) * np.float32(0.125)).astype(np.float32)
+    x = rng.standard_normal((2, 16)).astype(np.float32)
+    y, a1, w = run(lowered, {"X": x})
+    np.testing.assert_allclose(y, x @ weight.reshape(16, 8), rtol=1e-6)
+    np.testing.assert_array_equal(a1, weight[None, :64])
+    np.testing.assert_array_equal(w, weight)
+
+
 def test_decoder_at_an_older_incompatible_opset_is_reported(rng):
     decoder = cast_decoder(opset=13)  # Cast changed at 19 and 21: the model's 21 resolves it differently
     model = linear_model(bytes(64))

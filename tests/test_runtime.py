@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+import time
 import warnings
 
 import ml_dtypes
@@ -245,6 +247,37 @@ def test_sessions_are_cached_per_decoder_and_leaf_signature(rng, monkeypatch):
     model, _ = q4_block_model(q4_payload(rng, 3), 3)  # other leaf shapes
     S.decode("w", model)
     assert len(built) == 4
+
+
+def test_concurrent_first_decodes_build_one_session(rng, monkeypatch):
+    # Threads decoding values of one new format at once must share one session: building it is
+    # the expensive part (and each holds its own kernels and arena).
+    runtime.clear_cache()
+    built = []
+    original = runtime.FunctionRunner.__init__
+
+    def slow_counting(self, *args, **kwargs):
+        built.append(1)
+        time.sleep(0.05)  # widen the window in which a second thread could miss the cache
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(runtime.FunctionRunner, "__init__", slow_counting)
+    payloads = [rng.integers(0, 256, 64, dtype=np.uint8).tobytes() for _ in range(4)]
+    results: dict[int, np.ndarray] = {}
+    start = threading.Barrier(len(payloads))
+
+    def work(k: int) -> None:
+        start.wait()
+        results[k] = S.decode(S.make_struct_value("w", linear_int4_128(), payloads[k]))
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(len(payloads))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(built) == 1 and runtime.cache_size() == 1
+    for k, payload in enumerate(payloads):
+        np.testing.assert_array_equal(results[k], int4_oracle(payload).astype(np.float32) * np.float32(0.125))
 
 
 def test_session_cache_is_bounded(monkeypatch, rng):
