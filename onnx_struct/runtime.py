@@ -427,9 +427,11 @@ def open_value(
         proto = loaded.struct_value(value)
         index = next(i for i, v in enumerate(loaded.struct_values) if v.name == value)
         where = f"graph.struct_initializer[{index}] ({value!r})"
-    else:
+    elif isinstance(value, StructProto):
         proto = value
         where = f"struct value {value.name!r}" if value.name else "struct value"
+    else:
+        raise TypeError(f"expected a StructProto or the name of a struct value, got {type(value).__name__}")
     declaration = value_declaration(proto, table, where)
     path = table.path(proto.type) if not proto.HasField("struct_type") else f"{where}.struct_type"
     if declaration.name:

@@ -206,7 +206,7 @@ def test_cli_quantize(model, tmp_path, capsys):
     assert main(["quantize", str(source), str(out), "--format", "NOPE"]) == 2
     bogus = tmp_path / "bogus.onnx"
     bogus.write_bytes(b"\xff" * 10)
-    assert main(["quantize", str(bogus), str(out), "--format", "Q8_0"]) == 2
+    assert main(["quantize", str(bogus), str(out), "--format", "Q8_0"]) == 1  # invalid content, as in `check`
     assert main(["quantize", str(tmp_path / "missing.onnx"), str(out), "--format", "Q8_0"]) == 2
 
 

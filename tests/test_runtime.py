@@ -437,3 +437,8 @@ def test_contiguous_copies_strided_rows_exactly(rng):
     np.testing.assert_array_equal(runtime.contiguous(halves), halves.copy())
     columns = payload.reshape(7, 18)[:, ::3]  # not row-contiguous: the plain copy
     np.testing.assert_array_equal(runtime.contiguous(columns), columns.copy())
+
+
+def test_decode_of_something_that_is_not_a_value_is_a_type_error():
+    with pytest.raises(TypeError, match="expected a StructProto or the name of a struct value, got int"):
+        S.decode(3, S.load_model(onnx.helper.make_model(onnx.helper.make_graph([], "g", [], []))))

@@ -46,8 +46,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         source = onnx.load(args.input)
     except DecodeError as error:
+        # An unreadable model is invalid content (exit 1), as in check, lower and decode.
         print(f"onnx-struct quantize: {args.input} is not an ONNX model: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_INVALID
     options = {"op_types": op_types, "min_elements": args.min_elements, "group_axis": args.group_axis}
     try:
         planned = plan(source, args.format, **options)
