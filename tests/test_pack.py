@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto as T
-from test_view import padded, random_bytes
+from test_view import padded, phase_cases, random_bytes
 from test_view_oracle import ORACLE_WIDTHS, Oracle, oracle_arrays, same_bits
 
 import onnx_struct
@@ -110,13 +110,9 @@ def route(request, monkeypatch):
 
 @pytest.mark.parametrize("elem_type", sorted(ORACLE_WIDTHS), ids=lambda t: T.DataType.Name(t))
 def test_view_then_pack_every_type_at_every_phase(elem_type, route):
-    for phase in range(8):
-        for shape in ([], [3], [2, 5]):
-            types, root = padded(elem_type, shape, phase)
-            size = (phase + ORACLE_WIDTHS[elem_type] * int(np.prod(shape, dtype=np.int64)) + 7) // 8
-            payload = random_bytes(size)
-            leaves = view(make_struct_value("v", root, raw_data=payload), types).leaves()
-            assert pack(leaves, root, types) == payload
+    for _, types, root, payload in phase_cases(elem_type):
+        leaves = view(make_struct_value("v", root, raw_data=payload), types).leaves()
+        assert pack(leaves, root, types) == payload
 
 
 def test_large_strided_and_row_paths_round_trip(route):
