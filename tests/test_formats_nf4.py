@@ -51,9 +51,10 @@ def bnb_quantize(x: np.ndarray) -> bytes:
     blocks = np.where(np.isnan(blocks), np.float32(0), blocks)
     absmax = np.abs(blocks).max(axis=1)
     safe = np.where(absmax == 0, np.float32(1), absmax)[:, None]
-    with np.errstate(over="ignore"):
+    # np.where evaluates both branches: the discarded one may overflow or multiply 0 by inf.
+    with np.errstate(over="ignore", invalid="ignore"):
         reciprocal = np.float32(1) / safe
-    ratio = np.where(np.isinf(reciprocal), blocks / safe, blocks * reciprocal)  # absmax < 2**-128
+        ratio = np.where(np.isinf(reciprocal), blocks / safe, blocks * reciprocal)  # absmax < 2**-128
     scaled = np.clip(ratio, np.float32(-1), np.float32(1))
     codes = np.argmin(np.abs(scaled[..., None] - CODE), axis=-1).astype(np.uint8)
     out = np.empty(len(blocks), BLOCK)
