@@ -57,7 +57,3 @@ def unsigned_dtype_for_bits(bits: int) -> np.dtype:
         if bits <= np.dtype(dtype).itemsize * 8:
             return np.dtype(dtype)
     raise ValueError(f"{bits} bits do not fit in uint64")
-
-
-def is_signed_integer(elem_type: int) -> bool:
-    return np_dtype(elem_type).kind == "i" or elem_type in (TensorProto.INT4, TensorProto.INT2)

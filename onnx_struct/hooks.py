@@ -17,28 +17,28 @@ import onnx.shape_inference
 _originals: dict[str, object] = {}
 
 
-def _has_struct_parts(model) -> bool:
-    from onnx_struct.model import load  # noqa: PLC0415 - keep import light
+def _struct_model(model):
+    """The model parsed once (a LoadedModel) if it has struct parts, else None (stock model)."""
+    from onnx_struct.checker import collect_graph_parts  # noqa: PLC0415 - keep import light
+    from onnx_struct.model import load  # noqa: PLC0415
 
-    proto = load(model).proto
-    return bool(len(proto.struct_types) or len(proto.graph.struct_initializer)) or _has_struct_types(proto)
-
-
-def _has_struct_types(proto) -> bool:
-    from onnx_struct.checker import collect_graph_parts  # noqa: PLC0415
-
-    return bool(collect_graph_parts(proto)[1])
+    loaded = load(model)
+    proto = loaded.proto
+    if len(proto.struct_types) or len(proto.graph.struct_initializer) or collect_graph_parts(proto)[1]:
+        return loaded
+    return None
 
 
 def _wrap_check_model(original):
     @functools.wraps(original)
     def check_model(model, full_check=False, skip_opset_compatibility_check=False, check_custom_domain=False):
         if isinstance(model, onnx.ModelProto | bytes | str) or hasattr(model, "__fspath__"):
-            if _has_struct_parts(model):
+            loaded = _struct_model(model)  # parsed once, then checked as is (base_dir included)
+            if loaded is not None:
                 from onnx_struct.checker import check_model as struct_check  # noqa: PLC0415
 
                 return struct_check(
-                    model,
+                    loaded,
                     full_check=full_check,
                     skip_opset_compatibility_check=skip_opset_compatibility_check,
                     check_custom_domain=check_custom_domain,
@@ -51,10 +51,11 @@ def _wrap_check_model(original):
 def _wrap_infer_shapes(original):
     @functools.wraps(original)
     def infer_shapes(model, *args, **kwargs):
-        if isinstance(model, onnx.ModelProto | bytes) and _has_struct_parts(model):
+        loaded = _struct_model(model) if isinstance(model, onnx.ModelProto | bytes) else None
+        if loaded is not None:
             from onnx_struct.inference import infer_shapes as struct_infer  # noqa: PLC0415
 
-            result = struct_infer(model)
+            result = struct_infer(loaded, *args, **kwargs)  # onnx's check_type, strict_mode, data_prop
             return result.SerializeToString() if isinstance(model, bytes) else result
         return original(model, *args, **kwargs)
 

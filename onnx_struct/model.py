@@ -185,11 +185,6 @@ def graph_inputs_fragment(entries: Iterable[tuple[str, bytes]]) -> bytes:
     return b"".join(parts)
 
 
-def is_overlay(message) -> bool:
-    """True for onnx_struct's own message classes (the only ones that can hold struct parts)."""
-    return message.DESCRIPTOR.file is pb.DESCRIPTOR
-
-
 def _overlay_fields(descriptor) -> tuple:
     """(name, repeated, has_name, is_struct_part) of the fields of ``descriptor`` that hold overlay messages."""
     cached = _OVERLAY_FIELDS.get(descriptor.full_name)

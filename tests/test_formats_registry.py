@@ -24,3 +24,13 @@ def test_a_family_module_that_fails_to_import_is_an_error(monkeypatch):
 def test_every_family_registers_formats():
     families = {formats.get(name).family for name in formats.names()}
     assert families == {"gguf", "mx", "nf4", "linear"}
+
+
+def test_bytes_per_block_is_what_the_block_declaration_occupies():
+    # bytes_per_block is stated next to the block's fields; the size function must agree for every
+    # registered format, so the two can never drift apart.
+    from onnx_struct import size_in_bits
+
+    for name in formats.names():
+        fmt = formats.get(name)
+        assert size_in_bits(fmt.block_declaration()) == 8 * fmt.bytes_per_block, name

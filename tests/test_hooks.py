@@ -75,3 +75,20 @@ def test_installed_hook_passes_onnx_checker_flags_through():
             onnx.checker.check_model(model, check_custom_domain=True)
     finally:
         S.uninstall()
+
+
+def test_installed_infer_shapes_passes_onnx_arguments_through():
+    # strict_mode must reach onnx's inference on the struct path as on the stock path: a declared
+    # output type contradicting the inferred one is only an error in strict mode.
+    from onnx import TensorProto
+
+    model = model_with([linear_int4_128()], [S.make_struct_value("weight", 0, raw_data=bytes(64))])
+    model.graph.node.append(onnx.helper.make_node("Add", ["X", "X"], ["Y2"]))
+    model.graph.output.append(onnx.helper.make_tensor_value_info("Y2", TensorProto.INT64, [1]))
+    S.install()
+    try:
+        onnx.shape_inference.infer_shapes(model)
+        with pytest.raises((onnx.shape_inference.InferenceError, S.ValidationError)):
+            onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
+    finally:
+        S.uninstall()
