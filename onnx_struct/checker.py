@@ -61,7 +61,7 @@ class _Checker:
 
     def run(self, full_check: bool) -> list[ValidationError]:
         for i, declaration in enumerate(self.proto.struct_types):
-            self.check_root(declaration, self.table.path(i), model_level=True)
+            self.check_root(declaration, self.table.path(i))
         self.check_values()
         self.check_external_tensors()
         self.check_graph_types()
@@ -71,7 +71,7 @@ class _Checker:
         return self.diagnostics
 
     # ------------------------------------------------------------------ declarations
-    def check_root(self, declaration: StructTypeProto, path: str, model_level: bool) -> int | None:
+    def check_root(self, declaration: StructTypeProto, path: str) -> int | None:
         kind = declaration.WhichOneof("kind")
         if kind not in CONCRETE_KINDS:
             what = "a type_index" if kind == "type_index" else "an unset kind (the unconstrained category)"
@@ -187,7 +187,7 @@ class _Checker:
             if declaration is None:
                 continue
             if value.HasField("struct_type"):
-                size = self.check_root(declaration, f"{where}.struct_type", model_level=False)
+                size = self.check_root(declaration, f"{where}.struct_type")
             else:
                 size = self.attempt(self.table.size_of_index, value.type, f"{where}.type")
             if size is not None:

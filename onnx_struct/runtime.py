@@ -53,8 +53,8 @@ from onnx_struct.functions import (  # noqa: F401 - re-exported
     unpack_bits,
 )
 from onnx_struct.layout import Leaf, TypeTable
-from onnx_struct.model import LoadedModel, StructProto, StructTypeProto, load
-from onnx_struct.view import StructView, value_declaration, view
+from onnx_struct.model import StructProto, StructTypeProto
+from onnx_struct.view import StructView, load_declarations, value_declaration, view
 
 RUNTIMES = ("onnxruntime", "reference")
 # Sessions kept alive at once; each holds its function model's kernels and arena, so the bound
@@ -419,7 +419,7 @@ def open_value(
     ``model`` is any model form, a list of declarations (resolving ``type`` and ``type_index``),
     or None.
     """
-    loaded, declarations = _model_declarations(model, base_dir)
+    loaded, declarations = load_declarations(model, base_dir)
     table = TypeTable(declarations)
     if isinstance(value, str):
         if loaded is None:
@@ -438,15 +438,6 @@ def open_value(
         path = f"{path} ({declaration.name!r})"
     struct_view = view(proto, loaded if loaded is not None else declarations, base_dir=base_dir)
     return struct_view, declaration, path
-
-
-def _model_declarations(model, base_dir=None) -> tuple[LoadedModel | None, list[StructTypeProto]]:
-    if model is None:
-        return None, []
-    if isinstance(model, (list, tuple)):
-        return None, list(model)
-    loaded = load(model, base_dir)
-    return loaded, list(loaded.struct_types)
 
 
 def decode(
@@ -498,7 +489,7 @@ def encode(
     from onnx_struct.pack import pack  # noqa: PLC0415 - the writer is needed only here
 
     _check_runtime(runtime)
-    declarations = _model_declarations(model)[1]
+    declarations = load_declarations(model, None)[1]
     table = TypeTable(declarations)
     if isinstance(struct_type, int):
         declaration = table.declaration(struct_type, "struct_type")

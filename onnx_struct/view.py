@@ -175,7 +175,7 @@ def load_declarations(model, base_dir) -> tuple[LoadedModel | None, Sequence[Str
     if isinstance(model, (list, tuple)):
         return None, model
     loaded = load(model, base_dir)
-    return loaded, loaded.struct_types
+    return loaded, list(loaded.struct_types)  # a list: callers pass it on as a list of declarations
 
 
 def value_declaration(value: StructProto, table: TypeTable, where: str) -> StructTypeProto:
