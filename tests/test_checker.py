@@ -415,3 +415,66 @@ def test_stock_view_keeps_a_struct_value_name_that_is_not_utf8():
     view = stock_view(load(data))
     assert view.graph.input[-1].SerializeToString().startswith(b"\n\x01\xff")
     assert view.graph.input[-1].type.opaque_type.name == "struct_types.0"
+
+
+def decoded_values_model(*, clash: bool = False, ir_version: int = 10):
+    """A node consumes struct value 'weight' (decoded); with ``clash`` a node also outputs 'weight'."""
+    nodes = [oh.make_node("Relu", ["weight"], ["R"])]
+    if clash:
+        nodes.append(oh.make_node("Identity", ["X"], ["weight"]))
+    model = consumer(S.make_array(T.UINT8, 4, decoder=identity_decoder(("v",))))
+    del model.graph.node[:]
+    model.graph.node.extend([oh.make_node("Identity", ["X"], ["Y"]), *nodes])
+    model.ir_version = ir_version
+    if ir_version < 3:  # opset_import is not allowed before IR 3
+        del model.opset_import[:]
+    return model
+
+
+# Every way the stock checker may be handed the model: struct values defined by one node of a
+# private domain (the default), or as Opaque graph inputs where that node would be a finding
+# (an unregistered operator under check_custom_domain; its opset_import before IR 3).
+VIEW_PATHS = {
+    "values node": ({}, {}),
+    "check_custom_domain": ({"check_custom_domain": True}, {}),
+    "IR version 2": ({}, {"ir_version": 2}),
+    "struct-typed graph input": ({}, {}),
+}
+
+
+@pytest.mark.parametrize("path", VIEW_PATHS)
+def test_stock_checker_sees_struct_values_as_defined_names(path, as_form):
+    options, build = VIEW_PATHS[path]
+
+    def make(clash):
+        model = decoded_values_model(clash=clash, **build)
+        if path == "struct-typed graph input":  # the view is then parsed and rewritten in Python
+            S.add_value_infos(model, inputs=[S.make_struct_value_info("s", 0)])
+        return model
+
+    assert S.validate(as_form(make(clash=False)), **options) == []
+    diagnostics = [str(d) for d in S.validate(as_form(make(clash=True)), **options)]
+    assert len(diagnostics) == 1 and "single static assignment" in diagnostics[0], diagnostics
+    assert "onnx_struct.values" not in diagnostics[0]
+
+
+def test_checker_view_is_the_model_plus_one_node(as_form):
+    from onnx_struct.checker import VALUES_DOMAIN, checker_view
+    from onnx_struct.model import load
+
+    model = decoded_values_model()
+    S.add_struct_values(model, value("second"))
+    view = onnx.ModelProto.FromString(checker_view(load(as_form(model)), [], False, False))
+    first = view.graph.node[0]
+    assert (first.domain, list(first.output)) == (VALUES_DOMAIN, ["weight", "second"])
+    assert [n.op_type for n in view.graph.node[1:]] == [n.op_type for n in model.graph.node]
+    assert (VALUES_DOMAIN, 1) in [(o.domain, o.version) for o in view.opset_import]
+    assert len(view.graph.input) == len(model.graph.input)
+
+
+def test_inline_payloads_never_push_the_view_over_protobufs_limit(monkeypatch):
+    # The values-node view carries the model's inline payloads (as unknown fields); near the 2 GiB
+    # limit the checker falls back to the view without them. Scaled down: a 100 kB payload, 50 kB limit.
+    model = model_with([S.make_array(T.UINT8, 100_000)], [value(size=100_000)])
+    monkeypatch.setattr(onnx.checker, "MAXIMUM_PROTOBUF", 50_000)
+    assert S.validate(model) == []
