@@ -190,25 +190,15 @@ def _quad_table(b: FunctionBuilder, levels) -> str:
     return b.reshape(b.op("Concat", *columns, axis=4), [1 << 16, 4])
 
 
-def add_rows(b: FunctionBuilder, y: str, offset: str, rows: int, subtract: bool = False) -> str:
-    """``y[r, :] + offset[r]`` (``-`` with ``subtract``) for float32 ``y [rows, k]``, ``offset [rows]``:
-    the separate float pass of the formats with a minimum (gguf-py rounds ``d * q`` and ``+ m``
-    separately, so it cannot be fused into the DequantizeLinear product).
+def add_rows(b: FunctionBuilder, y: str, offset: str, rows: int) -> str:
+    """``y[r, :] + offset[r]`` for float32 ``y [rows, k]``, ``offset [rows]``: the separate float
+    pass of the formats with a minimum (gguf-py rounds ``d * q`` and ``+ m`` separately, so it
+    cannot be fused into the DequantizeLinear product). A minimum that gguf-py subtracts comes
+    negated (exact), since ``x - m`` and ``x + (-m)`` are the same IEEE result.
 
-    Written as ``BatchNormalization`` (channels = rows, ``scale = var = 1``, ``mean = 0``,
-    ``epsilon = 0``, ``B = offset``), which is exactly ``y + offset``: the normalization factor
-    ``1 / sqrt(1 + 0)`` is exactly 1, ``x * 1`` is exact for every float (NaN, ±inf and -0
-    included), ``B - 0 * 1`` is ``B`` (also for -0, NaN and ±inf), so the one remaining rounding is
-    the addition's, whether or not it is fused (``fma(x, 1, B)`` rounds ``x + B`` once).
-    Subtraction adds ``offset * -1`` (exact; ``x - m`` and ``x + (-m)`` are the same IEEE result).
-    Why not ``Add``: onnxruntime broadcasts ``[rows, k] + [rows, 1]`` one short row at a time; its
-    BatchNormalization runs the same rows ~15-30% faster on one thread (measured on 16M values,
-    rows of 16 and 32). It is single-threaded, so with a second idle core the parallel broadcast
-    Add is ~10% faster; on a loaded machine (where the ratios are at risk) BatchNormalization wins.
+    A broadcast ``Add`` of ``[rows, 1]``: onnxruntime splits it over its intra-op threads. (A
+    ``BatchNormalization`` with unit scale and variance computes the same sums and runs ~15-30%
+    faster on *one* thread, but it is single-threaded: with two cores the Add takes ~25-35% less
+    time, measured on 16M values in rows of 16 and 32.)
     """
-    if subtract:
-        offset = b.op("Mul", offset, b.const(-1.0, np.float32))
-    ones = b.op("Expand", b.const([1.0], np.float32), b.const([rows], np.int64))
-    zeros = b.op("Expand", b.const([0.0], np.float32), b.const([rows], np.int64))
-    x = b.op("Unsqueeze", y, b.axes(0))  # [1, rows, k]: N = 1, C = rows
-    return b.op("BatchNormalization", x, ones, b.reshape(offset, [rows]), zeros, ones, epsilon=0.0)
+    return b.op("Add", y, b.reshape(offset, [rows, 1]))

@@ -24,9 +24,32 @@ from onnx_struct.formats.gguf._ops import (
 QK_K = 256
 
 
-def _sub_scales(b: FunctionBuilder, scale: str, n: int, values: str, rows: list[int]) -> str:
-    """``scale [n, 1] * float(values [n, k])`` reshaped to ``rows``: gguf-py's ``d * sc``."""
-    return b.reshape(b.op("Mul", b.to_float(scale, [n, 1]), b.to_float(values)), rows)
+def _sub_scales(
+    b: FunctionBuilder,
+    scale: str,
+    values: str,
+    shape: tuple[int, int],
+    *,
+    times: int = 1,
+    negate: bool = False,
+    zero_point: int | None = None,
+) -> str:
+    """gguf-py's sub-block scales ``d * sc`` as a flat ``[n * k]`` vector, from ``values`` of ``shape [n, k]``
+    and the super-block scale leaf ``scale [n]`` (FLOAT16), in one DequantizeLinear.
+
+    DequantizeLinear rounds ``float(sc - zero_point) * d`` once, as gguf-py's float32 product
+    does. ``times`` divides ``d`` first (``d / times * sc`` is ``d * sc / times`` exactly: a power
+    of two, and no FLOAT16 scale times a small integer comes near float32's subnormals), the
+    partner of quants scaled up by ``times``; ``negate`` gives ``-(d * sc)`` (exact), so a minimum
+    is subtracted by an addition. Both act on ``n`` values, not on ``n * k``.
+    """
+    d = b.to_float(scale)
+    if times != 1:
+        d = scaled_down(b, d, times)
+    if negate:
+        d = b.op("Neg", d)
+    n, k = shape
+    return b.reshape(dequantize_rows(b, b.reshape(values, [n, k]), d, zero_point), [n * k])
 
 
 def _scale_min_k4(b: FunctionBuilder, n: int) -> tuple[str, str]:
@@ -61,11 +84,10 @@ def _decode_q2_k(n: int, shape):
     b = FunctionBuilder("decode_Q2_K", ["scales", "qs", "d", "dmin"], doc_string="d*sc * q - dmin*m per 16 weights")
     high = b.shr("scales", np.uint8(4))
     low = b.op("Sub", "scales", b.op("Mul", high, b.const(16, np.uint8)))
-    dl = _sub_scales(b, "d", n, low, [n * 16])
-    ml = _sub_scales(b, "dmin", n, high, [n * 16])
     # 64 * q, and dl / 64: the same product of two exact factors (see bit_fields).
     q64 = b.reshape(bit_fields(b, "qs", n * 2, 32, width=2, scaled=True), [n * 16, 16])  # [n, 2, 4, 32]
-    y = add_rows(b, dequantize_rows(b, q64, scaled_down(b, dl, 64)), ml, n * 16, subtract=True)
+    y = dequantize_rows(b, q64, _sub_scales(b, "d", low, (n, 16), times=64))
+    y = add_rows(b, y, _sub_scales(b, "dmin", high, (n, 16), negate=True), n * 16)
     return b.finish(y, shape)
 
 
@@ -75,8 +97,7 @@ def _decode_q3_k(n: int, shape):
     low = nibbles(b, b.slice("scales", 0, 8, 1), n, 8)
     high = bit_fields(b, b.slice("scales", 8, 12, 1), n, 4, width=2)
     scale = b.op("Add", low, b.op("Mul", high, b.const(16, np.uint8)))
-    signed_scale = b.op("Sub", b.to_float(scale), b.const(32.0, np.float32))
-    dl = b.reshape(b.op("Mul", b.to_float("d", [n, 1]), signed_scale), [n * 16])
+    dl = _sub_scales(b, "d", scale, (n, 16), zero_point=32)  # d * (scale - 32)
     ql = b.reshape(bit_fields(b, "qs", n * 2, 32, width=2), [n, QK_K])
     # gguf-py: ql - 4 * (hbit ^ 1) = (ql + 4 * hbit) - 4, an exact small integer either way.
     q = b.op("Add", ql, bit_planes(b, "hmask", n, 32, value=4))
@@ -88,8 +109,8 @@ def _decode_q4_k(n: int, shape):
     b = FunctionBuilder("decode_Q4_K", ["d", "dmin", "scales", "qs"], doc_string="d*sc * q - dmin*m per 32 weights")
     scale, minimum = _scale_min_k4(b, n)
     q16 = b.reshape(nibbles(b, "qs", n * 4, 32, times=16), [n * 8, 32])  # 16 * q, [n, 4, 2, 32]
-    y = dequantize_rows(b, q16, scaled_down(b, _sub_scales(b, "d", n, scale, [n * 8]), 16))
-    y = add_rows(b, y, _sub_scales(b, "dmin", n, minimum, [n * 8]), n * 8, subtract=True)
+    y = dequantize_rows(b, q16, _sub_scales(b, "d", scale, (n, 8), times=16))
+    y = add_rows(b, y, _sub_scales(b, "dmin", minimum, (n, 8), negate=True), n * 8)
     return b.finish(y, shape)
 
 
@@ -100,8 +121,8 @@ def _decode_q5_k(n: int, shape):
     scale, minimum = _scale_min_k4(b, n)
     low = b.reshape(nibbles(b, "qs", n * 4, 32), [n, QK_K])
     q = b.op("Add", low, bit_planes(b, "qh", n, 32, value=16))
-    y = dequantize_rows(b, b.reshape(q, [n * 8, 32]), _sub_scales(b, "d", n, scale, [n * 8]))
-    y = add_rows(b, y, _sub_scales(b, "dmin", n, minimum, [n * 8]), n * 8, subtract=True)
+    y = dequantize_rows(b, b.reshape(q, [n * 8, 32]), _sub_scales(b, "d", scale, (n, 8)))
+    y = add_rows(b, y, _sub_scales(b, "dmin", minimum, (n, 8), negate=True), n * 8)
     return b.finish(y, shape)
 
 
@@ -112,7 +133,7 @@ def _decode_q6_k(n: int, shape):
     low = b.reshape(nibbles(b, "ql", n * 2, 64, times=4), [n, QK_K])
     high = b.reshape(bit_fields(b, "qh", n * 2, 32, width=2, scaled=True), [n, QK_K])
     q4 = b.reshape(b.op("Add", low, high), [n * 16, 16])
-    y = dequantize_rows(b, q4, scaled_down(b, _sub_scales(b, "d", n, "scales", [n * 16]), 4), zero_point=128)
+    y = dequantize_rows(b, q4, _sub_scales(b, "d", "scales", (n, 16), times=4), zero_point=128)
     return b.finish(y, shape)
 
 
