@@ -478,3 +478,42 @@ def test_inline_payloads_never_push_the_view_over_protobufs_limit(monkeypatch):
     model = model_with([S.make_array(T.UINT8, 100_000)], [value(size=100_000)])
     monkeypatch.setattr(onnx.checker, "MAXIMUM_PROTOBUF", 50_000)
     assert S.validate(model) == []
+
+
+def _value_bytes(**fields) -> bytes:
+    """A serialized StructProto written field by field (type = 1, struct_type = 2, raw_data = 3,
+    external_data = 4, name = 5, doc_string = 6; unknown fields as given)."""
+    from onnx_struct.model import length_delimited
+
+    out = b""
+    if "type" in fields:
+        out += bytes([0x08, fields["type"]])
+    for number, key in ((2, "struct_type"), (3, "raw_data"), (4, "external_data"), (5, "name"), (6, "doc_string")):
+        if key in fields:
+            out += length_delimited(number, fields[key])
+    return out + fields.get("unknown", b"")
+
+
+# Values whose type, raw_data and name alone look valid: the checker's per-value fast path must
+# still see every other field (it proves their absence from the serialized size).
+TRICKY_VALUES = [
+    ("plain", {"type": 0, "raw_data": bytes(4)}, None),
+    ("type 0 absent, nothing else", {"raw_data": bytes(4)}, None),
+    ("doc_string", {"type": 0, "raw_data": bytes(4), "doc_string": b"d"}, None),
+    ("unknown field", {"type": 0, "raw_data": bytes(4), "unknown": bytes([0x38, 1])}, None),  # field 7 varint
+    ("empty struct_type, type 0 absent", {"raw_data": bytes(4), "struct_type": b""}, "type is -1 but|must be -1"),
+    ("empty external_data entry", {"type": 0, "raw_data": bytes(4), "external_data": b""}, "external"),
+    ("external_data with type absent", {"raw_data": bytes(4), "external_data": b""}, "external"),
+]
+
+
+@pytest.mark.parametrize(("case", "fields", "error"), TRICKY_VALUES, ids=[c[0] for c in TRICKY_VALUES])
+def test_every_field_of_a_struct_value_is_seen(case, fields, error):
+    model = model_with([NIBBLES])
+    value = S.StructProto.FromString(_value_bytes(name=b"weight", **fields))
+    S.add_struct_values(model, value)
+    messages = [str(d) for d in S.validate(model)]
+    if error is None:
+        assert messages == []
+    else:
+        assert messages and __import__("re").search(error, messages[0]), messages

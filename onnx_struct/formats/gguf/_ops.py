@@ -65,31 +65,41 @@ def nibbles(b: FunctionBuilder, x: str, rows: int, run: int, times: int = 1) -> 
     return b.op("Concat", low, high if times == 1 else b.op("Mul", high, b.const(times, np.uint8)), axis=1)
 
 
-def spread(b: FunctionBuilder, x: str, rows: int, run: int, multipliers: Sequence[int]) -> str:
-    """``[rows, len(multipliers) * run]``: copy ``k`` of the run times ``multipliers[k]`` (mod 256).
+def scaled_copies(b: FunctionBuilder, x: str, rows: int, run: int, multipliers: Sequence[int]) -> list[str]:
+    """The copies ``x * multipliers[k]`` (mod 256) of bytes ``x [rows, run]``, each ``[rows, run]``.
 
-    Tile then one multiply by a constant row: every op sees runs of ``len * run`` elements (an
-    ``Expand`` of ``[rows, 1, run]`` costs ~2.5x the Tile)."""
-    tiled = b.op("Tile", b.reshape(x, [rows, run]), b.const([1, len(multipliers)], np.int64))
-    return b.op("Mul", tiled, b.const(np.repeat(np.asarray(multipliers, np.uint8), run)))
+    One *scalar* multiply per copy: a multiply by a constant row (``Tile`` then ``[rows, k * run]
+    * [k * run]``) costs ~2x as much in onnxruntime, and an ``Expand``-style broadcast more."""
+    x = b.reshape(x, [rows, run])
+    return [x if m == 1 else b.op("Mul", x, b.const(m, np.uint8)) for m in multipliers]
+
+
+def spread(b: FunctionBuilder, x: str, rows: int, run: int, multipliers: Sequence[int]) -> str:
+    """``[rows, len(multipliers) * run]``: copy ``k`` of the run times ``multipliers[k]`` (mod 256)."""
+    return b.op("Concat", *scaled_copies(b, x, rows, run, multipliers), axis=1)
 
 
 def bit_fields(b: FunctionBuilder, x: str, rows: int, run: int, width: int, *, scaled: bool = False) -> str:
     """Bytes ``x [rows, run]`` -> ``[rows, (8 // width) * run]``: field ``k`` (bits ``[k*width, (k+1)*width)``)
     of byte ``l`` at ``[r, k * run + l]``.
 
-    gguf-py's ``(x.reshape(n, 1, run) >> shifts.reshape(1, -1, 1)) & mask``. Written as: copy ``k``
-    multiplied by ``2**(8 - (k+1)*width)`` (a wrapping uint8 multiply moves field ``k`` to the top
-    bits and drops the bits above it), then one scalar shift right by ``8 - width``. With
-    ``scaled`` the shift is replaced by a mask and the result is ``field << (8 - width)``: feed it
-    to :func:`dequantize_rows` with ``scale / 2**(8 - width)``, a product of the same two exact
-    factors, so the same float32.
+    gguf-py's ``(x.reshape(n, 1, run) >> shifts.reshape(1, -1, 1)) & mask``. Written per field on
+    the ``run`` bytes, then one Concat: ``x * 2**(8 - (k+1)*width)`` (a wrapping uint8 multiply)
+    moves field ``k`` to the top bits and drops the bits above it, then one scalar shift right by
+    ``8 - width`` (field 0 is a mask instead, the top field needs no multiply). With ``scaled`` the
+    shift is replaced by a mask, which field 0 does not need (nothing is below it), and the result
+    is ``field << (8 - width)``: feed it to :func:`dequantize_rows` with ``scale / 2**(8 - width)``,
+    a product of the same two exact factors, so the same float32.
     """
     count = 8 // width
-    top = spread(b, x, rows, run, [1 << (8 - (k + 1) * width) for k in range(count)])
+    x = b.reshape(x, [rows, run])
+    tops = scaled_copies(b, x, rows, run, [1 << (8 - (k + 1) * width) for k in range(count)])
     if scaled:
-        return b.op("BitwiseAnd", top, b.const((0xFF << (8 - width)) & 0xFF, np.uint8))
-    return b.shr(top, np.uint8(8 - width))
+        top_bits = (0xFF << (8 - width)) & 0xFF
+        fields = [top if k == 0 else b.band(top, np.uint8(top_bits)) for k, top in enumerate(tops)]
+    else:
+        fields = [b.band(x, np.uint8((1 << width) - 1))] + [b.shr(top, np.uint8(8 - width)) for top in tops[1:]]
+    return b.op("Concat", *fields, axis=1)
 
 
 def bit_planes(b: FunctionBuilder, x: str, rows: int, run: int, value: int = 1) -> str:

@@ -21,7 +21,7 @@ import onnx
 
 from onnx_struct.formats._graph import FLOAT, FLOAT16, UINT8, FunctionBuilder, field
 from onnx_struct.formats.base import BlockFormat
-from onnx_struct.formats.gguf._ops import bit_fields, dequantize_rows, gguf_format, scaled_down, spread
+from onnx_struct.formats.gguf._ops import bit_fields, dequantize_rows, gguf_format, scaled_copies, scaled_down
 
 QK_K = 256
 POWERS_5 = np.array([1, 3, 9, 27, 81], dtype=np.uint8)  # digit k of a TQ1_0 byte is scaled by 3**k
@@ -39,11 +39,10 @@ def tq1_0_fields() -> list:
 def decode_tq1_0(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("decode_TQ1_0", ["qs", "qh", "d"])
     parts = []
-    # byte j of a group of `width` bytes holds values k * width + j, k = 0..digits-1
+    # byte j of a group of `width` bytes holds values k * width + j, k = 0..digits-1: copy k of
+    # the group times 3**k, wrapping mod 256 (one scalar multiply per copy, one Concat for all)
     for source, start, width, digits in (("qs", 0, 32, 5), ("qs", 32, 16, 5), ("qh", 0, 4, 4)):
-        # copy k of the group times 3**k, wrapping mod 256 (Tile and one multiply by a constant row:
-        # onnxruntime's element-wise kernels crawl on short broadcast spans such as [n, 1, width] * [digits, 1])
-        parts.append(spread(g, g.slice(source, start, start + width, 1), n, width, POWERS_5[:digits]))
+        parts += scaled_copies(g, g.slice(source, start, start + width, 1), n, width, POWERS_5[:digits])
     fraction = g.op("Concat", *parts, axis=1)  # [n, 256] uint8
     # gguf-py's digit (uint16(q) * 3) >> 8 is 0, 1 or 2: it is [q >= 86] + [q >= 171] (3q >= 256, 3q >= 512),
     # which onnxruntime computes far faster than a 16-bit multiply and shift
