@@ -295,8 +295,9 @@ class _Checker:
                     )
 
     def check_consumers(self) -> None:
-        declarations = {id(d): d for d in self.value_names.values() if d is not None}  # a few distinct ones
-        if all(d.HasField("decoder") for d in declarations.values()):
+        used = self.value_names.values()
+        declarations = dict(zip(map(id, used), used, strict=True))  # a few distinct ones, at C speed
+        if all(d is None or d.HasField("decoder") for d in declarations.values()):
             return
         undecoded = {name for name, d in self.value_names.items() if d is not None and not d.HasField("decoder")}
         if not undecoded:

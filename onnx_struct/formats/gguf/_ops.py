@@ -13,20 +13,22 @@ Stable interface for any GGUF format module: the recipes :func:`nibbles`, :func:
 :func:`field` and the opset constants are in :mod:`onnx_struct.formats._graph`.
 
 Why the recipes look the way they do (measured on onnxruntime 1.32's CPU provider, 16M values,
-one thread): uint8/uint16 ``Add``/``Sub``/``Mul``/``Min``/``Max``/comparisons and bool->uint8
-``Cast`` cost ~0.1 ns per element; ``BitwiseAnd`` ~0.5 and ``BitShift`` ~0.85 ns per byte; a
-``Gather`` ~6-10 ns per *index* almost whatever its row (so one index should fetch several
-values); uint8 ``Where`` ~6 ns per element; and any broadcast whose innermost run is short (a
-``[n, 1, 32] >> [1, 8, 1]`` shift, ``[rows, 16] + [rows, 1]``, a ``Tile``/``Expand`` repeating
-single bytes) loops per run. ``Transpose`` of small inner blocks is fine on one thread and ~30x
-slower with two (avoid it). So nibbles are cut with one *scalar* shift plus uint8 arithmetic,
-narrower fields over long runs come from ``Tile``, one wrapping multiply that moves each field to
-the top bits, then one shift, mask or compare, bit expansions with short runs use a 256-entry
-``Gather`` table (one row copy per byte), and 16-entry codebooks gather 4 values per index.
-``DequantizeLinear`` (per-axis) turns bytes into floats in one pass and computes
-``float(q - zero_point) * scale`` with a single rounding, exactly gguf-py's ``d * q``. The
-remaining float pass of formats with a minimum (``d * q + m``) is kept separate because gguf-py
-rounds twice (:func:`add_rows`).
+one thread): uint8/uint16 ``Add``/``Sub``/``Mul``/``Min``/``Max``/comparisons cost ~0.1 ns per
+element and bool->uint8 ``Cast`` ~0.2; ``BitwiseAnd`` ~0.9 and ``BitShift`` ~1.1 ns per byte; a
+multiply by a constant *row* (``[rows, k] * [k]``) ~2.5x a scalar one; a ``Gather`` ~5-10 ns
+per *index* almost whatever its row (so one index should fetch several values, from a table
+small enough to stay in cache); uint8 ``Where`` ~6 ns per element; and any broadcast whose
+innermost run is short (a ``[n, 1, 32] >> [1, 8, 1]`` shift, an ``Expand``/``Resize`` repeating
+single bytes) loops per run. ``Transpose`` of small inner blocks is fine on one thread and ~8-30x
+slower with two (avoid it). So nibbles are cut with one *scalar* shift plus uint8 arithmetic;
+narrower fields over long runs are one scalar wrapping multiply per field on the packed bytes
+(moving the field to the top bits), one mask, shift or compare where bits below remain, and one
+``Concat``; bit expansions with short runs use a 256-entry ``Gather`` table (one row copy per
+byte), and 16-entry codebooks gather 4 values per index. ``DequantizeLinear`` (per-axis) turns
+bytes into floats in one pass and computes ``float(q - zero_point) * scale`` with a single
+rounding, exactly gguf-py's ``d * q`` (onnxruntime runs it on one thread: ~10 ms for 16M values
+is every decoder's floor). The remaining float pass of formats with a minimum (``d * q + m``) is
+kept separate because gguf-py rounds twice (:func:`add_rows`).
 """
 
 from __future__ import annotations
