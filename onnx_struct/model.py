@@ -236,16 +236,19 @@ def iter_overlay(message, path: str = "", *, into_struct_parts: bool = False):
                 if not len(items):
                     continue
                 may_hold = _struct_part_probe(items[0].DESCRIPTOR, into_struct_parts)
-                for i, item in enumerate(items):
-                    if not may_hold(item):  # e.g. a node without attributes: one field read
-                        continue
+                if isinstance(may_hold, str):  # the hot case, nodes: one repeated field read inline
+                    holders = [(i, item) for i, item in enumerate(items) if getattr(item, may_hold)]
+                else:
+                    holders = [(i, item) for i, item in enumerate(items) if may_hold(item)]
+                for i, item in holders:  # e.g. nodes with attributes
                     label = item.name if has_name else ""
                     children.append(
                         (f"{prefix}[{i}] ({label!r})" if label else f"{prefix}[{i}]", (*locator, (name, i)), item)
                     )
             elif current.HasField(name):
                 item = getattr(current, name)
-                if _struct_part_probe(item.DESCRIPTOR, into_struct_parts)(item):
+                probe = _struct_part_probe(item.DESCRIPTOR, into_struct_parts)
+                if getattr(item, probe) if isinstance(probe, str) else probe(item):
                     children.append((prefix, (*locator, (name, None)), item))
         stack.extend(reversed(children))
 
@@ -255,6 +258,8 @@ def _struct_part_probe(descriptor, into_struct_parts: bool):
 
     GraphProtos and struct parts always can; any other message only through one of its
     overlay-typed fields (a struct_type TypeProto counts even when not entering struct parts).
+    A message type with a single such field, repeated (NodeProto: attribute), gets the field's
+    name instead of a function: the caller reads it inline, the walk's hottest line.
     """
     key = (descriptor.full_name, into_struct_parts)
     probe = _PROBES.get(key)
@@ -268,8 +273,7 @@ def _struct_part_probe(descriptor, into_struct_parts: bool):
                 if not struct_part or into_struct_parts or descriptor.name == "TypeProto"
             ]
             if len(fields) == 1 and fields[0][1]:
-                repeated_name = fields[0][0]
-                probe = lambda m: len(getattr(m, repeated_name)) > 0  # noqa: E731 - the hot case: nodes
+                probe = fields[0][0]  # the hot case (nodes): the one repeated field, non-empty
             else:
                 probe = lambda m: any(len(getattr(m, n)) if r else m.HasField(n) for n, r in fields)  # noqa: E731
         _PROBES[key] = probe
