@@ -517,3 +517,21 @@ def test_every_field_of_a_struct_value_is_seen(case, fields, error):
         assert messages == []
     else:
         assert messages and __import__("re").search(error, messages[0]), messages
+
+
+@pytest.mark.parametrize("consumed", ["weight", "nosuch"])
+def test_subgraphs_see_struct_values_of_the_main_graph(consumed, as_form):
+    # The checker's view defines the values by a node of the main graph: outer-scope names for
+    # every subgraph, as initializers are; an undefined name inside a branch is still onnx's finding.
+    model = consumer(S.make_array(T.UINT8, 4, decoder=identity_decoder(("v",))))
+    del model.graph.node[1:]
+    branch = oh.make_graph(
+        [oh.make_node("Relu", [consumed], ["Z"])], "b", [], [oh.make_tensor_value_info("Z", T.FLOAT, [4])]
+    )
+    model.graph.node.append(oh.make_node("If", ["C"], ["W"], then_branch=branch, else_branch=branch))
+    model.graph.input.append(oh.make_tensor_value_info("C", T.BOOL, []))
+    messages = [str(d) for d in S.validate(as_form(model))]
+    if consumed == "weight":
+        assert messages == []
+    else:
+        assert len(messages) == 1 and "'nosuch'" in messages[0], messages
