@@ -300,8 +300,6 @@ class _Checker:
         if all(d is None or d.HasField("decoder") for d in declarations.values()):
             return
         undecoded = {name for name, d in self.value_names.items() if d is not None and not d.HasField("decoder")}
-        if not undecoded:
-            return
         for path, graph in self.graphs:
             for i, node in enumerate(graph.node):
                 for j, name in enumerate(node.input):

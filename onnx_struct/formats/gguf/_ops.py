@@ -99,12 +99,12 @@ def bit_fields(b: FunctionBuilder, x: str, rows: int, run: int, width: int, *, s
     a product of the same two exact factors, so the same float32.
     """
     count = 8 // width
-    x = b.reshape(x, [rows, run])
     tops = scaled_copies(b, x, rows, run, [1 << (8 - (k + 1) * width) for k in range(count)])
     if scaled:
         top_bits = (0xFF << (8 - width)) & 0xFF
         fields = [top if k == 0 else b.band(top, np.uint8(top_bits)) for k, top in enumerate(tops)]
     else:
+        x = tops[-1]  # the top field's multiplier is 1: the bytes themselves, as [rows, run]
         fields = [b.band(x, np.uint8((1 << width) - 1))] + [b.shr(top, np.uint8(8 - width)) for top in tops[1:]]
     return b.op("Concat", *fields, axis=1)
 
