@@ -5,10 +5,12 @@ TQ, MXFP4, NVFP4), the same random payload bytes of a ``rows x cols`` tensor are
 
 * ``gguf.quants.dequantize`` (gguf-py, numpy), and
 * ``onnx_struct.decode`` (the user path: view the payload, feed the leaves, run the decoder
-  function in onnxruntime; the session is cached after the warm-up run), once with the payload
-  inline in ``raw_data`` and once as an external file (memory-mapped, the path for big weights),
-* the decoder function alone: the cached session run on leaves extracted once, i.e. what the
-  format's ONNX function costs without the view and feeding.
+  in onnxruntime, here in block ranges on every core, see ``onnx_struct.parallel``; sessions are
+  cached after the warm-up run), once with the payload inline in ``raw_data`` and once as an
+  external file (memory-mapped, the path for big weights),
+* the decoder function alone, whole: one cached session over the whole tensor (onnxruntime's
+  default intra-op threads) run on leaves extracted once, i.e. what the format's ONNX function
+  costs without the view, the feeding and the block-range split.
 
 With ``--encode`` the encoders of the types gguf-py can quantize run too (``onnx_struct.encode``,
 payload packed, vs ``gguf.quants.quantize`` on the same standard-normal floats).

@@ -35,7 +35,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_struct import bindings, dtypes
+from onnx_struct import bindings, buffer_pool, dtypes
 from onnx_struct.errors import ValidationError
 
 # The function models and leaf packing live in functions.py (no onnxruntime there); they are also
@@ -240,9 +240,10 @@ def _apply_reshape(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 class FunctionRunner:
     """One function model ready to run: an onnxruntime session, or the reference evaluator."""
 
-    def __init__(self, model: onnx.ModelProto, where: str, runtime: str) -> None:
+    def __init__(self, model: onnx.ModelProto, where: str, runtime: str, threads: int | None = None) -> None:
         self.where = where
         self.model = model
+        self.threads = INTRA_OP_THREADS if threads is None else threads
         self._fetch = [o.name for o in model.graph.output]
         self.runtime = runtime
         self._session = None
@@ -285,7 +286,7 @@ class FunctionRunner:
         self._fetch = [o.name for o in inlined.graph.output]
         options = ort.SessionOptions()
         options.log_severity_level = 3  # warnings about unused constants would be noise here
-        options.intra_op_num_threads = INTRA_OP_THREADS
+        options.intra_op_num_threads = self.threads
         # A decode is one short run: spinning workers only burn the cores the caller (and other
         # processes) need next; measured 1.3-2x slower decodes on a loaded 2-core machine.
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -326,6 +327,32 @@ class FunctionRunner:
             raise ValidationError(self.where, f"failed in onnx's reference evaluator: {error}") from None
         return [np.asarray(r) for r in results]
 
+    def output_shape(self) -> tuple[int, ...] | None:
+        """The static shape of onnxruntime's output (before the numpy reshape), or None when a
+        dimension is not known before running (or the function runs in the reference evaluator)."""
+        if self._session is None:
+            return None
+        shape = self._session.get_outputs()[0].shape
+        return tuple(shape) if all(isinstance(d, int) for d in shape) else None
+
+    def output_dtype(self) -> np.dtype | None:
+        """The numpy dtype of onnxruntime's first output when numpy has one (e.g. not BFLOAT16)."""
+        name = self._session.get_outputs()[0].type  # e.g. "tensor(float)"
+        kind = name.removeprefix("tensor(").removesuffix(")")
+        return np.dtype(_ORT_NUMPY_TYPES[kind]) if kind in _ORT_NUMPY_TYPES else None
+
+    def run_into(self, feeds: Mapping[str, Feed], out: np.ndarray) -> None:
+        """Run onnxruntime with the first output written straight into ``out``, a C-contiguous
+        array of :meth:`output_shape` and the output's dtype (onnxruntime checks both)."""
+        io = self._session.io_binding()
+        for name, feed in feeds.items():
+            io.bind_ortvalue_input(name, feed.ort_value())
+        io.bind_output(self._fetch[0], "cpu", 0, out.dtype, list(out.shape), out.ctypes.data)
+        try:
+            self._session.run_with_iobinding(io)
+        except (*ort_errors(), RuntimeError) as error:  # IOBinding runs raise RuntimeError
+            raise ValidationError(self.where, f"failed in onnxruntime: {_first_line(error)}") from None
+
 
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
@@ -349,6 +376,14 @@ def ortvalue_to_numpy(value) -> np.ndarray:
     return raw.view(dtype).reshape(shape)
 
 
+# onnxruntime's output type names -> numpy dtypes, for the types numpy has natively.
+_ORT_NUMPY_TYPES = {
+    "float": "float32",
+    "double": "float64",
+    "float16": "float16",
+    **{t: t for t in ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")},
+}
+
 _cache: collections.OrderedDict[bytes, FunctionRunner] = collections.OrderedDict()
 _cache_lock = threading.Lock()  # guards _cache; held only for lookups and inserts
 # Serializes building runners, so threads missing the cache for one key at once build it once
@@ -362,10 +397,13 @@ def cached_runner(
     inputs: Sequence[tuple[str, onnx.TypeProto]],
     initializers: Sequence[TensorProto],
     runtime: str,
+    threads: int | None = None,
 ) -> FunctionRunner:
-    """The runner for this function and input signature, built once (bounded LRU)."""
+    """The runner for this function and input signature, built once (bounded LRU). ``threads``
+    is onnxruntime's intra-op thread count (default :data:`INTRA_OP_THREADS`)."""
+    threads = INTRA_OP_THREADS if threads is None else threads
     digest = hashlib.blake2b(digest_size=20)
-    digest.update(runtime.encode())
+    digest.update(f"{runtime}/{threads}".encode())
     digest.update(function.SerializeToString(deterministic=True))
     for name, type_proto in inputs:
         digest.update(name.encode() + b"\0" + type_proto.SerializeToString(deterministic=True))
@@ -379,7 +417,7 @@ def cached_runner(
         runner = _cached(key)  # built by another thread while this one waited
         if runner is not None:
             return runner
-        runner = FunctionRunner(function_model(function, inputs, initializers), where, runtime)
+        runner = FunctionRunner(function_model(function, inputs, initializers), where, runtime, threads)
         with _cache_lock:
             _cache[key] = runner
             while len(_cache) > SESSION_CACHE_SIZE:
@@ -396,9 +434,10 @@ def _cached(key: bytes) -> FunctionRunner | None:
 
 
 def clear_cache() -> None:
-    """Drop every cached session (e.g. to release memory)."""
+    """Drop every cached session and recycled output buffer (e.g. to release memory)."""
     with _cache_lock:
         _cache.clear()
+    buffer_pool.clear()
 
 
 def cache_size() -> int:
@@ -465,6 +504,12 @@ def decode(
     decoder_path = bindings.function_label(f"{where}.decoder", decoder)
     bound = bindings.bind_decoder(decoder, struct_view.layout, f"{where}.decoder")
     feeds, constants = leaf_feeds(struct_view, bound)
+    if runtime == "onnxruntime":
+        from onnx_struct import parallel  # noqa: PLC0415 - it uses this module's runners
+
+        result = parallel.decode_block_ranges(declaration, decoder, decoder_path, feeds, constants)
+        if result is not None:
+            return result
     inputs = [(name, tensor_type(feed.elem_type, feed.shape)) for name, feed in feeds.items()]
     runner = cached_runner(decoder, decoder_path, inputs, constants, runtime)
     return runner.run(feeds)[0]
