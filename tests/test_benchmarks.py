@@ -1,0 +1,50 @@
+"""The benchmark scripts stay runnable (tiny sizes; no time is asserted), and the peer process
+that times gguf-py reports its own timings and raises its errors here."""
+
+from __future__ import annotations
+
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+pytest.importorskip("gguf")
+
+
+def test_bench_formats_reports_a_ratio_per_format():
+    command = [sys.executable, str(BENCHMARKS / "bench_formats.py"), "--rows", "64", "--cols", "512", "--repeat", "1"]
+    result = subprocess.run(
+        [*command, "--only", "Q4_0,Q6_K", "--encode"], capture_output=True, text=True, timeout=600, check=True
+    )
+    rows = {line.split("|")[1].strip(): line for line in result.stdout.splitlines() if line.startswith("| Q")}
+    assert set(rows) == {"Q4_0", "Q6_K"}, result.stdout
+    for line in rows.values():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        assert all(c.endswith("x") and float(c[:-1]) > 0 for c in cells[5:9]), line  # decode table
+    assert "| format | encode (ms)" in result.stdout  # Q4_0 has a gguf-py quantizer
+
+
+@pytest.fixture
+def peer_module(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))  # the spawned child gets this sys.path too
+    import _peer  # noqa: PLC0415
+
+    return _peer
+
+
+@pytest.mark.parametrize("reuse_memory", [False, True])
+def test_peer_process_times_calls_and_raises_their_errors(peer_module, tmp_path, reuse_memory):
+    values = np.arange(12, dtype=np.float32)
+    values.tofile(tmp_path / "a.bin")
+    with peer_module.PeerProcess(reuse_memory=reuse_memory) as peer:
+        peer.load("a", str(tmp_path / "a.bin"), "float32", (3, 4))
+        timing = peer.time("numpy:sum", "a")
+        assert isinstance(timing, peer_module.Timing) and timing.wall >= 0 and timing.cpu >= 0
+        with pytest.raises(KeyError):
+            peer.time("numpy:sum", "not loaded")
+        with pytest.raises(ValueError):  # 12 values cannot be 5 x 5: the child's reshape fails
+            peer.load("b", str(tmp_path / "a.bin"), "float32", (5, 5))
+        assert peer.time("numpy:sum", "a").wall >= 0  # still serving after errors
