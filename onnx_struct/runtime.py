@@ -61,6 +61,9 @@ RUNTIMES = ("onnxruntime", "reference")
 # keeps memory flat when many distinct formats or shapes are decoded.
 SESSION_CACHE_SIZE = 32
 # onnxruntime's intra-op threads per decode session; 0 lets onnxruntime choose (physical cores).
+# Also the threads a big value of a registered block format is decoded on, in single-threaded
+# sessions over block ranges (onnx_struct.parallel; 0: the cores this process may use); 1 turns
+# that off.
 INTRA_OP_THREADS = 0
 
 
