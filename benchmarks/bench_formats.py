@@ -17,15 +17,16 @@ payload packed, vs ``gguf.quants.quantize`` on the same standard-normal floats).
 
 Random bytes are valid blocks for these formats (scales may be NaN or infinity; numpy's warnings
 about them are silenced). gguf-py runs in a process of its own (``_peer.PeerProcess``: in
-onnx_struct's process its speed would depend on what onnx_struct allocated and freed before). The
-contenders of one format run in turns (one call each per round, ``--repeat`` rounds after a
-warm-up), so both sides see the same load; each reports its minimum
-wall time and minimum process CPU time (all of onnxruntime's threads; numpy is single-threaded).
+onnx_struct's process its speed would depend on what onnx_struct allocated and freed before);
+``--peer-reuses-memory`` tunes that process's allocator so gguf-py never faults fresh pages in
+(its fastest). The contenders of one format run in turns (one call each per round, ``--repeat``
+rounds after a warm-up), so both sides see the same load; each reports its minimum wall time and
+minimum process CPU time (all of onnxruntime's threads; numpy is single-threaded).
 The table gives gguf-py time / our time measured in the same run (goal: >= 3) and the output
 throughput of the external path. Formats gguf-py does not know get no ratio.
 
 Run: ``python benchmarks/bench_formats.py [--rows 4096 --cols 4096 --repeat 5 --only Q4_0,Q6_K
---encode --threads 2]``.
+--encode --threads 2 --peer-reuses-memory]``.
 """
 
 from __future__ import annotations

@@ -104,11 +104,11 @@ def decode_block_ranges(
         }
         inputs = [(name, runtime.tensor_type(f.elem_type, f.shape)) for name, f in part_feeds.items()]
         runner = runtime.cached_runner(
-            _decoder(fmt.name, part_shape), where, inputs, constants, "onnxruntime", threads=1
+            _decoder(fmt.name, part_shape), where, inputs, constants, "onnxruntime", threads=1, fallback=False
         )
         output_shape = runner.output_shape()
         if output_shape is None or math.prod(output_shape) != math.prod(part_shape):
-            return None  # fell back to the reference evaluator, or an output shape known only at run time
+            return None  # onnxruntime cannot run it (the whole decode falls back), or a run-time shape
         jobs.append((runner, part_feeds, output_shape, first_block * fmt.block_size))
     dtype = jobs[0][0].output_dtype()
     if dtype is None:

@@ -243,7 +243,12 @@ def _apply_reshape(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
 class FunctionRunner:
     """One function model ready to run: an onnxruntime session, or the reference evaluator."""
 
-    def __init__(self, model: onnx.ModelProto, where: str, runtime: str, threads: int | None = None) -> None:
+    def __init__(
+        self, model: onnx.ModelProto, where: str, runtime: str, threads: int | None = None, fallback: bool = True
+    ) -> None:
+        """``fallback=False``: when onnxruntime cannot load the function, build nothing and warn
+        nothing (the runner is then unusable: :meth:`output_shape` is None); for callers that
+        have another way to run it."""
         self.where = where
         self.model = model
         self.threads = INTRA_OP_THREADS if threads is None else threads
@@ -257,6 +262,9 @@ class FunctionRunner:
             try:
                 self._session = self._create_session()
             except ort_errors() as error:
+                if not fallback:
+                    self.runtime = "unavailable"
+                    return
                 warnings.warn(
                     f"{where}: onnxruntime {ort_version()} cannot run this function "
                     f"({_first_line(error)}); using onnx.reference.ReferenceEvaluator",
@@ -401,12 +409,14 @@ def cached_runner(
     initializers: Sequence[TensorProto],
     runtime: str,
     threads: int | None = None,
+    fallback: bool = True,
 ) -> FunctionRunner:
     """The runner for this function and input signature, built once (bounded LRU). ``threads``
-    is onnxruntime's intra-op thread count (default :data:`INTRA_OP_THREADS`)."""
+    is onnxruntime's intra-op thread count (default :data:`INTRA_OP_THREADS`); ``fallback``: see
+    :class:`FunctionRunner`."""
     threads = INTRA_OP_THREADS if threads is None else threads
     digest = hashlib.blake2b(digest_size=20)
-    digest.update(f"{runtime}/{threads}".encode())
+    digest.update(f"{runtime}/{threads}/{fallback}".encode())
     digest.update(function.SerializeToString(deterministic=True))
     for name, type_proto in inputs:
         digest.update(name.encode() + b"\0" + type_proto.SerializeToString(deterministic=True))
@@ -420,7 +430,7 @@ def cached_runner(
         runner = _cached(key)  # built by another thread while this one waited
         if runner is not None:
             return runner
-        runner = FunctionRunner(function_model(function, inputs, initializers), where, runtime, threads)
+        runner = FunctionRunner(function_model(function, inputs, initializers), where, runtime, threads, fallback)
         with _cache_lock:
             _cache[key] = runner
             while len(_cache) > SESSION_CACHE_SIZE:

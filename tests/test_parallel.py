@@ -10,6 +10,7 @@ many ranges.
 from __future__ import annotations
 
 import gc
+import threading
 
 import numpy as np
 import onnx
@@ -211,3 +212,36 @@ def test_decode_results_never_share_memory_while_alive(splits):
     gc.collect()
     assert decode(value, model).ctypes.data == address  # recycled once released
     assert splits == [8, 8, 8]
+
+
+def test_a_format_onnxruntime_cannot_run_warns_once_and_decodes_whole(splits, monkeypatch):
+    """OCP MXFP6's decoder casts from FLOAT6, which onnxruntime 1.32 cannot load: the range
+    sessions are not built with a fallback, so the whole decode falls back, warning once."""
+    value, model = random_value("OCP_MXFP6_E2M3", (4, 64))
+    with pytest.warns(RuntimeWarning) as caught:
+        result = decode(value, model)
+    fallbacks = [w for w in caught if "ReferenceEvaluator" in str(w.message)]
+    if not fallbacks:
+        pytest.skip("this onnxruntime runs FLOAT6 casts")
+    assert len(fallbacks) == 1 and splits == []
+    np.testing.assert_array_equal(bits(result), bits(decode(value, model, runtime="reference")))
+
+
+def test_concurrent_split_decodes_from_several_threads(splits, monkeypatch):
+    """Callers in several threads share the helper threads and the range sessions."""
+    values = [random_value(name, (6, 256), seed=seed) for seed, name in enumerate(["Q4_0", "Q6_K", "Q4_0", "IQ2_XS"])]
+    expected = [whole(monkeypatch, value, model) for value, model in values]
+    results: list = [None] * len(values)
+
+    def work(index: int) -> None:
+        for _ in range(5):
+            results[index] = decode(*values[index])
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(len(values))]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    for result, wanted in zip(results, expected, strict=True):
+        np.testing.assert_array_equal(bits(result), bits(wanted))
+    assert len(splits) == 5 * len(values)
