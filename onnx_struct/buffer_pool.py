@@ -25,8 +25,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-# Free buffers kept for reuse, in bytes (beyond that the least recently returned are dropped).
-MAX_FREE_BYTES = 1 << 30
+# Free buffers kept for reuse, in bytes (beyond that the least recently returned are dropped):
+# eight 64 MB outputs. Memory a process holds for nothing visible, so bounded, and dropped by
+# runtime.clear_cache(); block-range sessions' own arenas are range-sized, where a whole-tensor
+# session's arena kept two to three outputs' worth.
+MAX_FREE_BYTES = 512 << 20
 
 _returned: collections.deque[np.ndarray] = collections.deque()  # appended by finalizers, lock-free
 _free: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()  # id -> buffer, oldest first
