@@ -27,8 +27,9 @@ import numpy as np
 
 # Free buffers kept for reuse, in bytes (beyond that the least recently returned are dropped):
 # eight 64 MB outputs. Memory a process holds for nothing visible, so bounded, and dropped by
-# runtime.clear_cache(); block-range sessions' own arenas are range-sized, where a whole-tensor
-# session's arena kept two to three outputs' worth.
+# runtime.clear_cache(). The block-range sessions' own arenas are range-sized: after decoding a
+# 4096 x 4096 Q2_K value (result dropped) a process holds 123 MiB more, where a whole-tensor
+# session's arena kept 264 MiB.
 MAX_FREE_BYTES = 512 << 20
 
 _returned: collections.deque[np.ndarray] = collections.deque()  # appended by finalizers, lock-free
