@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import multiprocessing
+import pickle
 import time
 import warnings
 from typing import Any, NamedTuple
@@ -55,8 +56,14 @@ class PeerProcess:
         return Timing(*self._ask(("time", function, key, args)))
 
     def close(self) -> None:
-        self._conn.send(("stop",))
+        try:
+            self._conn.send(("stop",))
+        except OSError:  # the child is gone already
+            pass
         self._process.join(timeout=10)
+        if self._process.is_alive():
+            self._process.terminate()
+            self._process.join()
 
     def __enter__(self) -> PeerProcess:
         return self
@@ -65,8 +72,11 @@ class PeerProcess:
         self.close()
 
     def _ask(self, message: tuple) -> Any:
-        self._conn.send(message)
-        ok, result = self._conn.recv()
+        try:
+            self._conn.send(message)
+            ok, result = self._conn.recv()
+        except (EOFError, OSError):
+            raise RuntimeError(f"the peer process died (exit code {self._process.exitcode})") from None
         if not ok:
             raise result
         return result
@@ -96,5 +106,9 @@ def _serve(conn, reuse_memory: bool) -> None:
                 wall, cpu = time.perf_counter(), time.process_time()
                 call(arrays[key], *args)
                 conn.send((True, (time.perf_counter() - wall, time.process_time() - cpu)))
-        except Exception as error:  # sent back and raised in the parent
+        except BaseException as error:  # sent back and raised in the parent (SystemExit too)
+            try:
+                pickle.loads(pickle.dumps(error))  # the parent must be able to rebuild it
+            except Exception:
+                error = RuntimeError(f"{type(error).__name__}: {error}")
             conn.send((False, error))

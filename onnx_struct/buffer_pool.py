@@ -10,15 +10,17 @@ An array from :func:`empty` is backed by a buffer that returns to the pool when 
 that can reach it is garbage collected. Its memory is exported through a lease object made for
 that one array, and every view, slice or reshape of the array keeps that lease alive (numpy's
 ``base`` chain ends at it), so a buffer comes back only when nothing can read it any more. Returned
-buffers wait in a queue (the finalizer may run in any thread, or inside the garbage collector, so it
-takes no lock) and are filed on the next request; at most :data:`MAX_FREE_BYTES` of free buffers
-are kept, the least recently returned dropped first. :func:`clear` drops them all.
+buffers are filed at once when the pool's lock is free (the finalizer may run in any thread, or
+inside the garbage collector, so it never waits for the lock; a buffer it could not file waits in
+a queue for the next request or release); at most :data:`MAX_FREE_BYTES` of free buffers are
+kept, the least recently returned dropped first. :func:`clear` drops them all.
 """
 
 from __future__ import annotations
 
 import collections
 import math
+import os
 import threading
 import weakref
 from collections.abc import Sequence
@@ -47,7 +49,7 @@ def empty(shape: Sequence[int], dtype) -> np.ndarray:
     if storage is None:
         storage = np.empty(nbytes, dtype=np.uint8)
     lease = _Lease(storage, shape, dtype)
-    finalizer = weakref.finalize(lease, _returned.append, storage)
+    finalizer = weakref.finalize(lease, _give_back, storage)
     finalizer.atexit = False  # nothing to give back at interpreter exit
     return np.asarray(lease)
 
@@ -68,6 +70,18 @@ class _Lease:
             "data": (storage.ctypes.data, False),  # writable
             "version": 3,
         }
+
+
+def _give_back(storage: np.ndarray) -> None:
+    """The finalizer: queue the buffer, then file it (trimming to the budget) unless the lock is
+    taken. It may run inside the garbage collector while this very thread holds the lock, so it
+    never waits for it; a buffer left queued is filed by the next request or release."""
+    _returned.append(storage)
+    if _lock.acquire(blocking=False):
+        try:
+            _file_returned()
+        finally:
+            _lock.release()
 
 
 def _take(nbytes: int) -> np.ndarray | None:
@@ -99,6 +113,16 @@ def free_bytes() -> int:
     with _lock:
         _file_returned()
         return _free_bytes
+
+
+def _new_lock_after_fork() -> None:
+    """A forked child gets the lock in whatever state a parent thread left it: start unlocked."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_lock_after_fork)
 
 
 def clear() -> None:

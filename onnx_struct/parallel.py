@@ -35,7 +35,6 @@ import numpy as np
 import onnx
 
 from onnx_struct import buffer_pool, runtime
-from onnx_struct.errors import ValidationError
 from onnx_struct.model import StructTypeProto
 
 # Values with fewer logical elements decode whole: below this the threads' start-up and the
@@ -84,13 +83,13 @@ def decode_block_ranges(
     """The decoded value, computed over block ranges in parallel; None when the value does not
     qualify (then the caller runs the decoder whole)."""
     threads = thread_count()
-    recognised = _registered_format(declaration, decoder) if threads > 1 else None
+    blocks = {feed.shape[0] if feed.array is not None and feed.shape else None for feed in feeds.values()}
+    if threads < 2 or len(blocks) != 1 or None in blocks:
+        return None  # one thread; packed (sub-byte) leaves; leaves not laid out per block
+    recognised = _registered_format(declaration, decoder, blocks.pop())
     if recognised is None:
         return None
     fmt, shape = recognised
-    n_blocks = math.prod(shape) // fmt.block_size
-    if any(feed.array is None or not feed.shape or feed.shape[0] != n_blocks for feed in feeds.values()):
-        return None  # packed (sub-byte) leaves, or a leaf not laid out per block
     ranges = _row_ranges(shape, fmt.block_size, max(threads, -(-math.prod(shape) // RANGE_ELEMENTS)))
     if len(ranges) < 2:
         return None
@@ -120,7 +119,7 @@ def decode_block_ranges(
 
 def _run_all(jobs: list, flat_out: np.ndarray, threads: int) -> None:
     """Run every job on ``threads`` threads (this one included), each taking the next job when it
-    finishes one; re-raises the first job's error after all threads stop."""
+    finishes one; after all threads stop, raises the first error any job raised."""
     pending = iter(jobs)
     lock = threading.Lock()
     errors: list[BaseException] = []
@@ -137,7 +136,12 @@ def _run_all(jobs: list, flat_out: np.ndarray, threads: int) -> None:
             except BaseException as error:  # handed to the calling thread below
                 errors.append(error)
 
-    helpers = [_executor().submit(work) for _ in range(threads - 1)]
+    helpers = []
+    try:
+        for _ in range(threads - 1):
+            helpers.append(_executor().submit(work))
+    except RuntimeError:  # the interpreter is shutting down: no new threads, this one does the rest
+        pass
     work()
     for helper in helpers:
         helper.result()
@@ -145,21 +149,27 @@ def _run_all(jobs: list, flat_out: np.ndarray, threads: int) -> None:
         raise errors[0]
 
 
-def _registered_format(declaration: StructTypeProto, decoder: onnx.FunctionProto):
+def _registered_format(declaration: StructTypeProto, decoder: onnx.FunctionProto, n_blocks: int):
     """(format, logical shape) when ``decoder`` is exactly the registry's decoder for the format
-    and shape the root declaration's name gives; else None."""
+    and shape the root declaration's name gives, a shape of the ``n_blocks`` blocks the leaves
+    hold; else None. (The name is free text: nothing is built for a shape the payload does not
+    have.)"""
     match = _ROOT_NAME.fullmatch(declaration.name)
     if match is None or decoder.domain != _format_domain():
         return None
-    shape = tuple(int(d) for d in match["shape"].split(","))
-    if math.prod(shape) < MIN_ELEMENTS:
-        return None
-    expected = _decoder_bytes(match["format"], shape)
-    if expected is None or decoder.SerializeToString(deterministic=True) != expected:
-        return None
     from onnx_struct import formats  # noqa: PLC0415 - the registry loads its families lazily
 
-    return formats.get(match["format"]), shape
+    try:
+        fmt = formats.get(match["format"])
+    except KeyError:
+        return None
+    shape = tuple(int(d) for d in match["shape"].split(","))
+    count = math.prod(shape)
+    if count < MIN_ELEMENTS or shape[-1] % fmt.block_size or count // fmt.block_size != n_blocks:
+        return None
+    if decoder.SerializeToString(deterministic=True) != _decoder_bytes(fmt.name, shape):
+        return None
+    return fmt, shape
 
 
 def _row_ranges(shape: tuple[int, ...], block_size: int, count: int) -> list[tuple[tuple[int, ...], int, int]]:
@@ -186,13 +196,7 @@ def _decoder(format_name: str, shape: tuple[int, ...]) -> onnx.FunctionProto:
 
 
 @functools.lru_cache(maxsize=64)
-def _decoder_bytes(format_name: str, shape: tuple[int, ...]) -> bytes | None:
-    from onnx_struct import formats  # noqa: PLC0415
-
-    try:
-        formats.get(format_name).num_blocks(shape)
-    except (KeyError, ValidationError):  # not a registered format, or not whole blocks
-        return None
+def _decoder_bytes(format_name: str, shape: tuple[int, ...]) -> bytes:
     return _decoder(format_name, shape).SerializeToString(deterministic=True)
 
 

@@ -315,6 +315,8 @@ class FunctionRunner:
 
     def run(self, feeds: Mapping[str, Feed]) -> list[np.ndarray]:
         """The function's outputs for ``feeds`` (input name -> Feed), as numpy arrays."""
+        if self.runtime == "unavailable":
+            raise ValidationError(self.where, "onnxruntime cannot run this function (built without a fallback)")
         if self._session is not None:
             try:
                 values = self._session.run_with_ort_values(
@@ -347,7 +349,10 @@ class FunctionRunner:
         return tuple(shape) if all(isinstance(d, int) for d in shape) else None
 
     def output_dtype(self) -> np.dtype | None:
-        """The numpy dtype of onnxruntime's first output when numpy has one (e.g. not BFLOAT16)."""
+        """The numpy dtype of onnxruntime's first output when numpy has one (e.g. not BFLOAT16);
+        None as well when the function does not run in onnxruntime."""
+        if self._session is None:
+            return None
         name = self._session.get_outputs()[0].type  # e.g. "tensor(float)"
         kind = name.removeprefix("tensor(").removesuffix(")")
         return np.dtype(_ORT_NUMPY_TYPES[kind]) if kind in _ORT_NUMPY_TYPES else None
@@ -355,9 +360,13 @@ class FunctionRunner:
     def run_into(self, feeds: Mapping[str, Feed], out: np.ndarray) -> None:
         """Run onnxruntime with the first output written straight into ``out``, a C-contiguous
         array of :meth:`output_shape` and the output's dtype (onnxruntime checks both)."""
+        # The OrtValues stay referenced here until the run ends: some onnxruntime versions (1.22)
+        # keep only a raw pointer in the binding, and a contiguous copy made by ort_value() would
+        # otherwise be freed before the run reads it.
+        inputs = {name: feed.ort_value() for name, feed in feeds.items()}
         io = self._session.io_binding()
-        for name, feed in feeds.items():
-            io.bind_ortvalue_input(name, feed.ort_value())
+        for name, value in inputs.items():
+            io.bind_ortvalue_input(name, value)
         io.bind_output(self._fetch[0], "cpu", 0, out.dtype, list(out.shape), out.ctypes.data)
         try:
             self._session.run_with_iobinding(io)

@@ -48,3 +48,38 @@ def test_peer_process_times_calls_and_raises_their_errors(peer_module, tmp_path,
         with pytest.raises(ValueError):  # 12 values cannot be 5 x 5: the child's reshape fails
             peer.load("b", str(tmp_path / "a.bin"), "float32", (5, 5))
         assert peer.time("numpy:sum", "a").wall >= 0  # still serving after errors
+
+
+class Unpicklable(Exception):
+    def __init__(self) -> None:
+        super().__init__("cannot travel")
+        self.callback = lambda: None  # lambdas do not pickle
+
+
+def raise_unpicklable(array) -> None:  # called in the peer process
+    raise Unpicklable()
+
+
+def raise_system_exit(array) -> None:
+    raise SystemExit(3)
+
+
+def test_peer_process_reports_errors_that_cannot_be_pickled_and_survives(peer_module, tmp_path):
+    np.zeros(4, np.float32).tofile(tmp_path / "z.bin")
+    with peer_module.PeerProcess() as peer:
+        peer.load("z", str(tmp_path / "z.bin"), "float32", (4,))
+        with pytest.raises(RuntimeError, match="Unpicklable: cannot travel"):
+            peer.time("test_benchmarks:raise_unpicklable", "z")
+        with pytest.raises(SystemExit):
+            peer.time("test_benchmarks:raise_system_exit", "z")
+        assert peer.time("numpy:sum", "z").wall >= 0
+
+
+def test_a_dead_peer_is_an_error_and_closing_it_is_not(peer_module):
+    peer = peer_module.PeerProcess()
+    peer._process.kill()
+    peer._process.join()
+    with pytest.raises(RuntimeError, match="peer process died"):
+        peer.time("numpy:sum", "anything")
+    peer.close()
+    assert not peer._process.is_alive()
