@@ -94,6 +94,7 @@ def decode_block_ranges(
     if len(ranges) < 2:
         return None
     jobs = []
+    runners = {}  # part shape -> (runner, its output shape): ranges share one or two shapes
     for part_shape, first_block, end_block in ranges:
         part_feeds = {
             name: runtime.Feed(
@@ -101,13 +102,16 @@ def decode_block_ranges(
             )
             for name, feed in feeds.items()
         }
-        inputs = [(name, runtime.tensor_type(f.elem_type, f.shape)) for name, f in part_feeds.items()]
-        runner = runtime.cached_runner(
-            _decoder(fmt.name, part_shape), where, inputs, constants, "onnxruntime", threads=1, fallback=False
-        )
-        output_shape = runner.output_shape()
-        if output_shape is None or math.prod(output_shape) != math.prod(part_shape):
-            return None  # onnxruntime cannot run it (the whole decode falls back), or a run-time shape
+        if part_shape not in runners:
+            inputs = [(name, runtime.tensor_type(f.elem_type, f.shape)) for name, f in part_feeds.items()]
+            runner = runtime.cached_runner(
+                _decoder(fmt.name, part_shape), where, inputs, constants, "onnxruntime", threads=1, fallback=False
+            )
+            output_shape = runner.output_shape()
+            if output_shape is None or math.prod(output_shape) != math.prod(part_shape):
+                return None  # onnxruntime cannot run it (the whole decode falls back), or a run-time shape
+            runners[part_shape] = runner, output_shape
+        runner, output_shape = runners[part_shape]
         jobs.append((runner, part_feeds, output_shape, first_block * fmt.block_size))
     dtype = jobs[0][0].output_dtype()
     if dtype is None:

@@ -353,9 +353,12 @@ class FunctionRunner:
         None as well when the function does not run in onnxruntime."""
         if self._session is None:
             return None
-        name = self._session.get_outputs()[0].type  # e.g. "tensor(float)"
-        kind = name.removeprefix("tensor(").removesuffix(")")
-        return np.dtype(_ORT_NUMPY_TYPES[kind]) if kind in _ORT_NUMPY_TYPES else None
+        kind = self._session.get_outputs()[0].type.removeprefix("tensor(").removesuffix(")")  # "float"
+        try:  # onnxruntime's names are ONNX's in lower case
+            dtype = dtypes.np_dtype(TensorProto.DataType.Value(kind.upper()))
+        except (ValueError, KeyError):
+            return None
+        return dtype if dtype.type.__module__ == "numpy" else None
 
     def run_into(self, feeds: Mapping[str, Feed], out: np.ndarray) -> None:
         """Run onnxruntime with the first output written straight into ``out``, a C-contiguous
@@ -395,14 +398,6 @@ def ortvalue_to_numpy(value) -> np.ndarray:
         raw = unpack_bits(raw, dtypes.bit_width(elem_type), math.prod(shape))
     return raw.view(dtype).reshape(shape)
 
-
-# onnxruntime's output type names -> numpy dtypes, for the types numpy has natively.
-_ORT_NUMPY_TYPES = {
-    "float": "float32",
-    "double": "float64",
-    "float16": "float16",
-    **{t: t for t in ("int8", "uint8", "int16", "uint16", "int32", "uint32", "int64", "uint64")},
-}
 
 _cache: collections.OrderedDict[bytes, FunctionRunner] = collections.OrderedDict()
 _cache_lock = threading.Lock()  # guards _cache; held only for lookups and inserts
