@@ -22,13 +22,10 @@ import onnx
 
 from onnx_struct import dtypes
 from onnx_struct.errors import ValidationError
+from onnx_struct.limits import MAX_COMPONENT_BITS, MAX_LEAVES
 from onnx_struct.model import StructTypeProto, load
 
 UINT64_MAX = (1 << 64) - 1
-MAX_COMPONENT_BITS = 64
-# Leaves are enumerated per declaration, not per element; a declaration with more leaf *paths*
-# than this (only reachable through exponential reference fan-out) is refused, not enumerated.
-MAX_LEAVES = 100_000
 
 
 def checked(value: int, path: str, what: str = "size", unit: str = " bits") -> int:
