@@ -11,18 +11,25 @@ from __future__ import annotations
 import onnx
 
 from onnx_struct.errors import ValidationError
-from onnx_struct.layout import Leaf
+from onnx_struct.layout import Leaf, LeafLookup
+
+Leaves = tuple[Leaf, ...] | LeafLookup
 
 
-def _bind(names, leaves: tuple[Leaf, ...], where: str, role: str, allow_constants: bool) -> dict[str, Leaf]:
-    by_path = {leaf.path: leaf for leaf in leaves}
-    if len(leaves) == 1 and leaves[0].path == "" and len(names) == 1:
-        return {names[0]: leaves[0]}
+def _bind(names, leaves: Leaves, where: str, role: str, allow_constants: bool) -> dict[str, Leaf]:
+    # A LeafLookup finds each name by walking it (the checker binds every root's decoder without
+    # listing any root's leaves); a tuple is indexed once.
+    by_path = leaves if isinstance(leaves, LeafLookup) else {leaf.path: leaf for leaf in leaves}
+    if len(by_path) == 1 and len(names) == 1 and "" in by_path:
+        return {names[0]: by_path[""]}
     bound: dict[str, Leaf] = {}
     for name in names:
         leaf = by_path.get(name)
         if leaf is None:
-            known = ", ".join(repr(p) for p in by_path) or "none"
+            if isinstance(by_path, LeafLookup):
+                known = by_path.preview()
+            else:
+                known = ", ".join(repr(p) for p in by_path) or "none"
             raise ValidationError(where, f"{role} {name!r} binds to no leaf (leaves: {known})", name=name)
         if leaf.kind == "constant" and not allow_constants:
             raise ValidationError(where, f"{role} {name!r} names constant leaf {name!r}, which takes no payload bits")
@@ -34,7 +41,7 @@ def function_label(path: str, function: onnx.FunctionProto) -> str:
     return f"{path} ({function.name!r})" if function.name else path
 
 
-def bind_decoder(decoder: onnx.FunctionProto, leaves: tuple[Leaf, ...], path: str) -> dict[str, Leaf]:
+def bind_decoder(decoder: onnx.FunctionProto, leaves: Leaves, path: str) -> dict[str, Leaf]:
     """Decoder input name -> leaf. ``path`` names the decoder, e.g. ``struct_types[0].decoder``."""
     where = function_label(path, decoder)
     if len(decoder.output) != 1:
@@ -44,7 +51,7 @@ def bind_decoder(decoder: onnx.FunctionProto, leaves: tuple[Leaf, ...], path: st
     return _bind(list(decoder.input), leaves, where, "decoder input", allow_constants=True)
 
 
-def bind_encoder(encoder: onnx.FunctionProto, leaves: tuple[Leaf, ...], path: str) -> dict[str, Leaf]:
+def bind_encoder(encoder: onnx.FunctionProto, leaves: Leaves, path: str) -> dict[str, Leaf]:
     """Encoder output name -> leaf. Non-constant leaves it does not produce are written as zeros."""
     where = function_label(path, encoder)
     if len(encoder.input) != 1:

@@ -14,7 +14,7 @@ import onnx.checker
 
 from onnx_struct import bindings, external
 from onnx_struct.errors import ValidationError
-from onnx_struct.layout import TypeTable, element_label, read_constant
+from onnx_struct.layout import LeafLookup, TypeTable, element_label, read_constant
 from onnx_struct.model import (
     LoadedModel,
     ModelLike,
@@ -90,7 +90,10 @@ class _Checker:
         self.check_tree(declaration, path)
         size = self.attempt(self.table.size, declaration, path)
         if size is not None:
-            self.check_functions(declaration, path)
+            # Leaf limits and names, counted per declaration; the leaves themselves are looked
+            # up by the decoder's and encoder's names only, never listed.
+            leaves = self.attempt(self.table.leaf_lookup, declaration, path)
+            self.check_functions(declaration, path, leaves)
         return size
 
     def check_tree(self, declaration: StructTypeProto, path: str) -> None:
@@ -143,10 +146,9 @@ class _Checker:
         if kind == "type_index":
             self.attempt(self.table.declaration, struct_type.type_index, f"{where}.type_index")
 
-    def check_functions(self, declaration: StructTypeProto, path: str) -> None:
+    def check_functions(self, declaration: StructTypeProto, path: str, leaves: LeafLookup | None) -> None:
         if not (declaration.HasField("decoder") or declaration.HasField("encoder")):
             return
-        leaves = self.attempt(self.table.leaves, declaration, path)
         for role, bind in (("decoder", bindings.bind_decoder), ("encoder", bindings.bind_encoder)):
             if not declaration.HasField(role):
                 continue

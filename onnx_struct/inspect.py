@@ -15,10 +15,13 @@ import numpy as np
 from onnx_struct import dtypes, external
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import TypeTable, element_label, read_constant, type_size
+from onnx_struct.limits import MAX_DESCRIBED_NODES
 from onnx_struct.model import LoadedModel, StructTypeProto, load
 
 # Nodes described per declaration tree; references past this are not expanded (exponential
-# fan-out through shared references is legal, printing it is not useful).
+# fan-out through shared references is legal, printing it is not useful). A whole description
+# stops expanding at MAX_DESCRIBED_NODES (onnx_struct.limits), so N declarations that each reach a
+# long chain cost O(N), not O(N * MAX_NODES).
 MAX_NODES = 2000
 # References expanded below one another; deeper ones are not (nesting depth is unbounded, and the
 # tree is built recursively, three Python frames per level).
@@ -36,27 +39,29 @@ def describe(model, value: str | None = None) -> dict[str, Any]:
     value (and no model-level declaration list) is described.
     """
     loaded = model if isinstance(model, LoadedModel) else load(model)
-    table = TypeTable(loaded.struct_types)
+    table = TypeTable(loaded.struct_types)  # sizes and failures memoized across all entries
     out: dict[str, Any] = {"struct_types": [], "struct_values": []}
+    total = [MAX_DESCRIBED_NODES]
     if value is None:
         for i, declaration in enumerate(loaded.struct_types):
             entry: dict[str, Any] = {"index": i, "name": declaration.name}
             try:
                 entry["size_bits"] = table.size_of_index(i, TypeTable.path(i))
-                entry["tree"] = describe_declaration(declaration, table, TypeTable.path(i))
+                table.leaf_shape_of_index(i, TypeTable.path(i))  # leaf limits, as check_model applies them
+                entry["tree"] = describe_declaration(declaration, table, TypeTable.path(i), total)
             except ValidationError as error:
                 entry["error"] = str(error)
             out["struct_types"].append(entry)
     for i, proto in enumerate(loaded.struct_values):
         if value is not None and proto.name != value:
             continue
-        out["struct_values"].append(_describe_value(proto, i, table, with_tree=value is not None))
+        out["struct_values"].append(_describe_value(proto, i, table, with_tree=value is not None, total=total))
     if value is not None and not out["struct_values"]:
         loaded.struct_value(value)  # raises "no struct value named ..." listing the known names
     return out
 
 
-def _describe_value(proto, index: int, table: TypeTable, with_tree: bool) -> dict[str, Any]:
+def _describe_value(proto, index: int, table: TypeTable, with_tree: bool, total: list[int]) -> dict[str, Any]:
     """Size and location of one value; its declaration's tree when inline (or ``with_tree``)."""
     where = element_label(f"graph.struct_initializer[{index}]", proto.name)
     entry: dict[str, Any] = {"name": proto.name}
@@ -69,9 +74,10 @@ def _describe_value(proto, index: int, table: TypeTable, with_tree: bool) -> dic
             path = TypeTable.path(proto.type)
             entry["type"] = element_label(path, declaration.name)
         bits = table.size(declaration, path)
+        table.leaf_shape(declaration, path)
         entry["size_bytes"] = bits // 8 if bits % 8 == 0 else bits / 8
         if proto.HasField("struct_type") or with_tree:
-            entry["tree"] = describe_declaration(declaration, table, path)
+            entry["tree"] = describe_declaration(declaration, table, path, total)
     except ValidationError as error:
         entry["error"] = str(error)
     if len(proto.external_data):
@@ -90,12 +96,19 @@ def _describe_value(proto, index: int, table: TypeTable, with_tree: bool) -> dic
     return entry
 
 
-def describe_declaration(declaration: StructTypeProto, table: TypeTable, path: str) -> dict[str, Any]:
+def describe_declaration(
+    declaration: StructTypeProto, table: TypeTable, path: str, total: list[int] | None = None
+) -> dict[str, Any]:
     """The tree of one concrete declaration, offsets in bits from the start of its first instance
-    (array and bit-packing nodes show their first element / record and the repeat count)."""
+    (array and bit-packing nodes show their first element / record and the repeat count).
+    ``total`` is a node budget shared by the trees of one description (decremented here)."""
     table.size(declaration, path)  # validates references, cycles and sizes first
-    budget = [MAX_NODES]
-    return _declaration_node(declaration, table, path, 0, budget, name=declaration.name)
+    budget = [min(MAX_NODES, total[0]) if total is not None else MAX_NODES]
+    start = budget[0]
+    node = _declaration_node(declaration, table, path, 0, budget, name=declaration.name)
+    if total is not None:
+        total[0] -= start - budget[0]
+    return node
 
 
 def _declaration_node(

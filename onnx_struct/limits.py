@@ -17,3 +17,24 @@ MAX_LEAVES = 100_000
 
 # Widest bit-packing component (the widest fixed-width ONNX scalar is 64 bits).
 MAX_COMPONENT_BITS = 64
+
+# Characters in all leaf paths of one concrete root (each path is its field and component names
+# joined by '.'). Enumerating a root's leaves builds these strings; a chain of declarations with
+# long names, or fan-out under a deep chain, would otherwise make them quadratic in the model.
+MAX_LEAF_PATH_CHARS = 4_000_000
+
+# Dimensions of one leaf (enclosing arrays, bit-packing records, tensor dims): numpy's limit.
+MAX_LEAF_RANK = 64
+
+# A leaf's dimensions multiplied (a zero one counted as 1) times its element's bytes in numpy:
+# numpy refuses any larger shape, even an empty one, so a leaf past this could not be returned.
+MAX_LEAF_SPAN = 2**63 - 1
+
+# Nodes of all declaration trees in one description (``describe`` / ``onnx-struct inspect``):
+# each tree expands references up to 2000 nodes, so N declarations reaching one long chain would
+# otherwise print N * 2000 nodes. Past this, trees show their root only, marked not expanded.
+MAX_DESCRIBED_NODES = 100_000
+
+# Bytes pack/encode may zero-fill beyond the bytes of the leaf arrays they are given (omitted
+# leaves, padding): the payload is allocated from a declaration's size, which alone proves nothing.
+MAX_PACK_ZERO_FILL_BYTES = 256 << 20

@@ -11,7 +11,9 @@ Accepted leaf values (checked before anything is written, errors name the leaf):
   not, 300 for UINT8 is not); a component's values must be integers below ``2**bit_width``;
 * a constant leaf may be omitted; if given it must equal the constant;
 * unknown paths are errors; **missing non-constant leaves are written as zero bits** (an encoder
-  that does not produce a leaf, padding components) - encoders rely on this.
+  that does not produce a leaf, padding components) - encoders rely on this; but the zero-filled
+  bytes may exceed the given leaves' bytes by at most ``MAX_PACK_ZERO_FILL_BYTES`` (256 MiB), so a
+  declaration's stated size alone never makes ``pack`` allocate.
 
 Writing is vectorized: full-width byte-aligned leaves by strided assignment, contiguous
 1/2/4-bit rows by packing whole rows, everything else by scattering each element's (at most
@@ -31,6 +33,7 @@ from numpy.typing import ArrayLike
 from onnx_struct.errors import LeafNotFoundError, ValidationError
 from onnx_struct.helper import make_struct_value
 from onnx_struct.layout import Leaf, TypeTable, read_constant
+from onnx_struct.limits import MAX_PACK_ZERO_FILL_BYTES
 from onnx_struct.model import StructProto, StructTypeProto
 from onnx_struct.view import (
     CHUNK,
@@ -74,10 +77,25 @@ def pack(leaves: Mapping[str, ArrayLike], struct_type: StructTypeProto | int, mo
         array = coerce_leaf(value, leaf)
         if leaf.kind != "constant":
             arrays.append((leaf, array))
+    check_zero_fill(nbytes, arrays, "struct_type")
     out = np.zeros(nbytes, dtype=np.uint8)
     for leaf, array in arrays:
         write_leaf(out, leaf, array)
     return out.tobytes()
+
+
+def check_zero_fill(nbytes: int, arrays: list[tuple[Leaf, np.ndarray]], where: str) -> None:
+    """Refuse to allocate a payload its input does not back: the bits of the non-constant leaves
+    not given (written as zeros) may exceed the given ones by at most MAX_PACK_ZERO_FILL_BYTES, so
+    the size a declaration states never sizes an allocation by itself (docs/security.md)."""
+    given = sum(leaf.count * leaf.bit_width for leaf, _ in arrays) // 8
+    if nbytes - given > given + MAX_PACK_ZERO_FILL_BYTES:
+        raise ValidationError(
+            where,
+            f"the payload is {nbytes} bytes but the given leaves fill only {given}: packing would "
+            f"zero-fill more than their size plus {MAX_PACK_ZERO_FILL_BYTES} bytes (pass the other leaves)",
+            size_bytes=nbytes,
+        )
 
 
 def make_struct_value_from_leaves(

@@ -195,14 +195,10 @@ def layout_and_size(table: TypeTable, declaration: StructTypeProto, where: str) 
         raise ValidationError(
             where, f"the root of a struct value must be a concrete declaration, not {kind or 'unset'}"
         )
-    try:
-        bits = table.size(declaration, where)
-        layout = table.leaves(declaration, where)
-    except RecursionError:
-        raise ValidationError(where, "declaration nests too deeply") from None
+    bits = table.size(declaration, where)  # iterative and memoized: no RecursionError to catch
     if bits % 8:
         raise ValidationError(where, f"size {bits} bits is not a whole number of bytes", size_in_bits=bits)
-    return layout, bits // 8
+    return table.leaves(declaration, where), bits // 8
 
 
 def _payload(value: StructProto, nbytes: int, base_dir: pathlib.Path | None, where: str):

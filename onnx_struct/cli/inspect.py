@@ -52,5 +52,9 @@ def run(args: argparse.Namespace) -> int:
         print()
     else:
         print(format_text(description))
-    broken = any("error" in entry for entry in description["struct_types"] + description["struct_values"])
-    return EXIT_INVALID if broken else EXIT_OK
+    errors = [
+        entry["error"] for entry in description["struct_types"] + description["struct_values"] if "error" in entry
+    ]
+    if errors:  # the exit status's reason, once (each entry's error is in the description)
+        print(f"{args.path}: {len(errors)} entries have errors; the first: {errors[0]}", file=sys.stderr)
+    return EXIT_INVALID if errors else EXIT_OK

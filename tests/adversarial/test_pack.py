@@ -1,0 +1,54 @@
+"""pack / make_struct_value_from_leaves / encode never allocate from a declaration's size alone.
+
+A 30-byte declaration states a 1 TiB payload; packing it from no leaves (or from a one-byte
+encoder output) must be refused before anything is allocated, not die in MemoryError.
+"""
+
+from __future__ import annotations
+
+import onnx
+import pytest
+from conftest import model_with
+from onnx import TensorProto as T
+from onnx import helper as oh
+
+import onnx_struct as S
+from adversarial.bounded import run_bounded
+from onnx_struct.limits import MAX_PACK_ZERO_FILL_BYTES
+
+TIB = 1 << 40
+
+
+def huge_padded() -> S.StructTypeProto:
+    """{x: UINT8, pad: UINT8[2^40]} with an encoder producing x only: a 1 TiB payload."""
+    encoder = oh.make_function(
+        "e", "enc", ["v"], ["x"], [oh.make_node("Identity", ["v"], ["x"])], [oh.make_opsetid("", 21)]
+    )
+    return S.make_structure(
+        [S.make_field("x", T.UINT8), S.make_field("pad", S.make_tensor_type(T.UINT8, [TIB]))], encoder=encoder
+    )
+
+
+CASES = {
+    "pack": "S.pack({}, 0, ARG)",
+    "pack_some": "S.pack({'x': np.uint8(1)}, 0, ARG)",
+    "make_struct_value_from_leaves": "S.make_struct_value_from_leaves('w', {'x': 1}, 0, ARG)",
+    "encode": "S.encode(np.array(3, dtype=np.uint8), 0, ARG)",
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_payload_not_backed_by_leaves_is_refused_before_allocating(tmp_path, case):
+    path = tmp_path / "m.onnx"
+    onnx.save(model_with([huge_padded()]), path)
+    out = run_bounded(CASES[case], str(path), cpu_seconds=10, memory_mib=200)
+    prefix = "struct_types[0].encoder ('enc')" if case == "encode" else "struct_type"
+    out.assert_validation_error(prefix, contains=f"zero-fill more than their size plus {MAX_PACK_ZERO_FILL_BYTES}")
+
+
+def test_padding_as_large_as_the_given_leaves_is_still_written():
+    # {a: 4 bits, pad: 4 bits} x 2^20 records: half the payload is zero-filled padding, the
+    # encoders' common case, and must keep working without passing the padding.
+    declaration = S.make_bit_packing([("a", 4), ("pad", 4)], 1 << 20)
+    payload = S.pack({"a": [15] * (1 << 20)}, declaration)
+    assert payload == b"\x0f" * (1 << 20)
