@@ -71,7 +71,7 @@ class _Checker:
 
     def run(self, full_check: bool) -> list[ValidationError]:
         for i, declaration in enumerate(self.proto.struct_types):
-            self.check_root(declaration, self.table.path(i))
+            self.check_root(declaration, self.table.path(i), i)
         self.check_values()
         self.check_external_tensors()
         self.check_graph_types()
@@ -81,18 +81,22 @@ class _Checker:
         return self.diagnostics
 
     # ------------------------------------------------------------------ declarations
-    def check_root(self, declaration: StructTypeProto, path: str) -> int | None:
+    def check_root(self, declaration: StructTypeProto, path: str, index: int | None = None) -> int | None:
+        """``index``: the declaration is ``struct_types[index]`` (its results are then memoized)."""
         kind = declaration.WhichOneof("kind")
         if kind not in CONCRETE_KINDS:
             what = "a type_index" if kind == "type_index" else "an unset kind (the unconstrained category)"
             self.report(ValidationError(path, f"a concrete declaration may not be {what}"))
             return None
         self.check_tree(declaration, path)
-        size = self.attempt(self.table.size, declaration, path)
+        if index is not None:
+            size = self.attempt(self.table.size_of_index, index, path)
+        else:
+            size = self.attempt(self.table.size, declaration, path)
         if size is not None:
             # Leaf limits and names, counted per declaration; the leaves themselves are looked
             # up by the decoder's and encoder's names only, never listed.
-            leaves = self.attempt(self.table.leaf_lookup, declaration, path)
+            leaves = self.attempt(self.table.leaf_lookup, declaration, path, index)
             self.check_functions(declaration, path, leaves)
         return size
 

@@ -102,26 +102,21 @@ def describe_declaration(
     """The tree of one concrete declaration, offsets in bits from the start of its first instance
     (array and bit-packing nodes show their first element / record and the repeat count).
     ``total`` is a node budget shared by the trees of one description (decremented here)."""
-    table.size(declaration, path)  # validates references, cycles and sizes first
+    size = table.size(declaration, path)  # validates references, cycles and sizes first
     budget = [min(MAX_NODES, total[0]) if total is not None else MAX_NODES]
     start = budget[0]
-    node = _declaration_node(declaration, table, path, 0, budget, name=declaration.name)
+    node = _declaration_node(declaration, table, path, 0, budget, name=declaration.name, size=size)
     if total is not None:
         total[0] -= start - budget[0]
     return node
 
 
 def _declaration_node(
-    declaration, table: TypeTable, path: str, offset: int, budget: list[int], name: str = "", depth: int = 0
+    declaration, table: TypeTable, path: str, offset: int, budget: list[int], name: str = "", depth: int = 0, *, size
 ):
     budget[0] -= 1
     kind = declaration.WhichOneof("kind")
-    node: dict[str, Any] = {
-        "name": name,
-        "kind": kind,
-        "bit_offset": offset,
-        "size_bits": table.size(declaration, path),
-    }
+    node: dict[str, Any] = {"name": name, "kind": kind, "bit_offset": offset, "size_bits": size}
     if budget[0] <= 0:
         node["truncated"] = True
         return node
@@ -198,7 +193,9 @@ def _reference_node(index: int, table: TypeTable, path: str, offset: int, budget
         node["truncated"] = True
     else:
         node["children"] = [
-            _declaration_node(declaration, table, TypeTable.path(index), offset, budget, depth=depth + 1)
+            _declaration_node(
+                declaration, table, TypeTable.path(index), offset, budget, depth=depth + 1, size=node["size_bits"]
+            )
         ]
     return node
 

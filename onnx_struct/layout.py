@@ -125,6 +125,7 @@ class TypeTable:
             raise errors[index]
         in_progress: set[int] = set()
         stack = [(index, False)]
+        count = len(self.declarations)
         try:
             while stack:
                 current, references_done = stack.pop()
@@ -138,12 +139,9 @@ class TypeTable:
                     continue
                 in_progress.add(current)
                 stack.append((current, True))
-                for target, ref_path in iter_references(self.declarations[current], self.path(current)):
-                    self.declaration(target, ref_path)
-                    if target in errors:
-                        raise errors[target]
-                    if target in in_progress:
-                        raise ValidationError(ref_path, f"cyclic type reference to {self.path(target)}")
+                for target in reference_targets(self.declarations[current]):
+                    if not 0 <= target < count or target in errors or target in in_progress:
+                        self._reference_failure(current, target, errors, in_progress)
                     if target not in values:
                         stack.append((target, False))
         except ValidationError as error:
@@ -151,6 +149,16 @@ class TypeTable:
                 errors[dependent] = error
             raise
         return values[index]
+
+    def _reference_failure(self, current: int, target: int, errors: dict, in_progress: set[int]) -> None:
+        """Raise the finding for ``current``'s reference to ``target``, with the reference's path
+        (paths are built only here: the walks themselves handle indices only)."""
+        for candidate, ref_path in iter_references(self.declarations[current], self.path(current)):
+            if candidate == target:
+                self.declaration(target, ref_path)
+                if target in errors:
+                    raise errors[target]
+                raise ValidationError(ref_path, f"cyclic type reference to {self.path(target)}")
 
     # ------------------------------------------------------------------ sizes
     def size_of_index(self, index: int, path: str = "type_index") -> int:
@@ -172,9 +180,9 @@ class TypeTable:
 
     def leaf_shape(self, declaration: StructTypeProto, path: str) -> LeafShape:
         """The LeafShape of any declaration whose references point into this table."""
-        self.size(declaration, path)
         for target, ref_path in iter_references(declaration, path):
-            self.leaf_shape_of_index(target, ref_path)
+            self.leaf_shape_of_index(target, ref_path)  # their sizes first
+        declaration_size(declaration, path, self._sizes.__getitem__)  # its own size rules
         return checked_leaf_shape(declaration, path, self._shapes.__getitem__)
 
     # ------------------------------------------------------------------ leaves
@@ -184,10 +192,15 @@ class TypeTable:
         self.leaf_shape(declaration, path)  # validates the reachable graph and the leaf limits
         return tuple(self._iter_leaves(declaration, path))
 
-    def leaf_lookup(self, declaration: StructTypeProto, path: str) -> LeafLookup:
+    def leaf_lookup(self, declaration: StructTypeProto, path: str, index: int | None = None) -> LeafLookup:
         """The leaves of a concrete root as a mapping from path to Leaf that finds one leaf by
-        walking its path's names (no enumeration): what decoder and encoder bindings need."""
-        return LeafLookup(self, declaration, path, self.leaf_shape(declaration, path))
+        walking its path's names (no enumeration): what decoder and encoder bindings need.
+        ``index``: the root is ``struct_types[index]`` (its shape is then memoized)."""
+        if index is not None:
+            shape = self.leaf_shape_of_index(index, path)
+        else:
+            shape = self.leaf_shape(declaration, path)
+        return LeafLookup(self, declaration, path, shape)
 
     def _resolve(self, index: int) -> int:
         """The first declaration along a chain of type_index aliases (memoized, path-compressed)."""
@@ -396,8 +409,7 @@ def checked_leaf_shape(declaration: StructTypeProto, path: str, shape_of_index) 
         names: set[str] = set()
         chars = itemsize = 0
         for i, component in enumerate(packing.component):
-            where = element_label(f"{path}.bit_packing.component[{i}]", component.name)
-            chars += len(_checked_name(component.name, names, where, "component"))
+            chars += len(_checked_name(component.name, names, path, "bit_packing.component", i))
             itemsize = max(itemsize, dtypes.unsigned_dtype_for_bits(component.bit_width).itemsize)
         sample = _sample(c.name for c in packing.component)
         shape = LeafShape(len(packing.component), chars, 0, 1, max(packing.dimension, 1) * itemsize, sample)
@@ -408,8 +420,7 @@ def checked_leaf_shape(declaration: StructTypeProto, path: str, shape_of_index) 
         span = 1
         sample: list[str] = []
         for i, field in enumerate(declaration.structure.field):
-            where = element_label(f"{path}.structure.field[{i}]", field.name)
-            name = _checked_name(field.name, names, where, "field")
+            name = _checked_name(field.name, names, path, "structure.field", i)
             if field.WhichOneof("content") == "constant":
                 count, chars = count + 1, chars + len(name)
                 sample.extend(_sample([name][: SAMPLE_PATHS - len(sample)]))
@@ -451,9 +462,14 @@ def _type_leaf_shape(type_proto, shape_of_index) -> LeafShape:
     return LeafShape(1, 0, 1, len(dims), span, ("",))
 
 
-def _checked_name(name: str | bytes, seen: set[str], where: str, what: str) -> str:
+def _checked_name(name: str | bytes, seen: set[str], path: str, member: str, i: int) -> str:
     """A field or component name usable as a leaf path part (the same rules and messages as the
     checker's): valid UTF-8 (proto2 does not validate it on parse), non-empty, no '.', unique."""
+    if type(name) is str and name and "." not in name and name not in seen:  # noqa: E721 - bytes
+        seen.add(name)
+        return name
+    where = element_label(f"{path}.{member}[{i}]", name)
+    what = "field" if member == "structure.field" else "component"
     if not isinstance(name, str):
         raise ValidationError(where, f"{what} name is not valid UTF-8")
     if not name:
@@ -527,6 +543,24 @@ def iter_references(declaration: StructTypeProto, path: str) -> Iterator[tuple[i
                 yield from _type_references(
                     field.type, f"{element_label(f'{path}.structure.field[{i}]', field.name)}.type"
                 )
+
+
+def reference_targets(declaration: StructTypeProto) -> list[int]:
+    """The indices :func:`iter_references` yields, without building their paths."""
+    kind = declaration.WhichOneof("kind")
+    if kind == "type_index":
+        return [declaration.type_index]
+    if kind == "array":
+        types = [declaration.array.element_type]
+    elif kind == "structure":
+        types = [f.type for f in declaration.structure.field if f.WhichOneof("content") == "type"]
+    else:
+        return []
+    return [
+        t.struct_type.type_index
+        for t in types
+        if t.WhichOneof("value") == "struct_type" and t.struct_type.WhichOneof("kind") == "type_index"
+    ]
 
 
 def _type_references(type_proto, path: str) -> Iterator[tuple[int, str]]:

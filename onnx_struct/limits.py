@@ -33,7 +33,7 @@ MAX_LEAF_SPAN = 2**63 - 1
 # Nodes of all declaration trees in one description (``describe`` / ``onnx-struct inspect``):
 # each tree expands references up to 2000 nodes, so N declarations reaching one long chain would
 # otherwise print N * 2000 nodes. Past this, trees show their root only, marked not expanded.
-MAX_DESCRIBED_NODES = 100_000
+MAX_DESCRIBED_NODES = 20_000
 
 # Bytes pack/encode may zero-fill beyond the bytes of the leaf arrays they are given (omitted
 # leaves, padding): the payload is allocated from a declaration's size, which alone proves nothing.
