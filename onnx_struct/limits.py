@@ -17,3 +17,29 @@ MAX_LEAVES = 100_000
 
 # Widest bit-packing component (the widest fixed-width ONNX scalar is 64 bits).
 MAX_COMPONENT_BITS = 64
+
+# ---------------------------------------------------------------------- decoders and encoders
+# (docs/security.md, "Decoder safety policy")
+# Nodes of one decoder or encoder. The registered formats use at most ~100; the policy's static
+# analysis is linear in this, so it bounds the time check_model spends per function.
+MAX_FUNCTION_NODES = 4096
+
+# Bytes of the constants written inside one decoder or encoder (Constant nodes and other tensor
+# attributes), counted from their dims, not from the bytes present. Codebooks belong in constant
+# leaves of the declaration; the registered formats' functions hold at most a few KiB.
+MAX_FUNCTION_CONSTANT_BYTES = 16 << 20
+
+# What a decoder may allocate: the bytes of all its values (inputs, constants, every intermediate
+# and its output, all with static shapes) plus one unit per MatMul multiply-add must not exceed
+# FUNCTION_EXPANSION bytes per byte of its inputs (payload and constant leaves; for an encoder
+# also the leaves it writes) plus FUNCTION_BASE_BYTES. The registered formats need at most ~30x
+# (a 4-bit format decoded to float32 is 8x by its output alone) plus fixed lookup tables of about
+# 2 MiB; a Loop, a 4 GiB ConstantOfShape or a broadcast outer product of the payload cannot pass.
+FUNCTION_EXPANSION = 64
+FUNCTION_BASE_BYTES = 64 << 20
+
+# Elements onnx's data propagation may see when a decoder's shapes are not static from shapes
+# alone (a Reshape to a shape computed with Gather/Concat): onnx keeps ~210 bytes per element of
+# every 1-D tensor it propagates (2.1 GB for one INT4[10^7] leaf), so it only runs when all 1-D
+# values of the decoder together have at most this many elements.
+MAX_DATA_PROPAGATION_ELEMENTS = 1 << 16

@@ -122,7 +122,12 @@ def _self_recursive() -> bytes:
 
 def _recursive_through_model_functions() -> bytes:
     helper = oh.make_function(
-        "helpers", "helper", ["x"], ["z"], [oh.make_node("dec", ["x"], ["z"], domain=DOMAIN)], [oh.make_opsetid(DOMAIN, 1)]
+        "helpers",
+        "helper",
+        ["x"],
+        ["z"],
+        [oh.make_node("dec", ["x"], ["z"], domain=DOMAIN)],
+        [oh.make_opsetid(DOMAIN, 1)],
     )
     nodes = [cast("values", "f"), oh.make_node("helper", ["f"], ["y"], domain="helpers")]
     function = decoder(nodes, opset=[*OPSET, oh.make_opsetid("helpers", 1)])
@@ -199,7 +204,9 @@ def test_hostile_decoder_is_refused_everywhere(case, tmp_path):
     build, contains = HOSTILE[case]
     path = tmp_path / "model.onnx"
     path.write_bytes(build())
-    out = run_bounded(REFUSED_EVERYWHERE, {"path": str(path), "prefix": "struct_types[0]"}, cpu_seconds=20, memory_mib=200)
+    out = run_bounded(
+        REFUSED_EVERYWHERE, {"path": str(path), "prefix": "struct_types[0]"}, cpu_seconds=20, memory_mib=200
+    )
     out.assert_validation_error("struct_types[0]", contains=contains)
 
 
@@ -227,7 +234,12 @@ def test_hostile_encoder_is_refused_by_check_model_and_encode(tmp_path):
     declaration = S.make_structure(
         [S.make_field("values", S.make_tensor_type(T.UINT8, [4]))], decoder=decoder([cast()]), encoder=encoder
     )
-    graph = oh.make_graph([oh.make_node("Identity", ["X"], ["Y"])], "g", [oh.make_tensor_value_info("X", T.FLOAT, [1])], [oh.make_tensor_value_info("Y", T.FLOAT, [1])])
+    graph = oh.make_graph(
+        [oh.make_node("Identity", ["X"], ["Y"])],
+        "g",
+        [oh.make_tensor_value_info("X", T.FLOAT, [1])],
+        [oh.make_tensor_value_info("Y", T.FLOAT, [1])],
+    )
     model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
     S.add_struct_types(model, declaration)
     path = tmp_path / "model.onnx"
@@ -314,7 +326,9 @@ def test_stock_graph_input_of_an_unknown_element_type_is_a_validation_error(tmp_
         [oh.make_tensor_value_info("Y", T.FLOAT, [4])],
     )
     model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
-    S.add_struct_types(model, S.make_structure([S.make_field("values", S.make_tensor_type(T.UINT8, [4]))], decoder=decoder([cast()])))
+    S.add_struct_types(
+        model, S.make_structure([S.make_field("values", S.make_tensor_type(T.UINT8, [4]))], decoder=decoder([cast()]))
+    )
     S.add_struct_values(model, S.make_struct_value("W", 0, raw_data=bytes(4)))
     path = tmp_path / "model.onnx"
     path.write_bytes(model.SerializeToString())
@@ -343,21 +357,26 @@ expected = -payload.astype(np.float32)
         "memoryview(np.arange(16, dtype=np.uint8))[::2]",  # a strided memoryview
         "np.asfortranarray(payload.reshape(2, 4).copy())",  # Fortran order: the bytes in C order
         "memoryview(bytearray(payload.tobytes()))",
+        "np.array([1.5, -2.0], dtype=np.float32)",  # any fixed-size numbers: their bytes
     ],
 )
 def test_session_takes_any_byte_layout_of_a_payload(feed):
-    out = run_bounded(
-        SESSION + f"(y,) = session.run(None, {{'W': {feed}}})\nnp.testing.assert_array_equal(y, expected)\n",
-        cpu_seconds=10,
-        memory_mib=200,
+    """Payload bytes are the buffer's elements' bytes in C order (numpy's tobytes), copied only
+    when the buffer is not C-contiguous."""
+    code = (
+        SESSION
+        + f"""
+feed = {feed}
+expected = -np.frombuffer(np.asarray(feed).tobytes(order="C"), np.uint8).astype(np.float32)
+(y,) = session.run(None, {{'W': feed}})
+np.testing.assert_array_equal(y, expected)
+"""
     )
+    out = run_bounded(code, cpu_seconds=10, memory_mib=200)
     assert out.error is None, f"{out.error}: {out.message}\n{out.traceback}"
 
 
-@pytest.mark.parametrize(
-    "feed",
-    ["np.array([b'x'] * 8, dtype=object)", "np.array([1.5] * 2, dtype=np.float32)", "'payload as text'"],
-)
+@pytest.mark.parametrize("feed", ["np.array([b'x'] * 8, dtype=object)", "np.array(['abcdefgh'])", "'payload as text'"])
 def test_session_refuses_what_is_not_payload_bytes(feed):
     out = run_bounded(SESSION + f"session.run(None, {{'W': {feed}}})\n", cpu_seconds=10, memory_mib=200)
     out.assert_validation_error("input 'W'")
