@@ -28,7 +28,10 @@ def build() -> onnx.ModelProto:
         [
             oh.make_node("Cast", ["qs"], ["q"], to=TensorProto.FLOAT),
             oh.make_node("Cast", ["d"], ["df"], to=TensorProto.FLOAT),
-            oh.make_node("Mul", ["q", "df"], ["y"]),
+            # [4] -> [4, 1]: one scale per block row (the decoder is type-checked by check_model)
+            oh.make_node("Constant", [], ["axis"], value=oh.make_tensor("axis", TensorProto.INT64, [1], [1])),
+            oh.make_node("Unsqueeze", ["df", "axis"], ["scale"]),
+            oh.make_node("Mul", ["q", "scale"], ["y"]),
         ],
         [oh.make_opsetid("", 21)],
     )

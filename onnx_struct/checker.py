@@ -12,7 +12,7 @@ import os
 import onnx
 import onnx.checker
 
-from onnx_struct import bindings, external
+from onnx_struct import bindings, decoder_policy, external
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import LeafLookup, TypeTable, element_label, read_constant
 from onnx_struct.model import (
@@ -151,6 +151,8 @@ class _Checker:
             self.attempt(self.table.declaration, struct_type.type_index, f"{where}.type_index")
 
     def check_functions(self, declaration: StructTypeProto, path: str, leaves: LeafLookup | None) -> None:
+        """Each function by onnx's function checker and the decoder safety policy; the decoder also
+        for its leaves (static shapes within the policy's budget: decode runs nothing else)."""
         if not (declaration.HasField("decoder") or declaration.HasField("encoder")):
             return
         for role, bind in (("decoder", bindings.bind_decoder), ("encoder", bindings.bind_encoder)):
@@ -158,9 +160,12 @@ class _Checker:
                 continue
             function = getattr(declaration, role)
             where = bindings.function_label(f"{path}.{role}", function)
-            self.attempt(check_function, function, where, self.proto.ir_version)
-            if leaves is not None:
-                self.attempt(bind, function, leaves, f"{path}.{role}")
+            valid = self.attempt(check_function, function, where, self.proto.ir_version)
+            bound = self.attempt(bind, function, leaves, f"{path}.{role}") if leaves is not None else None
+            if role == "decoder" and valid and bound is not None:
+                from onnx_struct import inference  # noqa: PLC0415 - runtime-free
+
+                self.attempt(inference.logical_type, declaration, self.table, path)
 
     # ------------------------------------------------------------------ values
     def check_values(self) -> None:
@@ -342,23 +347,18 @@ class _Checker:
             self.report(ValidationError("", "onnx.checker: the model contains a string that is not valid UTF-8"))
         except onnx.shape_inference.InferenceError as error:
             self.report(ValidationError("", f"onnx.shape_inference: {error}"))
+        except ValueError as error:  # onnx's word for an element type it does not know, path lost
+            from onnx_struct.inference import unknown_element_type  # noqa: PLC0415
+
+            view_graph = onnx.ModelProto.FromString(view).graph if isinstance(view, bytes) else view.graph
+            self.report(unknown_element_type(view_graph) or ValidationError("", f"onnx.checker: {error}"))
 
 
-def check_function(function: onnx.FunctionProto, where: str, ir_version: int) -> None:
-    """A decoder/encoder as an ONNX function, with its own opset_import."""
-    opsets = {o.domain: o.version for o in function.opset_import}
-    if any(not isinstance(d, str) or not 0 <= v < 1 << 31 for d, v in opsets.items()):
-        raise ValidationError(where, "invalid function: opset_import has a bad domain or version")
-    context = onnx.checker.C.CheckerContext()
-    # An out-of-range model ir_version is the stock checker's finding; check the function anyway.
-    context.ir_version = ir_version if 0 < ir_version <= onnx.IR_VERSION else onnx.IR_VERSION
-    context.opset_imports = opsets
-    try:
-        onnx.checker.check_function(function, context)
-    except onnx.checker.ValidationError as error:
-        raise ValidationError(where, f"invalid function: {error}") from None
-    except UnicodeDecodeError:
-        raise ValidationError(where, "invalid function: a string in it is not valid UTF-8") from None
+def check_function(function: onnx.FunctionProto, where: str, ir_version: int) -> bool:
+    """A decoder/encoder as an ONNX function, with its own opset_import, and the structural rules
+    of the decoder safety policy (:func:`onnx_struct.decoder_policy.check_structure`)."""
+    decoder_policy.check_structure(function, where, ir_version)
+    return True
 
 
 def opaque_type(struct_type: StructTypeProto) -> onnx.TypeProto.Opaque:

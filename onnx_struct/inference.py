@@ -2,10 +2,12 @@
 
 The *logical type* of a concrete declaration is the type of its decoder's output given the leaf
 types (tensor types of the bound leaves; constants as initializers holding their values, so a
-``Reshape`` by a constant shape leaf is inferred exactly). It is computed by onnx's own
-inference on a one-call model of the decoder (``functions.function_model``) rather than by
+``Reshape`` by a constant shape leaf is inferred exactly). It is computed by the decoder safety
+policy's analysis (:mod:`onnx_struct.decoder_policy`): onnx's own inference on the decoder's
+nodes as a graph, from shapes alone, rather than by
 ``onnx.shape_inference.infer_function_output_types``, which sees types only, never the values of
-the constant leaves.
+the constant leaves, or by onnx's data propagation, which costs ~210 bytes per element of every
+1-D tensor it sees.
 
 :func:`infer_shapes` runs onnx's inference on the *logical view* of a model (struct values and
 exactly-typed struct inputs replaced by inputs of their logical types) and copies the results
@@ -18,7 +20,7 @@ from __future__ import annotations
 import onnx
 import onnx.shape_inference
 
-from onnx_struct import bindings
+from onnx_struct import bindings, decoder_policy
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import TypeTable, element_label
 from onnx_struct.model import LoadedModel, ModelLike, StructProto, StructTypeProto, load, to_onnx
@@ -59,13 +61,23 @@ class LogicalTypes:
 def logical_type(declaration: StructTypeProto, table: TypeTable, where: str) -> onnx.TypeProto:
     """The type of ``declaration``'s decoder output for its leaves (``where`` names the declaration).
 
-    Raises ValidationError naming the decoder when onnx cannot infer it.
+    Inferred by the decoder safety policy's static analysis (``decoder_policy.check_sizes``):
+    from the leaf shapes and the constant leaves' values, never by materializing a payload-sized
+    tensor. Raises ValidationError naming the decoder when the decoder breaks the policy or onnx
+    cannot type it.
     """
-    from onnx_struct.functions import function_model, onnx_elem_type, tensor_type  # noqa: PLC0415
-
     decoder = declaration.decoder
     decoder_path = bindings.function_label(f"{where}.decoder", decoder)
     bound = bindings.bind_decoder(decoder, table.leaves(declaration, where), f"{where}.decoder")
+    inputs, constants = decoder_inputs(bound)
+    return decoder_policy.check_sizes(decoder, inputs, constants, decoder_path)[0]
+
+
+def decoder_inputs(bound) -> tuple[list[tuple[str, onnx.TypeProto]], list[onnx.TensorProto]]:
+    """(input name, tensor type) of the bound payload leaves, and the constant leaves as named
+    TensorProtos: what a decoder is typed and run with."""
+    from onnx_struct.functions import onnx_elem_type, tensor_type  # noqa: PLC0415
+
     inputs, constants = [], []
     for name, leaf in bound.items():
         if leaf.kind == "constant":
@@ -75,15 +87,7 @@ def logical_type(declaration: StructTypeProto, table: TypeTable, where: str) -> 
             constants.append(tensor)
         else:
             inputs.append((name, tensor_type(onnx_elem_type(leaf), leaf.shape)))
-    model = function_model(decoder, inputs, constants)
-    try:
-        inferred = _stock_infer_shapes(model, check_type=True, strict_mode=True, data_prop=True)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as error:
-        raise ValidationError(decoder_path, f"type inference of the decoder failed: {_first_line(error)}") from None
-    result = inferred.graph.output[0].type
-    if result.WhichOneof("value") is None:
-        raise ValidationError(decoder_path, "onnx cannot infer the type of the decoder's output")
-    return result
+    return inputs, constants
 
 
 def _first_line(error: BaseException) -> str:
@@ -174,6 +178,10 @@ def infer_shapes(
         inferred = _stock_infer_shapes(logical, check_type, strict_mode, data_prop)
     except onnx.shape_inference.InferenceError as error:
         raise ValidationError("", f"onnx.shape_inference: {_first_line(error)}") from None
+    except ValueError as error:  # onnx's word for an element type it does not know
+        raise unknown_element_type(logical.graph) or ValidationError(
+            "", f"onnx.shape_inference: {_first_line(error)}"
+        ) from None
     result = type(loaded.proto)()
     result.CopyFrom(loaded.proto)
     names = struct_names(loaded)
@@ -185,6 +193,28 @@ def infer_shapes(
             info = existing.get(value.name) or result.graph.value_info.add(name=value.name)
             info.type.ParseFromString(value_types[value.name].SerializeToString())
     return to_onnx(result)
+
+
+def unknown_element_type(graph: onnx.GraphProto) -> ValidationError | None:
+    """The first main-graph input, output, value_info or initializer whose element type onnx does
+    not know (onnx raises a bare ValueError for it), as a ValidationError naming it."""
+    known = set(onnx.TensorProto.DataType.values())
+    for kind in ("input", "output", "value_info"):
+        for i, info in enumerate(getattr(graph, kind)):
+            type_proto = info.type
+            while type_proto.WhichOneof("value") in ("sequence_type", "optional_type"):
+                type_proto = getattr(type_proto, type_proto.WhichOneof("value")).elem_type
+            which = type_proto.WhichOneof("value")
+            if which in ("tensor_type", "sparse_tensor_type"):
+                elem_type = getattr(type_proto, which).elem_type
+                if elem_type not in known:
+                    where = element_label(f"graph.{kind}[{i}]", info.name)
+                    return ValidationError(where, f"element type {elem_type} is not an ONNX element type")
+    for i, tensor in enumerate(graph.initializer):
+        if tensor.data_type not in known:
+            where = element_label(f"graph.initializer[{i}]", tensor.name)
+            return ValidationError(where, f"data_type {tensor.data_type} is not an ONNX element type")
+    return None
 
 
 def _has_struct_type(type_proto) -> bool:

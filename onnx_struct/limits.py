@@ -38,3 +38,31 @@ MAX_DESCRIBED_NODES = 20_000
 # Bytes pack/encode may zero-fill beyond the bytes of the leaf arrays they are given (omitted
 # leaves, padding): the payload is allocated from a declaration's size, which alone proves nothing.
 MAX_PACK_ZERO_FILL_BYTES = 256 << 20
+
+# ---------------------------------------------------------------------- decoders and encoders
+# (docs/security.md, "Decoder safety policy")
+# Nodes of one decoder or encoder. The registered formats use at most ~100; the policy's static
+# analysis is linear in this, so it bounds the time check_model spends per function.
+MAX_FUNCTION_NODES = 4096
+
+# Bytes of the constants written inside one decoder or encoder (Constant nodes and other tensor
+# attributes), counted from their dims, not from the bytes present. Codebooks belong in constant
+# leaves of the declaration; the registered formats' functions hold at most a few KiB.
+MAX_FUNCTION_CONSTANT_BYTES = 16 << 20
+
+# What a decoder may allocate and compute: the bytes of all its values (inputs, constants, every
+# intermediate and its output, all with static shapes; each is written once, so this also bounds
+# the work) plus one unit per MatMul multiply-add must not exceed FUNCTION_EXPANSION bytes per
+# byte of its inputs (payload and constant leaves; for an encoder also the leaves it writes) plus
+# FUNCTION_BASE_BYTES. The registered formats need at most 87x at 4096 x 4096 (IQ1_S: 1.56 bits
+# per element decoded to float32 is 20x by the output alone; TQ1_0 73x, IQ1_M 78x), plus lookup
+# tables of about 2 MiB at small shapes; a Loop, a 4 GiB ConstantOfShape or a broadcast outer
+# product of the payload cannot pass.
+FUNCTION_EXPANSION = 256
+FUNCTION_BASE_BYTES = 64 << 20
+
+# Elements onnx's data propagation may see when a decoder's shapes are not static from shapes
+# alone (a Reshape to a shape computed with Gather/Concat): onnx keeps ~210 bytes per element of
+# every 1-D tensor it propagates (2.1 GB for one INT4[10^7] leaf), so it only runs when all 1-D
+# values of the decoder together have at most this many elements.
+MAX_DATA_PROPAGATION_ELEMENTS = 1 << 16

@@ -35,7 +35,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_struct import bindings, buffer_pool, dtypes
+from onnx_struct import bindings, buffer_pool, decoder_policy, dtypes
 from onnx_struct.errors import ValidationError
 
 # The function models and leaf packing live in functions.py (no onnxruntime there); they are also
@@ -210,7 +210,11 @@ def _trailing_reshape(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[in
     if data not in {o for n in graph.node[:-1] for o in n.output}:  # a graph input: keep ORT's copy
         return model, None
     shape = _constant_value(graph, shape_name)
-    if shape is None or shape.ndim != 1:
+    # Only a plain 1-D int64 shape is taken over; anything else stays a Reshape for onnxruntime,
+    # which reports it (the policy has refused most such decoders before).
+    if shape is None or shape.ndim != 1 or shape.dtype != np.int64 or not 0 < shape.size <= _MAX_RESHAPE_RANK:
+        return model, None
+    if (shape < -1).any() or (shape == -1).sum() > 1:
         return model, None
     trimmed = onnx.ModelProto()
     trimmed.CopyFrom(model)
@@ -220,21 +224,33 @@ def _trailing_reshape(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[in
     return trimmed, tuple(int(d) for d in shape)
 
 
+# More dimensions than any tensor onnxruntime handles: such a Reshape is left to onnxruntime.
+_MAX_RESHAPE_RANK = 64
+
+
 def _constant_value(graph: onnx.GraphProto, name: str) -> np.ndarray | None:
-    for tensor in graph.initializer:
-        if tensor.name == name:
-            return numpy_helper.to_array(tensor)
-    for node in graph.node:
-        if node.op_type == "Constant" and node.output[0] == name:
-            for attribute in node.attribute:
-                if attribute.name == "value":
-                    return numpy_helper.to_array(attribute.t)
-                if attribute.name == "value_ints":
-                    return np.array(attribute.ints, dtype=np.int64)
+    """The value of an initializer or Constant node named ``name``, or None when there is none
+    or it cannot be read as an array."""
+    try:
+        for tensor in graph.initializer:
+            if tensor.name == name:
+                return numpy_helper.to_array(tensor)
+        for node in graph.node:
+            if node.op_type == "Constant" and list(node.output) == [name]:
+                for attribute in node.attribute:
+                    if attribute.name == "value" and attribute.type == onnx.AttributeProto.TENSOR:
+                        return numpy_helper.to_array(attribute.t)
+                    if attribute.name == "value_ints" and attribute.type == onnx.AttributeProto.INTS:
+                        return np.array(attribute.ints, dtype=np.int64)
+    except Exception:  # noqa: BLE001 - numpy_helper raises assorted types for malformed tensors
+        return None
     return None
 
 
 def _apply_reshape(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """numpy's reshape with Reshape's 0 (copy the input dimension); ValueError when impossible."""
+    if any(d == 0 and k >= array.ndim for k, d in enumerate(shape)):
+        raise ValueError(f"cannot copy dimension {array.ndim} or beyond of a {array.ndim}-d array")
     target = [array.shape[k] if d == 0 else d for k, d in enumerate(shape)]
     return array.reshape(target)
 
@@ -244,11 +260,21 @@ class FunctionRunner:
     """One function model ready to run: an onnxruntime session, or the reference evaluator."""
 
     def __init__(
-        self, model: onnx.ModelProto, where: str, runtime: str, threads: int | None = None, fallback: bool = True
+        self,
+        model: onnx.ModelProto,
+        where: str,
+        runtime: str,
+        threads: int | None = None,
+        fallback: bool = True,
+        allowance_bytes: int = 0,
     ) -> None:
-        """``fallback=False``: when onnxruntime cannot load the function, build nothing and warn
+        """``model`` is a function model (:func:`onnx_struct.functions.function_model`); it is
+        checked against the decoder safety policy first (``allowance_bytes``: the bytes an encoder
+        writes to its leaves), so no runner is ever built for a function check_model refuses.
+        ``fallback=False``: when onnxruntime cannot load the function, build nothing and warn
         nothing (the runner is then unusable: :meth:`output_shape` is None); for callers that
         have another way to run it."""
+        decoder_policy.check_function_model(model, where, allowance_bytes)
         self.where = where
         self.model = model
         self.threads = INTRA_OP_THREADS if threads is None else threads
@@ -414,13 +440,14 @@ def cached_runner(
     runtime: str,
     threads: int | None = None,
     fallback: bool = True,
+    allowance_bytes: int = 0,
 ) -> FunctionRunner:
     """The runner for this function and input signature, built once (bounded LRU). ``threads``
-    is onnxruntime's intra-op thread count (default :data:`INTRA_OP_THREADS`); ``fallback``: see
-    :class:`FunctionRunner`."""
+    is onnxruntime's intra-op thread count (default :data:`INTRA_OP_THREADS`); ``fallback`` and
+    ``allowance_bytes``: see :class:`FunctionRunner`."""
     threads = INTRA_OP_THREADS if threads is None else threads
     digest = hashlib.blake2b(digest_size=20)
-    digest.update(f"{runtime}/{threads}/{fallback}".encode())
+    digest.update(f"{runtime}/{threads}/{fallback}/{allowance_bytes}/{where}".encode(errors="replace"))
     digest.update(function.SerializeToString(deterministic=True))
     for name, type_proto in inputs:
         digest.update(name.encode() + b"\0" + type_proto.SerializeToString(deterministic=True))
@@ -434,7 +461,9 @@ def cached_runner(
         runner = _cached(key)  # built by another thread while this one waited
         if runner is not None:
             return runner
-        runner = FunctionRunner(function_model(function, inputs, initializers), where, runtime, threads, fallback)
+        runner = FunctionRunner(
+            function_model(function, inputs, initializers), where, runtime, threads, fallback, allowance_bytes
+        )
         with _cache_lock:
             _cache[key] = runner
             while len(_cache) > SESSION_CACHE_SIZE:
@@ -521,13 +550,15 @@ def decode(
     decoder_path = bindings.function_label(f"{where}.decoder", decoder)
     bound = bindings.bind_decoder(decoder, struct_view.layout, f"{where}.decoder")
     feeds, constants = leaf_feeds(struct_view, bound)
+    inputs = [(name, tensor_type(feed.elem_type, feed.shape)) for name, feed in feeds.items()]
+    # What check_model applies to this declaration, before any session is built or range split.
+    decoder_policy.check_sizes(decoder, inputs, constants, decoder_path)
     if runtime == "onnxruntime":
         from onnx_struct import parallel  # noqa: PLC0415 - it uses this module's runners
 
         result = parallel.decode_block_ranges(declaration, decoder, decoder_path, feeds, constants)
         if result is not None:
             return result
-    inputs = [(name, tensor_type(feed.elem_type, feed.shape)) for name, feed in feeds.items()]
     runner = cached_runner(decoder, decoder_path, inputs, constants, runtime)
     return runner.run(feeds)[0]
 
@@ -572,8 +603,19 @@ def encode(
         elem_type = helper.np_dtype_to_tensor_dtype(x.dtype)
     except (KeyError, ValueError, TypeError):
         raise ValidationError(encoder_path, f"input dtype {x.dtype} has no ONNX element type") from None
+    if x.dtype.hasobject:
+        raise ValidationError(encoder_path, f"input dtype {x.dtype} has no ONNX element type")
     feed = Feed(elem_type, x.shape, array=x)
-    runner = cached_runner(encoder, encoder_path, [(encoder.input[0], tensor_type(elem_type, x.shape))], [], runtime)
+    # The policy's budget also counts the payload the encoder writes.
+    written = table.size(declaration, where) // 8
+    runner = cached_runner(
+        encoder,
+        encoder_path,
+        [(encoder.input[0], tensor_type(elem_type, x.shape))],
+        [],
+        runtime,
+        allowance_bytes=written,
+    )
     outputs = runner.run({encoder.input[0]: feed})
     leaves = {}
     for (output_name, leaf), result in zip(bound.items(), outputs, strict=True):

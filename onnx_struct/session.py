@@ -118,7 +118,7 @@ class InferenceSession:
         if isinstance(value, StructProto):
             struct_view = self._view_of_value(info, value, where)
         elif isinstance(value, (bytes, bytearray, memoryview, np.ndarray)):
-            struct_view = view_buffer(value, info.type_index, self._declarations, name=info.name)
+            struct_view = view_buffer(_payload_bytes(value, where), info.type_index, self._declarations, name=info.name)
         else:
             raise ValidationError(
                 where,
@@ -139,6 +139,23 @@ class InferenceSession:
                 where, f"expects a value of struct_types[{info.type_index}]; the StructProto has another type"
             )
         return view(value, self._declarations, base_dir=self._base_dir)
+
+
+def _payload_bytes(value, where: str) -> bytes | np.ndarray:
+    """Payload bytes from any buffer: bytes as they are; an array or memoryview of fixed-size
+    numbers as its elements' bytes in C order (a copy only when it is not C-contiguous, as for a
+    strided slice or a Fortran-order array). Object arrays carry no bytes: ValidationError."""
+    if isinstance(value, (bytes, bytearray)):
+        return value
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError, BufferError) as error:
+        raise ValidationError(where, f"payload buffer cannot be read: {error}") from None
+    if array.dtype.hasobject or array.dtype.kind not in "biufcV" or array.dtype.itemsize == 0:
+        raise ValidationError(
+            where, f"payload must be bytes or an array of fixed-size numbers, not dtype {array.dtype}"
+        )
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 
 
 def _plain_feed(value) -> Feed:

@@ -125,7 +125,7 @@ def test_lowered_model_onnxruntime_cannot_load_is_a_validation_error():
         [oh.make_node("Identity", ["v"], ["Y"])], "g", [], [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [8])]
     )
     model = oh.make_model(graph, opset_imports=OPSET, ir_version=11)
-    (index,) = S.add_struct_types(model, S.make_array(TensorProto.FLOAT4E2M1, 8, decoder=cast_decoder()))
+    (index,) = S.add_struct_types(model, S.make_array(TensorProto.FLOAT4E2M1, 8, decoder=cast_decoder(opset=23)))
     S.add_struct_values(model, S.make_struct_value("v", index, raw_data=bytes(4)))
     with pytest.raises(S.ValidationError, match="cannot load the lowered model"):
         S.InferenceSession(model)
