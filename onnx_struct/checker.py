@@ -12,7 +12,7 @@ import os
 import onnx
 import onnx.checker
 
-from onnx_struct import bindings, external
+from onnx_struct import bindings, external, wire
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import TypeTable, element_label, read_constant
 from onnx_struct.model import (
@@ -46,6 +46,7 @@ class _Checker:
         self.diagnostics: list[ValidationError] = []
         self._messages: set[str] = set()
         self.value_names: dict[str, StructTypeProto | None] = {}
+        self.plain_values: set[int] = set()  # struct values proven to hold only type, raw_data, name
         # One walk collects every place a struct part can be below the model-level ones.
         self.graphs, self.struct_type_protos = collect_graph_parts(self.proto)
         graph = self.proto.graph
@@ -73,6 +74,7 @@ class _Checker:
         for i, declaration in enumerate(self.proto.struct_types):
             self.check_root(declaration, self.table.path(i))
         self.check_values()
+        self.check_wire()
         self.check_external_tensors()
         self.check_graph_types()
         self.check_consumers()
@@ -167,6 +169,7 @@ class _Checker:
         plain_sizes = self.plain_value_sizes()
         declarations = self.table.declarations
         value_names = self.value_names
+        plain = self.plain_values
         for k, value in enumerate(self.values):
             name = value.name
             type_index = value.type
@@ -188,6 +191,7 @@ class _Checker:
                     2 if name_size < 128 else 1 + varint_size(name_size)
                 ) + name_size and (type_index or value.HasField("type")):
                     value_names[name] = declarations[type_index]
+                    plain.add(k)
                     continue
             where = element_label(f"graph.struct_initializer[{k}]", value.name)
             if not isinstance(value.name, str):
@@ -213,6 +217,17 @@ class _Checker:
                 self.report(
                     ValidationError(f"{path}.struct_initializer", "struct values are only allowed in the main graph")
                 )
+
+    def check_wire(self) -> None:
+        """What the parse hid: two members of a oneof, our fields with the wrong wire type
+        (``wire.py``). Reported first: the parsed model does not say what its bytes say."""
+        data = self.loaded.serialized
+        if data is None:  # an overlay object: a oneof's lost member is gone, wrong wire types are not
+            data = self.proto.SerializeToString()
+        error = wire.scan_model(data, self.plain_values)
+        if error is not None and str(error) not in self._messages:
+            self._messages.add(str(error))
+            self.diagnostics.insert(0, error)
 
     def check_external_tensors(self) -> None:
         """External initializers of the main graph, by the rules used for struct payloads."""
