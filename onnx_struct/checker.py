@@ -14,6 +14,7 @@ import onnx.checker
 
 from onnx_struct import bindings, external, wire
 from onnx_struct.errors import ValidationError
+from onnx_struct.opaque import OPAQUE_DOMAIN, opaque_type  # noqa: F401 - OPAQUE_DOMAIN kept importable
 from onnx_struct.layout import TypeTable, element_label, read_constant
 from onnx_struct.model import (
     LoadedModel,
@@ -31,7 +32,6 @@ from onnx_struct.model import (
 # Captured at import so that install() (which replaces onnx.checker.check_model) cannot recurse.
 _stock_check_model = onnx.checker.check_model
 
-OPAQUE_DOMAIN = "onnx_struct"
 # The private domain of the one node that defines every struct value name in the checker's view.
 VALUES_DOMAIN = "onnx_struct.values"
 CONCRETE_KINDS = ("array", "structure", "bit_packing")
@@ -77,6 +77,7 @@ class _Checker:
         self.check_wire()
         self.check_external_tensors()
         self.check_graph_types()
+        self.check_struct_references()
         self.check_consumers()
         if not self.diagnostics:  # onnx's findings only count on a model that follows the proposal
             self.check_stock(full_check)
@@ -309,12 +310,85 @@ class _Checker:
                         ValidationError(where, f"referenced declaration is {size} bits, not a whole number of bytes")
                     )
 
+    def struct_signatures(self) -> list[tuple[str, str, int, object, StructTypeProto]]:
+        """Every struct-typed ValueInfoProto of a graph: (its path, graph field, index, the
+        ValueInfoProto, the struct TypeProto's StructTypeProto); ``graph field`` is input, output
+        or value_info, and the struct type may be nested in a sequence/map/optional."""
+        out = []
+        for path, locator, message in self.struct_type_protos:
+            for k in range(len(locator) - 1, 0, -1):
+                field, index = locator[k - 1]
+                if locator[k] == ("type", None) and field in ("input", "output", "value_info") and index is not None:
+                    holder = locate(self.proto, locator[: k - 1])
+                    if holder.DESCRIPTOR.name == "GraphProto":
+                        info = getattr(holder, field)[index]
+                        suffix = sum(len(name) + 1 for name, _ in locator[k:])
+                        nested = len(locator) - k - 1  # steps from the ValueInfo's type to this one
+                        out.append((path[: len(path) - suffix], field, locator, info, message.struct_type, nested))
+                    break
+        return out
+
+    def struct_inputs(self) -> dict[str, StructTypeProto]:
+        """Main-graph inputs typed directly by a struct type: name -> that static type."""
+        return {
+            info.name: struct_type
+            for _, field, locator, info, struct_type, nested in self.struct_signatures()
+            if field == "input" and len(locator) == 3 and locator[0] == ("graph", None) and not nested
+        }
+
+    def check_struct_references(self) -> None:
+        """A struct value or struct input keeps its type wherever it is declared again (graph
+        output, value_info): an exact reference must name the same declaration."""
+        sources: dict[str, tuple[int | None, StructTypeProto | None]] = {}
+        for value in self.values:
+            if value.name in self.value_names:
+                inline = value.struct_type if value.HasField("struct_type") else None
+                sources.setdefault(value.name, (None if inline is not None else value.type, inline))
+        for name, struct_type in self.struct_inputs().items():
+            if struct_type.WhichOneof("kind") == "type_index":
+                sources.setdefault(name, (struct_type.type_index, None))
+        if not sources:
+            return
+        for path, field, _, info, struct_type, nested in self.struct_signatures():
+            if field == "input" or info.name not in sources:
+                continue  # an input defines its name; other names are not known struct values
+            index, inline = sources[info.name]
+            what = f"struct_types[{index}]" if inline is None else "an inline declaration"
+            if nested:
+                self.report(ValidationError(path, f"{info.name!r} is a struct of {what}, not a container of structs"))
+            elif struct_type.WhichOneof("kind") == "type_index" and not self.same_declaration(
+                index, inline, struct_type.type_index
+            ):
+                self.report(
+                    ValidationError(
+                        path,
+                        f"declared as struct_types[{struct_type.type_index}], but {info.name!r} is of {what}",
+                    )
+                )
+
+    def same_declaration(self, index: int | None, inline: StructTypeProto | None, declared: int) -> bool:
+        if index == declared:
+            return True
+        table = self.table.declarations
+        if not 0 <= declared < len(table) or (index is not None and not 0 <= index < len(table)):
+            return True  # an index out of range is reported where it is declared
+        source = inline if inline is not None else table[index]
+        return source.SerializeToString(deterministic=True) == table[declared].SerializeToString(deterministic=True)
+
     def check_consumers(self) -> None:
         used = self.value_names.values()
         declarations = dict(zip(map(id, used), used, strict=True))  # a few distinct ones, at C speed
-        if all(d is None or d.HasField("decoder") for d in declarations.values()):
+        undecoded_inputs = set()
+        for name, struct_type in self.struct_inputs().items():
+            if struct_type.WhichOneof("kind") == "type_index":
+                index = struct_type.type_index
+                table = self.table.declarations
+                if 0 <= index < len(table) and not table[index].HasField("decoder"):
+                    undecoded_inputs.add(name)
+        if not undecoded_inputs and all(d is None or d.HasField("decoder") for d in declarations.values()):
             return
         undecoded = {name for name, d in self.value_names.items() if d is not None and not d.HasField("decoder")}
+        undecoded |= undecoded_inputs
         for path, graph in self.graphs:
             for i, node in enumerate(graph.node):
                 for j, name in enumerate(node.input):
@@ -323,7 +397,8 @@ class _Checker:
                         self.report(
                             ValidationError(
                                 f"{where}.input[{j}]",
-                                f"consumes struct value {name!r}, whose type has no decoder to define its logical value",
+                                f"consumes struct {'input' if name in undecoded_inputs else 'value'} {name!r}, "
+                                "whose type has no decoder to define its logical value",
                             )
                         )
 
@@ -368,12 +443,6 @@ def check_function(function: onnx.FunctionProto, where: str, ir_version: int) ->
         raise ValidationError(where, f"invalid function: {error}") from None
     except UnicodeDecodeError:
         raise ValidationError(where, "invalid function: a string in it is not valid UTF-8") from None
-
-
-def opaque_type(struct_type: StructTypeProto) -> onnx.TypeProto.Opaque:
-    kind = struct_type.WhichOneof("kind")
-    name = f"struct_types.{struct_type.type_index}" if kind == "type_index" else "struct"
-    return onnx.TypeProto.Opaque(domain=OPAQUE_DOMAIN, name=name)
 
 
 def collect_graph_parts(proto) -> tuple[list, list]:
