@@ -14,7 +14,6 @@ import onnx.checker
 
 from onnx_struct import bindings, external, wire
 from onnx_struct.errors import ValidationError
-from onnx_struct.opaque import OPAQUE_DOMAIN, opaque_type  # noqa: F401 - OPAQUE_DOMAIN kept importable
 from onnx_struct.layout import TypeTable, element_label, read_constant
 from onnx_struct.model import (
     LoadedModel,
@@ -28,6 +27,7 @@ from onnx_struct.model import (
     to_onnx,
     varint_size,
 )
+from onnx_struct.opaque import OPAQUE_DOMAIN, opaque_type  # noqa: F401 - OPAQUE_DOMAIN kept importable
 
 # Captured at import so that install() (which replaces onnx.checker.check_model) cannot recurse.
 _stock_check_model = onnx.checker.check_model

@@ -21,13 +21,12 @@ import onnx.shape_inference
 from onnx_struct import bindings
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import TypeTable, element_label
+from onnx_struct.model import LoadedModel, ModelLike, StructProto, StructTypeProto, load, to_onnx
 from onnx_struct.opaque import OPAQUE_DOMAIN  # noqa: F401 - kept importable from here
 from onnx_struct.opaque import exact_index as _exact_index
-from onnx_struct.model import LoadedModel, ModelLike, StructProto, StructTypeProto, load, to_onnx
 
 # Captured at import, before hooks.install() (which imports this module first) can replace it.
 _stock_infer_shapes = onnx.shape_inference.infer_shapes
-
 
 
 class LogicalTypes:

@@ -67,8 +67,12 @@ def model_with_field(field_bytes: bytes) -> bytes:
 def test_the_hand_made_bytes_parse_as_protobuf_says():
     # Independent fact: protobuf keeps the last member, so the order decides what the field means.
     name = message_field(1, b"x")
-    type_then_constant = S.StructTypeProto.Field.FromString(name + message_field(2, int8_type()) + message_field(4, constant_bytes()))
-    constant_then_type = S.StructTypeProto.Field.FromString(name + message_field(4, constant_bytes()) + message_field(2, int8_type()))
+    type_then_constant = S.StructTypeProto.Field.FromString(
+        name + message_field(2, int8_type()) + message_field(4, constant_bytes())
+    )
+    constant_then_type = S.StructTypeProto.Field.FromString(
+        name + message_field(4, constant_bytes()) + message_field(2, int8_type())
+    )
     assert type_then_constant.WhichOneof("content") == "constant"
     assert constant_then_type.WhichOneof("content") == "type"
 
@@ -105,7 +109,9 @@ def test_oneof_members_split_over_two_occurrences_of_one_message_are_refused(tmp
     # last member only; the two members are still two members of one message.
     model = model_with([linear_int4_128()])
     tensor = oh.make_tensor_type_proto(TensorProto.FLOAT, [1]).SerializeToString()
-    info = message_field(1, b"Y") + message_field(2, message_field(10, tag(5, 0) + varint(0))) + message_field(2, tensor)
+    info = (
+        message_field(1, b"Y") + message_field(2, message_field(10, tag(5, 0) + varint(0))) + message_field(2, tensor)
+    )
     data = model.SerializeToString() + message_field(7, message_field(13, info))
     refused(tmp_path, data, "graph.value_info[0] ('Y').type", contains="oneof")
 
@@ -132,8 +138,10 @@ def test_wire_type_facts():
         (tag(27, 0) + varint(5), "struct_types"),
         (tag(27, 5) + bytes(4), "struct_types"),
         (message_field(7, tag(17, 0) + varint(1)), "graph.struct_initializer"),
-        (message_field(7, message_field(11, message_field(1, b"Z") + message_field(2, tag(10, 0) + varint(0)))),
-         "graph.input[1] ('Z').type.struct_type"),
+        (
+            message_field(7, message_field(11, message_field(1, b"Z") + message_field(2, tag(10, 0) + varint(0)))),
+            "graph.input[1] ('Z').type.struct_type",
+        ),
     ],
     ids=["model_27_varint", "model_27_fixed32", "graph_17_varint", "type_10_varint"],
 )
@@ -159,7 +167,9 @@ def test_wire_scan_of_a_stock_model_object(tmp_path):
 def test_wire_scan_is_iterative_on_deep_nesting(tmp_path):
     # 45 nested sequence types (90 message levels, under upb's parse depth limit of 100): no
     # recursion in the scan, and the second oneof member at the bottom is still found.
-    inner = message_field(10, tag(5, 0) + varint(0)) + oh.make_tensor_type_proto(TensorProto.FLOAT, [1]).SerializeToString()
+    inner = (
+        message_field(10, tag(5, 0) + varint(0)) + oh.make_tensor_type_proto(TensorProto.FLOAT, [1]).SerializeToString()
+    )
     for _ in range(45):
         inner = message_field(4, message_field(1, inner))  # TypeProto.sequence_type.elem_type
     info = message_field(1, b"Y") + message_field(2, inner)
@@ -204,7 +214,10 @@ def test_struct_input_flowing_to_an_output_of_another_type_is_refused(tmp_path):
 def test_matching_and_unconstrained_references_are_accepted():
     model = model_with(
         two_declarations(),
-        [S.make_struct_value("w", 0, raw_data=bytes(64)), S.make_struct_value("v", linear_int4_128(), raw_data=bytes(64))],
+        [
+            S.make_struct_value("w", 0, raw_data=bytes(64)),
+            S.make_struct_value("v", linear_int4_128(), raw_data=bytes(64)),
+        ],
         outputs=[S.make_struct_value_info("w", 0), S.make_struct_value_info("v", 0)],
         value_info=[S.make_struct_value_info("w")],
     )
@@ -222,7 +235,9 @@ def test_node_consuming_a_struct_input_without_decoder_is_refused(tmp_path):
 def test_a_stock_opaque_input_is_not_a_struct_input():
     model = base_model()
     model.graph.input.append(
-        oh.make_value_info("o", onnx.TypeProto(opaque_type=onnx.TypeProto.Opaque(domain="onnx_struct", name="struct_types.0")))
+        oh.make_value_info(
+            "o", onnx.TypeProto(opaque_type=onnx.TypeProto.Opaque(domain="onnx_struct", name="struct_types.0"))
+        )
     )
     S.add_struct_types(model, linear_int4_128())
     lowered = S.lower(model)
@@ -230,7 +245,10 @@ def test_a_stock_opaque_input_is_not_a_struct_input():
     assert lowered.graph.input[1].type.opaque_type.name == "struct_types.0"
 
 
-@pytest.mark.parametrize("name", ["struct_types.²", "struct_types.+1", "struct_types. 1", "struct_types.01", "struct_types.0x1", "struct_types.１"])
+@pytest.mark.parametrize(
+    "name",
+    ["struct_types.²", "struct_types.+1", "struct_types. 1", "struct_types.01", "struct_types.0x1", "struct_types.１"],
+)
 def test_exact_index_accepts_only_ascii_decimal(name):
     from onnx_struct.opaque import exact_index
 
