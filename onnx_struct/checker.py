@@ -339,9 +339,13 @@ class _Checker:
     def check_struct_references(self) -> None:
         """A struct value or struct input keeps its type wherever it is declared again (graph
         output, value_info): an exact reference must name the same declaration."""
+        targets = [entry for entry in self.struct_signatures() if entry[1] != "input"]
+        if not targets:  # nothing declared again (the common case): no pass over the values
+            return
+        wanted = {entry[3].name for entry in targets}
         sources: dict[str, tuple[int | None, StructTypeProto | None]] = {}
         for value in self.values:
-            if value.name in self.value_names:
+            if value.name in wanted and value.name in self.value_names:
                 inline = value.struct_type if value.HasField("struct_type") else None
                 sources.setdefault(value.name, (None if inline is not None else value.type, inline))
         for name, struct_type in self.struct_inputs().items():
@@ -349,8 +353,8 @@ class _Checker:
                 sources.setdefault(name, (struct_type.type_index, None))
         if not sources:
             return
-        for path, field, _, info, struct_type, nested in self.struct_signatures():
-            if field == "input" or info.name not in sources:
+        for path, _, _, info, struct_type, nested in targets:
+            if info.name not in sources:
                 continue  # an input defines its name; other names are not known struct values
             index, inline = sources[info.name]
             what = f"struct_types[{index}]" if inline is None else "an inline declaration"
