@@ -12,7 +12,7 @@ import os
 import onnx
 import onnx.checker
 
-from onnx_struct import bindings, decoder_policy, external
+from onnx_struct import bindings, decoder_policy, external, wire
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import LeafLookup, TypeTable, element_label, read_constant
 from onnx_struct.model import (
@@ -27,11 +27,11 @@ from onnx_struct.model import (
     to_onnx,
     varint_size,
 )
+from onnx_struct.opaque import OPAQUE_DOMAIN, opaque_type  # noqa: F401 - OPAQUE_DOMAIN kept importable
 
 # Captured at import so that install() (which replaces onnx.checker.check_model) cannot recurse.
 _stock_check_model = onnx.checker.check_model
 
-OPAQUE_DOMAIN = "onnx_struct"
 # The private domain of the one node that defines every struct value name in the checker's view.
 VALUES_DOMAIN = "onnx_struct.values"
 CONCRETE_KINDS = ("array", "structure", "bit_packing")
@@ -46,6 +46,7 @@ class _Checker:
         self.diagnostics: list[ValidationError] = []
         self._messages: set[str] = set()
         self.value_names: dict[str, StructTypeProto | None] = {}
+        self.plain_values: set[int] = set()  # struct values proven to hold only type, raw_data, name
         # One walk collects every place a struct part can be below the model-level ones.
         self.graphs, self.struct_type_protos = collect_graph_parts(self.proto)
         graph = self.proto.graph
@@ -73,8 +74,10 @@ class _Checker:
         for i, declaration in enumerate(self.proto.struct_types):
             self.check_root(declaration, self.table.path(i), i)
         self.check_values()
+        self.check_wire()
         self.check_external_tensors()
         self.check_graph_types()
+        self.check_struct_references()
         self.check_consumers()
         if not self.diagnostics:  # onnx's findings only count on a model that follows the proposal
             self.check_stock(full_check)
@@ -178,6 +181,7 @@ class _Checker:
         plain_sizes = self.plain_value_sizes()
         declarations = self.table.declarations
         value_names = self.value_names
+        plain = self.plain_values
         for k, value in enumerate(self.values):
             name = value.name
             type_index = value.type
@@ -199,6 +203,7 @@ class _Checker:
                     2 if name_size < 128 else 1 + varint_size(name_size)
                 ) + name_size and (type_index or value.HasField("type")):
                     value_names[name] = declarations[type_index]
+                    plain.add(k)
                     continue
             where = element_label(f"graph.struct_initializer[{k}]", value.name)
             if not isinstance(value.name, str):
@@ -224,6 +229,17 @@ class _Checker:
                 self.report(
                     ValidationError(f"{path}.struct_initializer", "struct values are only allowed in the main graph")
                 )
+
+    def check_wire(self) -> None:
+        """What the parse hid: two members of a oneof, our fields with the wrong wire type
+        (``wire.py``). Reported first: the parsed model does not say what its bytes say."""
+        data = self.loaded.serialized
+        if data is None:  # an overlay object: a oneof's lost member is gone, wrong wire types are not
+            data = self.proto.SerializeToString()
+        error = wire.scan_model(data, self.plain_values)
+        if error is not None and str(error) not in self._messages:
+            self._messages.add(str(error))
+            self.diagnostics.insert(0, error)
 
     def check_external_tensors(self) -> None:
         """External initializers of the main graph, by the rules used for struct payloads."""
@@ -305,12 +321,89 @@ class _Checker:
                         ValidationError(where, f"referenced declaration is {size} bits, not a whole number of bytes")
                     )
 
+    def struct_signatures(self) -> list[tuple[str, str, int, object, StructTypeProto]]:
+        """Every struct-typed ValueInfoProto of a graph: (its path, graph field, index, the
+        ValueInfoProto, the struct TypeProto's StructTypeProto); ``graph field`` is input, output
+        or value_info, and the struct type may be nested in a sequence/map/optional."""
+        out = []
+        for path, locator, message in self.struct_type_protos:
+            for k in range(len(locator) - 1, 0, -1):
+                field, index = locator[k - 1]
+                if locator[k] == ("type", None) and field in ("input", "output", "value_info") and index is not None:
+                    holder = locate(self.proto, locator[: k - 1])
+                    if holder.DESCRIPTOR.name == "GraphProto":
+                        info = getattr(holder, field)[index]
+                        suffix = sum(len(name) + 1 for name, _ in locator[k:])
+                        nested = len(locator) - k - 1  # steps from the ValueInfo's type to this one
+                        out.append((path[: len(path) - suffix], field, locator, info, message.struct_type, nested))
+                    break
+        return out
+
+    def struct_inputs(self) -> dict[str, StructTypeProto]:
+        """Main-graph inputs typed directly by a struct type: name -> that static type."""
+        return {
+            info.name: struct_type
+            for _, field, locator, info, struct_type, nested in self.struct_signatures()
+            if field == "input" and len(locator) == 3 and locator[0] == ("graph", None) and not nested
+        }
+
+    def check_struct_references(self) -> None:
+        """A struct value or struct input keeps its type wherever it is declared again (graph
+        output, value_info): an exact reference must name the same declaration."""
+        targets = [entry for entry in self.struct_signatures() if entry[1] != "input"]
+        if not targets:  # nothing declared again (the common case): no pass over the values
+            return
+        wanted = {entry[3].name for entry in targets}
+        sources: dict[str, tuple[int | None, StructTypeProto | None]] = {}
+        for value in self.values:
+            if value.name in wanted and value.name in self.value_names:
+                inline = value.struct_type if value.HasField("struct_type") else None
+                sources.setdefault(value.name, (None if inline is not None else value.type, inline))
+        for name, struct_type in self.struct_inputs().items():
+            if struct_type.WhichOneof("kind") == "type_index":
+                sources.setdefault(name, (struct_type.type_index, None))
+        if not sources:
+            return
+        for path, _, _, info, struct_type, nested in targets:
+            if info.name not in sources:
+                continue  # an input defines its name; other names are not known struct values
+            index, inline = sources[info.name]
+            what = f"struct_types[{index}]" if inline is None else "an inline declaration"
+            if nested:
+                self.report(ValidationError(path, f"{info.name!r} is a struct of {what}, not a container of structs"))
+            elif struct_type.WhichOneof("kind") == "type_index" and not self.same_declaration(
+                index, inline, struct_type.type_index
+            ):
+                self.report(
+                    ValidationError(
+                        path,
+                        f"declared as struct_types[{struct_type.type_index}], but {info.name!r} is of {what}",
+                    )
+                )
+
+    def same_declaration(self, index: int | None, inline: StructTypeProto | None, declared: int) -> bool:
+        if index == declared:
+            return True
+        table = self.table.declarations
+        if not 0 <= declared < len(table) or (index is not None and not 0 <= index < len(table)):
+            return True  # an index out of range is reported where it is declared
+        source = inline if inline is not None else table[index]
+        return source.SerializeToString(deterministic=True) == table[declared].SerializeToString(deterministic=True)
+
     def check_consumers(self) -> None:
         used = self.value_names.values()
         declarations = dict(zip(map(id, used), used, strict=True))  # a few distinct ones, at C speed
-        if all(d is None or d.HasField("decoder") for d in declarations.values()):
+        undecoded_inputs = set()
+        for name, struct_type in self.struct_inputs().items():
+            if struct_type.WhichOneof("kind") == "type_index":
+                index = struct_type.type_index
+                table = self.table.declarations
+                if 0 <= index < len(table) and not table[index].HasField("decoder"):
+                    undecoded_inputs.add(name)
+        if not undecoded_inputs and all(d is None or d.HasField("decoder") for d in declarations.values()):
             return
         undecoded = {name for name, d in self.value_names.items() if d is not None and not d.HasField("decoder")}
+        undecoded |= undecoded_inputs
         for path, graph in self.graphs:
             for i, node in enumerate(graph.node):
                 for j, name in enumerate(node.input):
@@ -319,7 +412,8 @@ class _Checker:
                         self.report(
                             ValidationError(
                                 f"{where}.input[{j}]",
-                                f"consumes struct value {name!r}, whose type has no decoder to define its logical value",
+                                f"consumes struct {'input' if name in undecoded_inputs else 'value'} {name!r}, "
+                                "whose type has no decoder to define its logical value",
                             )
                         )
 
@@ -359,12 +453,6 @@ def check_function(function: onnx.FunctionProto, where: str, ir_version: int) ->
     of the decoder safety policy (:func:`onnx_struct.decoder_policy.check_structure`)."""
     decoder_policy.check_structure(function, where, ir_version)
     return True
-
-
-def opaque_type(struct_type: StructTypeProto) -> onnx.TypeProto.Opaque:
-    kind = struct_type.WhichOneof("kind")
-    name = f"struct_types.{struct_type.type_index}" if kind == "type_index" else "struct"
-    return onnx.TypeProto.Opaque(domain=OPAQUE_DOMAIN, name=name)
 
 
 def collect_graph_parts(proto) -> tuple[list, list]:

@@ -18,13 +18,22 @@ _originals: dict[str, object] = {}
 
 
 def _struct_model(model):
-    """The model parsed once (a LoadedModel) if it has struct parts, else None (stock model)."""
+    """The model parsed once (a LoadedModel) if it has struct parts anywhere (model-level
+    declarations, struct values or struct types in any graph, subgraphs and training graphs
+    included), else None: a stock model, or one this package cannot read, which then goes to the
+    original function so that it fails exactly as stock onnx fails on it."""
     from onnx_struct.checker import collect_graph_parts  # noqa: PLC0415 - keep import light
     from onnx_struct.model import load  # noqa: PLC0415
 
-    loaded = load(model)
+    try:
+        loaded = load(model)
+    except Exception:  # noqa: BLE001 - unreadable here: stock onnx decides, with its own exception
+        return None
     proto = loaded.proto
-    if len(proto.struct_types) or len(proto.graph.struct_initializer) or collect_graph_parts(proto)[1]:
+    if len(proto.struct_types):
+        return loaded
+    graphs, struct_type_protos = collect_graph_parts(proto)
+    if struct_type_protos or any(len(graph.struct_initializer) for _, graph in graphs):
         return loaded
     return None
 

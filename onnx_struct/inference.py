@@ -24,11 +24,11 @@ from onnx_struct import bindings, decoder_policy
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import TypeTable, element_label
 from onnx_struct.model import LoadedModel, ModelLike, StructProto, StructTypeProto, load, to_onnx
+from onnx_struct.opaque import OPAQUE_DOMAIN  # noqa: F401 - kept importable from here
+from onnx_struct.opaque import exact_index as _exact_index
 
 # Captured at import, before hooks.install() (which imports this module first) can replace it.
 _stock_infer_shapes = onnx.shape_inference.infer_shapes
-
-OPAQUE_DOMAIN = "onnx_struct"
 
 
 class LogicalTypes:
@@ -93,19 +93,6 @@ def decoder_inputs(bound) -> tuple[list[tuple[str, onnx.TypeProto]], list[onnx.T
 def _first_line(error: BaseException) -> str:
     text = str(error).strip()
     return text.splitlines()[0] if text else type(error).__name__
-
-
-def _exact_index(type_proto: onnx.TypeProto) -> int | None:
-    """``i`` when a stock view's TypeProto is the Opaque standing for ``struct_types[i]``."""
-    if type_proto.WhichOneof("value") != "opaque_type":
-        return None
-    opaque = type_proto.opaque_type
-    if opaque.domain != OPAQUE_DOMAIN or not opaque.name.startswith("struct_types."):
-        return None
-    try:
-        return int(opaque.name.split(".", 1)[1])
-    except ValueError:
-        return None
 
 
 def struct_names(loaded: LoadedModel) -> dict[str, tuple[str, object]]:

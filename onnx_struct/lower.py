@@ -34,10 +34,12 @@ from onnx_struct.functions import (
 )
 from onnx_struct.layout import Leaf, TypeTable, element_label
 from onnx_struct.model import LoadedModel, ModelLike, StructTypeProto, load
+from onnx_struct.opaque import OPAQUE_DOMAIN  # noqa: F401 - kept importable from here
+from onnx_struct.opaque import exact_index as _exact_index
+from onnx_struct.opaque import opaque_inside as _opaque_inside
 from onnx_struct.view import StructView, merged_dims, view
 
 SEPARATOR = "::"
-OPAQUE_DOMAIN = "onnx_struct"
 # The first IR version that has each leaf element type (onnx.proto's IR_VERSION comments).
 _TYPE_IR = {
     TensorProto.FLOAT8E4M3FN: 9,
@@ -240,10 +242,13 @@ class _Lowerer:
     def lower_inputs(self) -> None:
         graph = self.out.graph
         kept = []
+        declared = self.loaded.proto.graph.input  # the same inputs, in order, with their struct types
         for j, info in enumerate(graph.input):
             where = element_label(f"graph.input[{j}]", info.name)
             which = info.type.WhichOneof("value")
-            if not _opaque_inside(info.type):
+            # Only a real struct_type is a struct input: a stock Opaque type of the same domain and
+            # name as a stand-in is the model's own and stays as it is.
+            if not _struct_inside(declared[j].type):
                 kept.append(info)
                 continue
             index = _exact_index(info.type) if which == "opaque_type" else None
@@ -459,24 +464,18 @@ def _domain(domain: str) -> str:
     return "" if domain == "ai.onnx" else domain
 
 
-def _exact_index(type_proto: onnx.TypeProto) -> int | None:
-    opaque = type_proto.opaque_type
-    if type_proto.WhichOneof("value") != "opaque_type" or opaque.domain != OPAQUE_DOMAIN:
-        return None
-    prefix, _, number = opaque.name.partition(".")
-    return int(number) if prefix == "struct_types" and number.isdigit() else None
-
-
-def _opaque_inside(type_proto: onnx.TypeProto) -> bool:
-    """True when a stock view's type is, or contains, the Opaque standing for a struct type."""
-    which = type_proto.WhichOneof("value")
-    if which == "opaque_type":
-        return type_proto.opaque_type.domain == OPAQUE_DOMAIN
-    if which in ("sequence_type", "optional_type"):
-        return _opaque_inside(getattr(type_proto, which).elem_type)
-    if which == "map_type":
-        return _opaque_inside(type_proto.map_type.value_type)
-    return False
+def _struct_inside(type_proto) -> bool:
+    """True when an overlay TypeProto is, or contains, a struct_type."""
+    while True:
+        which = type_proto.WhichOneof("value")
+        if which == "struct_type":
+            return True
+        if which in ("sequence_type", "optional_type"):
+            type_proto = getattr(type_proto, which).elem_type
+        elif which == "map_type":
+            type_proto = type_proto.map_type.value_type
+        else:
+            return False
 
 
 def _walk_graphs(graph: onnx.GraphProto, path: str) -> Iterator[tuple[str, onnx.GraphProto]]:

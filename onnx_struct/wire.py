@@ -1,0 +1,351 @@
+"""What a parse cannot show: a scan of a model's serialized bytes for ambiguous struct parts.
+
+protobuf keeps the *last* member of a oneof and moves a known field of the wrong wire type into the
+unknown fields, so after a parse nothing shows that ``Field.type`` and ``Field.constant`` were both
+on the wire (a payload field or a zero-size constant, depending on their order), or that
+``ModelProto.struct_types`` came as a varint (the declarations silently vanish). This module reads
+the bytes themselves and reports the first such problem as a ValidationError with a proto path:
+
+- a second member of one oneof in one message (two occurrences of a singular message field are one
+  message, as protobuf merges them), and
+- a known field number with the wrong wire type,
+
+in every *overlay* message (``schemas/onnx_struct.proto``: the proposal's messages and the copies
+of onnx's messages on a path to them). onnx's own messages (tensors, decoders, shapes) keep stock
+protobuf semantics, as in stock onnx, and are skipped by their length without being read, so the
+scan costs one step per field of the overlay messages, whatever the payload sizes. It is iterative
+(no recursion on hostile depth) and reads every byte at most once.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Container
+
+import onnx
+from google.protobuf.descriptor import FieldDescriptor
+
+from onnx_struct._proto import pb
+from onnx_struct.errors import ValidationError
+
+_VARINT, _I64, _LEN, _START_GROUP, _END_GROUP, _I32 = range(6)
+# Actions of fields that are neither overlay messages nor oneof members: skipped by their length.
+_SKIP_LEN, _SKIP_SCALAR = 0, 1
+
+_WIRE_TYPES = {
+    FieldDescriptor.TYPE_DOUBLE: _I64,
+    FieldDescriptor.TYPE_FIXED64: _I64,
+    FieldDescriptor.TYPE_SFIXED64: _I64,
+    FieldDescriptor.TYPE_FLOAT: _I32,
+    FieldDescriptor.TYPE_FIXED32: _I32,
+    FieldDescriptor.TYPE_SFIXED32: _I32,
+    FieldDescriptor.TYPE_STRING: _LEN,
+    FieldDescriptor.TYPE_BYTES: _LEN,
+    FieldDescriptor.TYPE_MESSAGE: _LEN,
+    FieldDescriptor.TYPE_GROUP: _START_GROUP,
+}  # every other type (ints, bool, enum) is a varint
+
+
+class _Plan:
+    """How to read one overlay message type: an action per valid tag, the field numbers whose
+    wire type is checked, and a probe that proves a message holds nothing to check."""
+
+    __slots__ = ("descriptor", "actions", "names", "checked", "probe")
+
+    def __init__(self, descriptor) -> None:
+        self.descriptor = descriptor
+        # tag -> _SKIP_LEN, _SKIP_SCALAR or (child plan or None, oneof index or None, number, repeated)
+        self.actions: dict = {}
+        self.names = {f.number: f.name for f in descriptor.fields}
+        self.checked = {f.number for f in descriptor.fields if f.number not in _stock_numbers(descriptor)}
+        self.probe = None
+
+
+def _stock_numbers(descriptor) -> set[int]:
+    """Field numbers onnx's own copy of an overlay message has (none for the proposal's messages):
+    a stock field of the wrong wire type is dropped by stock onnx too, so only ours are checked."""
+    names = []
+    while descriptor is not None:
+        names.append(descriptor.name)
+        descriptor = descriptor.containing_type
+    stock = onnx
+    for name in reversed(names):
+        stock = getattr(stock, name, None)
+        if stock is None:
+            return set()
+    return set(stock.DESCRIPTOR.fields_by_number)
+
+
+def _build_plans(root) -> _Plan:
+    plans: dict[str, _Plan] = {}
+    todo = [root]
+    while todo:
+        descriptor = todo.pop()
+        if descriptor.full_name in plans:
+            continue
+        plan = plans[descriptor.full_name] = _Plan(descriptor)
+        for field in descriptor.fields:
+            wire_type = _WIRE_TYPES.get(field.type, _VARINT)
+            ours = field.message_type is not None and field.message_type.file is pb.DESCRIPTOR
+            if ours:
+                todo.append(field.message_type)
+            oneof = field.containing_oneof.index if field.containing_oneof is not None else None
+            if ours or oneof is not None:
+                action = (field.message_type.full_name if ours else None, oneof, field.number, field.is_repeated)
+            else:
+                action = _SKIP_LEN if wire_type == _LEN else _SKIP_SCALAR
+            plan.actions[field.number << 3 | wire_type] = action
+            if field.is_repeated and wire_type != _LEN:  # repeated scalars may come packed
+                plan.actions[field.number << 3 | _LEN] = _SKIP_LEN
+    for plan in plans.values():  # child names -> plans
+        plan.actions = {
+            t: (plans[a[0]] if a[0] else None, *a[1:]) if isinstance(a, tuple) else a for t, a in plan.actions.items()
+        }
+        plan.probe = _probe(plan)
+    return plans[root.full_name]
+
+
+def _probe(plan: _Plan):
+    """A regex finding any byte that can start an interesting tag (a field to descend into, a oneof
+    member, or a checked field of any wire type) when there are few such bytes (NodeProto has one:
+    ``attribute``); a message where it finds nothing is skipped whole, at C speed."""
+    tags = {t for t, a in plan.actions.items() if isinstance(a, tuple)}
+    tags |= {number << 3 | wire_type for number in plan.checked for wire_type in range(8)}
+    first = {(t & 0x7F) | (0x80 if t >= 0x80 else 0) for t in tags}
+    if not first or len(first) > 6:
+        return None
+    return re.compile(b"[" + b"".join(re.escape(bytes([b])) for b in sorted(first)) + b"]")
+
+
+_MODEL_PLAN = _build_plans(pb.ModelProto.DESCRIPTOR)
+_GRAPH_PLAN = _MODEL_PLAN.actions[pb.ModelProto.DESCRIPTOR.fields_by_name["graph"].number << 3 | _LEN][0]
+_VALUE_PLAN = _GRAPH_PLAN.actions[pb.GraphProto.DESCRIPTOR.fields_by_name["struct_initializer"].number << 3 | _LEN][0]
+
+
+def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    result = shift = 0
+    while pos < end and shift < 70:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+    raise _Malformed(pos)
+
+
+class _Malformed(Exception):
+    def __init__(self, pos: int) -> None:
+        self.pos = pos
+
+
+def scan_model(data: bytes, plain_values: Container[int] = ()) -> ValidationError | None:
+    """The first wire-level problem of a serialized (overlay) ModelProto, or None.
+
+    ``plain_values``: indices of main-graph struct values that the parse shows to hold exactly
+    ``type``, ``raw_data`` and ``name`` and no unknown field (the checker proves it from their
+    serialized size); their bytes can hold nothing to report, so they are skipped unread.
+    """
+    try:
+        return _scan(data, plain_values)
+    except _Malformed as error:
+        return ValidationError("", f"the model is not well-formed protobuf at byte {error.pos}")
+
+
+def _scan(data: bytes, plain_values: Container[int]) -> ValidationError | None:
+    # The message being read is (plan, start, end, field number in its parent, state); its
+    # ancestors are on ``stack``. ``state`` (created on first need) maps a oneof's index to the
+    # first member seen, and ``~number`` to the state of the singular message field ``number``:
+    # protobuf merges the occurrences of a singular message field, so they share one state.
+    stack: list[tuple] = []
+    plan, start, end, field, state = _MODEL_PLAN, 0, len(data), 0, None
+    actions = plan.actions
+    pos = 0
+    value_index = -1  # of the main graph's struct values, in wire order (= parsed order)
+    while True:
+        if pos >= end:
+            if pos > end:
+                raise _Malformed(end)
+            if not stack:
+                return None
+            plan, start, end, field, state = stack.pop()
+            actions = plan.actions
+            continue
+        tag = data[pos]
+        if tag < 0x80:
+            pos += 1
+        elif pos + 1 < end and data[pos + 1] < 0x80:  # fields 16-2047 (struct_initializer: 17)
+            tag = (tag & 0x7F) | data[pos + 1] << 7
+            pos += 2
+        else:
+            tag, pos = _varint(data, pos, end)
+        action = actions.get(tag)
+        if action == _SKIP_LEN:  # the common case: a string, bytes or onnx message, skipped whole
+            length = data[pos] if pos < end else 0x80
+            if length < 0x80:
+                pos += 1 + length
+            else:
+                length, pos = _varint(data, pos, end)
+                pos += length
+            continue
+        if action is None:  # an unknown field, or a known one with the wrong wire type
+            number = tag >> 3
+            if number in plan.checked:
+                frames = [*stack, (plan, start, end, field, state)]
+                return _problem(data, frames, number, f"has wire type {tag & 7}, not the one its type requires")
+            pos = _skip(data, pos, end, tag)
+            continue
+        if action == _SKIP_SCALAR:
+            pos = _skip(data, pos, end, tag)
+            continue
+        child, oneof, number, repeated = action
+        if oneof is not None:
+            if state is None:
+                state = {}
+            first = state.setdefault(oneof, number)
+            if first != number:
+                names = plan.names
+                frames = [*stack, (plan, start, end, field, state)]
+                return _problem(
+                    data,
+                    frames,
+                    None,
+                    f"oneof {plan.descriptor.oneofs[oneof].name!r} has two members on the wire "
+                    f"({names[first]!r} and {names[number]!r}); protobuf would keep only the last",
+                )
+        if child is None:
+            pos = _skip(data, pos, end, tag)
+            continue
+        length = data[pos] if pos < end else 0x80
+        if length < 0x80:
+            pos += 1
+        else:
+            length, pos = _varint(data, pos, end)
+        if pos + length > end:
+            raise _Malformed(end)
+        probe = child.probe
+        if probe is not None:
+            if probe.search(data, pos, pos + length) is None:
+                pos += length  # nothing in it to check (e.g. a node without attributes)
+                continue
+        elif child is _VALUE_PLAN and len(stack) == 1:  # a struct value of the main graph
+            value_index += 1
+            if value_index in plain_values:
+                pos += length
+                continue
+        if repeated:
+            child_state = None
+        else:
+            if state is None:
+                state = {}
+            child_state = state.get(~number)
+            if child_state is None:
+                child_state = state[~number] = {}
+        stack.append((plan, start, end, field, state))
+        plan, start, end, field, state = child, pos, pos + length, number, child_state
+        actions = plan.actions
+
+
+def _skip(data: bytes, pos: int, end: int, tag: int) -> int:
+    """Past the value of a field with ``tag`` (groups, deprecated but valid, are skipped whole)."""
+    depth = 0
+    while True:
+        wire_type = tag & 7
+        if wire_type == _VARINT:
+            _, pos = _varint(data, pos, end)
+        elif wire_type == _I64:
+            pos += 8
+        elif wire_type == _I32:
+            pos += 4
+        elif wire_type == _LEN:
+            length, pos = _varint(data, pos, end)
+            pos += length
+        elif wire_type == _START_GROUP:
+            depth += 1
+        elif wire_type == _END_GROUP:
+            depth -= 1
+            if depth < 0:
+                raise _Malformed(pos)
+        else:
+            raise _Malformed(pos)
+        if pos > end:
+            raise _Malformed(end)
+        if depth == 0:
+            return pos
+        if pos >= end:
+            raise _Malformed(end)
+        tag, pos = _varint(data, pos, end)
+
+
+# ---------------------------------------------------------------------- paths (errors only)
+def _problem(data: bytes, frames: list[tuple], number: int | None, reason: str) -> ValidationError:
+    path = _path(data, frames)
+    if number is not None:
+        name = frames[-1][0].names[number]
+        path = f"{path}.{name}" if path else name
+    return ValidationError(path, reason)
+
+
+def _path(data: bytes, frames: list[tuple]) -> str:
+    """``graph.node[3] ('n').attribute[0] ('then_branch').g...`` for the innermost frame: indices
+    are counted and names read by scanning the parents again, only for the one reported error."""
+    steps = []
+    for i in range(1, len(frames)):
+        parent, (plan, start, end, number, _) = frames[i - 1][0], frames[i]
+        name = parent.names[number]
+        if parent.descriptor.fields_by_number[number].is_repeated:
+            index = sum(_count(data, s, e, number, start) for s, e in _occurrences(data, frames, i - 1))
+            label = _name_of(data, plan, start, end)
+            name = f"{name}[{index}] ({label!r})" if label else f"{name}[{index}]"
+        steps.append(name)
+    return ".".join(steps)
+
+
+def _occurrences(data: bytes, frames: list[tuple], i: int) -> list[tuple[int, int]]:
+    """The byte ranges of the one message ``frames[i]`` is part of, up to its own: every earlier
+    occurrence of a singular message field too, as protobuf merges them (repeated fields concatenate)."""
+    plan, start, end, number, _ = frames[i]
+    if i == 0 or frames[i - 1][0].descriptor.fields_by_number[number].is_repeated:
+        return [(start, end)]
+    ranges = []
+    for outer_start, outer_end in _occurrences(data, frames, i - 1):
+        for field, wire_type, value_start, value_end in _fields(data, outer_start, outer_end):
+            if field == number and wire_type == _LEN and value_start <= start:
+                ranges.append((value_start, value_end))
+    return ranges
+
+
+def _fields(data: bytes, start: int, end: int):
+    """(field number, wire type, value start, value end) of the fields in ``data[start:end]``."""
+    pos = start
+    while pos < end:
+        tag, pos = _varint(data, pos, end)
+        if tag & 7 == _LEN:
+            length, value = _varint(data, pos, end)
+            yield tag >> 3, _LEN, value, value + length
+            pos = value + length
+        else:
+            after = _skip(data, pos, end, tag)
+            yield tag >> 3, tag & 7, pos, after
+            pos = after
+
+
+def _count(data: bytes, start: int, end: int, number: int, child_start: int) -> int:
+    """How many ``number`` fields in ``data[start:end]`` start before ``child_start``."""
+    index = 0
+    for field, wire_type, value_start, _ in _fields(data, start, end):
+        if value_start >= child_start:
+            return index
+        index += field == number and wire_type == _LEN
+    return index
+
+
+def _name_of(data: bytes, plan: _Plan, start: int, end: int) -> str:
+    name_field = plan.descriptor.fields_by_name.get("name")
+    if name_field is None:
+        return ""
+    name = b""
+    for field, wire_type, value_start, value_end in _fields(data, start, end):
+        if field == name_field.number and wire_type == _LEN:
+            name = data[value_start:value_end]  # the last one wins, as in a parse
+    return name.decode("utf-8", "backslashreplace")

@@ -1,0 +1,258 @@
+"""Conformance holes: bytes the proposal or docs/semantics.md forbid must not pass check_model.
+
+The wire-level cases cannot be produced by protobuf (it keeps one oneof member, and drops a field
+of the wrong wire type into the unknown fields), so their bytes are written by hand here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from conftest import base_model, linear_int4_128, model_with
+from onnx import TensorProto
+from onnx import helper as oh
+
+import onnx_struct as S
+from adversarial.bounded import run_bounded
+
+CHECK = "S.check_model(ARG)"
+FULL_CHECK = "S.check_model(ARG, full_check=True)"
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def tag(field: int, wire_type: int) -> bytes:
+    return varint(field << 3 | wire_type)
+
+
+def message_field(field: int, payload: bytes) -> bytes:
+    return tag(field, 2) + varint(len(payload)) + payload
+
+
+def save(tmp_path, data: bytes) -> str:
+    path = tmp_path / "model.onnx"
+    path.write_bytes(data)
+    return str(path)
+
+
+def refused(tmp_path, data: bytes, path_prefix: str, contains: str = "", code: str = CHECK) -> None:
+    out = run_bounded(code, save(tmp_path, data), cpu_seconds=10, memory_mib=200)
+    out.assert_validation_error(path_prefix, contains=contains)
+
+
+def int8_type() -> bytes:
+    return S.make_tensor_type(TensorProto.INT8, []).SerializeToString()
+
+
+def constant_bytes() -> bytes:
+    return onnx.numpy_helper.from_array(np.int8(3), "c").SerializeToString()
+
+
+def model_with_field(field_bytes: bytes) -> bytes:
+    """A stock model + struct_types[0] = Structure(field = <field_bytes>), by hand."""
+    structure = message_field(1, field_bytes)  # Structure.field = 1
+    declaration = message_field(2, structure)  # StructTypeProto.structure = 2
+    return base_model().SerializeToString() + message_field(27, declaration)  # ModelProto.struct_types = 27
+
+
+# ---------------------------------------------------------------------- (a) two oneof members
+def test_the_hand_made_bytes_parse_as_protobuf_says():
+    # Independent fact: protobuf keeps the last member, so the order decides what the field means.
+    name = message_field(1, b"x")
+    type_then_constant = S.StructTypeProto.Field.FromString(
+        name + message_field(2, int8_type()) + message_field(4, constant_bytes())
+    )
+    constant_then_type = S.StructTypeProto.Field.FromString(
+        name + message_field(4, constant_bytes()) + message_field(2, int8_type())
+    )
+    assert type_then_constant.WhichOneof("content") == "constant"
+    assert constant_then_type.WhichOneof("content") == "type"
+
+
+@pytest.mark.parametrize("order", ["type_then_constant", "constant_then_type"])
+def test_field_with_type_and_constant_is_refused(tmp_path, order):
+    members = [message_field(2, int8_type()), message_field(4, constant_bytes())]
+    if order == "constant_then_type":
+        members.reverse()
+    data = model_with_field(message_field(1, b"x") + b"".join(members))
+    refused(tmp_path, data, "struct_types[0].structure.field[0] ('x')", contains="oneof")
+
+
+def test_declaration_kind_with_two_members_is_refused(tmp_path):
+    # type_index 0, then a structure: protobuf keeps the structure, a valid declaration.
+    field = message_field(1, b"x") + message_field(2, int8_type())
+    declaration = tag(5, 0) + varint(0) + message_field(2, message_field(1, field))
+    data = base_model().SerializeToString() + message_field(27, declaration)
+    refused(tmp_path, data, "struct_types[0]", contains="kind")
+
+
+def test_type_proto_with_tensor_and_struct_type_is_refused(tmp_path):
+    # value_info 'Y': struct_type {type_index 0}, then tensor_type float[1] -- protobuf keeps the tensor.
+    model = model_with([linear_int4_128()])
+    tensor = oh.make_tensor_type_proto(TensorProto.FLOAT, [1]).SerializeToString()
+    type_proto = message_field(10, tag(5, 0) + varint(0)) + tensor
+    info = message_field(1, b"Y") + message_field(2, type_proto)
+    data = model.SerializeToString() + message_field(7, message_field(13, info))  # graph.value_info
+    refused(tmp_path, data, "graph.value_info[0] ('Y').type", contains="oneof")
+
+
+def test_oneof_members_split_over_two_occurrences_of_one_message_are_refused(tmp_path):
+    # ValueInfoProto.type given twice: protobuf merges the two TypeProtos into one, which keeps the
+    # last member only; the two members are still two members of one message.
+    model = model_with([linear_int4_128()])
+    tensor = oh.make_tensor_type_proto(TensorProto.FLOAT, [1]).SerializeToString()
+    info = (
+        message_field(1, b"Y") + message_field(2, message_field(10, tag(5, 0) + varint(0))) + message_field(2, tensor)
+    )
+    data = model.SerializeToString() + message_field(7, message_field(13, info))
+    refused(tmp_path, data, "graph.value_info[0] ('Y').type", contains="oneof")
+
+
+def test_a_repeated_member_is_not_a_second_member(tmp_path):
+    # The same oneof member twice is not ambiguous in the sense of this rule (protobuf merges a
+    # message member, as for any singular field): the model stays valid.
+    type_bytes = message_field(2, int8_type())
+    data = model_with_field(message_field(1, b"x") + type_bytes + type_bytes)
+    out = run_bounded(CHECK, save(tmp_path, data), cpu_seconds=10, memory_mib=200)
+    assert out.error is None, out.message
+
+
+# ---------------------------------------------------------------------- (b) wrong wire types
+def test_wire_type_facts():
+    # Independent fact: protobuf drops a known field of the wrong wire type into unknown fields.
+    data = base_model().SerializeToString() + tag(27, 0) + varint(5)
+    assert len(S.get_struct_types(data)) == 0
+
+
+@pytest.mark.parametrize(
+    "suffix, path",
+    [
+        (tag(27, 0) + varint(5), "struct_types"),
+        (tag(27, 5) + bytes(4), "struct_types"),
+        (message_field(7, tag(17, 0) + varint(1)), "graph.struct_initializer"),
+        (
+            message_field(7, message_field(11, message_field(1, b"Z") + message_field(2, tag(10, 0) + varint(0)))),
+            "graph.input[1] ('Z').type.struct_type",
+        ),
+    ],
+    ids=["model_27_varint", "model_27_fixed32", "graph_17_varint", "type_10_varint"],
+)
+def test_integration_field_with_wrong_wire_type_is_refused(tmp_path, suffix, path):
+    data = base_model().SerializeToString() + suffix
+    refused(tmp_path, data, path, contains="wire type")
+
+
+def test_wrong_wire_type_inside_a_declaration_is_refused(tmp_path):
+    # Array.dimension (uint64) sent length-delimited would be dropped: an array of 0 elements.
+    array = message_field(1, int8_type()) + message_field(2, b"\x10")
+    data = base_model().SerializeToString() + message_field(27, message_field(1, array))
+    refused(tmp_path, data, "struct_types[0].array.dimension", contains="wire type")
+
+
+def test_wire_scan_of_a_stock_model_object(tmp_path):
+    # The same evidence survives in an onnx.ModelProto (unknown fields are re-serialized in order).
+    data = model_with_field(message_field(1, b"x") + message_field(2, int8_type()) + message_field(4, constant_bytes()))
+    out = run_bounded("S.check_model(onnx.load(ARG))", save(tmp_path, data), cpu_seconds=10, memory_mib=200)
+    out.assert_validation_error("struct_types[0].structure.field[0] ('x')", contains="oneof")
+
+
+def test_wire_scan_is_iterative_on_deep_nesting(tmp_path):
+    # 45 nested sequence types (90 message levels, under upb's parse depth limit of 100): no
+    # recursion in the scan, and the second oneof member at the bottom is still found.
+    inner = (
+        message_field(10, tag(5, 0) + varint(0)) + oh.make_tensor_type_proto(TensorProto.FLOAT, [1]).SerializeToString()
+    )
+    for _ in range(45):
+        inner = message_field(4, message_field(1, inner))  # TypeProto.sequence_type.elem_type
+    info = message_field(1, b"Y") + message_field(2, inner)
+    data = model_with([linear_int4_128()]).SerializeToString() + message_field(7, message_field(13, info))
+    refused(tmp_path, data, "graph.value_info[0] ('Y').type.sequence_type.elem_type", contains="oneof")
+
+
+# ---------------------------------------------------------------------- exact struct references
+def two_declarations():
+    first = linear_int4_128()
+    second = S.make_array(TensorProto.UINT8, 64, name="BYTES")
+    return first, second
+
+
+def test_value_flowing_to_an_output_of_another_type_is_refused(tmp_path):
+    model = model_with(
+        two_declarations(),
+        [S.make_struct_value("w", 0, raw_data=bytes(64))],
+        outputs=[S.make_struct_value_info("w", 1)],
+    )
+    data = model.SerializeToString()
+    refused(tmp_path, data, "graph.output[1] ('w')", contains="struct_types[0]")
+    refused(tmp_path, data, "graph.output[1] ('w')", contains="struct_types[0]", code=FULL_CHECK)
+
+
+def test_value_info_of_another_type_is_refused(tmp_path):
+    model = model_with(
+        two_declarations(),
+        [S.make_struct_value("w", 0, raw_data=bytes(64))],
+        value_info=[S.make_struct_value_info("w", 1)],
+    )
+    refused(tmp_path, model.SerializeToString(), "graph.value_info[0] ('w')", contains="struct_types[1]")
+
+
+def test_struct_input_flowing_to_an_output_of_another_type_is_refused(tmp_path):
+    model = model_with(
+        two_declarations(), inputs=[S.make_struct_value_info("x", 0)], outputs=[S.make_struct_value_info("x", 1)]
+    )
+    refused(tmp_path, model.SerializeToString(), "graph.output[1] ('x')", contains="struct_types[0]")
+
+
+def test_matching_and_unconstrained_references_are_accepted():
+    model = model_with(
+        two_declarations(),
+        [
+            S.make_struct_value("w", 0, raw_data=bytes(64)),
+            S.make_struct_value("v", linear_int4_128(), raw_data=bytes(64)),
+        ],
+        outputs=[S.make_struct_value_info("w", 0), S.make_struct_value_info("v", 0)],
+        value_info=[S.make_struct_value_info("w")],
+    )
+    S.check_model(model)
+
+
+# ---------------------------------------------------------------------- consumers of struct inputs
+def test_node_consuming_a_struct_input_without_decoder_is_refused(tmp_path):
+    model = model_with([linear_int4_128()], inputs=[S.make_struct_value_info("x", 0)])
+    model.graph.node.append(oh.make_node("Identity", ["x"], ["x_copy"]))
+    refused(tmp_path, model.SerializeToString(), "graph.node[1].input[0]", contains="no decoder")
+
+
+# ---------------------------------------------------------------------- opaque stand-ins
+def test_a_stock_opaque_input_is_not_a_struct_input():
+    model = base_model()
+    model.graph.input.append(
+        oh.make_value_info(
+            "o", onnx.TypeProto(opaque_type=onnx.TypeProto.Opaque(domain="onnx_struct", name="struct_types.0"))
+        )
+    )
+    S.add_struct_types(model, linear_int4_128())
+    lowered = S.lower(model)
+    assert [i.name for i in lowered.graph.input] == ["X", "o"]
+    assert lowered.graph.input[1].type.opaque_type.name == "struct_types.0"
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["struct_types.²", "struct_types.+1", "struct_types. 1", "struct_types.01", "struct_types.0x1", "struct_types.１"],
+)
+def test_exact_index_accepts_only_ascii_decimal(name):
+    from onnx_struct.opaque import exact_index
+
+    type_proto = onnx.TypeProto(opaque_type=onnx.TypeProto.Opaque(domain="onnx_struct", name=name))
+    assert exact_index(type_proto) is None
+    type_proto.opaque_type.name = "struct_types.12"
+    assert exact_index(type_proto) == 12
