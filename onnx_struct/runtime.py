@@ -35,7 +35,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_struct import bindings, buffer_pool, dtypes
+from onnx_struct import bindings, buffer_pool, dtypes, external
 from onnx_struct.errors import ValidationError
 
 # The function models and leaf packing live in functions.py (no onnxruntime there); they are also
@@ -520,6 +520,7 @@ def decode(
     decoder = declaration.decoder
     decoder_path = bindings.function_label(f"{where}.decoder", decoder)
     bound = bindings.bind_decoder(decoder, struct_view.layout, f"{where}.decoder")
+    external.refuse_external_tensors(decoder, decoder_path, bound.values())  # never resolved against the cwd
     feeds, constants = leaf_feeds(struct_view, bound)
     if runtime == "onnxruntime":
         from onnx_struct import parallel  # noqa: PLC0415 - it uses this module's runners
@@ -567,6 +568,7 @@ def encode(
     encoder_path = bindings.function_label(f"{where}.encoder", encoder)
     layout = table.leaves(declaration, where)
     bound = bindings.bind_encoder(encoder, layout, f"{where}.encoder")
+    external.refuse_external_tensors(encoder, encoder_path)  # never resolved against the cwd
     x = np.asarray(array)
     try:
         elem_type = helper.np_dtype_to_tensor_dtype(x.dtype)
