@@ -28,14 +28,13 @@ from collections.abc import Iterator
 import numpy as np
 import onnx
 
+from onnx_struct import buffer_pool
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import UINT64_MAX, element_label
+from onnx_struct.limits import MAX_EXTERNAL_DIGITS
 
 KNOWN_KEYS = ("location", "offset", "length", "checksum")
 _DECIMAL = re.compile(r"[0-9]+")
-# uint64 has at most 20 decimal digits; longer text is refused before int() (whose own limit,
-# 4300 digits, raises ValueError, and whose cost grows quadratically below it).
-_MAX_DIGITS = 20
 _READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
@@ -73,9 +72,9 @@ def parse_external_data(entries, path: str) -> ExternalRef:
 
 
 def _uint64(text: str, path: str) -> int:
-    if len(text) > _MAX_DIGITS:
+    if len(text) > MAX_EXTERNAL_DIGITS:
         raise ValidationError(
-            path, f"{text[:20]!r}... has {len(text)} characters; a uint64 has at most {_MAX_DIGITS} digits"
+            path, f"{text[:20]!r}... has {len(text)} characters; a uint64 has at most {MAX_EXTERNAL_DIGITS} digits"
         )
     if not _DECIMAL.fullmatch(text):
         raise ValidationError(path, f"{text!r} is not a non-negative decimal integer")
@@ -216,9 +215,11 @@ def read_model_file(file: str | os.PathLike) -> bytes:
 def read_range(file: pathlib.Path, offset: int, length: int, path: str) -> np.ndarray:
     """A read-only uint8 copy of ``length`` bytes at ``offset`` of ``file`` (a path from
     :func:`resolve`). The opened file is checked again: one that changed since the check is a
-    ValidationError. One ``readinto`` into a fresh buffer costs about what faulting in the pages
-    of a memory map does, and a later truncation cannot crash the interpreter (SIGBUS)."""
-    buffer = np.empty(length, dtype=np.uint8)
+    ValidationError, and a later truncation cannot crash the interpreter (SIGBUS) as it would a
+    memory map. The price is one copy from the page cache (docs/security.md, "Files")."""
+    # A recycled buffer when one is free (buffer_pool: returned only once no array can reach it),
+    # which saves the page faults of fresh memory; the allocation is bounded by the checked stat.
+    buffer = buffer_pool.empty((length,), np.uint8)
     if length:
         fd, size = _open_regular(file, path, f"external file {file.name!r}", follow=False)
         with open(fd, "rb", buffering=0, closefd=True) as handle:

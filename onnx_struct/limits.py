@@ -17,3 +17,8 @@ MAX_LEAVES = 100_000
 
 # Widest bit-packing component (the widest fixed-width ONNX scalar is 64 bits).
 MAX_COMPONENT_BITS = 64
+
+# Digits of an external_data offset/length: uint64 has at most 20 decimal digits. Longer text is
+# refused before int() (Python's own limit of 4300 digits raises ValueError; below it int() of
+# long text costs quadratic time).
+MAX_EXTERNAL_DIGITS = 20
