@@ -219,8 +219,7 @@ class _Checker:
         """Every external stock tensor (initializers and node attributes of every graph, model
         function and training graph) by the rules used for struct payloads (tensors inside types
         are refused by check_constant and check_functions)."""
-        serialized = self.loaded.serialized
-        if serialized is not None and external.EXTERNAL_MARK not in serialized:
+        if not external.may_hold_external_tensors(self.proto, self.loaded.serialized):
             return  # no tensor anywhere has data_location = EXTERNAL: skip the walk over nodes
         for where, tensor in external.model_tensors(self.proto):
             if external.is_external(tensor):

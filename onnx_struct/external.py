@@ -298,9 +298,16 @@ def model_tensors(model) -> Iterator[tuple[str, onnx.TensorProto]]:
                 yield from graph_tensors(getattr(training, name), f"training_info[{i}].{name}")
 
 
-# The serialized form of ``data_location = EXTERNAL`` (TensorProto field 14, varint 1): a model
-# whose bytes lack it has no external tensor anywhere, so the walk over its nodes can be skipped.
+# The canonical serialized form of ``data_location = EXTERNAL`` (TensorProto field 14, varint 1).
 EXTERNAL_MARK = bytes((14 << 3, onnx.TensorProto.EXTERNAL))
+
+
+def may_hold_external_tensors(model, serialized: bytes | None) -> bool:
+    """False only when ``serialized`` (the bytes ``model`` was parsed from) proves that no tensor
+    has ``data_location = EXTERNAL``: the canonical mark is absent, and the bytes are exactly as
+    long as their canonical re-encoding (an overlong varint spelling the field differently would
+    make them longer). The walk over every node this saves costs ~10 us per node."""
+    return serialized is None or EXTERNAL_MARK in serialized or model.ByteSize() != len(serialized)
 
 
 def is_external(tensor: onnx.TensorProto) -> bool:
