@@ -164,6 +164,7 @@ class _Checker:
             function = getattr(declaration, role)
             where = bindings.function_label(f"{path}.{role}", function)
             valid = self.attempt(check_function, function, where, self.proto.ir_version)
+            self.attempt(external.refuse_external_tensors, function, where)
             bound = self.attempt(bind, function, leaves, f"{path}.{role}") if leaves is not None else None
             if role == "decoder" and valid and bound is not None:
                 from onnx_struct import inference  # noqa: PLC0415 - runtime-free
@@ -242,13 +243,14 @@ class _Checker:
             self.diagnostics.insert(0, error)
 
     def check_external_tensors(self) -> None:
-        """External initializers of the main graph, by the rules used for struct payloads."""
-        for i in self.external_initializers:
-            tensor = self.proto.graph.initializer[i]
-            where = element_label(f"graph.initializer[{i}]", tensor.name) + ".external_data"
-            ref = self.attempt(external.parse_external_data, tensor.external_data, where)
-            if ref is not None and self.loaded.base_dir is not None:
-                self.attempt(external.resolve, ref, self.loaded.base_dir, where)
+        """Every external stock tensor (initializers and node attributes of every graph, model
+        function and training graph) by the rules used for struct payloads (tensors inside types
+        are refused by check_constant and check_functions)."""
+        if not external.may_hold_external_tensors(self.proto, self.loaded.serialized):
+            return  # no tensor anywhere has data_location = EXTERNAL: skip the walk over nodes
+        for where, tensor in external.model_tensors(self.proto):
+            if external.is_external(tensor):
+                self.attempt(external.check_tensor, tensor, self.loaded.base_dir, where)
 
     def plain_value_sizes(self) -> dict[int, tuple[int, int]]:
         """For every valid, byte-aligned model-level declaration (its size is cached): its payload

@@ -1,23 +1,42 @@
-"""External payloads: safe location resolution and uint64 offset/length parsing.
+"""All file access of onnx_struct goes through here: one resolver, one reader, one writer.
 
-Nothing here reads payload bytes except :func:`map_payload`, which memory-maps exactly the
-verified range read-only. A location must be relative, free of ``..``, and stay inside the model's
-directory after symlinks are resolved.
+Every external reference of a model (struct values, initializers, tensors in nodes, subgraphs and
+model functions) is resolved by :func:`resolve` under the model-directory rules: a location is
+relative, free of ``..``, stays inside the model's directory after symlinks are resolved, and
+names a regular file holding the referenced range. Tensors stored in a *type* (constant leaves,
+decoders, encoders) have no directory and must be inline (:func:`refuse_external_tensors`).
+
+Reads (:func:`read_range`, :func:`read_model_file`) refuse non-regular files before opening them
+(a FIFO would block forever), open with ``O_NONBLOCK``/``O_NOFOLLOW``, check the opened file
+again with ``fstat``, and copy the bytes into memory: a file that shrinks after the check is a
+ValidationError, never a SIGBUS as with a memory map. Writes (:class:`DirectoryWriter`) create
+fresh temporary files in the target directory and rename them over the destination, so they
+never follow a symlink, never truncate a file they did not create, and never depend on the
+current directory.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import mmap
 import os
 import pathlib
 import re
+import secrets
+import stat
+from collections.abc import Iterator
 
+import numpy as np
+import onnx
+
+from onnx_struct import buffer_pool
 from onnx_struct.errors import ValidationError
-from onnx_struct.layout import UINT64_MAX
+from onnx_struct.layout import UINT64_MAX, element_label
+from onnx_struct.limits import MAX_EXTERNAL_DIGITS
 
 KNOWN_KEYS = ("location", "offset", "length", "checksum")
 _DECIMAL = re.compile(r"[0-9]+")
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,31 +46,36 @@ class ExternalRef:
     length: int | None  # None: to the end of the file
 
 
+# ---------------------------------------------------------------------- references
 def parse_external_data(entries, path: str) -> ExternalRef:
-    """Validate the ``external_data`` entries of a StructProto (keys as in TensorProto)."""
-    values: dict[str, str] = {}
+    """Validate ``external_data`` entries (keys as in TensorProto) of a StructProto or tensor."""
+    values: dict[str, tuple[str, str]] = {}
     for i, entry in enumerate(entries):
         where = f"{path}[{i}] ({entry.key!r})"
         if not isinstance(entry.key, str) or not isinstance(entry.value, str):
             # proto2 does not validate UTF-8 on parse: such strings arrive as bytes
-            raise ValidationError(where, "external_data entry is not valid UTF-8")
+            raise ValidationError(f"{path}[{i}]", "external_data entry is not valid UTF-8")
         if entry.key not in KNOWN_KEYS:
             raise ValidationError(where, f"unknown external_data key; expected one of {', '.join(KNOWN_KEYS)}")
         if entry.key in values:
             raise ValidationError(where, "duplicate external_data key")
-        values[entry.key] = entry.value
-    location = values.get("location", "")
+        values[entry.key] = (entry.value, where)
+    location = values.get("location", ("", path))[0]
     if not location:
         raise ValidationError(path, "external_data has no location")
     check_location(location, path)
-    offset = _uint64(values.get("offset", "0"), f"{path} offset")
-    length = _uint64(values["length"], f"{path} length") if "length" in values else None
+    offset = _uint64(*values["offset"]) if "offset" in values else 0
+    length = _uint64(*values["length"]) if "length" in values else None
     if length is not None and offset + length > UINT64_MAX:
         raise ValidationError(path, "offset + length overflows uint64", offset=offset, length=length)
     return ExternalRef(location, offset, length)
 
 
 def _uint64(text: str, path: str) -> int:
+    if len(text) > MAX_EXTERNAL_DIGITS:
+        raise ValidationError(
+            path, f"{text[:20]!r}... has {len(text)} characters; a uint64 has at most {MAX_EXTERNAL_DIGITS} digits"
+        )
     if not _DECIMAL.fullmatch(text):
         raise ValidationError(path, f"{text!r} is not a non-negative decimal integer")
     value = int(text)
@@ -72,8 +96,8 @@ def check_location(location: str, path: str) -> None:
 
 
 def resolve(ref: ExternalRef, base_dir: os.PathLike | str, path: str) -> tuple[pathlib.Path, int]:
-    """The file of ``ref`` inside ``base_dir`` (symlinks resolved) and its size, checked to hold
-    the referenced range. Only ``stat`` is called: no payload byte is read."""
+    """The file of ``ref`` inside ``base_dir`` (symlinks resolved) and the referenced length,
+    checked to be inside a regular file. Only ``stat`` is called: no byte is read."""
     root = pathlib.Path(base_dir).resolve()
     try:
         target = (root / ref.location).resolve()
@@ -82,27 +106,29 @@ def resolve(ref: ExternalRef, base_dir: os.PathLike | str, path: str) -> tuple[p
     if not target.is_relative_to(root):
         raise ValidationError(path, f"location {ref.location!r} resolves outside the model directory")
     try:
-        stat = target.stat()
+        info = target.stat()
     except OSError as error:
         raise ValidationError(path, f"external file {ref.location!r} cannot be opened: {error.strerror}") from None
-    if not target.is_file():
-        raise ValidationError(path, f"external location {ref.location!r} is not a regular file")
-    if ref.offset > stat.st_size:
+    if not stat.S_ISREG(info.st_mode):
+        raise ValidationError(path, f"external location {ref.location!r} is {_kind(info.st_mode)}, not a regular file")
+    return target, _range_length(ref, info.st_size, path)
+
+
+def _range_length(ref: ExternalRef, size: int, path: str) -> int:
+    if ref.offset > size:
+        raise ValidationError(
+            path, f"offset {ref.offset} is past the end of {ref.location!r} ({size} bytes)", offset=ref.offset,
+            file_size=size,
+        )  # fmt: skip
+    length = size - ref.offset if ref.length is None else ref.length
+    if ref.offset + length > size:
         raise ValidationError(
             path,
-            f"offset {ref.offset} is past the end of {ref.location!r} ({stat.st_size} bytes)",
-            offset=ref.offset,
-            file_size=stat.st_size,
-        )
-    length = stat.st_size - ref.offset if ref.length is None else ref.length
-    if ref.offset + length > stat.st_size:
-        raise ValidationError(
-            path,
-            f"{ref.location!r} holds {stat.st_size} bytes, fewer than offset {ref.offset} + length {length}",
+            f"{ref.location!r} holds {size} bytes, fewer than offset {ref.offset} + length {length}",
             bytes_needed=ref.offset + length,
-            bytes_available=stat.st_size,
+            bytes_available=size,
         )
-    return target, length
+    return length
 
 
 def external_payload_range(
@@ -132,12 +158,271 @@ def external_payload_range(
     return None if file is None else (file, ref.offset)
 
 
-def map_payload(file: pathlib.Path, offset: int, length: int) -> memoryview:
-    """A read-only memory map of exactly ``length`` bytes at ``offset`` (already verified)."""
-    if length == 0:
-        return memoryview(b"")
-    granularity = mmap.ALLOCATIONGRANULARITY
-    start = offset - offset % granularity
-    with open(file, "rb") as handle:
-        mapped = mmap.mmap(handle.fileno(), length + (offset - start), access=mmap.ACCESS_READ, offset=start)
-    return memoryview(mapped)[offset - start : offset - start + length]
+# ---------------------------------------------------------------------- reads
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISDIR, "a directory"),
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _open_regular(file: str | os.PathLike, path: str, what: str, *, follow: bool) -> tuple[int, int]:
+    """(fd, size) of a regular file opened read-only. ``stat`` first, so a FIFO or device is never
+    opened; ``O_NONBLOCK`` in case it was swapped in since; ``fstat`` of what was opened."""
+    try:
+        info = os.stat(file, follow_symlinks=follow)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValidationError(path, f"{what} is {_kind(info.st_mode)}, not a regular file; refused unopened")
+        fd = os.open(file, _READ_FLAGS | (0 if follow else _NOFOLLOW))
+    except OSError as error:
+        raise ValidationError(path, f"{what} cannot be opened: {error.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValidationError(path, f"{what} is {_kind(info.st_mode)}, not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info.st_size
+
+
+def require_regular_file(file: str | os.PathLike, path: str = "") -> None:
+    """Refuse (without opening it) a path named by the caller that is not a regular file, for
+    readers we do not own (gguf-py)."""
+    what = os.fspath(file)
+    info = os.stat(file)  # a missing file is the caller's OSError, as with ``open``
+    if not stat.S_ISREG(info.st_mode):
+        raise ValidationError(path, f"{what} is {_kind(info.st_mode)}, not a regular file; refused unopened")
+
+
+def read_model_file(file: str | os.PathLike) -> bytes:
+    """The bytes of a model file named by the caller (symlinks followed); non-regular files are
+    refused unopened. A missing file is the caller's FileNotFoundError, as with ``open``."""
+    what = os.fspath(file)
+    if not os.path.lexists(file):
+        raise FileNotFoundError(2, "No such file or directory", what)
+    fd, size = _open_regular(file, "", what, follow=True)
+    with open(fd, "rb", closefd=True) as handle:
+        return handle.read()  # to the end: a file that grew since fstat is read whole
+
+
+def read_range(file: pathlib.Path, offset: int, length: int, path: str) -> np.ndarray:
+    """A read-only uint8 copy of ``length`` bytes at ``offset`` of ``file`` (a path from
+    :func:`resolve`). The opened file is checked again: one that changed since the check is a
+    ValidationError, and a later truncation cannot crash the interpreter (SIGBUS) as it would a
+    memory map. The price is one copy from the page cache (docs/security.md, "Files")."""
+    # A recycled buffer when one is free (buffer_pool: returned only once no array can reach it),
+    # which saves the page faults of fresh memory; the allocation is bounded by the checked stat.
+    buffer = buffer_pool.empty((length,), np.uint8)
+    if length:
+        fd, size = _open_regular(file, path, f"external file {file.name!r}", follow=False)
+        with open(fd, "rb", buffering=0, closefd=True) as handle:
+            if offset + length > size:
+                raise _changed(path, file, size, offset + length)
+            handle.seek(offset)
+            target, done = memoryview(buffer), 0
+            while done < length:
+                count = handle.readinto(target[done:])
+                if not count:
+                    raise _changed(path, file, offset + done, offset + length)
+                done += count
+    buffer.flags.writeable = False
+    return buffer
+
+
+def _changed(path: str, file: pathlib.Path, size: int, needed: int) -> ValidationError:
+    return ValidationError(
+        path, f"external file {file.name!r} changed after the check: {size} bytes, {needed} needed", bytes_needed=needed
+    )
+
+
+def read_tensor_data(tensor: onnx.TensorProto, base_dir: os.PathLike | str, path: str) -> bytes:
+    """The external bytes of a stock tensor, read under the model-directory rules."""
+    ref = parse_external_data(tensor.external_data, path)
+    file, length = resolve(ref, base_dir, path)
+    return read_range(file, ref.offset, length, path).tobytes()
+
+
+# ---------------------------------------------------------------------- tensors of a model
+def graph_tensors(graph, path: str, *, initializers_only: bool = False) -> Iterator[tuple[str, onnx.TensorProto]]:
+    """Every TensorProto of a graph or function: initializers, sparse initializers' parts, node
+    attributes, and those of subgraphs (overlay or stock messages; the field names agree).
+    ``initializers_only``: the (dense) initializers of the graph and its subgraphs only."""
+    stack = [(graph, path)]
+    while stack:
+        current, where = stack.pop()
+        for i, tensor in enumerate(getattr(current, "initializer", ())):
+            yield element_label(f"{where}.initializer[{i}]", tensor.name), tensor
+        for i, sparse in enumerate(getattr(current, "sparse_initializer", ())):
+            if not initializers_only:
+                yield f"{where}.sparse_initializer[{i}].values", sparse.values
+                yield f"{where}.sparse_initializer[{i}].indices", sparse.indices
+        for j, node in enumerate(current.node):
+            for k, attribute in enumerate(node.attribute):
+                at = f"{where}.node[{j}].attribute[{k}]"
+                if initializers_only:
+                    if attribute.HasField("g"):
+                        stack.append((attribute.g, f"{at}.g"))
+                    stack.extend((g, f"{at}.graphs[{n}]") for n, g in enumerate(attribute.graphs))
+                    continue
+                if attribute.HasField("t"):
+                    yield f"{at}.t", attribute.t
+                for n, tensor in enumerate(attribute.tensors):
+                    yield f"{at}.tensors[{n}]", tensor
+                if attribute.HasField("sparse_tensor"):
+                    yield f"{at}.sparse_tensor.values", attribute.sparse_tensor.values
+                    yield f"{at}.sparse_tensor.indices", attribute.sparse_tensor.indices
+                for n, sparse in enumerate(attribute.sparse_tensors):
+                    yield f"{at}.sparse_tensors[{n}].values", sparse.values
+                    yield f"{at}.sparse_tensors[{n}].indices", sparse.indices
+                if attribute.HasField("g"):
+                    stack.append((attribute.g, f"{at}.g"))
+                stack.extend((g, f"{at}.graphs[{n}]") for n, g in enumerate(attribute.graphs))
+
+
+def model_tensors(model) -> Iterator[tuple[str, onnx.TensorProto]]:
+    """Every TensorProto of a stock or overlay model outside struct types: the main graph's and
+    training graphs' (with subgraphs), and those of model-local functions."""
+    yield from graph_tensors(model.graph, "graph")
+    for i, function in enumerate(model.functions):
+        yield from graph_tensors(function, f"functions[{i}]")
+    for i, training in enumerate(model.training_info):
+        for name in ("initialization", "algorithm"):
+            if training.HasField(name):
+                yield from graph_tensors(getattr(training, name), f"training_info[{i}].{name}")
+
+
+# The canonical serialized form of ``data_location = EXTERNAL`` (TensorProto field 14, varint 1).
+EXTERNAL_MARK = bytes((14 << 3, onnx.TensorProto.EXTERNAL))
+
+
+def may_hold_external_tensors(model, serialized: bytes | None) -> bool:
+    """False only when ``serialized`` (the bytes ``model`` was parsed from) proves that no tensor
+    has ``data_location = EXTERNAL``: the canonical mark is absent, and the bytes are exactly as
+    long as their canonical re-encoding (an overlong varint spelling the field differently would
+    make them longer). The walk over every node this saves costs ~10 us per node."""
+    return serialized is None or EXTERNAL_MARK in serialized or model.ByteSize() != len(serialized)
+
+
+def is_external(tensor: onnx.TensorProto) -> bool:
+    """Whether readers take the tensor's data from a file (as onnx's ``uses_external_data``)."""
+    return tensor.data_location == onnx.TensorProto.EXTERNAL
+
+
+def check_tensor(tensor: onnx.TensorProto, base_dir: os.PathLike | str | None, path: str) -> None:
+    """The model-directory rules for one external stock tensor (syntax only without a directory)."""
+    where = f"{path}.external_data"
+    ref = parse_external_data(tensor.external_data, where)
+    if base_dir is not None:
+        resolve(ref, base_dir, where)
+
+
+def refuse_external_tensors(function: onnx.FunctionProto, path: str, leaves=()) -> None:
+    """A decoder or encoder is part of a type, which has no directory: its tensors (Constant
+    nodes, attributes, subgraphs) and the constant ``leaves`` it is fed must be inline, wherever
+    the model is stored or decoded (no file is ever read for them)."""
+    for leaf in leaves:
+        if leaf.kind == "constant" and is_external(leaf.constant):
+            raise ValidationError(leaf.source, "constants are stored in the type; external data is not allowed")
+    for where, tensor in graph_tensors(function, path):
+        if is_external(tensor):
+            raise ValidationError(
+                f"{where}.external_data", "tensors of a decoder or encoder must be inline; external data is not allowed"
+            )
+
+
+def load_external_tensors(model: onnx.ModelProto, base_dir: os.PathLike | str) -> None:
+    """Bring every external stock tensor of ``model`` inline, in place, through :func:`resolve`
+    (onnx's ``load_external_data_for_model``, under onnx_struct's rules and without mmap)."""
+    for where, tensor in model_tensors(model):
+        if is_external(tensor):
+            check_tensor(tensor, base_dir, where)
+            tensor.raw_data = read_tensor_data(tensor, base_dir, f"{where}.external_data")
+            del tensor.external_data[:]
+            tensor.data_location = onnx.TensorProto.DEFAULT
+
+
+# ---------------------------------------------------------------------- writes
+def _create_new(destination: pathlib.Path) -> tuple[pathlib.Path, int]:
+    """A new, empty temporary file next to ``destination``: ``O_CREAT | O_EXCL`` never opens an
+    existing file or follows a link; mode 0o666 less the umask, as ``open`` would give."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
+    while True:
+        temporary = destination.with_name(f".{destination.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return temporary, os.open(temporary, flags, 0o666)
+        except FileExistsError:
+            continue
+
+
+class DirectoryWriter:
+    """Files written into one directory without following symlinks or truncating anything.
+
+    Each file is first written to a fresh temporary file in its destination's directory
+    (``mkstemp``: ``O_CREAT | O_EXCL``); :meth:`commit` then renames each over its destination,
+    refusing a destination that is a symlink or not a regular file, or whose directory resolves
+    outside ``directory``. Nothing is replaced until every file is complete; :meth:`discard`
+    (or leaving a ``with`` block by an exception) removes the temporary files.
+    """
+
+    def __init__(self, directory: pathlib.Path) -> None:
+        self.root = pathlib.Path(directory).resolve()
+        self._pending: dict[pathlib.Path, tuple[str, pathlib.Path, object]] = {}
+
+    def __enter__(self) -> DirectoryWriter:
+        return self
+
+    def __exit__(self, kind, error, trace) -> None:
+        self.discard()
+
+    def open(self, name: str, where: str, *, exclusive: bool = False):
+        """A binary file handle for ``name`` (relative to the directory), new and empty; the same
+        handle again for a name already open, unless ``exclusive``."""
+        check_location(name, where)
+        destination = self._destination(name, where)
+        if destination in self._pending:
+            if exclusive:
+                raise ValidationError(where, f"{name!r} is also the destination of another file")
+            return self._pending[destination][2]
+        temporary, fd = _create_new(destination)
+        handle = open(fd, "wb")  # noqa: SIM115 - closed by commit / discard
+        self._pending[destination] = (name, temporary, handle)
+        return handle
+
+    def _destination(self, name: str, where: str) -> pathlib.Path:
+        parent = (self.root / name).parent.resolve()
+        if not parent.is_relative_to(self.root) or not parent.is_dir():
+            raise ValidationError(where, f"{name!r} is not in a directory inside {str(self.root)!r}")
+        destination = parent / pathlib.PurePath(name).name
+        try:
+            info = os.lstat(destination)
+        except FileNotFoundError:
+            return destination
+        if stat.S_ISLNK(info.st_mode):
+            raise ValidationError(where, f"{name!r} is a symbolic link; refusing to write through or over it")
+        if not stat.S_ISREG(info.st_mode):
+            raise ValidationError(where, f"{name!r} is {_kind(info.st_mode)}; refusing to replace it")
+        return destination
+
+    def commit(self, where: str) -> None:
+        """Rename every complete temporary file over its destination (checked again first)."""
+        for _, _, handle in self._pending.values():
+            handle.flush()
+            os.fsync(handle.fileno())
+            handle.close()
+        for destination, (name, temporary, _) in list(self._pending.items()):
+            self._destination(name, where)  # still not a symlink, nor a directory
+            os.replace(temporary, destination)  # rename(2) replaces the name, never follows it
+            del self._pending[destination]
+
+    def discard(self) -> None:
+        for _, temporary, handle in self._pending.values():
+            handle.close()
+            temporary.unlink(missing_ok=True)
+        self._pending.clear()

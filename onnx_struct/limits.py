@@ -66,3 +66,7 @@ FUNCTION_BASE_BYTES = 64 << 20
 # every 1-D tensor it propagates (2.1 GB for one INT4[10^7] leaf), so it only runs when all 1-D
 # values of the decoder together have at most this many elements.
 MAX_DATA_PROPAGATION_ELEMENTS = 1 << 16
+# Digits of an external_data offset/length: uint64 has at most 20 decimal digits. Longer text is
+# refused before int() (Python's own limit of 4300 digits raises ValueError; below it int() of
+# long text costs quadratic time).
+MAX_EXTERNAL_DIGITS = 20

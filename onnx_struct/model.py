@@ -66,8 +66,10 @@ def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = No
         data = bytes(model)
         return LoadedModel(_parse(data, "<bytes>"), directory, data)
     if isinstance(model, (str, os.PathLike)):
+        from onnx_struct import external  # noqa: PLC0415 - external imports layout, which imports this module
+
         path = pathlib.Path(model)
-        data = path.read_bytes()
+        data = external.read_model_file(path)  # a FIFO, device or directory is refused unopened
         return LoadedModel(_parse(data, str(path)), directory if directory is not None else path.resolve().parent, data)
     raise TypeError(f"expected onnx.ModelProto, bytes or a path, got {type(model).__name__}")
 

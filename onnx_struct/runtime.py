@@ -35,7 +35,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_struct import bindings, buffer_pool, decoder_policy, dtypes
+from onnx_struct import bindings, buffer_pool, decoder_policy, dtypes, external
 from onnx_struct.errors import ValidationError
 
 # The function models and leaf packing live in functions.py (no onnxruntime there); they are also
@@ -549,6 +549,7 @@ def decode(
     decoder = declaration.decoder
     decoder_path = bindings.function_label(f"{where}.decoder", decoder)
     bound = bindings.bind_decoder(decoder, struct_view.layout, f"{where}.decoder")
+    external.refuse_external_tensors(decoder, decoder_path, bound.values())  # never resolved against the cwd
     feeds, constants = leaf_feeds(struct_view, bound)
     inputs = [(name, tensor_type(feed.elem_type, feed.shape)) for name, feed in feeds.items()]
     # What check_model applies to this declaration, before any session is built or range split.
@@ -598,6 +599,7 @@ def encode(
     encoder_path = bindings.function_label(f"{where}.encoder", encoder)
     layout = table.leaves(declaration, where)
     bound = bindings.bind_encoder(encoder, layout, f"{where}.encoder")
+    external.refuse_external_tensors(encoder, encoder_path)  # never resolved against the cwd
     x = np.asarray(array)
     try:
         elem_type = helper.np_dtype_to_tensor_dtype(x.dtype)

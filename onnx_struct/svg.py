@@ -16,7 +16,7 @@ import numpy as np
 from onnx_struct import dtypes
 from onnx_struct.errors import ValidationError
 from onnx_struct.inspect import _preview, tensor_label
-from onnx_struct.layout import Leaf, TypeTable
+from onnx_struct.layout import Leaf, TypeTable, read_constant
 from onnx_struct.model import StructTypeProto, load
 from onnx_struct.view import bit_positions
 
@@ -229,12 +229,12 @@ def _element(add, start: int, stop: int, per_row: int, color: str, label: str, s
 
 
 def _constant_text(leaf: Leaf) -> str:
-    from onnx import numpy_helper  # noqa: PLC0415
-
+    # read_constant refuses external data (a type has no directory: nothing is read from a file)
+    # and checks the data against dims before numpy allocates anything.
     try:
-        return _preview(numpy_helper.to_array(leaf.constant))
-    except Exception:  # noqa: BLE001 - shown as unknown; the checker reports unreadable constants
-        return "?"
+        return _preview(read_constant(leaf.constant, leaf.source))
+    except ValidationError as error:  # shown as unknown; the checker reports unreadable constants
+        return f"? ({error.reason})"
 
 
 def _esc(text: str) -> str:

@@ -1,7 +1,8 @@
 """Bounds-checked, vectorized reads of the leaves of a struct payload (``view``, ``StructView``).
 
-A view pairs a payload (inline ``raw_data`` or a read-only memory map of the exact external
-range) with the leaf layout of its declaration (:meth:`onnx_struct.layout.TypeTable.leaves`).
+A view pairs a payload (inline ``raw_data``, or the exact external range, copied into memory on
+the first read of a leaf: a file that changes after the check is a ValidationError, never a
+SIGBUS as with a memory map) with the leaf layout of its declaration (:meth:`onnx_struct.layout.TypeTable.leaves`).
 The payload length is verified against the size function before any byte is read.
 
 Reading a leaf takes one of four routes, all exact under the proposal's physical rules (tight
@@ -53,10 +54,19 @@ class StructView(Mapping):
     """
 
     def __init__(self, buffer, layout: tuple[Leaf, ...], name: str = "") -> None:
-        self._data = np.frombuffer(buffer, dtype=np.uint8)
+        # ``buffer`` is any buffer, or an ExternalPayload read on the first access to a leaf
+        # (so a view used only for its layout, as by ``lower``, reads nothing).
+        self._source = buffer if isinstance(buffer, ExternalPayload) else None
+        self._array = None if self._source is not None else np.frombuffer(buffer, dtype=np.uint8)
         self._layout = tuple(layout)
         self._by_path = {leaf.path: leaf for leaf in self._layout}
         self.name = name
+
+    @property
+    def _data(self) -> np.ndarray:
+        if self._array is None:
+            self._array = self._source.read()  # two threads may both read: same bytes, one kept
+        return self._array
 
     @property
     def layout(self) -> tuple[Leaf, ...]:
@@ -70,7 +80,7 @@ class StructView(Mapping):
     @property
     def nbytes(self) -> int:
         """Payload length in bytes (= size_in_bits / 8)."""
-        return int(self._data.size)
+        return self._source.length if self._array is None else int(self._array.size)
 
     @property
     def buffer(self) -> np.ndarray:
@@ -121,8 +131,8 @@ def view(
     supplies ``struct_types`` for
     ``type`` indices and ``type_index`` references, and, when it is a path, the directory external
     payloads are resolved against (``base_dir`` overrides it). The payload length is checked
-    against the declaration's size before any byte is read; external files are memory-mapped
-    read-only over exactly the payload's range.
+    against the declaration's size before any byte is read; an external payload's exact range is
+    read into memory when a leaf is first read (the file is checked again then).
 
     >>> v = view("weight", "model.onnx")
     >>> v["values"].dtype, v["scale"]
@@ -201,6 +211,16 @@ def layout_and_size(table: TypeTable, declaration: StructTypeProto, where: str) 
     return table.leaves(declaration, where), bits // 8
 
 
+class ExternalPayload:
+    """A verified external range, read into memory (a copy, never a memory map) on first use."""
+
+    def __init__(self, file: pathlib.Path, offset: int, length: int, where: str) -> None:
+        self.file, self.offset, self.length, self.where = file, offset, length, where
+
+    def read(self) -> np.ndarray:
+        return external.read_range(self.file, self.offset, self.length, f"{self.where}.external_data")
+
+
 def _payload(value: StructProto, nbytes: int, base_dir: pathlib.Path | None, where: str):
     if len(value.external_data):
         located = external.external_payload_range(value, nbytes, base_dir, where)
@@ -209,7 +229,7 @@ def _payload(value: StructProto, nbytes: int, base_dir: pathlib.Path | None, whe
                 f"{where}.external_data",
                 "external payload but no base directory (load the model from a path or pass base_dir)",
             )
-        return external.map_payload(located[0], located[1], nbytes)
+        return ExternalPayload(located[0], located[1], nbytes, where)
     data = value.raw_data  # each access copies the payload out of the message: read it once
     if len(data) != nbytes:
         raise ValidationError(

@@ -328,7 +328,7 @@ def no_reads(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("payload was read before the size was verified")
 
-    monkeypatch.setattr(external_module, "map_payload", refuse)
+    monkeypatch.setattr(external_module, "read_range", refuse)
 
 
 @pytest.mark.parametrize(

@@ -54,11 +54,13 @@ class ProgressBar:
 
 
 def run(args: argparse.Namespace) -> int:
+    from onnx_struct.external import require_regular_file  # noqa: PLC0415
     from onnx_struct.formats.gguf.convert import convert  # noqa: PLC0415 - keep `onnx-struct --help` fast
 
     output = pathlib.Path(args.output)
     bar = ProgressBar(sys.stderr, enabled=not args.quiet)
     try:
+        require_regular_file(args.input)  # gguf-py opens it itself: a FIFO would block it forever
         model = convert(
             args.input,
             reference=args.reference,

@@ -10,9 +10,6 @@ import argparse
 import pathlib
 import sys
 
-import onnx
-from google.protobuf.message import DecodeError
-
 from onnx_struct.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
 from onnx_struct.errors import ValidationError
 
@@ -40,14 +37,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from onnx_struct.checker import check_model  # noqa: PLC0415
+    from onnx_struct.external_io import load_with_external_data  # noqa: PLC0415
     from onnx_struct.formats.quantize import plan, quantize  # noqa: PLC0415 - keep `onnx-struct --help` fast
 
     op_types = tuple(op.strip() for op in args.op_types.split(",") if op.strip())
-    try:
-        source = onnx.load(args.input)
-    except DecodeError as error:
+    try:  # onnx_struct's file rules: a FIFO is refused unopened, external tensors stay in the model's directory
+        source = load_with_external_data(args.input)
+    except ValidationError as error:
         # An unreadable model is invalid content (exit 1), as in check, lower and decode.
-        print(f"onnx-struct quantize: {args.input} is not an ONNX model: {error}", file=sys.stderr)
+        print(f"onnx-struct quantize: {args.input}: {error}", file=sys.stderr)
         return EXIT_INVALID
     options = {"op_types": op_types, "min_elements": args.min_elements, "group_axis": args.group_axis}
     try:
