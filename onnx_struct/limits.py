@@ -17,3 +17,17 @@ MAX_LEAVES = 100_000
 
 # Widest bit-packing component (the widest fixed-width ONNX scalar is 64 bits).
 MAX_COMPONENT_BITS = 64
+
+# GGUF input (checked by onnx_struct.formats.gguf.validate before gguf-py's GGUFReader runs).
+# Tensors per GGUF file: real models hold about 300 to 1,200 (DeepSeek-V3: ~1,100); gguf-py
+# spends Python objects per tensor, and each becomes a struct value.
+MAX_GGUF_TENSORS = 65_536
+# Dimensions per GGUF tensor: ggml's GGML_MAX_DIMS.
+MAX_GGUF_DIMS = 4
+# Nesting of GGUF metadata arrays: llama.cpp reads no nested arrays at all, and gguf-py recurses
+# once per level (5,000 levels exhaust Python's stack).
+MAX_GGUF_ARRAY_DEPTH = 4
+# Metadata values of one GGUF file (key-value pairs plus array elements at every depth): gguf-py
+# builds one numpy array per element (about 1 KB and 10-25 us each). Real tokenizers hold up to
+# about 800,000 (Gemma 3: 3 x 262,144; Llama 3: 537,000).
+MAX_GGUF_METADATA_ITEMS = 2**21
