@@ -7,6 +7,7 @@ follow from the bytes written here, not from the code under test.
 
 from __future__ import annotations
 
+import pathlib
 import struct
 
 import pytest
@@ -173,3 +174,26 @@ def test_cli_reference_mode_refuses_a_tensor_past_the_end(tmp_path, info, contai
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "gguf.tensors[0] ('w')" in lines[0] and contains in lines[0], out.stderr
     assert not (tmp_path / "w.onnx").exists()
+
+
+DATA = pathlib.Path(__file__).parent / "data" / "gguf"
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("fuzz-*.gguf")))
+def test_files_the_fuzzer_found_hanging_gguf_py_are_refused(name):
+    # Mutations of gguf-py-written seeds (tests/fuzz/targets_gguf.py) that hung the converter
+    # for more than 5 CPU seconds each before the pre-scan; all state huge array lengths.
+    out = run_bounded(CONVERT_BOTH, str(DATA / name), cpu_seconds=2, memory_mib=100)
+    out.assert_validation_error("gguf.kv[")
+
+
+def test_a_short_mutation_campaign_finds_no_escape():
+    code = """
+import sys
+sys.path.insert(0, ARG)
+from fuzz.targets_gguf import run_mutations
+counts = run_mutations(150, seed=7)
+assert counts["escapes"] == 0 and counts["conversions accepted"] > 0, counts
+"""
+    out = run_bounded(code, str(pathlib.Path(__file__).parents[1]), cpu_seconds=30, memory_mib=300)
+    assert out.error is None, out.traceback
