@@ -182,6 +182,7 @@ def run_mutations(n: int, seed: int = 0, crashes: pathlib.Path | None = None) ->
 def _atheris_main(argv: list[str]) -> None:  # pragma: no cover - interactive
     import atheris  # noqa: PLC0415
 
+    atheris.instrument_all()  # coverage of onnx_struct and gguf-py, already imported
     atheris.Setup([argv[0], *argv[1:]], fuzz_from_gguf)
     atheris.Fuzz()
 
