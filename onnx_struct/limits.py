@@ -70,3 +70,16 @@ MAX_DATA_PROPAGATION_ELEMENTS = 1 << 16
 # refused before int() (Python's own limit of 4300 digits raises ValueError; below it int() of
 # long text costs quadratic time).
 MAX_EXTERNAL_DIGITS = 20
+# GGUF input (checked by onnx_struct.formats.gguf.validate before gguf-py's GGUFReader runs).
+# Tensors per GGUF file: real models hold about 300 to 1,200 (DeepSeek-V3: ~1,100); gguf-py
+# spends Python objects per tensor, and each becomes a struct value.
+MAX_GGUF_TENSORS = 65_536
+# Dimensions per GGUF tensor: ggml's GGML_MAX_DIMS.
+MAX_GGUF_DIMS = 4
+# Nesting of GGUF metadata arrays: llama.cpp reads no nested arrays at all, and gguf-py recurses
+# once per level (5,000 levels exhaust Python's stack).
+MAX_GGUF_ARRAY_DEPTH = 4
+# Metadata values of one GGUF file (key-value pairs plus array elements at every depth): gguf-py
+# builds one numpy array per element (about 1 KB and 10-25 us each). Real tokenizers hold up to
+# about 800,000 (Gemma 3: 3 x 262,144; Llama 3: 537,000).
+MAX_GGUF_METADATA_ITEMS = 2**21

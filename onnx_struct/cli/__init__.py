@@ -2,6 +2,12 @@
 
 Exit codes, for every subcommand: 0 success (for ``check``: valid), 1 the model is invalid or the
 operation failed on its content, 2 usage or I/O errors (as argparse and most Python CLIs do).
+
+Errors are reported in one place, :func:`main`: a subcommand raises, and main prints one line on
+stderr, ``onnx-struct COMMAND: INPUT: message``, and returns the exit code. Bad content is a
+ValidationError (exit 1), an unreadable or missing file an OSError (exit 2), a bad combination of
+options a :class:`UsageError` (exit 2). Anything else is a bug in onnx-struct and keeps Python's
+traceback, so it can be reported; no input is meant to reach it (tests/adversarial/test_cli.py).
 """
 
 from __future__ import annotations
@@ -10,6 +16,8 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+
+import onnx.checker
 
 # Subcommand name -> module defining add_arguments(parser) and run(args) -> int.
 COMMANDS = {
@@ -22,6 +30,10 @@ COMMANDS = {
 }
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Options that do not fit together or name nothing known (exit 2, like argparse's errors)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         module = importlib.import_module(module_name)
         sub = subparsers.add_parser(name, help=module.HELP, description=module.__doc__)
         module.add_arguments(sub)
-        sub.set_defaults(run=module.run)
+        sub.set_defaults(run=module.run, input_arg=module.INPUT)
     return parser
 
 
@@ -46,11 +58,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except OSError as error:
-        print(f"onnx-struct {args.command}: {error}", file=sys.stderr)
-        return EXIT_USAGE
+    except onnx.checker.ValidationError as error:  # onnx_struct's ValidationError, or onnx's own (external data)
+        return fail(args, error, EXIT_INVALID, with_input=True)
+    except UsageError as error:
+        return fail(args, error, EXIT_USAGE)
+    except OSError as error:  # its message names the file
+        return fail(args, error, EXIT_USAGE)
     except KeyboardInterrupt:
         return 130
+
+
+def one_line(text: object) -> str:
+    """``text`` on one line: onnx's checker messages continue on further lines ("==> Context: ...")."""
+    return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
+
+
+def fail(args: argparse.Namespace, error: object, code: int, *, with_input: bool = False) -> int:
+    """Print ``error`` as the command's one line on stderr and return ``code``."""
+    source = f"{getattr(args, args.input_arg)}: " if with_input else ""
+    print(f"onnx-struct {args.command}: {source}{one_line(error)}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -7,8 +7,9 @@ import json
 import sys
 
 from onnx_struct.checker import validate
-from onnx_struct.cli import EXIT_INVALID, EXIT_OK
+from onnx_struct.cli import EXIT_INVALID, EXIT_OK, one_line
 
+INPUT = "path"
 HELP = "check a model (exit 0 valid, 1 invalid, 2 usage/I-O error)"
 
 
@@ -26,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
         print()
     elif diagnostics:
         for diagnostic in diagnostics:
-            print(f"{args.path}: {diagnostic}", file=sys.stderr)
+            print(f"{args.path}: {one_line(diagnostic)}", file=sys.stderr)
     else:
         print(f"{args.path}: valid")
     return EXIT_INVALID if diagnostics else EXIT_OK

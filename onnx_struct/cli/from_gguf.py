@@ -1,7 +1,9 @@
 """Convert a GGUF file into an ONNX model whose struct values are its tensors (bytes verbatim).
 
 With --reference the model points into the .gguf (external_data) instead of copying its tensors;
-the .gguf must then be in OUT's directory (or below it), where the model looks for it.
+the .gguf must then be in OUT's directory (or below it), where the model looks for it. The model
+is checked (onnx_struct.check_model, external payloads resolved from OUT's directory) before it is
+written: nothing is written that `onnx-struct check` would reject.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ import pathlib
 import sys
 from typing import TextIO
 
-from onnx_struct.cli import EXIT_INVALID, EXIT_OK
-from onnx_struct.errors import ValidationError
+from onnx_struct.cli import EXIT_OK
 
+INPUT = "input"
 HELP = "convert a .gguf file to an ONNX model with struct values (exit 0 ok, 1 invalid, 2 usage/I-O)"
 
 
@@ -54,6 +56,7 @@ class ProgressBar:
 
 
 def run(args: argparse.Namespace) -> int:
+    from onnx_struct.checker import check_model  # noqa: PLC0415
     from onnx_struct.external import require_regular_file  # noqa: PLC0415
     from onnx_struct.formats.gguf.convert import convert  # noqa: PLC0415 - keep `onnx-struct --help` fast
 
@@ -68,12 +71,11 @@ def run(args: argparse.Namespace) -> int:
             model_dir=output.parent if args.reference else None,
             progress=bar,
         )
-    except ValidationError as error:
+    finally:
         bar.close()
-        print(f"onnx-struct from-gguf: {error}", file=sys.stderr)
-        return EXIT_INVALID
-    bar.close()
     data = model.SerializeToString()
+    del model
+    check_model(data, base_dir=output.parent)
     output.write_bytes(data)
     if not args.quiet:
         mode = "referencing" if args.reference else "copying"

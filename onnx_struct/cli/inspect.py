@@ -12,11 +12,12 @@ import argparse
 import json
 import sys
 
-from onnx_struct.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
+from onnx_struct.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE, one_line
 from onnx_struct.errors import ValidationError
 from onnx_struct.inspect import describe, format_text
 from onnx_struct.svg import layout_svg
 
+INPUT = "path"
 HELP = "show declarations (bit offsets, sizes) and struct values, or draw one layout as SVG"
 
 
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
             json.dump({"path": args.path, "error": error.to_dict()}, sys.stdout, indent=2)
             print()
         else:
-            print(f"{args.path}: {error}", file=sys.stderr)
+            print(f"{args.path}: {one_line(error)}", file=sys.stderr)
         return EXIT_INVALID
     if args.json:
         json.dump({"path": args.path, **description}, sys.stdout, indent=2)

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import argparse
 import pathlib
-import sys
 
 import onnx
 
-from onnx_struct.cli import EXIT_INVALID, EXIT_OK
-from onnx_struct.errors import ValidationError
+from onnx_struct.cli import EXIT_OK
 
+INPUT = "input"
 HELP = "lower struct values to leaf initializers + decoder calls (exit 0 ok, 1 invalid, 2 usage/I-O)"
 _PROTOBUF_LIMIT = 2**31 - 1
 
@@ -34,11 +33,7 @@ def run(args: argparse.Namespace) -> int:
 
     source, output = pathlib.Path(args.input), pathlib.Path(args.output)
     same_directory = source.resolve().parent == output.resolve().parent
-    try:
-        model = lower(source, compact=args.compact, keep_external=same_directory)
-    except ValidationError as error:
-        print(f"onnx-struct lower: {args.input}: {error}", file=sys.stderr)
-        return EXIT_INVALID
+    model = lower(source, compact=args.compact, keep_external=same_directory)
     if model.ByteSize() > _PROTOBUF_LIMIT:
         onnx.save_model(model, output, save_as_external_data=True, location=f"{output.name}.data")
     else:

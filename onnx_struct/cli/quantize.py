@@ -10,9 +10,9 @@ import argparse
 import pathlib
 import sys
 
-from onnx_struct.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE
-from onnx_struct.errors import ValidationError
+from onnx_struct.cli import EXIT_OK, UsageError
 
+INPUT = "input"
 HELP = "quantize MatMul/Gemm weights into a block format, e.g. --format Q4_0 (exit 0 ok, 1 invalid, 2 usage/I-O)"
 
 
@@ -36,28 +36,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from onnx_struct import formats  # noqa: PLC0415 - keep `onnx-struct --help` fast
     from onnx_struct.checker import check_model  # noqa: PLC0415
-    from onnx_struct.external_io import load_with_external_data  # noqa: PLC0415
-    from onnx_struct.formats.quantize import plan, quantize  # noqa: PLC0415 - keep `onnx-struct --help` fast
+    from onnx_struct.formats.quantize import WEIGHT_INPUT, plan, quantize, read_model  # noqa: PLC0415
 
+    # Options first (exit 2), then the model's content (exit 1, as ValidationErrors from the library).
     op_types = tuple(op.strip() for op in args.op_types.split(",") if op.strip())
-    try:  # onnx_struct's file rules: a FIFO is refused unopened, external tensors stay in the model's directory
-        source = load_with_external_data(args.input)
-    except ValidationError as error:
-        # An unreadable model is invalid content (exit 1), as in check, lower and decode.
-        print(f"onnx-struct quantize: {args.input}: {error}", file=sys.stderr)
-        return EXIT_INVALID
-    options = {"op_types": op_types, "min_elements": args.min_elements, "group_axis": args.group_axis}
+    unknown = [op for op in op_types if op not in WEIGHT_INPUT]
+    if unknown:
+        raise UsageError(
+            f"--op-types {unknown} are not supported; the weight input is known for {sorted(WEIGHT_INPUT)}"
+        )
     try:
-        planned = plan(source, args.format, **options)
-        model = quantize(source, planned.format, **options)
-        check_model(model)
-    except ValidationError as error:
-        print(f"onnx-struct quantize: {error}", file=sys.stderr)
-        return EXIT_INVALID
-    except (KeyError, ValueError) as error:  # unknown format, format without encoder, bad op type
-        print(f"onnx-struct quantize: {error.args[0] if error.args else error}", file=sys.stderr)
-        return EXIT_USAGE
+        fmt = formats.get(args.format)
+    except KeyError as error:
+        raise UsageError(error.args[0] if error.args else f"unknown format {args.format!r}") from None
+    if fmt.encoder is None:
+        raise UsageError(f"format {fmt.name} has no encoder; quantizing needs one")
+    options = {"op_types": op_types, "min_elements": args.min_elements, "group_axis": args.group_axis}
+    source = read_model(args.input)
+    planned = plan(source, fmt, **options)
+    model = quantize(source, fmt, **options)
+    check_model(model)
     output = pathlib.Path(args.output)
     data = model.SerializeToString()
     output.write_bytes(data)

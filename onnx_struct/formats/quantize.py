@@ -19,14 +19,17 @@ tables read by ``Gather`` are quantized on request, blocks along each row.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
 import numpy as np
 import onnx
+from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
+from onnx_struct.errors import ValidationError
 from onnx_struct.formats.base import BlockFormat
 from onnx_struct.model import add_struct_values, from_onnx, load, to_onnx
 
@@ -64,7 +67,7 @@ def plan(
     group_axis: GroupAxis = "input",
 ) -> Plan:
     """Decide which weights :func:`quantize` replaces, without encoding anything."""
-    return _plan(_stock(model), _format(format), tuple(op_types), min_elements, group_axis)
+    return _plan(read_model(model), _format(format), tuple(op_types), min_elements, group_axis)
 
 
 def quantize(
@@ -98,7 +101,7 @@ def quantize(
         onnx.save(q, "model.q4_0.onnx")
         session = onnxruntime.InferenceSession(onnx_struct.lower(q).SerializeToString())
     """
-    stock = _stock(model)
+    stock = read_model(model)
     fmt = _format(format)
     if fmt.encoder is None:
         raise ValueError(f"format {fmt.name} has no encoder; quantizing needs one")
@@ -110,7 +113,7 @@ def quantize(
     result = _upgrade_opset(result, fmt, planned.weights[0].stored_shape)
     graph = result.graph
     weights = {w.name: w for w in planned.weights}
-    arrays = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name in weights}
+    arrays = {t.name: _weight_array(t, i) for i, t in enumerate(graph.initializer) if t.name in weights}
 
     kept = [t for t in graph.initializer if t.name not in weights]
     del graph.initializer[:]
@@ -187,12 +190,40 @@ def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, .
 # ---------------------------------------------------------------------------------- planning
 
 
-def _stock(model) -> onnx.ModelProto:
+def read_model(model: onnx.ModelProto | bytes | str | os.PathLike) -> onnx.ModelProto:
+    """``model`` as an ``onnx.ModelProto`` with its external initializers loaded; bytes that are not
+    a model, or external data onnx refuses, are a ValidationError."""
     if isinstance(model, onnx.ModelProto):
         return model
-    if isinstance(model, (bytes, bytearray)):
-        return onnx.load_from_string(bytes(model))
-    return onnx.load(os.fspath(model))  # loads external initializers too
+    origin = "<bytes>" if isinstance(model, (bytes, bytearray)) else os.fspath(model)
+    try:
+        if isinstance(model, (bytes, bytearray)):
+            return onnx.load_from_string(bytes(model))
+        from onnx_struct.external_io import load_with_external_data  # noqa: PLC0415 - the file rules
+
+        # onnx_struct's file rules: a FIFO is refused unopened, external tensors stay in the model's directory
+        return load_with_external_data(os.fspath(model))
+    except DecodeError as error:
+        raise ValidationError("", f"{origin} is not an ONNX model: {error}") from None
+    except onnx.checker.ValidationError as error:  # onnx's checks of external data locations
+        if isinstance(error, ValidationError):
+            raise
+        raise ValidationError("graph.initializer", f"external data: {error}") from None
+
+
+def _weight_array(tensor: onnx.TensorProto, index: int) -> np.ndarray:
+    """The float32 weight, once its data is known to hold exactly as many values as its dims say
+    (numpy_helper.to_array would raise a bare ValueError)."""
+    n = math.prod(tensor.dims)
+    held = len(tensor.raw_data) if tensor.HasField("raw_data") else 4 * len(tensor.float_data)
+    if held != 4 * n:
+        raise ValidationError(
+            f"graph.initializer[{index}] ({tensor.name!r})",
+            f"dims {list(tensor.dims)} need {4 * n} bytes of FLOAT data; the tensor holds {held}",
+            expected=4 * n,
+            actual=held,
+        )
+    return numpy_helper.to_array(tensor)
 
 
 def _format(format: str | BlockFormat) -> BlockFormat:
@@ -266,8 +297,10 @@ def _ineligible(tensor, consumers, op_types, min_elements, interface, in_subgrap
         return f"its element type is {onnx.TensorProto.DataType.Name(tensor.data_type)}, not FLOAT"
     if len(tensor.dims) != 2:
         return f"it is {len(tensor.dims)}-D, not 2-D"
-    if int(np.prod(tensor.dims)) < min_elements:
-        return f"it has {int(np.prod(tensor.dims))} elements, fewer than min_elements={min_elements}"
+    if any(d < 0 for d in tensor.dims):
+        return f"its dims {list(tensor.dims)} are negative"
+    if math.prod(tensor.dims) < min_elements:  # math.prod: numpy's product would wrap around
+        return f"it has {math.prod(tensor.dims)} elements, fewer than min_elements={min_elements}"
     if tensor.name in interface:
         return "it is also a graph input or output"
     if tensor.name in in_subgraphs:

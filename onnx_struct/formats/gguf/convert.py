@@ -6,7 +6,9 @@ tensor's bytes, verbatim. They are copied inline (``raw_data``) by default, or w
 ``reference=True`` left in the .gguf and referenced by ``external_data`` (location, offset,
 length), so a multi-GiB file is converted without copying a payload byte.
 
-The file is read with gguf-py's ``GGUFReader`` (a memory map); nothing here parses GGUF. The
+The file is read with gguf-py's ``GGUFReader`` (a memory map), after :mod:`.validate` has checked
+every count, length and tensor range in its header against the file's size and the limits in
+:mod:`onnx_struct.limits` (gguf-py trusts them); nothing here parses GGUF for its data. The
 model's graph has no nodes, inputs or outputs: a GGUF file carries weights and metadata, not the
 computation, and ``onnx.checker`` accepts such a graph. GGUF key-value metadata becomes model
 ``metadata_props`` (encoding in docs/formats.md, "GGUF files and quantizing").
@@ -15,21 +17,24 @@ computation, and ``onnx.checker`` accepts such a graph. GGUF key-value metadata 
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import pathlib
-import sys
+import stat
 from collections.abc import Callable
 
 import numpy as np
 import onnx
 
 from onnx_struct.errors import ValidationError
+from onnx_struct.formats.gguf.validate import check_gguf_bytes
 from onnx_struct.helper import make_array, make_struct_value
 from onnx_struct.model import add_struct_types, add_struct_values, from_onnx, to_onnx
 
 # metadata_props keys added besides the GGUF keys themselves.
 VALUE_TYPES_KEY = "onnx_struct.gguf.value_types"  # JSON object: GGUF key -> value type, e.g. "ARRAY[STRING]"
 VERSION_KEY = "onnx_struct.gguf.version"
+RESERVED_PREFIX = "onnx_struct."  # GGUF keys may not collide with the entries above
 # Inline payloads above this cannot be serialized (protobuf messages are limited to 2 GiB).
 INLINE_LIMIT = 2**31 - 2**24
 
@@ -68,8 +73,11 @@ def convert(
         progress: called as ``progress(done, total, tensor_name)`` after each tensor.
 
     Raises:
-        ValidationError: the file is not a readable little-endian GGUF file, or a tensor's type
-            has no registered format (and ``keep_unknown`` is false); the path names the tensor.
+        ValidationError: the file is not a readable little-endian GGUF file whose counts,
+            lengths and tensor ranges fit in it and in the limits of :mod:`onnx_struct.limits`,
+            or a tensor's type has no registered format (and ``keep_unknown`` is false); the
+            path names the header, key-value pair or tensor, e.g. ``gguf.tensors[5] ('w')``.
+        OSError: the file cannot be read, or is not a regular file (a FIFO, a directory).
 
     Example::
 
@@ -85,7 +93,7 @@ def convert(
     graph = onnx.helper.make_graph([], _graph_name(source), [], [])
     stock = onnx.helper.make_model(graph, producer_name="onnx_struct.formats.gguf")
     stock.doc_string = f"Tensors and metadata of the GGUF file {source.name}; the graph has no nodes."
-    for key, value in metadata_props(reader, gguf, where=f"{source.name}: metadata").items():
+    for key, value in metadata_props(reader, gguf).items():
         stock.metadata_props.add(key=key, value=value)
     model = from_onnx(stock)
 
@@ -99,7 +107,7 @@ def convert(
             )
     roots: dict[tuple[str, tuple[int, ...]], int] = {}  # (format, shape) -> root index, shared by same-shape tensors
     for i, tensor in enumerate(reader.tensors):
-        where = f"{source.name}: tensor[{i}] ({tensor.name!r})"
+        where = f"gguf.tensors[{i}] ({tensor.name!r})"
         shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))  # numpy order: GGUF's ne0 is the last
         type_name = gguf.GGMLQuantizationType(tensor.tensor_type).name
         root = _root_index(model, type_name, shape, int(tensor.n_bytes), roots, keep_unknown, gguf, where)
@@ -117,16 +125,30 @@ def convert(
 
 
 def _open(gguf, source: pathlib.Path):
-    if not source.is_file():
-        raise FileNotFoundError(f"{source}: no such file")
-    try:
-        reader = gguf.GGUFReader(source, "r")
-    except (ValueError, KeyError, IndexError, TypeError) as error:  # gguf-py's ways of saying "malformed"
-        raise ValidationError(str(source), f"not a readable GGUF file: {error}") from None
-    if (reader.byte_order == "I") != (sys.byteorder == "little"):  # "I": the host's byte order
-        # The proposal's payloads are little-endian; a big-endian file's tensors are not.
-        raise ValidationError(str(source), "big-endian GGUF files are not supported (payloads must be little-endian)")
-    return reader
+    """gguf-py's reader of ``source``, once :func:`check_gguf_bytes` has bounded every count in it.
+
+    The file is opened once, without following it into a FIFO's wait (O_NONBLOCK), and the same
+    open file is checked and handed to gguf-py, so both see the same file even if the path is
+    replaced in between.
+    """
+    fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_BINARY", 0))
+    with os.fdopen(fd, "rb") as handle:
+        status = os.fstat(fd)
+        if not stat.S_ISREG(status.st_mode):
+            raise OSError(f"{source}: not a regular file")
+        size = status.st_size
+        if size == 0:  # mmap refuses empty files; the check refuses them too
+            check_gguf_bytes(b"", _quant_sizes(gguf))
+        with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as data:
+            check_gguf_bytes(data, _quant_sizes(gguf))
+        try:
+            return gguf.GGUFReader(handle, "r")
+        except (ValueError, KeyError, IndexError, TypeError) as error:  # gguf-py's ways of saying "malformed"
+            raise ValidationError("gguf", f"not a readable GGUF file: {error}") from None
+
+
+def _quant_sizes(gguf) -> dict[int, tuple[int, int]]:
+    return {int(t): sizes for t, sizes in gguf.GGML_QUANT_SIZES.items()}
 
 
 def _graph_name(source: pathlib.Path) -> str:
@@ -189,7 +211,7 @@ def _payload(tensor, where: str) -> bytes:
 # ---------------------------------------------------------------------------------- metadata
 
 
-def metadata_props(reader, gguf=None, *, where: str = "metadata") -> dict[str, str]:
+def metadata_props(reader, gguf=None, *, where: str = "gguf.kv") -> dict[str, str]:
     """GGUF key-value metadata as ``metadata_props`` entries.
 
     A STRING value is stored verbatim; every other value as JSON (integers in decimal, booleans
@@ -197,22 +219,25 @@ def metadata_props(reader, gguf=None, *, where: str = "metadata") -> dict[str, s
     arrays as JSON arrays). The GGUF value type of every key goes into one extra entry,
     ``onnx_struct.gguf.value_types`` (a JSON object such as ``{"llama.block_count": "UINT32",
     "tokenizer.ggml.tokens": "ARRAY[STRING]"}``), so the file's metadata can be rebuilt exactly.
-    A string that is not UTF-8 is a ValidationError at ``where[<key>]``.
+    A string that is not UTF-8, or a key in the ``onnx_struct.`` namespace of the entries added
+    here, is a ValidationError at ``where[<index>] ('<key>')``.
     """
     gguf = gguf or _gguf()
     props: dict[str, str] = {}
     types: dict[str, str] = {}
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF."):  # the reader's pseudo-fields for the header (version, counts)
-            if key == "GGUF.version":
-                props[VERSION_KEY] = str(int(field.parts[-1][0]))
-            continue
+    pairs = [(key, field) for key, field in reader.fields.items() if not key.startswith("GGUF.")]
+    props[VERSION_KEY] = str(int(reader.fields["GGUF.version"].parts[-1][0]))
+    for index, (key, field) in enumerate(pairs):  # GGUF.*: the reader's pseudo-fields for the header
+        if key.startswith(RESERVED_PREFIX):
+            raise ValidationError(f"{where}[{index}] ({key!r})", f"keys starting with {RESERVED_PREFIX!r} are reserved")
         value_types = [gguf.GGUFValueType(t) for t in field.types]
         types[key] = _type_label(value_types)
         try:
             props[key] = _encode_value(field, value_types, gguf)
         except UnicodeDecodeError as error:  # gguf-py decodes string values only here, on request
-            raise ValidationError(f"{where}[{key!r}]", f"a {types[key]} value is not valid UTF-8: {error}") from None
+            raise ValidationError(
+                f"{where}[{index}] ({key!r})", f"a {types[key]} value is not valid UTF-8: {error}"
+            ) from None
     props[VALUE_TYPES_KEY] = json.dumps(types, separators=(",", ":"))
     return props
 

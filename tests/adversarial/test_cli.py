@@ -1,0 +1,176 @@
+"""Every CLI subcommand, given hostile files, prints one line on stderr and exits 1 (bad content) or
+2 (usage, missing or unreadable file), never a traceback; each run is bounded in CPU and memory.
+
+One child process runs one subcommand over all the hostile inputs (onnx_struct.cli.main in a
+loop, stderr captured per run) and writes what each run returned to a JSON report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from adversarial import gguf_bytes as G
+from adversarial.bounded import run_bounded
+
+RUN_ALL = """
+import contextlib, io, json, traceback
+from onnx_struct.cli import main
+report = {}
+for name, argv in ARG["runs"].items():
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            code = main(argv)
+        except SystemExit as error:
+            code = f"SystemExit({error.code})"
+        except BaseException:
+            code = "escaped: " + traceback.format_exc()
+    report[name] = [code, err.getvalue()]
+open(ARG["report"], "w").write(json.dumps(report))
+"""
+
+
+def _plain_model() -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.fixture
+def hostile(tmp_path) -> dict[str, tuple[str, int]]:
+    """name -> (path, the exit code every subcommand owes it)."""
+    files = {
+        "garbage": (bytes(range(256)) * 2, 1),
+        "png": (b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + bytes(40), 1),
+        "truncated": (_plain_model().SerializeToString()[:-7], 1),
+    }
+    out = {}
+    for name, (data, code) in files.items():
+        path = tmp_path / f"{name}.bin"
+        path.write_bytes(data)
+        out[name] = (str(path), code)
+    (tmp_path / "dir.bin").mkdir()
+    out["directory"] = (str(tmp_path / "dir.bin"), 2)
+    out["missing"] = (str(tmp_path / "missing.bin"), 2)
+    return out
+
+
+COMMANDS = {
+    "check": lambda src, tmp: ["check", src],
+    "check --full": lambda src, tmp: ["check", src, "--full"],
+    "inspect": lambda src, tmp: ["inspect", src],
+    "lower": lambda src, tmp: ["lower", src, str(tmp / "lowered.onnx")],
+    "decode": lambda src, tmp: ["decode", src, "w", "-o", str(tmp / "w.npy")],
+    "quantize": lambda src, tmp: ["quantize", src, str(tmp / "q.onnx"), "--format", "Q8_0"],
+    "from-gguf": lambda src, tmp: ["from-gguf", src, str(tmp / "g.onnx"), "--quiet"],
+    "from-gguf --reference": lambda src, tmp: ["from-gguf", src, str(tmp / "g.onnx"), "--reference", "--quiet"],
+}
+
+
+def _run_all(tmp_path, runs: dict[str, list[str]], *, cpu_seconds: float = 20, memory_mib: int = 400) -> dict:
+    report = tmp_path / "report.json"
+    out = run_bounded(RUN_ALL, {"runs": runs, "report": str(report)}, cpu_seconds=cpu_seconds, memory_mib=memory_mib)
+    assert out.error is None, out.traceback
+    return json.loads(report.read_text())
+
+
+def _assert_one_line(name: str, got: list, code: int) -> None:
+    returned, stderr = got
+    assert returned == code, f"{name}: returned {returned!r}, expected {code}; stderr: {stderr}"
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, f"{name}: {stderr!r}"
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_subcommand_refuses_hostile_files_in_one_line(tmp_path, hostile, command):
+    runs = {name: COMMANDS[command](path, tmp_path) for name, (path, _) in hostile.items()}
+    report = _run_all(tmp_path, runs)
+    for name, (_, code) in hostile.items():
+        _assert_one_line(f"{command} {name}", report[name], code)
+
+
+def test_an_empty_file_is_an_empty_model_or_not_a_gguf_file(tmp_path):
+    # Zero bytes parse as an empty ModelProto (protobuf): inspect shows nothing, the others refuse it.
+    empty = tmp_path / "empty.bin"
+    empty.write_bytes(b"")
+    runs = {command: build(str(empty), tmp_path) for command, build in COMMANDS.items()}
+    report = _run_all(tmp_path, runs)
+    assert report.pop("inspect") == [0, ""]
+    for command, got in report.items():
+        _assert_one_line(command, got, 1)
+
+
+def test_a_multi_line_checker_message_is_printed_on_one_line(tmp_path):
+    model = _plain_model()
+    model.graph.node[0].input.append("extra")  # onnx's checker answers on several lines
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(model.SerializeToString())
+    report = _run_all(
+        tmp_path, {"check": ["check", str(path)], "lower": ["lower", str(path), str(tmp_path / "l.onnx")]}
+    )
+    for command, got in report.items():
+        _assert_one_line(command, got, 1)
+
+
+def _matmul_model(weight: onnx.TensorProto) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "W"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+        initializer=[weight],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_quantize_a_weight_whose_dims_disagree_with_its_bytes(tmp_path):
+    # 64 x 64 dims, 64 x 32 floats of data: bad content (exit 1), not a usage error (was exit 2).
+    weight = onnx.TensorProto(name="W", data_type=TensorProto.FLOAT, dims=[64, 64])
+    weight.raw_data = np.ones(64 * 32, np.float32).tobytes()  # helper.make_tensor would refuse it
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_matmul_model(weight).SerializeToString())
+    report = _run_all(tmp_path, {"cli": ["quantize", str(path), str(tmp_path / "q.onnx"), "--format", "Q8_0"]})
+    _assert_one_line("quantize", report["cli"], 1)
+    assert "graph.initializer[0] ('W'): dims [64, 64] need 16384 bytes" in report["cli"][1]
+    out = run_bounded(
+        "from onnx_struct.formats.quantize import quantize; quantize(ARG, 'Q8_0', min_elements=1)", str(path)
+    )
+    out.assert_validation_error("graph.initializer[0] ('W')", contains="holds 8192")
+
+
+def test_quantize_checks_options_before_content(tmp_path, hostile):
+    garbage, _ = hostile["garbage"]
+    runs = {
+        "format": ["quantize", garbage, str(tmp_path / "q.onnx"), "--format", "NOPE"],
+        "op-types": ["quantize", garbage, str(tmp_path / "q.onnx"), "--format", "Q8_0", "--op-types", "Conv"],
+    }
+    report = _run_all(tmp_path, runs)
+    for name, got in report.items():
+        _assert_one_line(name, got, 2)
+    assert "unknown format 'NOPE'" in report["format"][1] and "Conv" in report["op-types"][1]
+
+
+def test_from_gguf_refuses_a_fifo_without_blocking(tmp_path):
+    fifo = tmp_path / "model.gguf"
+    os.mkfifo(fifo)
+    report = _run_all(tmp_path, {"fifo": ["from-gguf", str(fifo), str(tmp_path / "g.onnx"), "--quiet"]}, cpu_seconds=5)
+    _assert_one_line("fifo", report["fifo"], 2)
+    assert "not a regular file" in report["fifo"][1]
+
+
+def test_from_gguf_refuses_a_hostile_gguf_in_one_line(tmp_path):
+    path = tmp_path / "h.gguf"
+    path.write_bytes(G.gguf([G.kv("a", G.ARRAY, G.array(G.UINT8, 2**40))]))
+    report = _run_all(tmp_path, {"cli": ["from-gguf", str(path), str(tmp_path / "g.onnx")]}, cpu_seconds=5)
+    _assert_one_line("from-gguf", report["cli"], 1)
+    assert report["cli"][1].startswith(f"onnx-struct from-gguf: {path}: gguf.kv[0] ('a'): ")
