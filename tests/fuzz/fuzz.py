@@ -122,7 +122,7 @@ def worker(args: argparse.Namespace, libfuzzer_args: list[str]) -> None:
 
 
 # -- the driver ------------------------------------------------------------------------------
-ARTIFACT = re.compile(r"^(timeout|oom|crash|leak|slow-unit)-([0-9a-f]+)$")
+ARTIFACT = re.compile(r"^(timeout|oom|crash|leak)-([0-9a-f]+)$")  # slow-unit-*: finished, only slow
 PROGRESS = re.compile(r"^#(\d+)\s+\w+\s+cov: (\d+) ft: (\d+).*?exec/s: (\d+)")
 
 

@@ -34,4 +34,8 @@ def replay(finding: Path) -> dict:
 
 
 if __name__ == "__main__":
-    print("@@replay@@" + json.dumps(replay(Path(sys.argv[1]))))
+    import resource
+
+    outcome = replay(Path(sys.argv[1]))
+    outcome["max_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print("@@replay@@" + json.dumps(outcome))

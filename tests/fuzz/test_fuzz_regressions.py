@@ -14,8 +14,8 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 FINDINGS = sorted(p.parent for p in (HERE / "findings").glob("*/*/case.json"))
-CPU_SECONDS = 20
-MEMORY_MIB = 2048
+CPU_SECONDS = 5  # a fixed target refuses any of these in well under a second
+MEMORY_MIB = 1024
 
 # The fixes for issue 10 land on other branches; until they are merged these inputs still fail.
 NOT_YET_FIXED = pytest.mark.xfail(
@@ -46,5 +46,4 @@ def test_finding_gives_only_validation_errors(finding):
     assert marker >= 0, f"the replay died (exit {done.returncode}): {done.stderr[-2000:]}"
     outcome = json.loads(done.stdout[marker + len("@@replay@@") :])
     assert outcome["accepted"], f"escaped: {outcome['error']}"
-    rss_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    assert rss_mib <= MEMORY_MIB + 300, f"peak RSS of a replay {rss_mib:.0f} MiB"
+    assert outcome["max_rss_mib"] <= MEMORY_MIB + 300, f"peak RSS {outcome['max_rss_mib']:.0f} MiB"
