@@ -46,3 +46,8 @@ def _rebuild(cls: type[ValidationError], path: str, reason: str, details: dict) 
 
 class LeafNotFoundError(ValidationError, KeyError):
     """A view was asked for a leaf path it does not have (also a ``KeyError``)."""
+
+
+class NotRegularFileError(ValidationError, OSError):
+    """A path named by the caller is a FIFO, a device or a directory: refused unopened. Also an
+    ``OSError``, as a missing file is, so the CLI reports it as an I/O error (exit 2)."""

@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 
 from onnx_struct import buffer_pool
-from onnx_struct.errors import ValidationError
+from onnx_struct.errors import NotRegularFileError, ValidationError
 from onnx_struct.layout import UINT64_MAX, element_label
 from onnx_struct.limits import MAX_EXTERNAL_DIGITS
 
@@ -178,8 +178,12 @@ def _open_regular(file: str | os.PathLike, path: str, what: str, *, follow: bool
     try:
         info = os.stat(file, follow_symlinks=follow)
         if not stat.S_ISREG(info.st_mode):
-            raise ValidationError(path, f"{what} is {_kind(info.st_mode)}, not a regular file; refused unopened")
+            # a file the caller named (path "") is an I/O error of the caller's; one a model names is content
+            refused = NotRegularFileError if not path else ValidationError
+            raise refused(path, f"{what} is {_kind(info.st_mode)}, not a regular file; refused unopened")
         fd = os.open(file, _READ_FLAGS | (0 if follow else _NOFOLLOW))
+    except NotRegularFileError:
+        raise
     except OSError as error:
         raise ValidationError(path, f"{what} cannot be opened: {error.strerror}") from None
     try:
@@ -198,7 +202,7 @@ def require_regular_file(file: str | os.PathLike, path: str = "") -> None:
     what = os.fspath(file)
     info = os.stat(file)  # a missing file is the caller's OSError, as with ``open``
     if not stat.S_ISREG(info.st_mode):
-        raise ValidationError(path, f"{what} is {_kind(info.st_mode)}, not a regular file; refused unopened")
+        raise NotRegularFileError(path, f"{what} is {_kind(info.st_mode)}, not a regular file; refused unopened")
 
 
 def read_model_file(file: str | os.PathLike) -> bytes:

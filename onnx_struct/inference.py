@@ -165,6 +165,10 @@ def infer_shapes(
         inferred = _stock_infer_shapes(logical, check_type, strict_mode, data_prop)
     except onnx.shape_inference.InferenceError as error:
         raise ValidationError("", f"onnx.shape_inference: {_first_line(error)}") from None
+    except onnx.checker.ValidationError as error:  # e.g. recursive model-local functions, found by onnx
+        if isinstance(error, ValidationError):
+            raise
+        raise ValidationError("", f"onnx.shape_inference: {_first_line(error)}") from None
     except ValueError as error:  # onnx's word for an element type it does not know
         raise unknown_element_type(logical.graph) or ValidationError(
             "", f"onnx.shape_inference: {_first_line(error)}"

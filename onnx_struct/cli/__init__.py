@@ -58,12 +58,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return args.run(args)
-    except onnx.checker.ValidationError as error:  # onnx_struct's ValidationError, or onnx's own (external data)
-        return fail(args, error, EXIT_INVALID, with_input=True)
     except UsageError as error:
         return fail(args, error, EXIT_USAGE)
-    except OSError as error:  # its message names the file
+    except OSError as error:  # its message names the file (a NotRegularFileError is one too)
         return fail(args, error, EXIT_USAGE)
+    except onnx.checker.ValidationError as error:  # onnx_struct's ValidationError, or onnx's own (external data)
+        return fail(args, error, EXIT_INVALID, with_input=True)
     except KeyboardInterrupt:
         return 130
 

@@ -21,6 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     diagnostics = validate(args.path, full_check=args.full)
+    unreadable = [d for d in diagnostics if isinstance(d, OSError)]  # a FIFO or directory: I/O, exit 2
+    if unreadable:
+        raise unreadable[0]
     if args.json:
         report = {"path": args.path, "valid": not diagnostics, "diagnostics": [d.to_dict() for d in diagnostics]}
         json.dump(report, sys.stdout, indent=2)

@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_OK
         description = describe(args.path, args.value)
     except ValidationError as error:
+        if isinstance(error, OSError):  # a FIFO or directory given as the model: I/O, exit 2
+            raise
         if args.json:
             json.dump({"path": args.path, "error": error.to_dict()}, sys.stdout, indent=2)
             print()

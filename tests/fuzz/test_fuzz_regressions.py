@@ -17,19 +17,12 @@ FINDINGS = sorted(p.parent for p in (HERE / "findings").glob("*/*/case.json"))
 CPU_SECONDS = 5  # a fixed target refuses any of these in well under a second
 MEMORY_MIB = 1024
 
-# The fixes for issue 10 land on other branches; until they are merged these inputs still fail.
-NOT_YET_FIXED = pytest.mark.xfail(
-    reason="issue 10 finding; passes once the hardening branches are merged", strict=False
-)
-
-
 def _limits() -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS + 1))
     address_space = max(4 * MEMORY_MIB, 8192) << 20  # onnxruntime reserves far more than it touches
     resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
 
 
-@NOT_YET_FIXED
 @pytest.mark.parametrize("finding", FINDINGS, ids=[f"{p.parent.name}/{p.name}" for p in FINDINGS])
 def test_finding_gives_only_validation_errors(finding):
     env = dict(os.environ, OMP_NUM_THREADS="1")
