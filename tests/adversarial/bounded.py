@@ -58,9 +58,7 @@ class Outcome:
     def assert_validation_error(self, path_prefix: str = "", *, contains: str = "") -> None:
         """The input was refused with onnx_struct's ValidationError at ``path_prefix``."""
         assert self.error is not None, "the hostile input was accepted"
-        assert self.is_validation_error, (
-            f"escaped as {self.error}: {self.message}\n{self.traceback}"
-        )
+        assert self.is_validation_error, f"escaped as {self.error}: {self.message}\n{self.traceback}"
         assert (self.path or "").startswith(path_prefix), f"path {self.path!r} does not start with {path_prefix!r}"
         assert contains in (self.message or ""), f"{contains!r} not in {self.message!r}"
 

@@ -17,6 +17,7 @@ FINDINGS = sorted(p.parent for p in (HERE / "findings").glob("*/*/case.json"))
 CPU_SECONDS = 5  # a fixed target refuses any of these in well under a second
 MEMORY_MIB = 1024
 
+
 def _limits() -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (CPU_SECONDS, CPU_SECONDS + 1))
     address_space = max(4 * MEMORY_MIB, 8192) << 20  # onnxruntime reserves far more than it touches
