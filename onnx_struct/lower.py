@@ -34,7 +34,10 @@ from onnx_struct.functions import (
 )
 from onnx_struct.layout import Leaf, TypeTable, element_label
 from onnx_struct.model import LoadedModel, ModelLike, StructTypeProto, load
-from onnx_struct.opaque import OPAQUE_DOMAIN  # noqa: F401 - kept importable from here
+from onnx_struct.opaque import (
+    OPAQUE_DOMAIN,  # noqa: F401 - kept importable from here
+    innermost_type,
+)
 from onnx_struct.opaque import exact_index as _exact_index
 from onnx_struct.opaque import opaque_inside as _opaque_inside
 from onnx_struct.view import StructView, merged_dims, view
@@ -466,16 +469,7 @@ def _domain(domain: str) -> str:
 
 def _struct_inside(type_proto) -> bool:
     """True when an overlay TypeProto is, or contains, a struct_type."""
-    while True:
-        which = type_proto.WhichOneof("value")
-        if which == "struct_type":
-            return True
-        if which in ("sequence_type", "optional_type"):
-            type_proto = getattr(type_proto, which).elem_type
-        elif which == "map_type":
-            type_proto = type_proto.map_type.value_type
-        else:
-            return False
+    return innermost_type(type_proto).WhichOneof("value") == "struct_type"
 
 
 def _walk_graphs(graph: onnx.GraphProto, path: str) -> Iterator[tuple[str, onnx.GraphProto]]:

@@ -39,15 +39,19 @@ def exact_index(type_proto: onnx.TypeProto) -> int | None:
     return int(digits)
 
 
-def opaque_inside(type_proto: onnx.TypeProto) -> bool:
-    """True when a stock view's type is, or contains, a struct type's stand-in."""
+def innermost_type(type_proto):
+    """The element type below any sequence, optional and map wrappers (stock or overlay TypeProto)."""
     while True:
         which = type_proto.WhichOneof("value")
-        if which == "opaque_type":
-            return type_proto.opaque_type.domain == OPAQUE_DOMAIN
         if which in ("sequence_type", "optional_type"):
             type_proto = getattr(type_proto, which).elem_type
         elif which == "map_type":
             type_proto = type_proto.map_type.value_type
         else:
-            return False
+            return type_proto
+
+
+def opaque_inside(type_proto: onnx.TypeProto) -> bool:
+    """True when a stock view's type is, or contains, a struct type's stand-in."""
+    inner = innermost_type(type_proto)
+    return inner.WhichOneof("value") == "opaque_type" and inner.opaque_type.domain == OPAQUE_DOMAIN
