@@ -242,7 +242,10 @@ def check_function_model(model: onnx.ModelProto, where: str, allowance_bytes: in
 
 def _analyze(function, inputs, initializers, where: str, allowance_bytes: int) -> list[onnx.TypeProto]:
     check_structure(function, where)
-    graph_model = _body_model(function, inputs, initializers)
+    try:
+        graph_model = _body_model(function, inputs, initializers)
+    except UnicodeDecodeError:  # a value or node name (not checked by check_structure) is not UTF-8
+        raise ValidationError(where, "a name in the function is not valid UTF-8") from None
     inferred = _infer(graph_model, where, data_prop=False)
     # Shape and Size depend on shapes only: fold them into constants where the input's shape is
     # static, and infer again, until nothing changes (each round folds at least one node).

@@ -49,7 +49,8 @@ class LoadedModel:
             if value.name == name:
                 return value
         names = [v.name for v in self.proto.graph.struct_initializer]
-        raise ValidationError("graph.struct_initializer", f"no struct value named {name!r}", known=", ".join(names))
+        known = ", ".join(n if isinstance(n, str) else repr(n) for n in names)  # proto2 gives non-UTF-8 as bytes
+        raise ValidationError("graph.struct_initializer", f"no struct value named {name!r}", known=known)
 
 
 def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = None) -> LoadedModel:

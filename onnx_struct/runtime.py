@@ -317,7 +317,12 @@ class FunctionRunner:
         ort = _ort()
         import onnx.inliner  # noqa: PLC0415 - not imported by "import onnx"
 
-        inlined = onnx.inliner.inline_local_functions(self.model)
+        try:
+            inlined = onnx.inliner.inline_local_functions(self.model)
+        except onnx.checker.ValidationError as error:  # onnx's own, e.g. recursive model-local functions
+            if isinstance(error, ValidationError):
+                raise
+            raise ValidationError(self.where, f"functions cannot be inlined: {_first_line(error)}") from None
         inlined.ir_version = min(inlined.ir_version, ort_limits()[0])
         inlined, self._reshape = _trailing_reshape(inlined)
         self._fetch = [o.name for o in inlined.graph.output]
