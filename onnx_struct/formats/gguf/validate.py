@@ -38,6 +38,15 @@ MIN_TENSOR_INFO = 8 + 4 + 4 + 8  # empty name, n_dims, type, offset
 MIN_KV = 8 + 4 + 1  # empty key, value type, one-byte value
 
 
+def _unique_name(cursor, where: str, what: str, seen: set[str], duplicate: str) -> tuple[str, str]:
+    """A key or tensor name read at ``where``, and the path naming it; a repeated one is refused."""
+    name = cursor.text(where, what)
+    where = f"{where} ({name!r})"
+    if name in seen:
+        raise ValidationError(where, duplicate)
+    return name, where
+
+
 def check_gguf_bytes(data: bytes | bytearray | memoryview | mmap.mmap, quant_sizes: dict[int, tuple[int, int]]) -> None:
     """Raise a :class:`ValidationError` unless ``data`` is a little-endian GGUF file whose every
     count, length and tensor range fits in ``data`` and in the documented limits.
@@ -63,11 +72,7 @@ def check_gguf_bytes(data: bytes | bytearray | memoryview | mmap.mmap, quant_siz
     alignment = DEFAULT_ALIGNMENT
     keys: set[str] = set()
     for i in range(kv_count):
-        where = f"gguf.kv[{i}]"
-        key = cursor.text(where, "its key")
-        where = f"gguf.kv[{i}] ({key!r})"
-        if key in keys:
-            raise ValidationError(where, "the key appears twice")
+        key, where = _unique_name(cursor, f"gguf.kv[{i}]", "its key", keys, "the key appears twice")
         if key.startswith("GGUF."):  # gguf-py lists the header as fields GGUF.version, GGUF.kv_count, ...
             raise ValidationError(where, "keys starting with 'GGUF.' are reserved for the header")
         keys.add(key)
@@ -80,11 +85,7 @@ def check_gguf_bytes(data: bytes | bytearray | memoryview | mmap.mmap, quant_siz
     names: set[str] = set()
     tensors = []
     for i in range(tensor_count):
-        where = f"gguf.tensors[{i}]"
-        name = cursor.text(where, "its name")
-        where = f"gguf.tensors[{i}] ({name!r})"
-        if name in names:
-            raise ValidationError(where, "two tensors have this name")
+        name, where = _unique_name(cursor, f"gguf.tensors[{i}]", "its name", names, "two tensors have this name")
         names.add(name)
         n_dims = cursor.u32(where, "its number of dimensions")
         if not 1 <= n_dims <= MAX_GGUF_DIMS:  # ggml's tensors have 1 to 4 dimensions
