@@ -13,8 +13,8 @@ from onnx import TensorProto
 from onnx import helper as oh
 
 import onnx_struct as S
-from onnx_struct.checker import checker_view
-from onnx_struct.model import load
+from onnx_struct.check.checker import checker_view
+from onnx_struct.schema.model import load
 
 N = 2000
 

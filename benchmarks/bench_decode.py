@@ -27,7 +27,7 @@ from onnx import TensorProto
 from onnx import helper as oh
 
 import onnx_struct as S
-from onnx_struct import runtime
+from onnx_struct.runtime import runners as runtime
 
 
 def q4_0_decoder(rows: int, cols: int) -> onnx.FunctionProto:

@@ -44,8 +44,10 @@ import onnx
 from _peer import PeerProcess, Timing
 
 import onnx_struct as S
-from onnx_struct import bindings, formats, runtime
-from onnx_struct.runtime import decode, encode
+from onnx_struct import formats
+from onnx_struct.check import decoder_inputs as bindings
+from onnx_struct.runtime import runners as runtime
+from onnx_struct.runtime.runners import decode, encode
 
 try:
     from gguf import GGMLQuantizationType, quants

@@ -25,7 +25,7 @@ from _timing import best_of
 from onnx import TensorProto
 
 import onnx_struct as S
-from onnx_struct.view import view_buffer
+from onnx_struct.payload.view import view_buffer
 
 MIB = 1 << 20
 RNG = np.random.default_rng(0)

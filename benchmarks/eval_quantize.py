@@ -211,8 +211,8 @@ def main() -> int:
 
     import onnx_struct  # noqa: PLC0415
     from onnx_struct import formats  # noqa: PLC0415
-    from onnx_struct.formats.quantize import plan, quantize  # noqa: PLC0415
-    from onnx_struct.lower import lower  # noqa: PLC0415
+    from onnx_struct.lowering.lower import lower  # noqa: PLC0415
+    from onnx_struct.passes.quantize import plan, quantize  # noqa: PLC0415
 
     texts = sentences()
     feeds = WordPiece(vocab_path).batch(texts)

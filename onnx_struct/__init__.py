@@ -6,11 +6,18 @@ read it through bounds-checked views, and decode it with an ONNX function in onn
 
 from __future__ import annotations
 
-from onnx_struct._proto import pb as _pb
-from onnx_struct.checker import check_model, validate
+from onnx_struct.check.checker import check_model, validate
+from onnx_struct.check.hooks import install, uninstall
+from onnx_struct.check.inference import infer_shapes
 from onnx_struct.errors import LeafNotFoundError, ValidationError
-from onnx_struct.external_io import load_with_external_data, save_with_external_data
-from onnx_struct.helper import (
+from onnx_struct.layout.table import size_in_bits
+from onnx_struct.lowering.lower import lower
+from onnx_struct.payload.external_io import load_with_external_data, save_with_external_data
+from onnx_struct.payload.pack import make_struct_value_from_leaves, pack
+from onnx_struct.payload.view import StructView, view, view_buffer
+from onnx_struct.runtime.runners import decode, encode
+from onnx_struct.runtime.session import InferenceSession
+from onnx_struct.schema.builders import (
     make_array,
     make_bit_packing,
     make_component,
@@ -27,12 +34,10 @@ from onnx_struct.helper import (
     make_type_reference,
     make_value_info,
 )
-from onnx_struct.hooks import install, uninstall
-from onnx_struct.inference import infer_shapes
-from onnx_struct.layout import size_in_bits
-from onnx_struct.lower import lower
-from onnx_struct.model import (
+from onnx_struct.schema.model import (  # the proposal's messages, generated from schemas/onnx_struct.proto
     LoadedModel,
+    StructProto,
+    StructTypeProto,
     add_struct_types,
     add_struct_values,
     add_value_infos,
@@ -42,16 +47,8 @@ from onnx_struct.model import (
     load_model,
     to_onnx,
 )
-from onnx_struct.pack import make_struct_value_from_leaves, pack
-from onnx_struct.runtime import decode, encode
-from onnx_struct.session import InferenceSession
-from onnx_struct.view import StructView, view, view_buffer
 
 __version__ = "0.1.0"
-
-# The proposal's messages (generated from schemas/onnx_struct.proto).
-StructTypeProto = _pb.StructTypeProto
-StructProto = _pb.StructProto
 
 __all__ = [
     # messages

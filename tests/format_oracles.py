@@ -18,8 +18,8 @@ from onnx import TensorProto
 from onnx import helper as oh
 
 from onnx_struct import add_struct_values
-from onnx_struct.layout import TypeTable
-from onnx_struct.runtime import decode, encode
+from onnx_struct.layout.table import TypeTable
+from onnx_struct.runtime.runners import decode, encode
 
 
 @contextlib.contextmanager

@@ -407,8 +407,8 @@ def test_full_check_runs_stock_full_check():
 def test_stock_view_keeps_a_struct_value_name_that_is_not_utf8():
     # The checker reports the name, but stock_view also serves infer_shapes and lower, which do
     # not check first: the name's bytes go into the graph input as they are.
-    from onnx_struct.checker import stock_view
-    from onnx_struct.model import load
+    from onnx_struct.check.checker import stock_view
+    from onnx_struct.schema.model import load
 
     model = model_with([NIBBLES], [value(name="Q")])
     data = model.SerializeToString().replace(b"*\x01Q", b"*\x01\xff")
@@ -459,8 +459,8 @@ def test_stock_checker_sees_struct_values_as_defined_names(path, as_form):
 
 
 def test_checker_view_is_the_model_plus_one_node(as_form):
-    from onnx_struct.checker import VALUES_DOMAIN, checker_view
-    from onnx_struct.model import load
+    from onnx_struct.check.checker import VALUES_DOMAIN, checker_view
+    from onnx_struct.schema.model import load
 
     model = decoded_values_model()
     S.add_struct_values(model, value("second"))
@@ -483,7 +483,7 @@ def test_inline_payloads_never_push_the_view_over_protobufs_limit(monkeypatch):
 def _value_bytes(**fields) -> bytes:
     """A serialized StructProto written field by field (type = 1, struct_type = 2, raw_data = 3,
     external_data = 4, name = 5, doc_string = 6; unknown fields as given)."""
-    from onnx_struct.model import length_delimited
+    from onnx_struct.schema.model import length_delimited
 
     out = b""
     if "type" in fields:

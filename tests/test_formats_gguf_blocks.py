@@ -24,9 +24,9 @@ from onnx import helper as oh
 import onnx_struct as S
 from onnx_struct import formats
 from onnx_struct.formats.base import FORMAT_DOMAIN
-from onnx_struct.layout import size_in_bits
-from onnx_struct.runtime import decode, encode, ort_limits
-from onnx_struct.view import view
+from onnx_struct.layout.table import size_in_bits
+from onnx_struct.payload.view import view
+from onnx_struct.runtime.runners import decode, encode, ort_limits
 
 gguf = pytest.importorskip("gguf")
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants  # noqa: E402

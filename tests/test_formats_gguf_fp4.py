@@ -21,7 +21,7 @@ from hypothesis.extra import numpy as hnp
 
 from onnx_struct import ValidationError, formats, size_in_bits
 from onnx_struct.formats.gguf import fp4
-from onnx_struct.view import view_buffer
+from onnx_struct.payload.view import view_buffer
 
 gguf = pytest.importorskip("gguf")
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # noqa: E402

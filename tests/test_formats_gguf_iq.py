@@ -24,11 +24,11 @@ from onnx.reference import ReferenceEvaluator
 import onnx_struct
 from onnx_struct import ValidationError, formats, size_in_bits
 from onnx_struct.formats import FORMAT_DOMAIN
-from onnx_struct.formats._graph import OPSET, FunctionBuilder
+from onnx_struct.formats.function_builder import OPSET, FunctionBuilder
 from onnx_struct.formats.gguf import _make_iq_grids, iq_grids
 from onnx_struct.formats.gguf._iq_graph import f16_bits_to_float
 from onnx_struct.formats.gguf.iq import FORMATS
-from onnx_struct.view import view_buffer
+from onnx_struct.payload.view import view_buffer
 
 gguf = pytest.importorskip("gguf")
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # noqa: E402

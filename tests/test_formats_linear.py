@@ -18,8 +18,8 @@ from onnx import TensorProto
 from onnx_struct import ValidationError, formats, size_in_bits
 from onnx_struct.formats import linear
 from onnx_struct.formats.linear import make_linear_format
-from onnx_struct.layout import TypeTable
-from onnx_struct.view import view_buffer
+from onnx_struct.layout.table import TypeTable
+from onnx_struct.payload.view import view_buffer
 
 RANGES = {"INT4": (-8, 7), "UINT4": (0, 15), "INT8": (-128, 127), "UINT8": (0, 255)}
 SCALE_DTYPES = {"FLOAT16": np.dtype("<f2"), "FLOAT": np.dtype("<f4")}

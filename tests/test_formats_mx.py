@@ -20,8 +20,8 @@ from onnx import TensorProto
 
 from onnx_struct import ValidationError, formats, size_in_bits
 from onnx_struct.formats import mx
-from onnx_struct.layout import TypeTable
-from onnx_struct.view import view_buffer
+from onnx_struct.layout.table import TypeTable
+from onnx_struct.payload.view import view_buffer
 
 # name -> (element dtype, bits, emax_elem from OCP v1.0 table 1 / microxcaling, onnx type)
 SPEC = {

@@ -19,7 +19,7 @@ from onnx import TensorProto
 
 from onnx_struct import ValidationError, formats, size_in_bits
 from onnx_struct.formats import nf4
-from onnx_struct.layout import TypeTable
+from onnx_struct.layout.table import TypeTable
 
 PUBLISHED = (
     "-1.0 -0.6961928009986877 -0.5250730514526367 -0.39491748809814453 -0.28444138169288635 "

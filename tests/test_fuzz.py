@@ -127,8 +127,8 @@ def test_view_refuses_a_hostile_constant_before_allocating():
 def _views_give_only_validation_errors(data: bytes) -> None:
     """Every struct value of a (mutated) model: view it, read every leaf, pack the leaves back,
     draw and describe its declaration; only ValidationErrors may come out."""
-    from onnx_struct.inspect import describe  # noqa: PLC0415
-    from onnx_struct.svg import layout_svg  # noqa: PLC0415
+    from onnx_struct.tools.describe import describe  # noqa: PLC0415
+    from onnx_struct.tools.svg import layout_svg  # noqa: PLC0415
 
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)

@@ -13,9 +13,9 @@ from onnx import helper as oh
 from test_runtime_models import OPSET, const, linear_decoder, linear_int4_128, linear_model
 
 import onnx_struct as S
-from onnx_struct import hooks
-from onnx_struct.inference import logical_type
-from onnx_struct.layout import TypeTable
+from onnx_struct.check import hooks
+from onnx_struct.check.inference import logical_type
+from onnx_struct.layout.table import TypeTable
 
 
 def tensor_of(type_proto) -> tuple[int, list]:

@@ -24,9 +24,9 @@ from test_runtime_models import (
 )
 
 import onnx_struct as S
-from onnx_struct import runtime
-from onnx_struct.layout import TypeTable
-from onnx_struct.lower import PRIVATE_DOMAIN, dense_byte_run
+from onnx_struct.layout.table import TypeTable
+from onnx_struct.lowering.lower import PRIVATE_DOMAIN, dense_byte_run
+from onnx_struct.runtime import runners as runtime
 
 
 @pytest.fixture
@@ -372,3 +372,11 @@ def test_dense_byte_run():
     assert dense_byte_run(d) is None and dense_byte_run(q) is None
     (single,) = blocks.leaves(S.make_array(S.make_type_reference(0), 1), "t")[:1]
     assert dense_byte_run(single) == (0, 2)
+
+
+def test_lowered_ir_cap_is_loadable_by_the_installed_onnxruntime():
+    """ORT_MAX_IR_VERSION is a constant (lowering never imports onnxruntime); the installed
+    onnxruntime, at least the oldest supported release, must load it."""
+    from onnx_struct.lowering.lower import ORT_MAX_IR_VERSION
+
+    assert ORT_MAX_IR_VERSION <= runtime.ort_limits()[0]

@@ -28,7 +28,7 @@ from onnx_struct import (
     pack,
     view,
 )
-from onnx_struct.view import view_buffer
+from onnx_struct.payload.view import view_buffer
 
 
 def test_golden_components():
@@ -104,7 +104,7 @@ def test_lossless_conversions_are_accepted():
 def route(request, monkeypatch):
     """Route "scatter": the phase-column writer disabled, so the general scatter writes those leaves."""
     if request.param == "scatter":
-        monkeypatch.setattr(importlib.import_module("onnx_struct.pack"), "phase_columns", lambda *args: None)
+        monkeypatch.setattr(importlib.import_module("onnx_struct.payload.pack"), "phase_columns", lambda *args: None)
     return request.param
 
 

@@ -21,10 +21,13 @@ import pytest
 from conftest import base_model
 from onnx import helper as oh
 
-from onnx_struct import add_struct_values, buffer_pool, formats, parallel, runtime
+from onnx_struct import add_struct_values, formats
 from onnx_struct.errors import ValidationError
-from onnx_struct.model import from_onnx
-from onnx_struct.runtime import decode
+from onnx_struct.payload import buffer_pool
+from onnx_struct.runtime import parallel
+from onnx_struct.runtime import runners as runtime
+from onnx_struct.runtime.runners import decode
+from onnx_struct.schema.model import from_onnx
 
 
 @pytest.fixture(autouse=True)
@@ -277,7 +280,7 @@ def test_a_root_name_promising_another_value_runs_whole(splits, name):
 def test_a_runner_without_fallback_refuses_to_run():
     """onnxruntime 1.32 has no FLOAT6 type: a runner built with fallback=False is unavailable,
     and says so instead of running nothing."""
-    from onnx_struct.formats._graph import FunctionBuilder  # noqa: PLC0415
+    from onnx_struct.formats.function_builder import FunctionBuilder  # noqa: PLC0415
 
     b = FunctionBuilder("to_float6_and_back", ["x"], opset=28)
     function = b.build(b.cast(b.cast("x", onnx.TensorProto.FLOAT6E2M3), onnx.TensorProto.FLOAT, out="y"))
@@ -294,7 +297,9 @@ def test_a_runner_without_fallback_refuses_to_run():
 SHUTDOWN_SCRIPT = """
 import atexit
 import numpy as np, onnx
-from onnx_struct import formats, parallel, runtime
+from onnx_struct import formats
+from onnx_struct.runtime import parallel
+from onnx_struct.runtime import runners as runtime
 runtime.INTRA_OP_THREADS = 2
 fmt = formats.get("Q4_0")
 payload = np.random.default_rng(0).integers(0, 256, 16 * fmt.bytes_per_block, dtype=np.uint8)

@@ -17,7 +17,7 @@ from onnx import helper as oh
 import onnx_struct as S
 from onnx_struct import formats
 from onnx_struct.cli import main
-from onnx_struct.formats.quantize import plan, quantize
+from onnx_struct.passes.quantize import plan, quantize
 
 gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType

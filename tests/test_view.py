@@ -27,12 +27,12 @@ from onnx_struct import (
     make_type_reference,
     view,
 )
-from onnx_struct import external as external_module
-from onnx_struct.view import view_buffer
+from onnx_struct.payload import external as external_module
+from onnx_struct.payload.view import view_buffer
 
 RNG = np.random.default_rng(1234)
 # the module, not the function that onnx_struct.view names
-view_module = importlib.import_module("onnx_struct.view")
+view_module = importlib.import_module("onnx_struct.payload.view")
 
 
 def random_bytes(n: int) -> bytes:
@@ -425,7 +425,7 @@ def test_leaf_limit_is_enforced_while_enumerating(monkeypatch):
     # Shared references fan out exponentially: level k has 2**k leaves. A structure of many fields
     # each referencing a large level must be refused once the limit is passed, not after all
     # fields * 2**k leaves were built.
-    from onnx_struct import layout
+    from onnx_struct.layout import table as layout
 
     monkeypatch.setattr(layout, "MAX_LEAVES", 1000)
     types = [make_structure([make_field("a", T.UINT8), make_field("b", T.UINT8)])]

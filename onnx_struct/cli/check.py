@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from onnx_struct.checker import validate
+from onnx_struct.check.checker import validate
 from onnx_struct.cli import EXIT_INVALID, EXIT_OK, one_line
 
 INPUT = "path"

@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from onnx_struct.runtime import decode  # noqa: PLC0415 - keep `onnx-struct --help` fast
+    from onnx_struct.runtime.runners import decode  # noqa: PLC0415 - keep `onnx-struct --help` fast
 
     value = decode(args.name, args.model, runtime=args.runtime)
     np.save(args.output, value, allow_pickle=False)

@@ -56,9 +56,9 @@ class ProgressBar:
 
 
 def run(args: argparse.Namespace) -> int:
-    from onnx_struct.checker import check_model  # noqa: PLC0415
-    from onnx_struct.external import require_regular_file  # noqa: PLC0415
+    from onnx_struct.check.checker import check_model  # noqa: PLC0415
     from onnx_struct.formats.gguf.convert import convert  # noqa: PLC0415 - keep `onnx-struct --help` fast
+    from onnx_struct.payload.external import require_regular_file  # noqa: PLC0415
 
     output = pathlib.Path(args.output)
     bar = ProgressBar(sys.stderr, enabled=not args.quiet)

@@ -14,8 +14,8 @@ import sys
 
 from onnx_struct.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE, one_line
 from onnx_struct.errors import ValidationError
-from onnx_struct.inspect import describe, format_text
-from onnx_struct.svg import layout_svg
+from onnx_struct.tools.describe import describe, format_text
+from onnx_struct.tools.svg import layout_svg
 
 INPUT = "path"
 HELP = "show declarations (bit offsets, sizes) and struct values, or draw one layout as SVG"

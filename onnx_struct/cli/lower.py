@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from onnx_struct.lower import lower  # noqa: PLC0415 - keep `onnx-struct --help` fast
+    from onnx_struct.lowering.lower import lower  # noqa: PLC0415 - keep `onnx-struct --help` fast
 
     source, output = pathlib.Path(args.input), pathlib.Path(args.output)
     same_directory = source.resolve().parent == output.resolve().parent

@@ -37,8 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from onnx_struct import formats  # noqa: PLC0415 - keep `onnx-struct --help` fast
-    from onnx_struct.checker import check_model  # noqa: PLC0415
-    from onnx_struct.formats.quantize import WEIGHT_INPUT, plan, quantize, read_model  # noqa: PLC0415
+    from onnx_struct.check.checker import check_model  # noqa: PLC0415
+    from onnx_struct.passes.quantize import WEIGHT_INPUT, plan, quantize, read_model  # noqa: PLC0415
 
     # Options first (exit 2), then the model's content (exit 1, as ValidationErrors from the library).
     op_types = tuple(op.strip() for op in args.op_types.split(",") if op.strip())

@@ -10,10 +10,6 @@ import importlib
 
 from onnx_struct.formats.base import _REGISTRY, FORMAT_DOMAIN, BlockFormat, register
 
-# quantize() imports onnxruntime only when it encodes; importing it here binds the name to the function
-# (the submodule of the same name is then not re-bound over it).
-from onnx_struct.formats.quantize import quantize
-
 FAMILY_MODULES = (
     "onnx_struct.formats.gguf.blocks",
     "onnx_struct.formats.gguf.iq",
@@ -48,6 +44,19 @@ def names() -> list[str]:
     """Every registered format name, sorted."""
     _load_families()
     return sorted(_REGISTRY)
+
+
+def __getattr__(name: str):
+    """``formats.quantize``: the public spelling of :func:`onnx_struct.passes.quantize.quantize`.
+
+    The pass sits above this layer (it encodes through the runtime), so the name is resolved on
+    first use instead of imported here; the layering test allows exactly this one upward edge.
+    """
+    if name == "quantize":
+        from onnx_struct.passes.quantize import quantize  # noqa: PLC0415 - the public alias, see above
+
+        return quantize
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 __all__ = ["BlockFormat", "FORMAT_DOMAIN", "get", "names", "quantize", "register"]

@@ -16,8 +16,8 @@ from collections.abc import Callable, Sequence
 import onnx
 
 from onnx_struct.errors import ValidationError
-from onnx_struct.helper import make_array, make_struct_value, make_structure, make_type_reference
-from onnx_struct.model import StructProto, StructTypeProto, add_struct_types, load
+from onnx_struct.schema.builders import make_array, make_struct_value, make_structure, make_type_reference
+from onnx_struct.schema.model import StructProto, StructTypeProto, add_struct_types, load
 
 FORMAT_DOMAIN = "onnx_struct.formats"
 

@@ -36,8 +36,8 @@ import onnx
 from onnx import TensorProto
 
 from onnx_struct.errors import ValidationError
-from onnx_struct.formats._graph import FunctionBuilder, block_format, field
 from onnx_struct.formats.base import BlockFormat
+from onnx_struct.formats.function_builder import FunctionBuilder, block_format, field
 
 FLOAT16_MAX = 65504.0
 

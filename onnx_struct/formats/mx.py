@@ -34,8 +34,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from onnx_struct.formats._graph import FunctionBuilder, block_format, field
 from onnx_struct.formats.base import BlockFormat
+from onnx_struct.formats.function_builder import FunctionBuilder, block_format, field
 
 BLOCK_SIZE = 32
 SCALE_BIAS = 127

@@ -30,8 +30,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from onnx_struct.formats._graph import UINT8, FunctionBuilder, block_format, field
-from onnx_struct.helper import make_constant_field
+from onnx_struct.formats.function_builder import UINT8, FunctionBuilder, block_format, field
+from onnx_struct.schema.builders import make_constant_field
 
 BLOCK_SIZE = 64
 ZERO_CODE = 7

@@ -143,7 +143,7 @@ def test_quantize_a_weight_whose_dims_disagree_with_its_bytes(tmp_path):
     _assert_one_line("quantize", report["cli"], 1)
     assert "graph.initializer[0] ('W'): dims [64, 64] need 16384 bytes" in report["cli"][1]
     out = run_bounded(
-        "from onnx_struct.formats.quantize import quantize; quantize(ARG, 'Q8_0', min_elements=1)", str(path)
+        "from onnx_struct.passes.quantize import quantize; quantize(ARG, 'Q8_0', min_elements=1)", str(path)
     )
     out.assert_validation_error("graph.initializer[0] ('W')", contains="holds 8192")
 

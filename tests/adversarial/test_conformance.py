@@ -250,7 +250,7 @@ def test_a_stock_opaque_input_is_not_a_struct_input():
     ["struct_types.²", "struct_types.+1", "struct_types. 1", "struct_types.01", "struct_types.0x1", "struct_types.１"],
 )
 def test_exact_index_accepts_only_ascii_decimal(name):
-    from onnx_struct.opaque import exact_index
+    from onnx_struct.schema.opaque import exact_index
 
     type_proto = onnx.TypeProto(opaque_type=onnx.TypeProto.Opaque(domain="onnx_struct", name=name))
     assert exact_index(type_proto) is None

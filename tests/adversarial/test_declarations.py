@@ -68,7 +68,7 @@ OPERATIONS = {
         "RESULT = S.view_buffer(bytes(n), ROOT, ARG).paths"
     ),
     "describe": (
-        "from onnx_struct.inspect import describe, format_text\n"
+        "from onnx_struct.tools.describe import describe, format_text\n"
         "d = describe(ARG)\nformat_text(d)\n"
         "errors = [e['error'] for e in d['struct_types'] if 'error' in e]\n"
         "if errors: raise S.ValidationError('describe', errors[0])"

@@ -17,6 +17,7 @@ from onnx import numpy_helper
 
 import onnx_struct as S
 from adversarial.bounded import run_bounded
+from onnx_struct.check import inference
 
 OPSET = [oh.make_opsetid("", 21)]
 DOMAIN = "hostile"
@@ -387,15 +388,16 @@ def test_session_refuses_what_is_not_payload_bytes(feed):
 def test_every_registered_format_passes_the_policy(shape):
     """Every registered format's decoder and encoder, at a small and a real weight shape (the
     budget is per input byte plus a fixed allowance, so the big shape is the binding one)."""
-    from onnx_struct import decoder_policy, formats
-    from onnx_struct.layout import TypeTable
+    from onnx_struct import formats
+    from onnx_struct.check import decoder_policy
+    from onnx_struct.layout.table import TypeTable
 
     for name in formats.names():
         fmt = formats.get(name)
         assert 512 % fmt.block_size == 0, name
         table = TypeTable([fmt.block_declaration(), fmt.root_declaration(shape, 0)])
         root = table.declarations[1]
-        logical = S.inference.logical_type(root, table, name)
+        logical = inference.logical_type(root, table, name)
         assert logical.tensor_type.elem_type == T.FLOAT, name
         assert [d.dim_value for d in logical.tensor_type.shape.dim] == list(shape), name
         if root.HasField("encoder"):

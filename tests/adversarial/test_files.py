@@ -305,7 +305,7 @@ def test_external_initializer_that_is_a_fifo_is_refused_when_saving(tmp_path):
         "S.decode('w', ARG)",
         "S.lower(ARG)",
         # inspect reports the entry's error (path first) in its description instead of raising
-        "from onnx_struct.inspect import describe\n"
+        "from onnx_struct.tools.describe import describe\n"
         "raise S.ValidationError(*describe(ARG)['struct_values'][0]['location']['error'].split(': ', 1))",
     ],
 )

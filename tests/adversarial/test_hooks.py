@@ -15,6 +15,7 @@ from onnx import helper as oh
 
 import onnx_struct as S
 from adversarial.bounded import run_bounded
+from onnx_struct.schema.model import pb
 
 HOOKED_CHECK = "S.install(); onnx.checker.check_model(ARG)"
 
@@ -24,7 +25,7 @@ def branch_with_struct_info(type_index: int) -> onnx.GraphProto:
     branch = oh.make_graph(
         [oh.make_node("Identity", ["X"], ["B"])], "branch", [], [oh.make_tensor_value_info("B", TensorProto.FLOAT, [1])]
     )
-    fragment = S.model.pb.GraphProto(value_info=[S.make_struct_value_info("B", type_index)])
+    fragment = pb.GraphProto(value_info=[S.make_struct_value_info("B", type_index)])
     branch.MergeFromString(fragment.SerializeToString())
     return branch
 
@@ -56,7 +57,7 @@ def test_struct_value_only_in_a_subgraph_reaches_onnx_struct(tmp_path):
     branch = branch_with_struct_info(0)
     del branch.value_info[:]
     branch.MergeFromString(
-        S.model.pb.GraphProto(struct_initializer=[S.make_struct_value("v", 3, raw_data=b"")]).SerializeToString()
+        pb.GraphProto(struct_initializer=[S.make_struct_value("v", 3, raw_data=b"")]).SerializeToString()
     )
     path = tmp_path / "model.onnx"
     onnx.save(model_with_branch(branch), path)

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 from onnx import TensorProto
 
-from onnx_struct.formats._graph import INT8, UINT16, FunctionBuilder
+from onnx_struct.formats.function_builder import INT8, UINT16, FunctionBuilder
 
 
 def bits(g: FunctionBuilder, x: str, dtype, shifts: Sequence[int], width: int, shape: Sequence[int], axis=-1) -> str:

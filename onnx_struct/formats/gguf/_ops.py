@@ -38,7 +38,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from onnx_struct.formats._graph import UINT8, UINT16, FunctionBuilder, block_format
+from onnx_struct.formats.function_builder import UINT8, UINT16, FunctionBuilder, block_format
 
 #: ``gguf_format(name, block_size, bytes_per_block, fields, decoder, encoder=None, description="")``
 #: registers the GGUF format ``name`` (the GGML type name); see :func:`block_format`.

@@ -28,8 +28,8 @@ import onnx
 
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.gguf.validate import check_gguf_bytes
-from onnx_struct.helper import make_array, make_struct_value
-from onnx_struct.model import add_struct_types, add_struct_values, from_onnx, to_onnx
+from onnx_struct.schema.builders import make_array, make_struct_value
+from onnx_struct.schema.model import add_struct_types, add_struct_values, from_onnx, to_onnx
 
 # metadata_props keys added besides the GGUF keys themselves.
 VALUE_TYPES_KEY = "onnx_struct.gguf.value_types"  # JSON object: GGUF key -> value type, e.g. "ARRAY[STRING]"

@@ -32,9 +32,9 @@ from collections.abc import Sequence
 import numpy as np
 import onnx
 
-from onnx_struct.formats._graph import INT8, UINT8, FunctionBuilder, field
+from onnx_struct.formats.function_builder import INT8, UINT8, FunctionBuilder, field
 from onnx_struct.formats.gguf._ops import dequantize_rows, gguf_format, nibbles
-from onnx_struct.helper import make_constant_field
+from onnx_struct.schema.builders import make_constant_field
 
 QK_MXFP4 = 32
 QK_NVFP4 = 64

@@ -28,12 +28,12 @@ from collections.abc import Sequence
 import numpy as np
 import onnx
 
-from onnx_struct.formats._graph import FLOAT16, INT8, INT32, UINT8, UINT16, UINT32, FunctionBuilder, field
 from onnx_struct.formats.base import BlockFormat
+from onnx_struct.formats.function_builder import FLOAT16, INT8, INT32, UINT8, UINT16, UINT32, FunctionBuilder, field
 from onnx_struct.formats.gguf import iq_grids
 from onnx_struct.formats.gguf._iq_graph import bits, f16_bits_to_float, index_hi_lo, sign_table
 from onnx_struct.formats.gguf._ops import dequantize_rows, gguf_format, nibble_lookup
-from onnx_struct.helper import make_constant_field
+from onnx_struct.schema.builders import make_constant_field
 
 QK_K = 256  # elements per super-block of every IQ type but IQ4_NL
 QK4_NL = 32

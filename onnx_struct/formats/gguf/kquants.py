@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnx_struct.formats._graph import FLOAT16, INT8, UINT8, FunctionBuilder, field
+from onnx_struct.formats.function_builder import FLOAT16, INT8, UINT8, FunctionBuilder, field
 from onnx_struct.formats.gguf._ops import (
     add_rows,
     bit_fields,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from onnx_struct.formats._graph import (
+from onnx_struct.formats.function_builder import (
     BFLOAT16,
     BITCAST_OPSET,
     FLOAT16,

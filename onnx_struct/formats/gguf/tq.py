@@ -19,8 +19,8 @@ from collections.abc import Sequence
 import numpy as np
 import onnx
 
-from onnx_struct.formats._graph import FLOAT, FLOAT16, UINT8, FunctionBuilder, field
 from onnx_struct.formats.base import BlockFormat
+from onnx_struct.formats.function_builder import FLOAT, FLOAT16, UINT8, FunctionBuilder, field
 from onnx_struct.formats.gguf._ops import bit_fields, dequantize_rows, gguf_format, scaled_copies, scaled_down
 
 QK_K = 256

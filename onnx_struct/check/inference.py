@@ -20,12 +20,13 @@ from __future__ import annotations
 import onnx
 import onnx.shape_inference
 
-from onnx_struct import bindings, decoder_policy
+from onnx_struct.check import decoder_inputs as bindings
+from onnx_struct.check import decoder_policy
 from onnx_struct.errors import ValidationError
-from onnx_struct.layout import TypeTable, element_label
-from onnx_struct.model import LoadedModel, ModelLike, StructProto, StructTypeProto, load, to_onnx
-from onnx_struct.opaque import OPAQUE_DOMAIN  # noqa: F401 - kept importable from here
-from onnx_struct.opaque import exact_index as _exact_index
+from onnx_struct.layout.table import TypeTable, element_label
+from onnx_struct.schema.model import LoadedModel, ModelLike, StructProto, StructTypeProto, load, to_onnx
+from onnx_struct.schema.opaque import OPAQUE_DOMAIN  # noqa: F401 - kept importable from here
+from onnx_struct.schema.opaque import exact_index as _exact_index
 
 # Captured at import, before hooks.install() (which imports this module first) can replace it.
 _stock_infer_shapes = onnx.shape_inference.infer_shapes
@@ -76,7 +77,7 @@ def logical_type(declaration: StructTypeProto, table: TypeTable, where: str) -> 
 def decoder_inputs(bound) -> tuple[list[tuple[str, onnx.TypeProto]], list[onnx.TensorProto]]:
     """(input name, tensor type) of the bound payload leaves, and the constant leaves as named
     TensorProtos: what a decoder is typed and run with."""
-    from onnx_struct.functions import onnx_elem_type, tensor_type  # noqa: PLC0415
+    from onnx_struct.check.function_models import onnx_elem_type, tensor_type  # noqa: PLC0415
 
     inputs, constants = [], []
     for name, leaf in bound.items():
@@ -157,7 +158,7 @@ def infer_shapes(
     Struct-typed graph inputs and outputs keep their struct types. The arguments after
     ``model`` are onnx's.
     """
-    from onnx_struct.checker import stock_view  # noqa: PLC0415 - checker imports this module lazily
+    from onnx_struct.check.checker import stock_view  # noqa: PLC0415 - checker imports this module lazily
 
     loaded = load(model)
     logical = logical_view(loaded, stock_view(loaded))

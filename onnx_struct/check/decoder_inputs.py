@@ -11,7 +11,7 @@ from __future__ import annotations
 import onnx
 
 from onnx_struct.errors import ValidationError
-from onnx_struct.layout import Leaf, LeafLookup
+from onnx_struct.layout.table import Leaf, LeafLookup
 
 Leaves = tuple[Leaf, ...] | LeafLookup
 

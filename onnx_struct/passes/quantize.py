@@ -31,7 +31,7 @@ from onnx import numpy_helper
 
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.base import BlockFormat
-from onnx_struct.model import add_struct_values, from_onnx, load, to_onnx
+from onnx_struct.schema.model import add_struct_values, from_onnx, load, to_onnx
 
 GroupAxis = Literal["input", "output"]
 # The input position of the weight, per supported op type (Gather: the table of an embedding lookup).
@@ -154,7 +154,7 @@ def quantize(
 
 def encode_array(array: np.ndarray, root_index: int, model, name: str):
     """The StructProto ``name`` holding ``array`` as encoded by the format's encoder in onnxruntime."""
-    from onnx_struct.runtime import encode  # noqa: PLC0415 - onnxruntime is imported only when encoding
+    from onnx_struct.runtime.runners import encode  # noqa: PLC0415 - onnxruntime is imported only when encoding
 
     return encode(np.asarray(array, dtype=np.float32), root_index, model, name=name)
 
@@ -199,7 +199,7 @@ def read_model(model: onnx.ModelProto | bytes | str | os.PathLike) -> onnx.Model
     try:
         if isinstance(model, (bytes, bytearray)):
             return onnx.load_from_string(bytes(model))
-        from onnx_struct.external_io import load_with_external_data  # noqa: PLC0415 - the file rules
+        from onnx_struct.payload.external_io import load_with_external_data  # noqa: PLC0415 - the file rules
 
         # onnx_struct's file rules: a FIFO is refused unopened, external tensors stay in the model's directory
         return load_with_external_data(os.fspath(model))

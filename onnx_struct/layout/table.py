@@ -20,10 +20,10 @@ from typing import Literal
 import numpy as np
 import onnx
 
-from onnx_struct import dtypes
 from onnx_struct.errors import ValidationError
+from onnx_struct.layout import dtypes
 from onnx_struct.limits import MAX_COMPONENT_BITS, MAX_LEAF_PATH_CHARS, MAX_LEAF_RANK, MAX_LEAF_SPAN, MAX_LEAVES
-from onnx_struct.model import StructTypeProto, load
+from onnx_struct.schema.model import StructTypeProto, load
 
 UINT64_MAX = (1 << 64) - 1
 

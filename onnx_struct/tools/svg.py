@@ -13,12 +13,12 @@ import html
 
 import numpy as np
 
-from onnx_struct import dtypes
 from onnx_struct.errors import ValidationError
-from onnx_struct.inspect import _preview, tensor_label
-from onnx_struct.layout import Leaf, TypeTable, read_constant
-from onnx_struct.model import StructTypeProto, load
-from onnx_struct.view import bit_positions
+from onnx_struct.layout import dtypes
+from onnx_struct.layout.table import Leaf, TypeTable, read_constant
+from onnx_struct.payload.view import bit_positions
+from onnx_struct.schema.model import StructTypeProto, load
+from onnx_struct.tools.describe import _preview, tensor_label
 
 BIT = 22  # px per bit
 ROW = 40  # px per row

@@ -35,8 +35,9 @@ import onnx.defs
 import onnx.shape_inference
 from onnx import TensorProto, helper
 
-from onnx_struct import dtypes, limits
+from onnx_struct import limits
 from onnx_struct.errors import ValidationError
+from onnx_struct.layout import dtypes
 
 STANDARD_DOMAINS = ("", "ai.onnx")
 

@@ -22,10 +22,10 @@ import re
 
 import onnx
 
-from onnx_struct import external
 from onnx_struct.errors import ValidationError
-from onnx_struct.model import LoadedModel, ModelLike, from_onnx, load, to_onnx
-from onnx_struct.view import view
+from onnx_struct.payload import external
+from onnx_struct.payload.view import view
+from onnx_struct.schema.model import LoadedModel, ModelLike, from_onnx, load, to_onnx
 
 __all__ = ["save_with_external_data", "load_with_external_data"]
 

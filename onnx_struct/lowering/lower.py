@@ -20,9 +20,8 @@ from collections.abc import Iterator
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_struct import bindings, external
-from onnx_struct.errors import ValidationError
-from onnx_struct.functions import (
+from onnx_struct.check import decoder_inputs as bindings
+from onnx_struct.check.function_models import (
     PACKED_TYPES,
     PRIVATE_DOMAIN,
     contiguous,
@@ -32,17 +31,23 @@ from onnx_struct.functions import (
     registered_function,
     tensor_type,
 )
-from onnx_struct.layout import Leaf, TypeTable, element_label
-from onnx_struct.model import LoadedModel, ModelLike, StructTypeProto, load
-from onnx_struct.opaque import (
+from onnx_struct.errors import ValidationError
+from onnx_struct.layout.table import Leaf, TypeTable, element_label
+from onnx_struct.payload import external
+from onnx_struct.payload.view import StructView, merged_dims, view
+from onnx_struct.schema.model import LoadedModel, ModelLike, StructTypeProto, load
+from onnx_struct.schema.opaque import (
     OPAQUE_DOMAIN,  # noqa: F401 - kept importable from here
     innermost_type,
 )
-from onnx_struct.opaque import exact_index as _exact_index
-from onnx_struct.opaque import opaque_inside as _opaque_inside
-from onnx_struct.view import StructView, merged_dims, view
+from onnx_struct.schema.opaque import exact_index as _exact_index
+from onnx_struct.schema.opaque import opaque_inside as _opaque_inside
 
 SEPARATOR = "::"
+# The highest IR version the oldest supported onnxruntime (pyproject: onnxruntime>=1.32) loads. A
+# constant, not a probe of the installed onnxruntime: lowering never imports it, and its output
+# does not depend on what is installed (tests/test_lower.py checks the constant against the probe).
+ORT_MAX_IR_VERSION = 14
 # The first IR version that has each leaf element type (onnx.proto's IR_VERSION comments).
 _TYPE_IR = {
     TensorProto.FLOAT8E4M3FN: 9,
@@ -113,8 +118,8 @@ def lower_model(
     keep_external: bool = True,
 ) -> Lowering:
     """:func:`lower`, also returning how struct-typed graph inputs map to lowered leaf inputs."""
-    from onnx_struct.checker import check_model, stock_view  # noqa: PLC0415 - checker imports us lazily
-    from onnx_struct.inference import LogicalTypes  # noqa: PLC0415
+    from onnx_struct.check.checker import check_model, stock_view  # noqa: PLC0415 - checker imports us lazily
+    from onnx_struct.check.inference import LogicalTypes  # noqa: PLC0415
 
     loaded = load(model, base_dir)
     check_model(loaded)
@@ -405,19 +410,14 @@ class _Lowerer:
 
     def ir_version(self) -> int:
         """The source's IR version, raised to what the opsets, local functions (8) and leaf types
-        need; lowered to onnxruntime's maximum when the source's is higher than anything needs."""
+        need; lowered to ORT_MAX_IR_VERSION when the source's is higher than anything needs."""
         needed = max(
             [8, helper.find_min_ir_version_for(list(self.out.opset_import), True)]
             + [_TYPE_IR.get(t, 0) for t in self.leaf_types]
         )
         chosen = max(needed, self.out.ir_version)
-        try:
-            from onnx_struct.runtime import ort_limits  # noqa: PLC0415 - loads onnxruntime if installed
-
-            if chosen > ort_limits()[0] >= needed:
-                chosen = ort_limits()[0]
-        except ImportError:
-            pass
+        if chosen > ORT_MAX_IR_VERSION >= needed:
+            chosen = ORT_MAX_IR_VERSION
         return min(chosen, max(needed, onnx.IR_VERSION))
 
 

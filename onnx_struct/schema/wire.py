@@ -25,7 +25,7 @@ from collections.abc import Container
 import onnx
 from google.protobuf.descriptor import FieldDescriptor
 
-from onnx_struct._proto import pb
+from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
 from onnx_struct.errors import ValidationError
 
 _VARINT, _I64, _LEN, _START_GROUP, _END_GROUP, _I32 = range(6)

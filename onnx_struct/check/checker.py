@@ -12,10 +12,13 @@ import os
 import onnx
 import onnx.checker
 
-from onnx_struct import bindings, decoder_policy, external, wire
+from onnx_struct.check import decoder_inputs as bindings
+from onnx_struct.check import decoder_policy
 from onnx_struct.errors import ValidationError
-from onnx_struct.layout import LeafLookup, TypeTable, element_label, read_constant
-from onnx_struct.model import (
+from onnx_struct.layout.table import LeafLookup, TypeTable, element_label, read_constant
+from onnx_struct.payload import external
+from onnx_struct.schema import wire
+from onnx_struct.schema.model import (
     LoadedModel,
     ModelLike,
     StructTypeProto,
@@ -27,7 +30,7 @@ from onnx_struct.model import (
     to_onnx,
     varint_size,
 )
-from onnx_struct.opaque import OPAQUE_DOMAIN, opaque_type  # noqa: F401 - OPAQUE_DOMAIN kept importable
+from onnx_struct.schema.opaque import OPAQUE_DOMAIN, opaque_type  # noqa: F401 - OPAQUE_DOMAIN kept importable
 
 # Captured at import so that install() (which replaces onnx.checker.check_model) cannot recurse.
 _stock_check_model = onnx.checker.check_model
@@ -167,7 +170,7 @@ class _Checker:
             self.attempt(external.refuse_external_tensors, function, where)
             bound = self.attempt(bind, function, leaves, f"{path}.{role}") if leaves is not None else None
             if role == "decoder" and valid and bound is not None:
-                from onnx_struct import inference  # noqa: PLC0415 - runtime-free
+                from onnx_struct.check import inference  # noqa: PLC0415 - runtime-free
 
                 self.attempt(inference.logical_type, declaration, self.table, path)
 
@@ -425,7 +428,7 @@ class _Checker:
             if full_check:
                 # Struct values get their logical (decoded) types, so onnx's shape inference sees
                 # what the consuming nodes will see.
-                from onnx_struct import inference  # noqa: PLC0415 - imports the runtime-free inference only
+                from onnx_struct.check import inference  # noqa: PLC0415 - imports the runtime-free inference only
 
                 view = inference.logical_view(self.loaded, stock_view(self.loaded, self.struct_type_protos))
             else:
@@ -444,7 +447,7 @@ class _Checker:
         except onnx.shape_inference.InferenceError as error:
             self.report(ValidationError("", f"onnx.shape_inference: {error}"))
         except ValueError as error:  # onnx's word for an element type it does not know, path lost
-            from onnx_struct.inference import unknown_element_type  # noqa: PLC0415
+            from onnx_struct.check.inference import unknown_element_type  # noqa: PLC0415
 
             view_graph = onnx.ModelProto.FromString(view).graph if isinstance(view, bytes) else view.graph
             self.report(unknown_element_type(view_graph) or ValidationError("", f"onnx.checker: {error}"))

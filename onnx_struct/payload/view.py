@@ -34,10 +34,10 @@ from collections.abc import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from onnx_struct import external
 from onnx_struct.errors import LeafNotFoundError, ValidationError
-from onnx_struct.layout import Leaf, TypeTable, read_constant
-from onnx_struct.model import LoadedModel, StructProto, StructTypeProto, load
+from onnx_struct.layout.table import Leaf, TypeTable, read_constant
+from onnx_struct.payload import external
+from onnx_struct.schema.model import LoadedModel, StructProto, StructTypeProto, load
 
 # Elements handled per vectorized step of the general route and of nibble unpacking: big enough
 # to amortize numpy's per-call cost, small enough that temporaries stay in the CPU cache.

@@ -17,10 +17,11 @@ import numpy as np
 import onnx
 
 from onnx_struct.errors import ValidationError
-from onnx_struct.lower import StructInput, lower_model
-from onnx_struct.model import ModelLike, StructProto, load
-from onnx_struct.runtime import Feed, _ort, leaf_feeds, ort_errors, ortvalue_to_numpy
-from onnx_struct.view import StructView, view, view_buffer
+from onnx_struct.lowering.lower import StructInput, lower_model
+from onnx_struct.payload.view import StructView, view, view_buffer
+from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
+from onnx_struct.runtime.runners import Feed, leaf_feeds, ortvalue_to_numpy
+from onnx_struct.schema.model import ModelLike, StructProto, load
 
 # protobuf refuses to serialize a message of 2 GiB or more.
 _PROTOBUF_LIMIT = 2**31 - 1
@@ -48,7 +49,7 @@ class InferenceSession:
         base_dir: str | os.PathLike | None = None,
         **ort_kwargs: Any,
     ) -> None:
-        ort = _ort()
+        ort = load_onnxruntime()
         loaded = load(model_or_path, base_dir)
         lowering = lower_model(loaded, compact=compact)
         self._declarations = list(loaded.struct_types)
@@ -105,7 +106,7 @@ class InferenceSession:
                 plain[name] = value
         if not feeds:
             return self._session.run(output_names, plain, run_options)
-        ort = _ort()
+        ort = load_onnxruntime()
         values = {name: feed.ort_value() for name, feed in feeds.items()}
         for name, value in plain.items():
             values[name] = value if isinstance(value, ort.OrtValue) else _plain_feed(value).ort_value()

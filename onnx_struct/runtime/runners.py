@@ -23,7 +23,6 @@ from __future__ import annotations
 import collections
 import ctypes
 import dataclasses
-import functools
 import hashlib
 import math
 import os
@@ -35,12 +34,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_struct import bindings, buffer_pool, decoder_policy, dtypes, external
-from onnx_struct.errors import ValidationError
+from onnx_struct.check import decoder_inputs as bindings
+from onnx_struct.check import decoder_policy
 
 # The function models and leaf packing live in functions.py (no onnxruntime there); they are also
 # reachable here, where they were first defined.
-from onnx_struct.functions import (  # noqa: F401 - re-exported
+from onnx_struct.check.function_models import (  # noqa: F401 - re-exported
     PACKED_TYPES,
     PRIVATE_DOMAIN,
     contiguous,
@@ -52,9 +51,13 @@ from onnx_struct.functions import (  # noqa: F401 - re-exported
     tensor_type,
     unpack_bits,
 )
-from onnx_struct.layout import Leaf, TypeTable
-from onnx_struct.model import StructProto, StructTypeProto
-from onnx_struct.view import StructView, load_declarations, value_declaration, view
+from onnx_struct.errors import ValidationError
+from onnx_struct.layout import dtypes
+from onnx_struct.layout.table import Leaf, TypeTable
+from onnx_struct.payload import buffer_pool, external
+from onnx_struct.payload.view import StructView, load_declarations, value_declaration, view
+from onnx_struct.runtime.ort import load_onnxruntime, ort_errors, ort_limits, ort_version
+from onnx_struct.schema.model import StructProto, StructTypeProto
 
 RUNTIMES = ("onnxruntime", "reference")
 # Sessions kept alive at once; each holds its function model's kernels and arena, so the bound
@@ -65,54 +68,6 @@ SESSION_CACHE_SIZE = 32
 # sessions over block ranges (onnx_struct.parallel; 0: the cores this process may use); 1 turns
 # that off.
 INTRA_OP_THREADS = 0
-
-
-def _ort():
-    import onnxruntime  # noqa: PLC0415 - the package's only import of onnxruntime, deferred
-
-    return onnxruntime
-
-
-# ---------------------------------------------------------------------- what onnxruntime supports
-@functools.cache
-def ort_limits() -> tuple[int, int]:
-    """(highest IR version, highest default-domain opset) the installed onnxruntime loads.
-
-    Found by loading a one-node model at decreasing versions, starting at what the installed onnx
-    writes, since onnxruntime publishes no API for either number.
-    """
-    ort = _ort()
-
-    def loads(ir_version: int, opset: int) -> bool:
-        graph = helper.make_graph(
-            [helper.make_node("Identity", ["x"], ["y"])],
-            "probe",
-            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
-        )
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=ir_version)
-        try:
-            ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-        except Exception:  # onnxruntime raises its own exception classes for either refusal
-            return False
-        return True
-
-    ir_version = next((v for v in range(onnx.IR_VERSION, 6, -1) if loads(v, 13)), 7)
-    opset = next((v for v in range(onnx.defs.onnx_opset_version(), 12, -1) if loads(ir_version, v)), 13)
-    return ir_version, opset
-
-
-def ort_version() -> str:
-    return _ort().__version__
-
-
-@functools.cache
-def ort_errors() -> tuple[type[BaseException], ...]:
-    """onnxruntime's exception classes (they derive from Exception only, not RuntimeError)."""
-    from onnxruntime.capi import onnxruntime_pybind11_state as state  # noqa: PLC0415
-
-    names = ("Fail", "InvalidGraph", "NotImplemented", "InvalidArgument", "RuntimeException", "EPFail")
-    return tuple(getattr(state, n) for n in names if hasattr(state, n))
 
 
 # ---------------------------------------------------------------------- feeds
@@ -140,7 +95,7 @@ class Feed:
 
     def ort_value(self):
         """An OrtValue over this feed's memory (no copy of the elements)."""
-        ort = _ort()
+        ort = load_onnxruntime()
         if self.elem_type in PACKED_TYPES:
             if self.packed is None:
                 self.packed = pack_bits(self.array, dtypes.bit_width(self.elem_type))
@@ -314,7 +269,7 @@ class FunctionRunner:
                 )
 
     def _create_session(self):
-        ort = _ort()
+        ort = load_onnxruntime()
         import onnx.inliner  # noqa: PLC0415 - not imported by "import onnx"
 
         try:
@@ -560,7 +515,7 @@ def decode(
     # What check_model applies to this declaration, before any session is built or range split.
     decoder_policy.check_sizes(decoder, inputs, constants, decoder_path)
     if runtime == "onnxruntime":
-        from onnx_struct import parallel  # noqa: PLC0415 - it uses this module's runners
+        from onnx_struct.runtime import parallel  # noqa: PLC0415 - it uses this module's runners
 
         result = parallel.decode_block_ranges(declaration, decoder, decoder_path, feeds, constants)
         if result is not None:
@@ -584,8 +539,8 @@ def encode(
     leaves it does not produce are zero bits. ``decode(encode(x))`` is whatever the format's
     decoder makes of the encoded leaves (exactly x only for lossless formats).
     """
-    from onnx_struct.helper import make_struct_value  # noqa: PLC0415
-    from onnx_struct.pack import pack  # noqa: PLC0415 - the writer is needed only here
+    from onnx_struct.payload.pack import pack  # noqa: PLC0415 - the writer is needed only here
+    from onnx_struct.schema.builders import make_struct_value  # noqa: PLC0415
 
     _check_runtime(runtime)
     declarations = load_declarations(model, None)[1]

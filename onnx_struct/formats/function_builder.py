@@ -22,8 +22,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_struct.formats.base import FORMAT_DOMAIN, BlockFormat, register
-from onnx_struct.helper import make_field, make_tensor_type
-from onnx_struct.model import StructTypeProto
+from onnx_struct.schema.builders import make_field, make_tensor_type
+from onnx_struct.schema.model import StructTypeProto
 
 # Default-domain opset of decoders/encoders unless a type needs more: onnxruntime 1.32 and onnx's
 # ReferenceEvaluator implement every op the formats use at this version (BitwiseAnd, uint8

@@ -15,7 +15,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from onnx_struct._proto import pb
+from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
 
 StructTypeProto = pb.StructTypeProto
 StructProto = pb.StructProto

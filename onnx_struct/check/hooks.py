@@ -22,8 +22,8 @@ def _struct_model(model):
     declarations, struct values or struct types in any graph, subgraphs and training graphs
     included), else None: a stock model, or one this package cannot read, which then goes to the
     original function so that it fails exactly as stock onnx fails on it."""
-    from onnx_struct.checker import collect_graph_parts  # noqa: PLC0415 - keep import light
-    from onnx_struct.model import load  # noqa: PLC0415
+    from onnx_struct.check.checker import collect_graph_parts  # noqa: PLC0415 - keep import light
+    from onnx_struct.schema.model import load  # noqa: PLC0415
 
     try:
         loaded = load(model)
@@ -44,7 +44,7 @@ def _wrap_check_model(original):
         if isinstance(model, onnx.ModelProto | bytes | str) or hasattr(model, "__fspath__"):
             loaded = _struct_model(model)  # parsed once, then checked as is (base_dir included)
             if loaded is not None:
-                from onnx_struct.checker import check_model as struct_check  # noqa: PLC0415
+                from onnx_struct.check.checker import check_model as struct_check  # noqa: PLC0415
 
                 return struct_check(
                     loaded,
@@ -62,7 +62,7 @@ def _wrap_infer_shapes(original):
     def infer_shapes(model, *args, **kwargs):
         loaded = _struct_model(model) if isinstance(model, onnx.ModelProto | bytes) else None
         if loaded is not None:
-            from onnx_struct.inference import infer_shapes as struct_infer  # noqa: PLC0415
+            from onnx_struct.check.inference import infer_shapes as struct_infer  # noqa: PLC0415
 
             result = struct_infer(loaded, *args, **kwargs)  # onnx's check_type, strict_mode, data_prop
             return result.SerializeToString() if isinstance(model, bytes) else result
@@ -78,7 +78,7 @@ def install() -> None:
     _originals["check_model"] = onnx.checker.check_model
     onnx.checker.check_model = _wrap_check_model(onnx.checker.check_model)
     try:
-        import onnx_struct.inference  # noqa: F401, PLC0415
+        import onnx_struct.check.inference  # noqa: F401, PLC0415
     except ImportError:
         return
     _originals["infer_shapes"] = onnx.shape_inference.infer_shapes

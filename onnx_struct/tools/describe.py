@@ -12,11 +12,12 @@ from typing import Any
 
 import numpy as np
 
-from onnx_struct import dtypes, external
 from onnx_struct.errors import ValidationError
-from onnx_struct.layout import TypeTable, element_label, read_constant, type_size
+from onnx_struct.layout import dtypes
+from onnx_struct.layout.table import TypeTable, element_label, read_constant, type_size
 from onnx_struct.limits import MAX_DESCRIBED_NODES
-from onnx_struct.model import LoadedModel, StructTypeProto, load
+from onnx_struct.payload import external
+from onnx_struct.schema.model import LoadedModel, StructTypeProto, load
 
 # Nodes described per declaration tree; references past this are not expanded (exponential
 # fan-out through shared references is legal, printing it is not useful). A whole description

@@ -28,10 +28,10 @@ from collections.abc import Iterator
 import numpy as np
 import onnx
 
-from onnx_struct import buffer_pool
 from onnx_struct.errors import NotRegularFileError, ValidationError
-from onnx_struct.layout import UINT64_MAX, element_label
+from onnx_struct.layout.table import UINT64_MAX, element_label
 from onnx_struct.limits import MAX_EXTERNAL_DIGITS
+from onnx_struct.payload import buffer_pool
 
 KNOWN_KEYS = ("location", "offset", "length", "checksum")
 _DECIMAL = re.compile(r"[0-9]+")

@@ -34,8 +34,9 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 
-from onnx_struct import buffer_pool, runtime
-from onnx_struct.model import StructTypeProto
+from onnx_struct.payload import buffer_pool
+from onnx_struct.runtime import runners as runtime
+from onnx_struct.schema.model import StructTypeProto
 
 # Values with fewer logical elements decode whole: below this the threads' start-up and the
 # second session's bookkeeping cost more than the split saves.

@@ -18,7 +18,7 @@ from typing import Union
 import onnx
 from google.protobuf.message import DecodeError
 
-from onnx_struct._proto import pb
+from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
 from onnx_struct.errors import ValidationError
 
 StructTypeProto = pb.StructTypeProto
@@ -67,7 +67,7 @@ def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = No
         data = bytes(model)
         return LoadedModel(_parse(data, "<bytes>"), directory, data)
     if isinstance(model, (str, os.PathLike)):
-        from onnx_struct import external  # noqa: PLC0415 - external imports layout, which imports this module
+        from onnx_struct.payload import external  # noqa: PLC0415 - external imports layout, which imports this module
 
         path = pathlib.Path(model)
         data = external.read_model_file(path)  # a FIFO, device or directory is refused unopened

@@ -31,11 +31,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from onnx_struct.errors import LeafNotFoundError, ValidationError
-from onnx_struct.helper import make_struct_value
-from onnx_struct.layout import Leaf, TypeTable, read_constant
+from onnx_struct.layout.table import Leaf, TypeTable, read_constant
 from onnx_struct.limits import MAX_PACK_ZERO_FILL_BYTES
-from onnx_struct.model import StructProto, StructTypeProto
-from onnx_struct.view import (
+from onnx_struct.payload.view import (
     CHUNK,
     bit_positions,
     byte_strided,
@@ -47,6 +45,8 @@ from onnx_struct.view import (
     phase_columns,
     uint_for_bits,
 )
+from onnx_struct.schema.builders import make_struct_value
+from onnx_struct.schema.model import StructProto, StructTypeProto
 
 __all__ = ["pack", "make_struct_value_from_leaves", "coerce_leaf"]
 

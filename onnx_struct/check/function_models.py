@@ -18,8 +18,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from onnx_struct.layout import Leaf
-from onnx_struct.view import byte_strided, merged_dims
+from onnx_struct.layout.table import Leaf
+from onnx_struct.payload.view import byte_strided, merged_dims
 
 # A decoder/encoder whose domain is "" would shadow standard operators once registered as a
 # model-local function, so it is registered under this domain instead.

@@ -1,0 +1,1 @@
+"""Struct models to stock ONNX: decoder calls and leaf initializers. Never imports onnxruntime."""

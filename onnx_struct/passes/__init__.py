@@ -1,0 +1,1 @@
+"""Model rewrites built on the layers below (quantize)."""

@@ -1,0 +1,1 @@
+"""Human-facing renderings of models: the text description and the SVG layout diagram."""
