@@ -161,6 +161,10 @@ def infer_shapes(
     from onnx_struct.check.checker import stock_view  # noqa: PLC0415 - checker imports this module lazily
 
     loaded = load(model)
+    for k, value in enumerate(loaded.struct_values):
+        if not isinstance(value.name, str):  # proto2 leaves it undecoded; the checker's rule and message
+            where = element_label(f"graph.struct_initializer[{k}]", value.name)
+            raise ValidationError(where, "struct value name is not valid UTF-8")
     logical = logical_view(loaded, stock_view(loaded))
     try:
         inferred = _stock_infer_shapes(logical, check_type, strict_mode, data_prop)
