@@ -1,0 +1,73 @@
+"""Affine forms of the registered block formats: ``value = (code - zero_point) * scale + minimum``.
+
+A format has an affine form when its payload maps exactly onto 4- or 8-bit integer codes with one
+float32 scale (and optionally an integer zero point and a float32 additive minimum) per block of
+``block_size`` elements, the form ONNX's blocked ``DequantizeLinear`` (onnxruntime fuses it with
+``MatMul`` into ``MatMulNBits``) can carry. The table of which formats have one and how exact it
+is lives in docs/execution.md; :func:`affine_table` returns it.
+
+This module works on leaves (``{path: array}`` with a leading ``n_blocks`` dimension); reading a
+payload's bytes into leaves is the payload layer's job: :func:`onnx_struct.payload.affine.affine_form`.
+
+>>> spec = affine_spec("Q4_K")
+>>> spec.bits, spec.block_size, spec.zero_point, spec.minimum
+(4, 32, False, True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from onnx_struct import formats
+from onnx_struct.formats.affine import gguf as _gguf  # noqa: F401 - registers the GGUF rules
+from onnx_struct.formats.affine import iq as _iq  # noqa: F401 - registers the IQ/FP4 rules
+from onnx_struct.formats.affine import mx as _mx  # noqa: F401 - registers the OCP MX rules
+from onnx_struct.formats.affine.form import _RULES, AffineForm, AffineSpec, build
+from onnx_struct.formats.affine.linear import linear_arrays, linear_spec
+from onnx_struct.formats.base import BlockFormat
+
+
+def _format(fmt: str | BlockFormat) -> BlockFormat:
+    return fmt if isinstance(fmt, BlockFormat) else formats.get(fmt)
+
+
+def affine_spec(fmt: str | BlockFormat) -> AffineSpec | None:
+    """The affine form's spec of a format (a name or a BlockFormat), or None if it has none.
+    An unknown name raises KeyError."""
+    fmt = _format(fmt)
+    if fmt.family == "linear":
+        return linear_spec(fmt)
+    entry = _RULES.get(fmt.name)
+    return entry[0] if entry else None
+
+
+def has_affine_form(fmt: str | BlockFormat) -> bool:
+    """Whether ``fmt`` (a registered name or a BlockFormat) has an exact affine form."""
+    return affine_spec(fmt) is not None
+
+
+def affine_table() -> dict[str, AffineSpec | None]:
+    """Every registered format name -> its affine spec, or None where it has none."""
+    return {name: affine_spec(name) for name in formats.names()}
+
+
+def affine_form_of_leaves(
+    fmt: str | BlockFormat, leaves: Mapping[str, np.ndarray], shape: Sequence[int]
+) -> AffineForm | None:
+    """The affine form of a tensor of logical ``shape`` in ``fmt`` from its block leaves (each
+    with a leading ``n_blocks`` dimension, as a StructView of the format's root reads them), or
+    None if the format has no affine form. Vectorized: no loop over blocks or elements."""
+    fmt = _format(fmt)
+    spec = affine_spec(fmt)
+    if spec is None:
+        return None
+    n = fmt.num_blocks(shape)
+    # Hostile scales (inf, NaN) give inf * 0 = NaN exactly as the formats' decoders do: no warning.
+    with np.errstate(over="ignore", invalid="ignore"):
+        arrays = linear_arrays(spec, leaves, n) if fmt.family == "linear" else _RULES[fmt.name][1](leaves, n)
+    return build(spec, arrays, shape)
+
+
+__all__ = ["AffineForm", "AffineSpec", "affine_form_of_leaves", "affine_spec", "affine_table", "has_affine_form"]

@@ -1,0 +1,33 @@
+"""``affine_form(format, payload, shape)``: a block-format payload as integer codes and scales.
+
+The rules live in :mod:`onnx_struct.formats.affine` (the formats layer, which reads no bytes);
+this module supplies the leaves through the bounds-checked :func:`view_buffer` of the format's
+root declaration, so a payload of the wrong length is a ValidationError before any byte is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from onnx_struct.formats.affine import AffineForm, _format, affine_form_of_leaves, affine_spec
+from onnx_struct.formats.base import BlockFormat
+from onnx_struct.payload.view import view_buffer
+
+
+def affine_form(fmt: str | BlockFormat, payload, shape: Sequence[int]) -> AffineForm | None:
+    """The affine form of ``payload`` (any buffer) holding a tensor of logical ``shape`` in
+    ``fmt`` (a registered name or a BlockFormat), or None if the format has none.
+
+    >>> form = affine_form("Q4_0", payload, (4096, 4096))
+    >>> form.codes.dtype, form.bits, form.scale.shape, int(form.zero_point[0, 0])
+    (dtype('uint8'), 4, (4096, 128), 8)
+    """
+    fmt = _format(fmt)
+    if affine_spec(fmt) is None:
+        return None
+    shape = tuple(int(d) for d in shape)
+    leaves = view_buffer(payload, fmt.root_declaration(shape, 0), [fmt.block_declaration()], name=fmt.name)
+    return affine_form_of_leaves(fmt, leaves, shape)
+
+
+__all__ = ["affine_form"]
