@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import base_model, linear_int4_128, model_with
 from onnx import TensorProto as T
 from onnx import helper as oh
+from support.models import base_model, linear_int4_128, model_with
 
 import onnx_struct as S
 

@@ -14,10 +14,10 @@ import warnings
 import numpy as np
 import onnx
 import pytest
-from format_oracles import assert_same_floats, assert_valid_functions, run_decode, run_encode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from support.formats import assert_same_floats, assert_valid_functions, run_decode, run_encode
 
 from onnx_struct import ValidationError, formats, size_in_bits
 from onnx_struct.formats.gguf import fp4

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from format_oracles import assert_valid_functions, run_decode, run_encode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto
+from support.formats import assert_valid_functions, run_decode, run_encode
 
 from onnx_struct import ValidationError, formats, size_in_bits
 from onnx_struct.formats import linear

@@ -8,15 +8,15 @@ MXFP8/MXINT8, the reference evaluator (after a warning) for MXFP4/MXFP6.
 
 from __future__ import annotations
 
-import format_oracles as oracles
 import ml_dtypes
 import numpy as np
 import pytest
-from format_oracles import assert_valid_functions
+import support.formats as oracles
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from onnx import TensorProto
+from support.formats import assert_valid_functions
 
 from onnx_struct import ValidationError, formats, size_in_bits
 from onnx_struct.formats import mx

@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from format_oracles import assert_valid_functions, run_decode, run_encode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from onnx import TensorProto
+from support.formats import assert_valid_functions, run_decode, run_encode
 
 from onnx_struct import ValidationError, formats, size_in_bits
 from onnx_struct.formats import nf4
