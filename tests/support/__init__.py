@@ -6,5 +6,7 @@ oracles.py     numpy oracles of the models in models.py
 data.py        random payload bytes, the bit-phase grid of the view and pack suites
 view_oracle.py an independent bit-level reader of any declaration (views and the writer)
 formats.py     the user path for one block format (decode/encode), float comparison, ONNX validity
-roundtrip.py   one round trip per registered format against its independent oracle
+oracle_gguf.py, oracle_mx.py, oracle_nf4.py, oracle_linear.py
+               each block-format family's independent oracle (gguf-py, ml_dtypes, numpy)
+roundtrip.py   common(): one round trip of any block format against its family's oracle
 """
