@@ -1,50 +1,16 @@
-"""Shared fixtures: minimal models and the three forms every public model argument accepts."""
+"""Pytest fixtures and hooks only; shared helpers live in tests/support/.
+
+``base_model``, ``linear_int4_128`` and ``model_with`` are re-exported from support.models for
+compatibility only (``from conftest import model_with``); new tests import from support.
+"""
 
 from __future__ import annotations
 
 import onnx
 import pytest
-from onnx import TensorProto
-from onnx import helper as oh
+from support.models import base_model, linear_int4_128, model_with
 
-import onnx_struct as S
-
-
-def base_model(nodes=(), outputs=None, opset: int = 21) -> onnx.ModelProto:
-    """A small valid stock model: Y = Identity(X); struct parts are added by each test."""
-    graph = oh.make_graph(
-        [oh.make_node("Identity", ["X"], ["Y"]), *nodes],
-        "g",
-        [oh.make_tensor_value_info("X", TensorProto.FLOAT, [1])],
-        outputs or [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [1])],
-    )
-    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=10)
-
-
-def linear_int4_128(decoder: onnx.FunctionProto | None = None) -> S.StructTypeProto:
-    """The proposal's example declaration."""
-    return S.make_structure(
-        [
-            S.make_field("values", S.make_tensor_type(TensorProto.INT4, [128])),
-            S.make_constant_field("scale", onnx.numpy_helper.from_array(__import__("numpy").float32(0.125), "scale")),
-            S.make_constant_field(
-                "zero_point", onnx.numpy_helper.from_array(__import__("numpy").int64(0), "zero_point")
-            ),
-        ],
-        name="LINEAR_INT4_128",
-        decoder=decoder,
-    )
-
-
-def model_with(declarations=(), values=(), **infos) -> onnx.ModelProto:
-    model = base_model()
-    if declarations:
-        S.add_struct_types(model, *declarations)
-    if values:
-        S.add_struct_values(model, *values)
-    if infos:
-        S.add_value_infos(model, **infos)
-    return model
+__all__ = ["as_form", "base_model", "linear_int4_128", "model_with"]
 
 
 @pytest.fixture(params=["proto", "bytes", "path"])

@@ -9,7 +9,7 @@ import sys
 
 import onnx
 import pytest
-from conftest import linear_int4_128, model_with
+from support.models import linear_int4_128, model_with
 
 import onnx_struct as S
 from onnx_struct.cli import main

@@ -15,11 +15,11 @@ import numpy as np
 import onnx
 import onnx.shape_inference
 import pytest
-from format_oracles import assert_same_floats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from onnx import helper as oh
+from support.formats import assert_same_floats
 
 import onnx_struct as S
 from onnx_struct import formats

@@ -14,10 +14,10 @@ import warnings
 import numpy as np
 import onnx
 import pytest
-from format_oracles import assert_same_floats, assert_valid_functions, run_decode, run_encode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
+from support.formats import assert_same_floats, assert_valid_functions, run_encode
 
 from onnx_struct import ValidationError, formats, size_in_bits
 from onnx_struct.formats.gguf import fp4
@@ -26,6 +26,7 @@ from onnx_struct.payload.view import view_buffer
 gguf = pytest.importorskip("gguf")
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType  # noqa: E402
 from gguf import quants as gq  # noqa: E402
+from support.roundtrip import common  # noqa: E402
 
 QTYPES = {"MXFP4": GGMLQuantizationType.MXFP4, "NVFP4": GGMLQuantizationType.NVFP4}
 # ggml's block_mxfp4 / block_nvfp4 (ggml-common.h), written out by hand.
@@ -96,9 +97,7 @@ def every_scale_payload(name: str, n_blocks: int, seed: int) -> bytes:
 def test_decode_is_bit_exact_against_gguf(name, shape, runtime):
     fmt = getattr(fp4, name)
     payload = every_scale_payload(name, fmt.num_blocks(shape), seed=2)
-    with np.errstate(over="ignore"):  # e = 255 times 12 overflows to inf, in gguf-py as in ours
-        expected = gq.dequantize(np.frombuffer(payload, np.uint8).reshape(*shape[:-1], -1), QTYPES[name])
-    assert_same_floats(run_decode(fmt, shape, payload, runtime), expected)
+    common(name, shape, payload=payload, runtime=runtime)  # vs gq.dequantize (e = 255 overflows to inf in both)
 
 
 def test_scale_tables_match_gguf():
@@ -151,7 +150,7 @@ def test_mxfp4_encoder_is_byte_identical_to_gguf(runtime):
     random_blocks *= np.ldexp(np.float32(1), rng.integers(-120, 120, (64, 1))).astype(np.float32)
     x = np.concatenate([random_blocks, mxfp4_edge_blocks()])  # one block per row
     assert x.dtype == np.float32
-    assert run_encode(fp4.MXFP4, x, runtime) == gguf_quantize(x, "MXFP4")
+    common("MXFP4", x.shape, x=x, runtime=runtime)  # bytes == gguf_quantize(x, "MXFP4"), then decoded
 
 
 @settings(max_examples=40, deadline=None)
@@ -161,21 +160,6 @@ def test_mxfp4_encoder_property(x):
 
 
 # ---------------------------------------------------------------------- NVFP4 encoder
-def ggml_nvfp4_reference(x: np.ndarray) -> bytes:
-    """quantize_row_nvfp4_ref in numpy, on gguf-py's UE4M3 helpers: per 16 values (NaN skipped by
-    the amax loop) ``ue = fp32_to_ue4m3(amax / 6)``, then best_index_mxfp4 (first minimum)."""
-    sub = x.reshape(-1, 4, 16).astype(np.float32)
-    amax = np.where(np.isnan(sub), np.float32(0), np.abs(sub)).max(axis=2)
-    ue = gq.NVFP4.fp32_to_ue4m3(amax / np.float32(6)).astype(np.uint8)
-    d = gq.NVFP4.ue4m3_to_fp32(ue).astype(np.float32)
-    kvalues = np.array(gq.NVFP4.kvalues, np.float32)
-    with np.errstate(invalid="ignore"):
-        errors = np.abs(d[..., None, None] * kvalues - sub[..., None])
-    codes = np.argmin(errors, axis=-1).astype(np.uint8)  # NaN rows: first NaN -> 0, like ggml
-    qs = codes[..., :8] | (codes[..., 8:] << 4)
-    return np.concatenate([ue, qs.reshape(-1, 32)], axis=1).tobytes()
-
-
 def test_ue4m3_thresholds_match_gguf():
     """Our UE4M3 conversion steps are where gguf-py's fp32_to_ue4m3 steps."""
     t = fp4.UE4M3_THRESHOLDS
@@ -198,8 +182,7 @@ def test_nvfp4_encoder_matches_ggml_reference(runtime):
     x[3, 20] = -np.inf
     x[4, :] = np.float32(2.0**-12)  # subnormal UE4M3 scale
     x = x.reshape(10, 256)
-    payload = run_encode(fp4.NVFP4, x, runtime)
-    assert payload == ggml_nvfp4_reference(x)
+    payload = common("NVFP4", x.shape, x=x, runtime=runtime)  # == ggml_nvfp4_reference(x), then decoded
     # gguf-py decodes it to within half the widest E2M1 step (amax / 6) plus the scale's rounding
     # (UE4M3 keeps 3 mantissa bits: amax / 16) in blocks whose scale is a normal UE4M3
     decoded = gq.dequantize(np.frombuffer(payload, np.uint8).reshape(10, -1), QTYPES["NVFP4"])

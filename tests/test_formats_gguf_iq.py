@@ -14,12 +14,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from format_oracles import assert_same_floats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
 from onnx.reference import ReferenceEvaluator
+from support.formats import assert_same_floats
 
 import onnx_struct
 from onnx_struct import ValidationError, formats, size_in_bits

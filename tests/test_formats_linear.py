@@ -10,10 +10,19 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from format_oracles import assert_valid_functions, run_decode, run_encode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto
+from support.formats import assert_valid_functions, run_decode, run_encode
+from support.oracle_linear import (
+    RANGES,
+    block_dtype,
+    oracle_decode,
+    oracle_encode,
+    spec_of,
+    split,
+)
+from support.roundtrip import common
 
 from onnx_struct import ValidationError, formats, size_in_bits
 from onnx_struct.formats import linear
@@ -21,8 +30,6 @@ from onnx_struct.formats.linear import make_linear_format
 from onnx_struct.layout.table import TypeTable
 from onnx_struct.payload.view import view_buffer
 
-RANGES = {"INT4": (-8, 7), "UINT4": (0, 15), "INT8": (-128, 127), "UINT8": (0, 255)}
-SCALE_DTYPES = {"FLOAT16": np.dtype("<f2"), "FLOAT": np.dtype("<f4")}
 PRESET_BYTES = {  # scale + (zero point + padding) + values, by hand
     "INT4_B32_F16": 2 + 16,
     "INT4_B128_F16": 2 + 64,
@@ -41,88 +48,8 @@ CUSTOM = [
 RUNTIMES = ("onnxruntime", "reference")
 
 
-def spec_of(fmt_name: str):
-    parts = fmt_name.split("_")
-    return parts[0], int(parts[1][1:]), {"F16": "FLOAT16", "F32": "FLOAT"}[parts[2]], parts[-1] == "ZP"
-
-
 ALL = [spec_of(name) for name in PRESET_BYTES] + CUSTOM
 IDS = [linear.linear_format_name(*spec) for spec in ALL]
-
-
-# ---------------------------------------------------------------------- harness
-def block_dtype(element, block_size, scale, zero_point) -> np.dtype:
-    """Our block as a numpy structured dtype: 4-bit values as raw bytes (split by ``nibbles``)."""
-    values = (
-        ("values", "u1", (block_size // 2,)) if element.endswith("4") else ("values", element.lower(), (block_size,))
-    )
-    zero = [("zero_point", "u1")] if zero_point else []
-    return np.dtype([("scale", SCALE_DTYPES[scale]), *zero, values])
-
-
-def nibbles(packed: np.ndarray, signed: bool) -> np.ndarray:
-    """ONNX INT4/UINT4 order: value 2i in the low nibble of byte i."""
-    out = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1).astype(np.int16)
-    return np.where(out > 7, out - 16, out) if signed else out
-
-
-def split(payload: bytes, spec) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
-    """(scale as float32, zero point or None, values) of every block, by numpy."""
-    element, block_size, scale, zero_point = spec
-    blocks = np.frombuffer(payload, block_dtype(*spec))
-    signed = element.startswith("INT")
-    if element.endswith("4"):
-        values = nibbles(blocks["values"], signed)
-        zero = nibbles(blocks["zero_point"][:, None], signed)[:, 0] if zero_point else None
-        if zero_point:  # the padding nibble is zero
-            assert np.all(blocks["zero_point"] >> 4 == 0)
-    else:
-        values = blocks["values"].astype(np.int16)
-        zero = blocks["zero_point"].view(element.lower()).astype(np.int16) if zero_point else None
-    return blocks["scale"].astype(np.float32), zero, values
-
-
-def oracle_decode(payload: bytes, spec) -> np.ndarray:
-    scale, zero, values = split(payload, spec)
-    q = values.astype(np.float32)
-    if zero is not None:
-        q = q - zero.astype(np.float32)[:, None]
-    with np.errstate(all="ignore"):
-        return q * scale[:, None]
-
-
-def oracle_encode(x: np.ndarray, spec) -> bytes:
-    element, block_size, scale_type, zero_point = spec
-    qmin, qmax = (np.float32(v) for v in RANGES[element])
-    blocks = x.reshape(-1, block_size).astype(np.float32)
-    zero = np.float32(0)
-    if zero_point:  # ONNX DynamicQuantizeLinear: the range extended to include 0
-        low = np.minimum(blocks.min(axis=1, keepdims=True), zero)
-        high = np.maximum(blocks.max(axis=1, keepdims=True), zero)
-        scale = (high - low) / (qmax - qmin)
-    elif qmin < 0:
-        scale = np.abs(blocks).max(axis=1, keepdims=True) / qmax
-    else:
-        scale = np.maximum(blocks.max(axis=1, keepdims=True), zero) / qmax
-    stored = np.minimum(scale, np.float32(65504)).astype(np.float16) if scale_type == "FLOAT16" else scale
-    divisor = stored.astype(np.float32)
-    divisor = np.where(divisor == 0, np.float32(1), divisor)
-    steps = np.rint(blocks / divisor)
-    out = np.zeros(len(blocks), block_dtype(*spec))
-    out["scale"] = stored[:, 0]
-    if zero_point:
-        point = np.clip(np.rint(qmin - low / divisor), qmin, qmax)
-        steps = steps + point
-        out["zero_point"] = point[:, 0].astype(np.int8 if qmin < 0 else np.uint8).view(np.uint8) & (
-            0x0F if element.endswith("4") else 0xFF
-        )
-    q = np.clip(steps, qmin, qmax).astype(np.int16)
-    if element.endswith("4"):
-        q = (q & 0xF).astype(np.uint8)
-        out["values"] = q[:, 0::2] | (q[:, 1::2] << 4)
-    else:
-        out["values"] = q.astype(element.lower())
-    return out.tobytes()
 
 
 # ---------------------------------------------------------------------- factory and declarations
@@ -229,12 +156,7 @@ def test_decode_matches_numpy(spec, runtime):
     blocks["scale"][::2] = rng.uniform(-2, 2, (n + 1) // 2)  # odd blocks: any bit pattern (NaN, inf)
     if spec[3] and spec[0].endswith("4"):
         blocks["zero_point"] &= 0x0F
-    payload = blocks.tobytes()
-    y = run_decode(fmt, (2, n // 2 * spec[1]), payload, runtime)
-    expected = oracle_decode(payload, spec).reshape(y.shape)
-    nan = np.isnan(expected)
-    np.testing.assert_array_equal(np.isnan(y), nan)
-    np.testing.assert_array_equal(y[~nan].view(np.uint32), expected[~nan].view(np.uint32))
+    common(fmt, (2, n // 2 * spec[1]), payload=blocks.tobytes(), runtime=runtime)  # vs oracle_decode
 
 
 def edge_data(spec) -> np.ndarray:
@@ -254,7 +176,7 @@ def edge_data(spec) -> np.ndarray:
 @pytest.mark.parametrize("spec", ALL, ids=IDS)
 def test_encode_matches_numpy(spec, runtime):
     x = edge_data(spec)
-    assert run_encode(make_linear_format(*spec), x, runtime) == oracle_encode(x, spec)
+    common(make_linear_format(*spec), x.shape, x=x, runtime=runtime)  # bytes == oracle_encode(x, spec), then decoded
 
 
 @settings(max_examples=25, deadline=None)

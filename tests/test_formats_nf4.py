@@ -11,56 +11,19 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from format_oracles import assert_valid_functions, run_decode, run_encode
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 from onnx import TensorProto
+from support.formats import assert_valid_functions, run_decode, run_encode
+from support.oracle_nf4 import BLOCK, CODE, PUBLISHED, bnb_dequantize, bnb_quantize
+from support.roundtrip import common
 
 from onnx_struct import ValidationError, formats, size_in_bits
 from onnx_struct.formats import nf4
 from onnx_struct.layout.table import TypeTable
 
-PUBLISHED = (
-    "-1.0 -0.6961928009986877 -0.5250730514526367 -0.39491748809814453 -0.28444138169288635 "
-    "-0.18477343022823334 -0.09105003625154495 0.0 0.07958029955625534 0.16093020141124725 "
-    "0.24611230194568634 0.33791524171829224 0.44070982933044434 0.5626170039176941 "
-    "0.7229568362236023 1.0"
-).split()
 RUNTIMES = ("onnxruntime", "reference")
-
-
-# ---------------------------------------------------------------------- harness
-CODE = np.array([float(v) for v in PUBLISHED], dtype=np.float32)
-BLOCK = np.dtype([("absmax", "<f4"), ("qs", "u1", (32,))])  # our interleaved block, by hand
-
-
-def bnb_dequantize(payload: bytes) -> np.ndarray:
-    blocks = np.frombuffer(payload, BLOCK)
-    codes = np.empty((len(blocks), 64), np.int64)
-    codes[:, ::2] = blocks["qs"] >> 4  # bitsandbytes: out_dq[::2] = A >> 4
-    codes[:, 1::2] = blocks["qs"] & 0xF
-    with np.errstate(all="ignore"):
-        return CODE[codes] * blocks["absmax"][:, None]
-
-
-def bnb_quantize(x: np.ndarray) -> bytes:
-    """bitsandbytes' pure-torch quantize_4bit in numpy float32, with the documented departures:
-    NaN is left out (code 7), an all-zero block encodes as code 7, and absmax < 2**-128 divides."""
-    blocks = x.reshape(-1, 64).astype(np.float32)
-    blocks = np.where(np.isnan(blocks), np.float32(0), blocks)
-    absmax = np.abs(blocks).max(axis=1)
-    safe = np.where(absmax == 0, np.float32(1), absmax)[:, None]
-    # np.where evaluates both branches: the discarded one may overflow or multiply 0 by inf.
-    with np.errstate(over="ignore", invalid="ignore"):
-        reciprocal = np.float32(1) / safe
-        ratio = np.where(np.isinf(reciprocal), blocks / safe, blocks * reciprocal)  # absmax < 2**-128
-    scaled = np.clip(ratio, np.float32(-1), np.float32(1))
-    codes = np.argmin(np.abs(scaled[..., None] - CODE), axis=-1).astype(np.uint8)
-    out = np.empty(len(blocks), BLOCK)
-    out["absmax"] = absmax
-    out["qs"] = (codes[:, ::2] << 4) | codes[:, 1::2]
-    return out.tobytes()
 
 
 # ---------------------------------------------------------------------- codebook and declaration
@@ -103,12 +66,7 @@ def test_decode_matches_bitsandbytes(runtime):
     blocks = np.frombuffer(rng.integers(0, 256, 48 * BLOCK.itemsize, dtype=np.uint8).tobytes(), BLOCK).copy()
     blocks["absmax"][::2] = rng.uniform(0, 4, 24).astype(np.float32)  # odd blocks: any bit pattern
     blocks["absmax"][:4] = [0.0, np.inf, np.nan, 1e-40]
-    payload = blocks.tobytes()
-    y = run_decode(nf4.NF4, (6, 8, 64), payload, runtime)
-    expected = bnb_dequantize(payload).reshape(6, 8, 64)
-    nan = np.isnan(expected)
-    np.testing.assert_array_equal(np.isnan(y), nan)
-    np.testing.assert_array_equal(y[~nan].view(np.uint32), expected[~nan].view(np.uint32))
+    common("NF4", (6, 8, 64), payload=blocks.tobytes(), runtime=runtime)  # vs bnb_dequantize
 
 
 # ---------------------------------------------------------------------- encoder
@@ -149,7 +107,7 @@ def reciprocal_sensitive_block() -> np.ndarray:
 @pytest.mark.parametrize("runtime", RUNTIMES)
 def test_encode_matches_bitsandbytes_algorithm(runtime):
     x = edge_blocks()  # one block per row
-    assert run_encode(nf4.NF4, x, runtime) == bnb_quantize(x)
+    common("NF4", x.shape, x=x, runtime=runtime)  # bytes == bnb_quantize(x), then decoded
 
 
 def test_round_trip_error_is_half_the_widest_codebook_gap():

@@ -6,46 +6,14 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
-from conftest import base_model, linear_int4_128
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto as T
-from onnx import helper as oh
+from support.models import base_model, rich_model
 
 import onnx_struct as S
-
-
-def rich_model() -> bytes:
-    """A valid model using most features, as the seed the fuzzer mutates."""
-    decoder = oh.make_function(
-        "t", "dec", ["values"], ["y"], [oh.make_node("Cast", ["values"], ["y"], to=T.FLOAT)], [oh.make_opsetid("", 21)]
-    )
-    model = base_model([oh.make_node("Relu", ["weight"], ["R"])])
-    S.add_struct_types(
-        model,
-        linear_int4_128(decoder),
-        S.make_bit_packing([("a", 3), ("b", 5)], 4),
-        S.make_structure(
-            [
-                S.make_field("d", T.FLOAT16),
-                S.make_field("r", S.make_type_reference(1)),
-                S.make_constant_field("k", np.arange(4, dtype=np.float32)),
-            ]
-        ),
-        S.make_array(S.make_type_reference(2), 3),
-    )
-    S.add_struct_values(
-        model,
-        S.make_struct_value("weight", 0, raw_data=bytes(range(64))),
-        S.make_struct_value("packed", 3, external_data={"location": "payload.bin", "offset": 2, "length": 18}),
-        S.make_struct_value("inline", S.make_array(T.UINT16, 2), raw_data=b"\x01\x02\x03\x04"),
-    )
-    S.add_value_infos(model, inputs=[S.make_struct_value_info("s", 3), S.make_struct_value_info("any")])
-    return model.SerializeToString()
-
 
 SEED = rich_model()
 

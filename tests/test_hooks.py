@@ -9,7 +9,7 @@ import onnx
 import onnx.checker
 import onnx.shape_inference
 import pytest
-from conftest import base_model, linear_int4_128, model_with
+from support.models import base_model, linear_int4_128, model_with
 
 import onnx_struct as S
 

@@ -10,7 +10,7 @@ import onnx.shape_inference
 import pytest
 from onnx import TensorProto
 from onnx import helper as oh
-from test_runtime_models import OPSET, const, linear_decoder, linear_int4_128, linear_model
+from support.models import OPSET, const, linear_decoder, linear_int4_128, linear_model
 
 import onnx_struct as S
 from onnx_struct.check import hooks
@@ -69,7 +69,7 @@ def test_struct_input_stays_struct_typed_and_consumers_see_its_logical_type():
         [oh.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
     )
     model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
-    (index,) = S.add_struct_types(model, linear_int4_128())
+    (index,) = S.add_struct_types(model, linear_int4_128(decoder=linear_decoder()))
     S.add_value_infos(model, inputs=[S.make_struct_value_info("W", index)])
     inferred = S.infer_shapes(model)
     overlay = S.from_onnx(inferred)
@@ -98,7 +98,7 @@ def test_struct_value_consumed_in_a_subgraph():
         [oh.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
     )
     model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
-    (index,) = S.add_struct_types(model, linear_int4_128())
+    (index,) = S.add_struct_types(model, linear_int4_128(decoder=linear_decoder()))
     S.add_struct_values(model, S.make_struct_value("weight", index, raw_data=bytes(64)))
     inferred = S.infer_shapes(model)
     assert tensor_of(inferred.graph.output[0].type) == (TensorProto.FLOAT, [128])
@@ -115,7 +115,7 @@ def test_full_check_uses_the_logical_view():
         [oh.make_tensor_value_info("Y", TensorProto.UINT8, [128])],
     )
     bad = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
-    (index,) = S.add_struct_types(bad, linear_int4_128())
+    (index,) = S.add_struct_types(bad, linear_int4_128(decoder=linear_decoder()))
     S.add_struct_values(bad, S.make_struct_value("weight", index, raw_data=bytes(64)))
     S.check_model(bad)
     with pytest.raises(S.ValidationError, match="onnx"):

@@ -8,20 +8,17 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto
 from onnx import helper as oh
-from test_runtime_models import (
+from support.models import (
     OPSET,
     bitpack_declaration,
-    bitpack_oracle,
     cast_decoder,
     const,
-    int4_oracle,
     linear_decoder,
     linear_int4_128,
     linear_model,
     q4_block_model,
-    q4_oracle,
-    q4_payload,
 )
+from support.oracles import bitpack_oracle, int4_oracle, q4_oracle, q4_payload
 
 import onnx_struct as S
 from onnx_struct.layout.table import TypeTable
@@ -151,7 +148,7 @@ def test_struct_input_becomes_leaf_inputs(rng):
         [oh.make_node("Neg", ["W"], ["Y"])], "g", [], [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [128])]
     )
     model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
-    (index,) = S.add_struct_types(model, linear_int4_128())
+    (index,) = S.add_struct_types(model, linear_int4_128(decoder=linear_decoder()))
     S.add_value_infos(model, inputs=[S.make_struct_value_info("W", index)])
     lowered = S.lower(model)
     check(lowered)
@@ -172,7 +169,7 @@ def test_inputs_of_the_unconstrained_category_or_sequences_are_rejected():
     ):
         graph = oh.make_graph([], "g", [], [])
         model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
-        S.add_struct_types(model, linear_int4_128())
+        S.add_struct_types(model, linear_int4_128(decoder=linear_decoder()))
         S.add_value_infos(model, inputs=[S.make_value_info("W", type_proto)])
         with pytest.raises(S.ValidationError, match=what) as info:
             S.lower(model)
@@ -252,7 +249,7 @@ def test_graph_operators_that_changed_are_converted(rng):
         [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [16, 8])],
     )
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
-    (index,) = S.add_struct_types(model, linear_int4_128())
+    (index,) = S.add_struct_types(model, linear_int4_128(decoder=linear_decoder()))
     payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
     S.add_struct_values(model, S.make_struct_value("weight", index, raw_data=payload))
     lowered = S.lower(model)
@@ -293,7 +290,7 @@ def test_older_graph_consuming_decoded_values_through_changed_operators_is_conve
         value_info=[oh.make_tensor_value_info("w2", f32, [16, 8]), oh.make_tensor_value_info("weight", f32, [128])],
     )
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=6)
-    (index,) = S.add_struct_types(model, linear_int4_128())
+    (index,) = S.add_struct_types(model, linear_int4_128(decoder=linear_decoder()))
     payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
     S.add_struct_values(model, S.make_struct_value("weight", index, raw_data=payload))
     lowered = S.lower(model)
@@ -321,7 +318,7 @@ def test_struct_typed_output_gets_the_logical_type(rng):
     payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
     graph = oh.make_graph([], "g", [], [])
     model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
-    (index,) = S.add_struct_types(model, linear_int4_128())
+    (index,) = S.add_struct_types(model, linear_int4_128(decoder=linear_decoder()))
     S.add_struct_values(model, S.make_struct_value("weight", index, raw_data=payload))
     S.add_value_infos(model, outputs=[S.make_struct_value_info("weight", index)])
     lowered = S.lower(model)
@@ -363,7 +360,7 @@ def test_invalid_model_is_rejected_before_lowering():
 
 def test_dense_byte_run():
     table = TypeTable()
-    (values, scale, _) = table.leaves(linear_int4_128(), "t")
+    (values, scale, _) = table.leaves(linear_int4_128(decoder=linear_decoder()), "t")
     assert dense_byte_run(values) == (0, 64)
     blocks = TypeTable(
         [S.make_structure([S.make_field("d", TensorProto.FLOAT16), S.make_field("q", TensorProto.UINT8)])]

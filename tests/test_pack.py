@@ -1,5 +1,5 @@
 """pack(): golden bytes, leaf checks, and round trips with view() on hand-written and random
-declarations (hypothesis), compared with the independent oracle of test_view_oracle."""
+declarations (hypothesis), compared with the independent oracle of support/view_oracle.py."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto as T
-from test_view import padded, phase_cases, random_bytes
-from test_view_oracle import ORACLE_WIDTHS, Oracle, oracle_arrays, same_bits
+from support.data import padded, phase_cases, random_bytes
+from support.view_oracle import ORACLE_WIDTHS, Oracle, oracle_arrays, same_bits
 
 import onnx_struct
 from onnx_struct import (

@@ -18,8 +18,8 @@ import warnings
 import numpy as np
 import onnx
 import pytest
-from conftest import base_model
 from onnx import helper as oh
+from support.models import base_model
 
 from onnx_struct import add_struct_values, formats
 from onnx_struct.errors import ValidationError

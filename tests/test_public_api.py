@@ -7,37 +7,57 @@ import onnx.checker
 
 import onnx_struct as S
 
-REQUIRED = {
-    "StructTypeProto",
-    "StructProto",
-    "ValidationError",
-    "check_model",
-    "validate",
-    "size_in_bits",
-    "install",
-    "uninstall",
-    "make_array",
-    "make_structure",
-    "make_field",
-    "make_constant_field",
-    "make_bit_packing",
-    "make_component",
-    "make_type_reference",
-    "make_struct_value",
-    "make_struct_type_proto",
-    "make_struct_value_info",
-    "add_struct_types",
-    "add_struct_values",
-    "add_value_infos",
-    "get_struct_types",
-    "get_struct_values",
-}
+# Every name of the public facade, exactly: adding or removing one is an API change and must
+# show up here (and in README.md).
+PUBLIC = {
+    "StructTypeProto", "StructProto", "ValidationError", "LeafNotFoundError",
+    "check_model", "validate", "size_in_bits", "install", "uninstall",
+    "decode", "encode", "lower", "infer_shapes", "InferenceSession",
+    "make_array", "make_bit_packing", "make_component", "make_constant_field", "make_field",
+    "make_map_type_proto", "make_optional_type_proto", "make_sequence_type_proto", "make_struct_type_proto",
+    "make_struct_value", "make_struct_value_info", "make_structure", "make_tensor_type", "make_type_reference",
+    "make_value_info",
+    "view", "view_buffer", "StructView", "pack", "make_struct_value_from_leaves",
+    "save_with_external_data", "load_with_external_data",
+    "add_struct_types", "add_struct_values", "add_value_infos", "get_struct_types", "get_struct_values",
+    "LoadedModel", "load_model", "from_onnx", "to_onnx",
+}  # fmt: skip
+FORMATS_PUBLIC = {"BlockFormat", "FORMAT_DOMAIN", "get", "names", "quantize", "register"}
+SUBCOMMANDS = ["check", "inspect", "from-gguf", "quantize", "lower", "decode"]
 
 
-def test_required_names_are_exported():
-    assert REQUIRED <= set(S.__all__)
+def test_public_names_are_exactly_the_pinned_ones():
+    assert len(S.__all__) == len(set(S.__all__)), "duplicate names in __all__"
+    assert set(S.__all__) == PUBLIC
     for name in S.__all__:
         assert hasattr(S, name), name
+
+
+def test_formats_names_are_exactly_the_pinned_ones():
+    from onnx_struct import formats
+
+    assert len(formats.__all__) == len(set(formats.__all__))
+    assert set(formats.__all__) == FORMATS_PUBLIC
+    for name in formats.__all__:
+        assert getattr(formats, name) is not None, name
+
+
+def test_cli_subcommands_are_exactly_the_pinned_ones():
+    """``python -m onnx_struct --help`` lists the subcommands, in this order."""
+    import os
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parent.parent)  # this checkout, not an installed copy
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run(
+        [sys.executable, "-m", "onnx_struct", "--help"], capture_output=True, text=True, env=env, check=True
+    )
+    listed = result.stdout.split("positional arguments:")[1].split("options:")[0]
+    # argparse indents each subcommand by four spaces; wrapped help lines are indented further
+    assert re.findall(r"^    (\S+)", listed, flags=re.M) == SUBCOMMANDS
 
 
 def test_formats_api():
@@ -59,9 +79,9 @@ def test_console_script_is_declared():
 
 def test_load_model_once_for_many_calls(tmp_path):
     import numpy as np
-    from conftest import model_with
     from onnx import TensorProto
     from onnx import helper as oh
+    from support.models import model_with
 
     decoder = oh.make_function(
         "t", "dec", ["v"], ["y"], [oh.make_node("Cast", ["v"], ["y"], to=TensorProto.FLOAT)], [oh.make_opsetid("", 21)]

@@ -14,21 +14,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto
 from onnx import helper as oh
-from test_runtime_models import (
+from support.models import (
     OPSET,
     bitpack_declaration,
-    bitpack_oracle,
     cast_decoder,
     const,
-    int4_oracle,
     linear_decoder,
     linear_encoder,
     linear_int4_128,
     linear_model,
     q4_block_model,
-    q4_oracle,
-    q4_payload,
 )
+from support.oracles import bitpack_oracle, int4_oracle, q4_oracle, q4_payload
 
 import onnx_struct as S
 from onnx_struct.runtime import runners as runtime
@@ -51,7 +48,7 @@ def decode_quietly(*args, **kwargs):
 @pytest.mark.parametrize("runtime_name", RUNTIMES)
 def test_linear_int4_128_inline(rng, runtime_name):
     payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
-    value = S.make_struct_value("weight", linear_int4_128(), payload)
+    value = S.make_struct_value("weight", linear_int4_128(decoder=linear_decoder()), payload)
     out = decode_quietly(value, runtime=runtime_name)
     assert out.dtype == np.float32 and out.shape == (128,)
     np.testing.assert_array_equal(out, int4_oracle(payload).astype(np.float32) * np.float32(0.125))
@@ -61,7 +58,7 @@ def test_linear_int4_128_inline(rng, runtime_name):
 def test_linear_with_zero_point_by_name_and_index(rng, runtime_name, as_form):
     payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
     model = linear_model(payload)
-    declaration = linear_int4_128(scale=0.5, zero_point=3)
+    declaration = linear_int4_128(decoder=linear_decoder(), scale=0.5, zero_point=3)
     (index,) = S.add_struct_types(model, declaration)
     S.add_struct_values(model, S.make_struct_value("shifted", index, raw_data=payload))
     out = decode_quietly("shifted", as_form(model), runtime=runtime_name)
@@ -157,7 +154,7 @@ def test_feeds_are_zero_copy():
 
 def test_int4_leaf_of_a_contiguous_value_is_fed_straight_from_the_payload(rng):
     payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
-    value = S.make_struct_value("weight", linear_int4_128(), payload)
+    value = S.make_struct_value("weight", linear_int4_128(decoder=linear_decoder()), payload)
     struct_view = S.view(value)
     feeds, constants = runtime.leaf_feeds(struct_view, {"values": struct_view.leaf("values")})
     assert feeds["values"].packed.ctypes.data == struct_view.buffer.ctypes.data  # no copy at all
@@ -185,7 +182,7 @@ def test_float4_falls_back_to_the_reference_evaluator_with_a_warning(rng):
 
 def test_reference_runtime_is_forced_without_warning(rng):
     payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
-    value = S.make_struct_value("weight", linear_int4_128(), payload)
+    value = S.make_struct_value("weight", linear_int4_128(decoder=linear_decoder()), payload)
     runtime.clear_cache()
     decode_quietly(value, runtime="reference")
     assert all(r.runtime == "reference" for r in runtime._cache.values())
@@ -221,7 +218,7 @@ def test_decoder_failing_at_run_time_is_a_validation_error():
 
 
 def test_payload_of_the_wrong_size_is_rejected_before_running():
-    value = S.make_struct_value("weight", linear_int4_128(), bytes(63))
+    value = S.make_struct_value("weight", linear_int4_128(decoder=linear_decoder()), bytes(63))
     with pytest.raises(S.ValidationError, match="63 bytes; the type requires 64"):
         S.decode(value)
 
@@ -239,9 +236,11 @@ def test_sessions_are_cached_per_decoder_and_leaf_signature(rng, monkeypatch):
     monkeypatch.setattr(runtime.FunctionRunner, "__init__", counting)
     for _ in range(3):
         payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
-        S.decode(S.make_struct_value("w", linear_int4_128(), payload))
+        S.decode(S.make_struct_value("w", linear_int4_128(decoder=linear_decoder()), payload))
     assert len(built) == 1
-    S.decode(S.make_struct_value("w", linear_int4_128(scale=0.25), bytes(64)))  # other constant
+    S.decode(
+        S.make_struct_value("w", linear_int4_128(decoder=linear_decoder(), scale=0.25), bytes(64))
+    )  # other constant
     model, _ = q4_block_model(q4_payload(rng, 2), 2)
     S.decode("w", model)
     model, _ = q4_block_model(q4_payload(rng, 3), 3)  # other leaf shapes
@@ -268,7 +267,7 @@ def test_concurrent_first_decodes_build_one_session(rng, monkeypatch):
 
     def work(k: int) -> None:
         start.wait()
-        results[k] = S.decode(S.make_struct_value("w", linear_int4_128(), payloads[k]))
+        results[k] = S.decode(S.make_struct_value("w", linear_int4_128(decoder=linear_decoder()), payloads[k]))
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(len(payloads))]
     for thread in threads:
@@ -322,7 +321,7 @@ def test_external_payload(tmp_path, rng):
 # ---------------------------------------------------------------------- encode
 @pytest.mark.parametrize("runtime_name", RUNTIMES)
 def test_encode_then_decode_round_trips_representable_values(rng, runtime_name):
-    declaration = linear_int4_128(encoder=linear_encoder())
+    declaration = linear_int4_128(decoder=linear_decoder(), encoder=linear_encoder())
     x = (rng.integers(-8, 8, 128) * 0.125).astype(np.float32)
     value = S.encode(x, declaration, name="w", runtime=runtime_name)
     assert value.name == "w" and value.type == -1 and len(value.raw_data) == 64
@@ -333,7 +332,7 @@ def test_encode_then_decode_round_trips_representable_values(rng, runtime_name):
 
 def test_encode_by_index_and_unproduced_leaves_are_zero_bits():
     # {values: INT4[128], tag: UINT8, scale, zero_point}: the encoder does not produce "tag".
-    fields = list(linear_int4_128().structure.field)
+    fields = list(linear_int4_128(decoder=linear_decoder()).structure.field)
     fields.insert(1, S.make_field("tag", TensorProto.UINT8))
     declaration = S.make_structure(fields, decoder=linear_decoder(), encoder=linear_encoder())
     model = linear_model(bytes(64))
@@ -346,11 +345,11 @@ def test_encode_by_index_and_unproduced_leaves_are_zero_bits():
 
 def test_encode_without_encoder_or_with_bad_output():
     with pytest.raises(S.ValidationError, match="has no encoder"):
-        S.encode(np.zeros(128, np.float32), linear_int4_128())
+        S.encode(np.zeros(128, np.float32), linear_int4_128(decoder=linear_decoder()))
     # The encoder maps its input elementwise, so a 64-element input gives 64 values for 128.
     wrong = linear_encoder()
     with pytest.raises(S.ValidationError, match="has shape \\(64,\\); leaf 'values' is \\(128,\\)"):
-        S.encode(np.zeros(64, np.float32), linear_int4_128(encoder=wrong))
+        S.encode(np.zeros(64, np.float32), linear_int4_128(decoder=linear_decoder(), encoder=wrong))
 
 
 # ---------------------------------------------------------------------- binding rules in check_model
@@ -381,11 +380,11 @@ def test_check_model_rejects_an_encoder_with_two_inputs_or_a_constant_output():
     encoder = linear_encoder()
     encoder.input.append("extra")
     with pytest.raises(S.ValidationError, match="exactly one input") as info:
-        S.check_model(_declaration_model(linear_int4_128(encoder=encoder)))
+        S.check_model(_declaration_model(linear_int4_128(decoder=linear_decoder(), encoder=encoder)))
     assert info.value.path == "struct_types[1].encoder ('linear_encode')"
     encoder = oh.make_function("t", "enc", ["x"], ["scale"], [oh.make_node("Identity", ["x"], ["scale"])], OPSET)
     with pytest.raises(S.ValidationError, match="names constant leaf 'scale'"):
-        S.check_model(_declaration_model(linear_int4_128(encoder=encoder)))
+        S.check_model(_declaration_model(linear_int4_128(decoder=linear_decoder(), encoder=encoder)))
 
 
 def test_decode_applies_the_same_binding_rules():

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from test_runtime_models import int4_oracle, linear_model
+from support.models import linear_model
+from support.oracles import int4_oracle
 
 from onnx_struct.cli import main
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import onnx
 import pytest
-from conftest import base_model, linear_int4_128
 from onnx import TensorProto
+from support.models import base_model, linear_int4_128
 
 import onnx_struct as S
 from onnx_struct import _proto

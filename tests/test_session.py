@@ -7,16 +7,8 @@ import onnx
 import pytest
 from onnx import TensorProto
 from onnx import helper as oh
-from test_runtime_models import (
-    OPSET,
-    cast_decoder,
-    int4_oracle,
-    linear_int4_128,
-    linear_model,
-    q4_block_model,
-    q4_oracle,
-    q4_payload,
-)
+from support.models import OPSET, cast_decoder, linear_decoder, linear_int4_128, linear_model, q4_block_model
+from support.oracles import int4_oracle, q4_oracle, q4_payload
 
 import onnx_struct as S
 
@@ -35,7 +27,7 @@ def struct_input_model() -> tuple[onnx.ModelProto, int]:
         [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [128])],
     )
     model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
-    (index,) = S.add_struct_types(model, linear_int4_128())
+    (index,) = S.add_struct_types(model, linear_int4_128(decoder=linear_decoder()))
     S.add_value_infos(model, inputs=[S.make_struct_value_info("W", index)])
     return model, index
 
@@ -59,7 +51,7 @@ def test_struct_input_accepts_a_struct_value_or_bytes(rng):
     expected = x * (int4_oracle(payload).astype(np.float32) * np.float32(0.125))
     for w in (
         S.make_struct_value("w", index, raw_data=payload),
-        S.make_struct_value("w", linear_int4_128(), payload),
+        S.make_struct_value("w", linear_int4_128(decoder=linear_decoder()), payload),
         payload,
         bytearray(payload),
         np.frombuffer(payload, np.uint8),
@@ -100,7 +92,7 @@ def test_wrong_struct_inputs_are_rejected(rng):
 def test_sequence_of_struct_inputs_is_rejected_when_the_session_is_created():
     graph = oh.make_graph([], "g", [], [])
     model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
-    S.add_struct_types(model, linear_int4_128())
+    S.add_struct_types(model, linear_int4_128(decoder=linear_decoder()))
     S.add_value_infos(model, inputs=[S.make_value_info("seq", S.make_sequence_type_proto(S.make_struct_type_proto(0)))])
     with pytest.raises(S.ValidationError, match="sequence_type") as info:
         S.InferenceSession(model)

@@ -6,10 +6,10 @@ import time
 
 import numpy as np
 import pytest
-from conftest import linear_int4_128, model_with
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto as T
+from support.models import linear_int4_128, model_with
 
 import onnx_struct as S
 

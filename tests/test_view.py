@@ -9,7 +9,8 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto as T
-from test_view_oracle import ORACLE_WIDTHS, oracle_arrays, same_bits
+from support.data import padded, phase_cases, random_bytes
+from support.view_oracle import ORACLE_WIDTHS, oracle_arrays, same_bits
 
 import onnx_struct
 from onnx_struct import (
@@ -30,13 +31,8 @@ from onnx_struct import (
 from onnx_struct.payload import external as external_module
 from onnx_struct.payload.view import view_buffer
 
-RNG = np.random.default_rng(1234)
 # the module, not the function that onnx_struct.view names
 view_module = importlib.import_module("onnx_struct.payload.view")
-
-
-def random_bytes(n: int) -> bytes:
-    return RNG.integers(0, 256, n, dtype=np.uint8).tobytes()
 
 
 def assert_matches_oracle(declaration, payload: bytes, struct_types=()):
@@ -47,31 +43,6 @@ def assert_matches_oracle(declaration, payload: bytes, struct_types=()):
     for path, array in expected.items():
         assert same_bits(got[path], array), (path, got[path], array)
     return got
-
-
-def phase_cases(elem_type: int):
-    """(declarations, root, random payload) for ``elem_type`` at every bit phase 0-7, as a scalar,
-    a vector and a matrix: the grid the view and pack suites both walk."""
-    for phase in range(8):
-        for shape in ([], [3], [2, 5]):
-            types, root = padded(elem_type, shape, phase)
-            size = (phase + ORACLE_WIDTHS[elem_type] * int(np.prod(shape, dtype=np.int64)) + 7) // 8
-            yield shape, types, root, random_bytes(size)
-
-
-def padded(elem_type: int, shape, phase: int):
-    """(struct_types, root): ``phase`` pad bits, the tensor field ``x``, trailing pad to a byte."""
-    width = ORACLE_WIDTHS[elem_type] * int(np.prod(shape, dtype=np.int64))
-    tail = -(phase + width) % 8
-    types, fields = [], []
-    if phase:
-        types.append(make_bit_packing([("bits", phase)], 1))
-        fields.append(make_field("lead", make_type_reference(len(types) - 1)))
-    fields.append(make_field("x", make_tensor_type(elem_type, shape)))
-    if tail:
-        types.append(make_bit_packing([("bits", tail)], 1))
-        fields.append(make_field("trail", make_type_reference(len(types) - 1)))
-    return types, make_structure(fields)
 
 
 # ---------------------------------------------------------------------- golden bytes

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from conftest import base_model, linear_int4_128, model_with
 from onnx import TensorProto
 from onnx import helper as oh
+from support.models import base_model, linear_int4_128, model_with
 
 import onnx_struct as S
 from adversarial.bounded import run_bounded

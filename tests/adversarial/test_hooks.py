@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import onnx
 import pytest
-from conftest import base_model, linear_int4_128
 from onnx import TensorProto
 from onnx import helper as oh
+from support.models import base_model, linear_int4_128
 
 import onnx_struct as S
 from adversarial.bounded import run_bounded

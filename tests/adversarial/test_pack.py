@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import onnx
 import pytest
-from conftest import model_with
 from onnx import TensorProto as T
 from onnx import helper as oh
+from support.models import model_with
 
 import onnx_struct as S
 from adversarial.bounded import run_bounded

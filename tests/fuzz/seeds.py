@@ -52,7 +52,7 @@ def _decoded_model() -> onnx.ModelProto:
 
 def model_seeds() -> list[bytes]:
     try:
-        from test_fuzz import rich_model  # tests/ is on sys.path (pytest, fuzz.py)
+        from support.models import rich_model  # tests/ is on sys.path (pytest, fuzz.py)
     except ImportError:  # pragma: no cover
         rich = []
     else:

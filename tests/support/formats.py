@@ -13,13 +13,13 @@ import warnings
 
 import numpy as np
 import onnx
-from conftest import base_model
 from onnx import TensorProto
 from onnx import helper as oh
 
 from onnx_struct import add_struct_values
 from onnx_struct.layout.table import TypeTable
 from onnx_struct.runtime.runners import decode, encode
+from support.models import base_model
 
 
 @contextlib.contextmanager

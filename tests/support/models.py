@@ -1,7 +1,7 @@
-"""Hand-written decoders/encoders and independent numpy oracles shared by the execution tests.
+"""Models and declarations shared by the tests: the stock base model, the proposal's
+LINEAR_INT4_128 example, hand-written decoders/encoders, and the models the execution tests run.
 
-Every oracle here reads the payload bytes with plain numpy (structured dtypes, shifts and masks
-written out per format), never through onnx_struct's views, so a wrong layout or feeding shows up.
+Their numpy oracles are in support/oracles.py.
 """
 
 from __future__ import annotations
@@ -14,6 +14,29 @@ from onnx import helper as oh
 import onnx_struct as S
 
 OPSET = [oh.make_opsetid("", 21)]
+
+
+def base_model(nodes=(), outputs=None, opset: int = 21) -> onnx.ModelProto:
+    """A small valid stock model: Y = Identity(X); struct parts are added by each test."""
+    graph = oh.make_graph(
+        [oh.make_node("Identity", ["X"], ["Y"]), *nodes],
+        "g",
+        [oh.make_tensor_value_info("X", TensorProto.FLOAT, [1])],
+        outputs or [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [1])],
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=10)
+
+
+def model_with(declarations=(), values=(), **infos) -> onnx.ModelProto:
+    """base_model() plus the given struct types, struct values and value infos (inputs=..., ...)."""
+    model = base_model()
+    if declarations:
+        S.add_struct_types(model, *declarations)
+    if values:
+        S.add_struct_values(model, *values)
+    if infos:
+        S.add_value_infos(model, **infos)
+    return model
 
 
 def const(name: str, elem_type: int, dims, values) -> onnx.NodeProto:
@@ -42,7 +65,14 @@ def linear_encoder() -> onnx.FunctionProto:
     return oh.make_function("test.encoders", "linear_encode", ["x"], ["values"], nodes, OPSET)
 
 
-def linear_int4_128(decoder=None, encoder=None, scale: float = 0.125, zero_point: int = 0) -> S.StructTypeProto:
+def linear_int4_128(
+    decoder: onnx.FunctionProto | None = None,
+    encoder: onnx.FunctionProto | None = None,
+    scale: float = 0.125,
+    zero_point: int = 0,
+) -> S.StructTypeProto:
+    """The proposal's example declaration (no decoder or encoder unless given; the execution tests
+    pass ``decoder=linear_decoder()``)."""
     return S.make_structure(
         [
             S.make_field("values", S.make_tensor_type(TensorProto.INT4, [128])),
@@ -50,16 +80,9 @@ def linear_int4_128(decoder=None, encoder=None, scale: float = 0.125, zero_point
             S.make_constant_field("zero_point", np.int64(zero_point)),
         ],
         name="LINEAR_INT4_128",
-        decoder=linear_decoder() if decoder is None else decoder,
+        decoder=decoder,
         encoder=encoder,
     )
-
-
-def int4_oracle(payload: bytes) -> np.ndarray:
-    """Signed nibbles, LSB first (element 2k is byte k's low nibble), as int64."""
-    data = np.frombuffer(payload, dtype=np.uint8)
-    nibbles = np.stack([data & 0x0F, data >> 4], axis=-1).reshape(-1).astype(np.int64)
-    return np.where(nibbles >= 8, nibbles - 16, nibbles)
 
 
 def linear_model(payload: bytes, opset: int = 21) -> onnx.ModelProto:
@@ -71,15 +94,12 @@ def linear_model(payload: bytes, opset: int = 21) -> onnx.ModelProto:
         [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [128])],
     )
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=10)
-    (index,) = S.add_struct_types(model, linear_int4_128())
+    (index,) = S.add_struct_types(model, linear_int4_128(decoder=linear_decoder()))
     S.add_struct_values(model, S.make_struct_value("weight", index, raw_data=payload))
     return model
 
 
 # ---------------------------------------------------------------------- 18-byte blocks {d: FLOAT16, qs: UINT4[32]}
-BLOCK_DTYPE = np.dtype([("d", "<f2"), ("qs", "u1", (16,))])
-
-
 def q4_block_decoder() -> onnx.FunctionProto:
     """(qs - 8) * d per block: d [n], qs [n, 32] -> [n, 32]."""
     nodes = [
@@ -111,20 +131,6 @@ def q4_block_model(payload: bytes, n: int) -> tuple[onnx.ModelProto, int]:
     return model, root_index
 
 
-def q4_payload(rng: np.random.Generator, n: int) -> bytes:
-    blocks = np.zeros(n, dtype=BLOCK_DTYPE)
-    blocks["d"] = rng.uniform(-2, 2, n).astype(np.float16)
-    blocks["qs"] = rng.integers(0, 256, (n, 16), dtype=np.uint8)
-    return blocks.tobytes()
-
-
-def q4_oracle(payload: bytes) -> np.ndarray:
-    blocks = np.frombuffer(payload, dtype=BLOCK_DTYPE)
-    qs = blocks["qs"]
-    q = np.stack([qs & 0x0F, qs >> 4], axis=-1).reshape(len(blocks), 32).astype(np.float32)
-    return (q - 8) * blocks["d"].astype(np.float32)[:, None]
-
-
 # ---------------------------------------------------------------------- bit packing (a: 3, b: 7, c: 6) x n
 def bitpack_declaration(n: int) -> S.StructTypeProto:
     """16-bit records; the decoder rebuilds each record as a + 8 b + 1024 c (int64)."""
@@ -143,10 +149,40 @@ def bitpack_declaration(n: int) -> S.StructTypeProto:
     return S.make_bit_packing([("a", 3), ("b", 7), ("c", 6)], n, name="RECORDS", decoder=decoder)
 
 
-def bitpack_oracle(payload: bytes) -> np.ndarray:
-    return np.frombuffer(payload, dtype="<u2").astype(np.int64)
-
-
 def cast_decoder(to: int = TensorProto.FLOAT, name: str = "cast", opset: int = 21) -> onnx.FunctionProto:
     nodes = [oh.make_node("Cast", ["x"], ["y"], to=to)]
     return oh.make_function("test.decoders", name, ["x"], ["y"], nodes, [oh.make_opsetid("", opset)])
+
+
+def rich_model() -> bytes:
+    """A valid model using most features, as the seed the fuzzer mutates."""
+    decoder = oh.make_function(
+        "t",
+        "dec",
+        ["values"],
+        ["y"],
+        [oh.make_node("Cast", ["values"], ["y"], to=TensorProto.FLOAT)],
+        [oh.make_opsetid("", 21)],
+    )
+    model = base_model([oh.make_node("Relu", ["weight"], ["R"])])
+    S.add_struct_types(
+        model,
+        linear_int4_128(decoder),
+        S.make_bit_packing([("a", 3), ("b", 5)], 4),
+        S.make_structure(
+            [
+                S.make_field("d", TensorProto.FLOAT16),
+                S.make_field("r", S.make_type_reference(1)),
+                S.make_constant_field("k", np.arange(4, dtype=np.float32)),
+            ]
+        ),
+        S.make_array(S.make_type_reference(2), 3),
+    )
+    S.add_struct_values(
+        model,
+        S.make_struct_value("weight", 0, raw_data=bytes(range(64))),
+        S.make_struct_value("packed", 3, external_data={"location": "payload.bin", "offset": 2, "length": 18}),
+        S.make_struct_value("inline", S.make_array(TensorProto.UINT16, 2), raw_data=b"\x01\x02\x03\x04"),
+    )
+    S.add_value_infos(model, inputs=[S.make_struct_value_info("s", 3), S.make_struct_value_info("any")])
+    return model.SerializeToString()
