@@ -14,7 +14,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from format_oracles import assert_same_floats
+from support.formats import assert_same_floats
 
 from onnx_struct import ValidationError, formats
 from onnx_struct.formats.affine import AffineForm, affine_spec, affine_table, has_affine_form
