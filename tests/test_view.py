@@ -32,7 +32,7 @@ from onnx_struct.payload.view import view_buffer
 
 RNG = np.random.default_rng(1234)
 # the module, not the function that onnx_struct.view names
-view_module = importlib.import_module("onnx_struct.payload.view")
+bits_module = importlib.import_module("onnx_struct.layout.bits")
 
 
 def random_bytes(n: int) -> bytes:
@@ -103,7 +103,7 @@ def route(request, monkeypatch):
     """Route "auto": the routes view picks; "gather": the phase-column route disabled, so every
     non-zero-copy, non-row leaf goes through the general gather (both must match the oracle)."""
     if request.param == "gather":
-        monkeypatch.setattr(view_module, "phase_columns", lambda *args: None)
+        monkeypatch.setattr(bits_module, "phase_columns", lambda *args: None)
     return request.param
 
 

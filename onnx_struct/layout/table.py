@@ -410,7 +410,7 @@ def checked_leaf_shape(declaration: StructTypeProto, path: str, shape_of_index) 
         chars = itemsize = 0
         for i, component in enumerate(packing.component):
             chars += len(_checked_name(component.name, names, path, "bit_packing.component", i))
-            itemsize = max(itemsize, dtypes.unsigned_dtype_for_bits(component.bit_width).itemsize)
+            itemsize = max(itemsize, dtypes.uint_for_bits(component.bit_width).itemsize)
         sample = _sample(c.name for c in packing.component)
         shape = LeafShape(len(packing.component), chars, 0, 1, max(packing.dimension, 1) * itemsize, sample)
         where = f"{path}.bit_packing"
@@ -506,7 +506,7 @@ def component_leaf(path: str, width: int, source: str, offset: int, shape: tuple
         kind="component",
         elem_type=0,
         bit_width=width,
-        dtype=dtypes.unsigned_dtype_for_bits(width),
+        dtype=dtypes.uint_for_bits(width),
         shape=shape,
         strides=strides,
         bit_offset=offset,
