@@ -425,9 +425,10 @@ def test_leaf_limit_is_enforced_while_enumerating(monkeypatch):
     # Shared references fan out exponentially: level k has 2**k leaves. A structure of many fields
     # each referencing a large level must be refused once the limit is passed, not after all
     # fields * 2**k leaves were built.
+    from onnx_struct.layout import leaves
     from onnx_struct.layout import table as layout
 
-    monkeypatch.setattr(layout, "MAX_LEAVES", 1000)
+    monkeypatch.setattr(leaves, "MAX_LEAVES", 1000)  # checked where leaf shapes are computed
     types = [make_structure([make_field("a", T.UINT8), make_field("b", T.UINT8)])]
     for level in range(1, 9):  # level 8: 512 leaves
         types.append(make_structure([make_field(n, make_type_reference(level - 1)) for n in "ab"]))

@@ -19,7 +19,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from onnx_struct.layout.bits import byte_strided, merged_dims
-from onnx_struct.layout.table import Leaf
+from onnx_struct.layout.leaves import Leaf
 
 # A decoder/encoder whose domain is "" would shadow standard operators once registered as a
 # model-local function, so it is registered under this domain instead.

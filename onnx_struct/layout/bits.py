@@ -34,7 +34,7 @@ import numpy as np
 
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.dtypes import uint_for_bits
-from onnx_struct.layout.table import Leaf, read_constant
+from onnx_struct.layout.leaves import Leaf, read_constant
 
 # Elements handled per vectorized step of the general route and of nibble (un)packing: big enough
 # to amortize numpy's per-call cost, small enough that temporaries stay in the CPU cache.

@@ -31,7 +31,8 @@ from numpy.typing import ArrayLike
 
 from onnx_struct.errors import LeafNotFoundError, ValidationError
 from onnx_struct.layout.bits import write_leaf
-from onnx_struct.layout.table import Leaf, TypeTable, read_constant
+from onnx_struct.layout.leaves import Leaf, read_constant
+from onnx_struct.layout.table import TypeTable
 from onnx_struct.limits import MAX_PACK_ZERO_FILL_BYTES
 from onnx_struct.payload.view import layout_and_size, load_declarations
 from onnx_struct.schema.builders import make_struct_value

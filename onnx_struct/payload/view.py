@@ -17,7 +17,8 @@ import numpy as np
 
 from onnx_struct.errors import LeafNotFoundError, ValidationError
 from onnx_struct.layout.bits import read_leaf
-from onnx_struct.layout.table import Leaf, TypeTable
+from onnx_struct.layout.leaves import Leaf
+from onnx_struct.layout.table import TypeTable
 from onnx_struct.payload import external
 from onnx_struct.schema.model import LoadedModel, StructProto, StructTypeProto, load
 
