@@ -25,7 +25,7 @@ import onnx_struct
 from onnx_struct import ValidationError, formats, size_in_bits
 from onnx_struct.formats import FORMAT_DOMAIN
 from onnx_struct.formats.function_builder import OPSET, FunctionBuilder
-from onnx_struct.formats.gguf import _make_iq_grids, iq_grids
+from onnx_struct.formats.gguf import iq_grids
 from onnx_struct.formats.gguf._iq_graph import f16_bits_to_float
 from onnx_struct.formats.gguf.iq import FORMATS
 from onnx_struct.payload.view import view_buffer
@@ -160,11 +160,6 @@ def test_tables_match_ggml_spot_values():
     assert iq_grids.iq1s_grid.view("<u8")[0, 0] == 0xFFFFFFFFFFFFFFFF
     assert iq_grids.iq1s_grid.view("<u8")[1, 0] == 0xFFFFFFFFFFFFFF01
     assert iq_grids.ksigns_iq2xs[:4].tolist() == [0, 129, 130, 3]
-
-
-def test_generated_table_module_is_current():
-    """``python -m onnx_struct.formats.gguf._make_iq_grids`` reproduces the committed file."""
-    assert _make_iq_grids.render(_make_iq_grids.gguf_tables()) == _make_iq_grids.TARGET.read_text()
 
 
 # ---------------------------------------------------------------------- declarations

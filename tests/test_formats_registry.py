@@ -34,3 +34,34 @@ def test_bytes_per_block_is_what_the_block_declaration_occupies():
     for name in formats.names():
         fmt = formats.get(name)
         assert size_in_bits(fmt.block_declaration()) == 8 * fmt.bytes_per_block, name
+
+
+def test_a_table_row_whose_size_disagrees_with_its_fields_fails_when_built():
+    from onnx import TensorProto
+
+    from onnx_struct.formats.function_builder import field
+
+    def fields():
+        return [field("d", TensorProto.FLOAT16), field("qs", TensorProto.UINT8, (16,))]  # 18 bytes
+
+    def decoder(n, shape):
+        raise AssertionError("not built")
+
+    row = formats.FormatSpec("TEST_WRONG_SIZE", 32, 17, fields, decoder)
+    with pytest.raises(
+        ValueError, match=r"'TEST_WRONG_SIZE' states 17 bytes per block but its fields declare 144 bits"
+    ):
+        formats.register_formats("test", [row])
+    assert "TEST_WRONG_SIZE" not in formats.names()
+    built = formats.base.build_format("test", formats.FormatSpec("TEST_RIGHT_SIZE", 32, 18, fields, decoder))
+    assert (built.bytes_per_block, built.block_ranges) == (18, True)
+
+
+def test_every_registered_decoder_has_its_own_identity():
+    # (domain, name) of a format's decoder is what block-range decoding looks formats up by; the
+    # index refuses two formats sharing one, so building it for every format checks uniqueness.
+    for name in formats.names():
+        fmt = formats.get(name)
+        decoder = fmt.decoder((fmt.block_size,))
+        assert formats.format_of_decoder(decoder.domain, decoder.name) is fmt, name
+    assert formats.format_of_decoder(formats.FORMAT_DOMAIN, "decode_NO_SUCH_FORMAT") is None

@@ -28,7 +28,10 @@ from onnx_struct import (
     pack,
     view,
 )
+from onnx_struct.layout import bits
 from onnx_struct.payload.view import view_buffer
+
+CHUNK_ELEMENTS = bits.CHUNK  # counts past it exercise the chunked nibble path
 
 
 def test_golden_components():
@@ -102,9 +105,10 @@ def test_lossless_conversions_are_accepted():
 
 @pytest.fixture(params=["auto", "scatter"])
 def route(request, monkeypatch):
-    """Route "scatter": the phase-column writer disabled, so the general scatter writes those leaves."""
+    """Route "scatter": the phase-column kernels disabled, so the general scatter writes those leaves
+    (and the general gather reads them back)."""
     if request.param == "scatter":
-        monkeypatch.setattr(importlib.import_module("onnx_struct.payload.pack"), "phase_columns", lambda *args: None)
+        monkeypatch.setattr(importlib.import_module("onnx_struct.layout.bits"), "phase_columns", lambda *args: None)
     return request.param
 
 
@@ -218,3 +222,20 @@ def test_random_declarations_view_matches_oracle_and_round_trips(declaration, ra
 def test_ragged_leaf_value_is_a_validation_error_naming_the_leaf():
     with pytest.raises(ValidationError, match=r"^leaf 'a': .*not an array"):
         pack({"a": [[1, 2], [3]]}, make_structure([make_field("a", make_tensor_type(T.UINT8, [2, 2]))]))
+
+
+# ---------------------------------------------------------------------- the one sub-byte pack/unpack
+@pytest.mark.parametrize("width", [1, 2, 4])
+@pytest.mark.parametrize("count", [0, 1, 3, 7, 8, 9, 2 * CHUNK_ELEMENTS + 5])
+def test_pack_sub_byte_and_unpack_sub_byte_against_a_bit_oracle(width, count):
+    # Oracle: element i occupies bits [i * width, (i + 1) * width) of the LSB-first bit stream.
+    rng = np.random.default_rng(width * 1000 + count)
+    values = rng.integers(0, 1 << width, count, dtype=np.uint8)
+    stream = ((values[:, None] >> np.arange(width, dtype=np.uint8)) & 1).reshape(-1)
+    stream = np.concatenate([stream, np.zeros(-len(stream) % 8, np.uint8)])
+    expected = np.packbits(stream, bitorder="little")
+    noisy = values | np.uint8(0xFF ^ ((1 << width) - 1))  # bits above the width are ignored
+    packed = bits.pack_sub_byte(noisy, width)
+    assert packed.dtype == np.uint8 and packed.tobytes() == expected.tobytes()
+    assert bits.unpack_sub_byte(packed, width, count).tolist() == values.tolist()
+    assert len(bits.unpack_sub_byte(packed, width)) == len(packed) * (8 // width)

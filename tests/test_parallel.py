@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import onnx
@@ -129,12 +130,63 @@ def test_edited_decoder_runs_whole(splits):
     np.testing.assert_array_equal(result, plain * 2)
 
 
-def test_unknown_declaration_name_runs_whole(splits):
-    value, model = random_value("Q4_0", (4, 64))
+def test_a_registered_format_name_with_another_decoder_decodes_with_its_own(splits):
+    """A root named like a registered format's value ("Q8_0[4,64]") whose decoder is not the
+    registry's (its own function, here the registry's body doubled under another name): never
+    split, and its own decoder's result is what decode returns."""
+    value, model = random_value("Q8_0", (4, 64))
+    plain = decode(value, model)
+    assert splits == [4]
+    mine = from_onnx(model)
+    root = mine.struct_types[-1]
+    assert root.name == "Q8_0[4,64]"
+    decoder = root.decoder
+    decoder.name = "my_decoder"
+    final = decoder.node[-1]
+    before = final.output[0] + "_before_doubling"
+    two = oh.make_node("Constant", [], ["_two"], value=onnx.numpy_helper.from_array(np.float32(2), "_two"))
+    decoder.node.extend([two, oh.make_node("Mul", [before, "_two"], [final.output[0]])])
+    final.output[0] = before
+    result = decode(value, mine)
+    assert splits == [4]  # not split again
+    np.testing.assert_array_equal(result, plain * 2)
+
+
+@pytest.mark.parametrize("name", ["my_weights", "Q4_0[99999999999999999999,32]", "Q4_0[4,128]", "Q9_9[8,64]"])
+def test_the_root_name_plays_no_part(splits, name):
+    """The root's name is free text: renamed (an absurd shape, another shape of the same element
+    count, an unknown format, no format at all), the registry's own decoder still splits by the
+    shape it was built for, with the same bits, and no name is an error."""
+    value, model = random_value("Q4_0", (8, 64))
+    expected = decode(value, model)
+    assert splits == [8]
     renamed = from_onnx(model)
-    renamed.struct_types[-1].name = "my_weights"
-    decode(value, renamed)
+    renamed.struct_types[-1].name = name
+    result = decode(value, renamed)
+    assert splits == [8, 8] and result.shape == (8, 64)
+    np.testing.assert_array_equal(bits(result), bits(expected))
+
+
+def test_a_format_not_marked_block_wise_runs_whole(splits, monkeypatch):
+    value, model = random_value("Q4_0", (4, 64))
+    q4_0 = formats.get("Q4_0")
+    monkeypatch.setattr(
+        formats.base, "_BY_DECODER", {("onnx_struct.formats", "decode_Q4_0"): replace(q4_0, block_ranges=False)}
+    )
+    decode(value, model)
     assert splits == []
+
+
+@pytest.mark.parametrize("name", formats.names())
+def test_every_registered_decoder_is_recognised_with_its_shape(name, monkeypatch):
+    """Block-range eligibility of every registered format (what the name-based lookup gave
+    before): its decoder for a shape is found by (domain, name) with that shape."""
+    monkeypatch.setattr(parallel, "MIN_ELEMENTS", 1)
+    fmt = formats.get(name)
+    shape = (3, 2 * fmt.block_size)
+    declaration = fmt.root_declaration(shape, 0)
+    assert parallel._registered_format(declaration, declaration.decoder, 6) == (fmt, shape)
+    assert parallel._registered_format(declaration, declaration.decoder, 5) is None  # not the payload's blocks
 
 
 def test_one_thread_or_the_reference_evaluator_never_splits(splits, monkeypatch):
@@ -263,18 +315,6 @@ def test_released_buffers_are_trimmed_without_a_new_request(monkeypatch):
     gc.collect()
     # filed and trimmed by the releases themselves, not left queued until the next request
     assert not buffer_pool._returned and buffer_pool._free_bytes == 4000
-
-
-@pytest.mark.parametrize("name", ["Q4_0[99999999999999999999,32]", "Q4_0[4,128]", "Q9_9[8,64]"])
-def test_a_root_name_promising_another_value_runs_whole(splits, name):
-    """The root's name is free text: an absurd shape, another shape of the same element count,
-    an unknown format; none is split and none is an error."""
-    value, model = random_value("Q4_0", (8, 64))
-    renamed = from_onnx(model)
-    renamed.struct_types[-1].name = name
-    result = decode(value, renamed)
-    assert splits == [] and result.shape == (8, 64)
-    np.testing.assert_array_equal(bits(result), bits(decode(value, model)))
 
 
 def test_a_runner_without_fallback_refuses_to_run():

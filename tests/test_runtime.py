@@ -28,6 +28,7 @@ from support.models import (
 from support.oracles import bitpack_oracle, int4_oracle, q4_oracle, q4_payload
 
 import onnx_struct as S
+from onnx_struct.layout import bits
 from onnx_struct.runtime import runners as runtime
 
 RUNTIMES = ["onnxruntime", "reference"]
@@ -163,17 +164,17 @@ def test_int4_leaf_of_a_contiguous_value_is_fed_straight_from_the_payload(rng):
 
 def test_pack_and_unpack_bits_against_numpy():
     values = np.array([-8, 7, -1, 0, 3], dtype=ml_dtypes.int4)
-    packed = runtime.pack_bits(values, 4)
+    packed = bits.pack_sub_byte(values, 4)
     assert packed.tolist() == [0x78, 0x0F, 0x03]
-    np.testing.assert_array_equal(runtime.unpack_bits(packed, 4, 5).view(ml_dtypes.int4), values)
+    np.testing.assert_array_equal(bits.unpack_sub_byte(packed, 4, 5).view(ml_dtypes.int4), values)
     two_bit = np.array([1, 2, 3, 0, 3], dtype=np.uint8)
-    assert runtime.pack_bits(two_bit, 2).tolist() == [0b00111001, 0b11]
+    assert bits.pack_sub_byte(two_bit, 2).tolist() == [0b00111001, 0b11]
 
 
 # ---------------------------------------------------------------------- fallback and errors
 def test_float4_falls_back_to_the_reference_evaluator_with_a_warning(rng):
     values = np.array([-6, -1, 0.5, 3, 0, 1.5, -0.5, 4], dtype=ml_dtypes.float4_e2m1fn)
-    payload = runtime.pack_bits(values, 4).tobytes()
+    payload = bits.pack_sub_byte(values, 4).tobytes()
     value = S.make_struct_value("x", S.make_array(TensorProto.FLOAT4E2M1, 8, decoder=cast_decoder(opset=23)), payload)
     with pytest.warns(RuntimeWarning, match="ReferenceEvaluator"):
         out = S.decode(value)

@@ -169,3 +169,31 @@ def test_generated_bindings_have_no_drift():
         [sys.executable, str(root / "schemas" / "generate.py"), "--check"], capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_generated_iq_grids_have_no_drift():
+    """``python schemas/make_iq_grids.py --check`` reproduces iq_grids.py from gguf-py in memory."""
+    pytest.importorskip("gguf")
+    root = Path(__file__).resolve().parent.parent
+    script = root / "schemas" / "make_iq_grids.py"
+    result = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "up to date" in result.stdout
+
+
+def test_iq_grids_drift_check_fails_on_a_stale_file(tmp_path, monkeypatch):
+    """The --check mode can fail: a copy of the generator pointed at an edited table file."""
+    pytest.importorskip("gguf")
+    import importlib.util
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("make_iq_grids", root / "schemas" / "make_iq_grids.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    stale = tmp_path / "iq_grids.py"
+    stale.write_text(module.TARGET.read_text().replace("kvalues_iq4nl", "kvalues_iq4nl_edited"))
+    monkeypatch.setattr(module, "TARGET", stale)
+    monkeypatch.setattr(module, "ROOT", tmp_path)
+    monkeypatch.setattr(sys, "argv", ["make_iq_grids.py", "--check"])
+    assert module.main() == 1
+    assert "kvalues_iq4nl_edited" in stale.read_text()  # --check writes nothing

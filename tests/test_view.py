@@ -32,7 +32,7 @@ from onnx_struct.payload import external as external_module
 from onnx_struct.payload.view import view_buffer
 
 # the module, not the function that onnx_struct.view names
-view_module = importlib.import_module("onnx_struct.payload.view")
+bits_module = importlib.import_module("onnx_struct.layout.bits")
 
 
 def assert_matches_oracle(declaration, payload: bytes, struct_types=()):
@@ -74,7 +74,7 @@ def route(request, monkeypatch):
     """Route "auto": the routes view picks; "gather": the phase-column route disabled, so every
     non-zero-copy, non-row leaf goes through the general gather (both must match the oracle)."""
     if request.param == "gather":
-        monkeypatch.setattr(view_module, "phase_columns", lambda *args: None)
+        monkeypatch.setattr(bits_module, "phase_columns", lambda *args: None)
     return request.param
 
 
@@ -396,9 +396,10 @@ def test_leaf_limit_is_enforced_while_enumerating(monkeypatch):
     # Shared references fan out exponentially: level k has 2**k leaves. A structure of many fields
     # each referencing a large level must be refused once the limit is passed, not after all
     # fields * 2**k leaves were built.
+    from onnx_struct.layout import leaves
     from onnx_struct.layout import table as layout
 
-    monkeypatch.setattr(layout, "MAX_LEAVES", 1000)
+    monkeypatch.setattr(leaves, "MAX_LEAVES", 1000)  # checked where leaf shapes are computed
     types = [make_structure([make_field("a", T.UINT8), make_field("b", T.UINT8)])]
     for level in range(1, 9):  # level 8: 512 leaves
         types.append(make_structure([make_field(n, make_type_reference(level - 1)) for n in "ab"]))

@@ -18,8 +18,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from onnx_struct.layout.table import Leaf
-from onnx_struct.payload.view import byte_strided, merged_dims
+from onnx_struct.layout.bits import byte_strided, merged_dims
+from onnx_struct.layout.leaves import Leaf
 
 # A decoder/encoder whose domain is "" would shadow standard operators once registered as a
 # model-local function, so it is registered under this domain instead.
@@ -44,28 +44,6 @@ def contiguous(array: np.ndarray) -> np.ndarray:
         rows = array.view(np.dtype((np.void, array.shape[-1] * array.itemsize)))
         return np.ascontiguousarray(rows).view(array.dtype).reshape(array.shape)
     return np.ascontiguousarray(array)
-
-
-def pack_bits(array: np.ndarray, width: int) -> np.ndarray:
-    """Sub-byte values (ml_dtypes keeps each in the low bits of a byte) -> ONNX packed bytes."""
-    per_byte = 8 // width
-    raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8) & np.uint8((1 << width) - 1)
-    padded = np.zeros(-(-raw.size // per_byte) * per_byte, dtype=np.uint8)
-    padded[: raw.size] = raw
-    grouped = padded.reshape(-1, per_byte)
-    out = grouped[:, 0].copy()
-    for k in range(1, per_byte):  # per position within a byte, not per element
-        out |= grouped[:, k] << np.uint8(k * width)
-    return out
-
-
-def unpack_bits(packed: np.ndarray, width: int, count: int) -> np.ndarray:
-    """ONNX packed bytes -> ``count`` uint8 values, each in the low bits (LSB-first order)."""
-    per_byte = 8 // width
-    out = np.empty((packed.size, per_byte), dtype=np.uint8)
-    for k in range(per_byte):
-        np.bitwise_and(packed >> np.uint8(k * width), np.uint8((1 << width) - 1), out=out[:, k])
-    return out.reshape(-1)[:count]
 
 
 def packed_rows(data: np.ndarray, leaf: Leaf) -> np.ndarray | None:

@@ -1,6 +1,7 @@
 """Ready-made declarations for real block formats: ``formats.get("Q4_0")``, ``formats.names()``.
 
-Each family module registers its formats on import; the registry imports them lazily so that
+Each family module registers its formats on import, as a table of :class:`FormatSpec` rows given
+to :func:`register_formats`; the registry imports them lazily so that
 ``import onnx_struct`` stays fast.
 """
 
@@ -8,7 +9,8 @@ from __future__ import annotations
 
 import importlib
 
-from onnx_struct.formats.base import _REGISTRY, FORMAT_DOMAIN, BlockFormat, register
+from onnx_struct.formats import base
+from onnx_struct.formats.base import _REGISTRY, FORMAT_DOMAIN, BlockFormat, FormatSpec, register, register_formats
 
 FAMILY_MODULES = (
     "onnx_struct.formats.gguf.blocks",
@@ -40,6 +42,12 @@ def get(name: str) -> BlockFormat:
         raise KeyError(f"unknown format {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
 
 
+def format_of_decoder(domain: str, name: str) -> BlockFormat | None:
+    """The registered format whose decoder FunctionProto is ``domain``/``name``, or None."""
+    _load_families()
+    return base.format_of_decoder(domain, name)
+
+
 def names() -> list[str]:
     """Every registered format name, sorted."""
     _load_families()
@@ -59,4 +67,14 @@ def __getattr__(name: str):
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["BlockFormat", "FORMAT_DOMAIN", "get", "names", "quantize", "register"]
+__all__ = [
+    "BlockFormat",
+    "FORMAT_DOMAIN",
+    "FormatSpec",
+    "format_of_decoder",
+    "get",
+    "names",
+    "quantize",
+    "register",
+    "register_formats",
+]

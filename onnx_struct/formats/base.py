@@ -5,6 +5,17 @@ A tensor of logical shape ``shape`` in a block format is stored as the root decl
 leading ``n_blocks`` dimension, e.g. ``d: [n]``, ``qs: [n, 16]``) to a float32 tensor of
 ``shape`` (numpy order; blocks run along the last dimension, which must be a multiple of
 ``block_size``). The encoder, where the format has one, is the inverse.
+
+Every family module registers its formats the same way, as a table (like gguf-py's
+``GGML_QUANT_SIZES``)::
+
+    FORMATS = register_formats("gguf", [
+        FormatSpec("Q4_0", 32, 18, lambda: [_d(), _qs()], _decode_q4_0, _encode_q4_0, "GGML Q4_0: ..."),
+        ...
+    ])
+
+The stated ``bytes_per_block`` is checked against the size of the declared block when the format
+is built, so a table entry that disagrees with its fields fails at import.
 """
 
 from __future__ import annotations
@@ -16,10 +27,14 @@ from collections.abc import Callable, Sequence
 import onnx
 
 from onnx_struct.errors import ValidationError
+from onnx_struct.layout.table import size_in_bits
 from onnx_struct.schema.builders import make_array, make_struct_value, make_structure, make_type_reference
 from onnx_struct.schema.model import StructProto, StructTypeProto, add_struct_types, load
 
 FORMAT_DOMAIN = "onnx_struct.formats"
+
+#: ``build(n_blocks, shape)`` -> the decoder or encoder FunctionProto for a tensor of numpy ``shape``.
+FunctionFor = Callable[[int, tuple[int, ...]], onnx.FunctionProto]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -32,6 +47,9 @@ class BlockFormat:
     decoder: Callable[[tuple[int, ...]], onnx.FunctionProto]  # logical shape -> decoder
     encoder: Callable[[tuple[int, ...]], onnx.FunctionProto] | None = None
     description: str = ""
+    # True when the decoder is block-wise (rows [a, b) of blocks decode alone to the same values as
+    # with the rest), so the runtime may decode a big value in block ranges (runtime/parallel.py).
+    block_ranges: bool = True
 
     def num_blocks(self, shape: Sequence[int]) -> int:
         shape = tuple(int(d) for d in shape)
@@ -71,11 +89,82 @@ class BlockFormat:
         return make_struct_value(name, self.add_to_model(model, shape), raw_data=payload)
 
 
+@dataclasses.dataclass(frozen=True)
+class FormatSpec:
+    """One row of a family's table of formats (see the module docstring)."""
+
+    name: str
+    block_size: int
+    bytes_per_block: int
+    fields: Callable[[], list]  # -> [StructTypeProto.Field]
+    decoder: FunctionFor
+    encoder: FunctionFor | None = None
+    description: str = ""
+    block_ranges: bool = True
+
+
+def build_format(family: str, spec: FormatSpec) -> BlockFormat:
+    """The (unregistered) :class:`BlockFormat` of ``spec``: its function builders receive the block
+    count, checked by :meth:`BlockFormat.num_blocks` (a ValidationError naming the format) first.
+    Raises ValueError when ``bytes_per_block`` is not the size of the declared block."""
+    fmt: BlockFormat | None = None
+
+    def with_count(build: FunctionFor) -> Callable[[Sequence[int]], onnx.FunctionProto]:
+        def for_shape(shape: Sequence[int]) -> onnx.FunctionProto:
+            shape = tuple(int(d) for d in shape)
+            return build(fmt.num_blocks(shape), shape)
+
+        return for_shape
+
+    fmt = BlockFormat(
+        name=spec.name,
+        family=family,
+        block_size=spec.block_size,
+        bytes_per_block=spec.bytes_per_block,
+        block_fields=spec.fields,
+        decoder=with_count(spec.decoder),
+        encoder=with_count(spec.encoder) if spec.encoder else None,
+        description=spec.description,
+        block_ranges=spec.block_ranges,
+    )
+    bits = size_in_bits(fmt.block_declaration())
+    if bits != 8 * spec.bytes_per_block:
+        raise ValueError(
+            f"format {spec.name!r} states {spec.bytes_per_block} bytes per block but its fields declare {bits} bits"
+        )
+    return fmt
+
+
+def register_formats(family: str, specs: Sequence[FormatSpec]) -> dict[str, BlockFormat]:
+    """Build and register every format of ``family``'s table; returns them by name."""
+    return {spec.name: register(build_format(family, spec)) for spec in specs}
+
+
 _REGISTRY: dict[str, BlockFormat] = {}
+# (decoder domain, decoder name) -> format, built on first use (see format_of_decoder).
+_BY_DECODER: dict[tuple[str, str], BlockFormat] = {}
 
 
 def register(fmt: BlockFormat) -> BlockFormat:
+    """Add ``fmt`` to the registry (family modules use :func:`register_formats`)."""
     if fmt.name in _REGISTRY:
         raise ValueError(f"format {fmt.name!r} is already registered")
     _REGISTRY[fmt.name] = fmt
+    _BY_DECODER.clear()
     return fmt
+
+
+def format_of_decoder(domain: str, name: str) -> BlockFormat | None:
+    """The registered format whose decoders are the FunctionProto ``domain``/``name`` (a decoder's
+    identity does not depend on the shape it was built for), or None. Every registered format's
+    decoder identity is unique; the index is built from one small decoder per format on first use."""
+    if not _BY_DECODER and _REGISTRY:
+        index: dict[tuple[str, str], BlockFormat] = {}
+        for fmt in _REGISTRY.values():
+            sample = fmt.decoder((fmt.block_size,))
+            key = (sample.domain, sample.name)
+            if key in index:
+                raise ValueError(f"formats {index[key].name!r} and {fmt.name!r} share the decoder {key}")
+            index[key] = fmt
+        _BY_DECODER.update(index)
+    return _BY_DECODER.get((domain, name))

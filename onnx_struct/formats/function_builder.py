@@ -9,8 +9,8 @@ generated value names; constants become ``Constant`` nodes, created once per dis
 
 The builder knows nothing about formats; format recipes live with their family (GGUF's in
 ``gguf/_ops.py``, the IQ types' in ``gguf/_iq_graph.py``). :func:`field` declares one block field
-and :func:`block_format` makes a :class:`BlockFormat` whose function builders receive the block
-count, checked, so no module repeats the shape check.
+and :class:`onnx_struct.formats.base.FormatSpec` rows registered by
+:func:`onnx_struct.formats.base.register_formats` make the formats (one registration style).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_struct.formats.base import FORMAT_DOMAIN, BlockFormat, register
+from onnx_struct.formats.base import FORMAT_DOMAIN
 from onnx_struct.schema.builders import make_field, make_tensor_type
 from onnx_struct.schema.model import StructTypeProto
 
@@ -184,43 +184,3 @@ def field(name: str, elem_type: int, dims: Sequence[int] = (), doc: str = "") ->
 
 
 FunctionFor = Callable[[int, tuple[int, ...]], onnx.FunctionProto]
-
-
-def block_format(
-    family: str,
-    name: str,
-    block_size: int,
-    bytes_per_block: int,
-    fields: Callable[[], list],
-    decoder: FunctionFor,
-    encoder: FunctionFor | None = None,
-    description: str = "",
-    *,
-    register_format: bool = True,
-) -> BlockFormat:
-    """The :class:`BlockFormat` ``name`` of ``family``, registered unless ``register_format`` is False.
-
-    ``decoder(n_blocks, shape)`` and ``encoder(n_blocks, shape)`` build the functions for a tensor
-    of numpy ``shape``; ``n_blocks`` comes from :meth:`BlockFormat.num_blocks`, which rejects a
-    shape that is not made of whole blocks (a ValidationError naming the format) first.
-    """
-    fmt: BlockFormat | None = None
-
-    def with_count(build: FunctionFor) -> Callable[[Sequence[int]], onnx.FunctionProto]:
-        def for_shape(shape: Sequence[int]) -> onnx.FunctionProto:
-            shape = tuple(int(d) for d in shape)
-            return build(fmt.num_blocks(shape), shape)
-
-        return for_shape
-
-    fmt = BlockFormat(
-        name=name,
-        family=family,
-        block_size=block_size,
-        bytes_per_block=bytes_per_block,
-        block_fields=fields,
-        decoder=with_count(decoder),
-        encoder=with_count(encoder) if encoder else None,
-        description=description,
-    )
-    return register(fmt) if register_format else fmt

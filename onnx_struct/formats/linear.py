@@ -36,8 +36,8 @@ import onnx
 from onnx import TensorProto
 
 from onnx_struct.errors import ValidationError
-from onnx_struct.formats.base import BlockFormat
-from onnx_struct.formats.function_builder import FunctionBuilder, block_format, field
+from onnx_struct.formats.base import BlockFormat, FormatSpec, build_format, register_formats
+from onnx_struct.formats.function_builder import FunctionBuilder, field
 
 FLOAT16_MAX = 65504.0
 
@@ -83,6 +83,14 @@ def make_linear_format(
     >>> fmt.name, fmt.bytes_per_block
     ('UINT4_B64_F16_ZP', 35)
     """
+    spec = linear_spec(element, block_size, scale, zero_point, name=name)
+    if register_format:
+        return register_formats("linear", [spec])[spec.name]
+    return build_format("linear", spec)
+
+
+def linear_spec(element: str, block_size: int, scale: str, zero_point: bool, *, name: str | None = None) -> FormatSpec:
+    """The table row of a linear format (arguments as :func:`make_linear_format`'s, checked)."""
     where = "make_linear_format"
     scale = "FLOAT" if scale == "FLOAT32" else scale
     if element not in ELEMENTS:
@@ -101,8 +109,7 @@ def make_linear_format(
     zero_bits = 8 if zero_point else 0  # a 4-bit zero point is followed by 4 bits of padding
     fmt_name = name or linear_format_name(element, block_size, scale, zero_point)
     layout = _Layout(fmt_name, spec, block_size, scale_type, zero_point)
-    return block_format(
-        "linear",
+    return FormatSpec(
         fmt_name,
         block_size,
         (scale_bits + zero_bits + block_size * spec.bits) // 8,
@@ -111,7 +118,6 @@ def make_linear_format(
         layout.encoder,
         f"linear: {block_size} {element} values times a {scale} scale"
         + (", minus a stored zero point" if zero_point else ""),
-        register_format=register_format,
     )
 
 
@@ -183,7 +189,4 @@ PRESETS = (
     ("INT8", 32, "FLOAT", False),
     ("UINT8", 32, "FLOAT", True),
 )
-FORMATS: dict[str, BlockFormat] = {}
-for _preset in PRESETS:
-    _fmt = make_linear_format(*_preset, register_format=True)
-    FORMATS[_fmt.name] = _fmt
+FORMATS: dict[str, BlockFormat] = register_formats("linear", [linear_spec(*preset) for preset in PRESETS])

@@ -34,8 +34,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from onnx_struct.formats.base import BlockFormat
-from onnx_struct.formats.function_builder import FunctionBuilder, block_format, field
+from onnx_struct.formats.base import BlockFormat, FormatSpec, register_formats
+from onnx_struct.formats.function_builder import FunctionBuilder, field
 
 BLOCK_SIZE = 32
 SCALE_BIAS = 127
@@ -143,12 +143,11 @@ def _encoder(name: str, element: ElementFormat):
     return encode
 
 
-def _register(name: str, element: ElementFormat) -> BlockFormat:
+def _spec(name: str, element: ElementFormat) -> FormatSpec:
     kind = (
         "INT8 (x 2**-6)" if element.onnx_type == TensorProto.INT8 else onnx.TensorProto.DataType.Name(element.onnx_type)
     )
-    return block_format(
-        "mx",
+    return FormatSpec(
         name,
         BLOCK_SIZE,
         1 + BLOCK_SIZE * element.bits // 8,
@@ -159,7 +158,8 @@ def _register(name: str, element: ElementFormat) -> BlockFormat:
     )
 
 
-FORMATS: dict[str, BlockFormat] = {name: _register(name, element) for name, element in ELEMENTS.items()}
+# One row per element type of ELEMENTS (the table of the family).
+FORMATS: dict[str, BlockFormat] = register_formats("mx", [_spec(name, element) for name, element in ELEMENTS.items()])
 
 
 def element_dtype(name: str) -> np.dtype:

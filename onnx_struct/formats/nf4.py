@@ -30,7 +30,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from onnx_struct.formats.function_builder import UINT8, FunctionBuilder, block_format, field
+from onnx_struct.formats.base import BlockFormat, FormatSpec, register_formats
+from onnx_struct.formats.function_builder import UINT8, FunctionBuilder, field
 from onnx_struct.schema.builders import make_constant_field
 
 BLOCK_SIZE = 64
@@ -104,13 +105,18 @@ def encode_nf4(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     return g.build(["absmax", "qs"])
 
 
-NF4 = block_format(
+FORMATS: dict[str, BlockFormat] = register_formats(
     "nf4",
-    "NF4",
-    BLOCK_SIZE,
-    4 + BLOCK_SIZE // 2,
-    nf4_fields,
-    decode_nf4,
-    encode_nf4,
-    "NF4 (QLoRA / bitsandbytes): 64 codes into the NormalFloat codebook, times the float32 absmax",
+    [
+        FormatSpec(
+            "NF4",
+            BLOCK_SIZE,
+            4 + BLOCK_SIZE // 2,
+            nf4_fields,
+            decode_nf4,
+            encode_nf4,
+            "NF4 (QLoRA / bitsandbytes): 64 codes into the NormalFloat codebook, times the float32 absmax",
+        ),
+    ],
 )
+NF4 = FORMATS["NF4"]

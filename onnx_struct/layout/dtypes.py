@@ -51,9 +51,10 @@ def type_name(elem_type: int) -> str:
         return str(elem_type)
 
 
-def unsigned_dtype_for_bits(bits: int) -> np.dtype:
-    """Smallest of uint8/16/32/64 holding ``bits`` (the dtype of a bit-packing component)."""
-    for dtype in (np.uint8, np.uint16, np.uint32, np.uint64):
-        if bits <= np.dtype(dtype).itemsize * 8:
-            return np.dtype(dtype)
-    raise ValueError(f"{bits} bits do not fit in uint64")
+def uint_for_bits(bits: int) -> np.dtype:
+    """Smallest little-endian unsigned integer dtype of 1, 2, 4 or 8 bytes holding ``bits``: the
+    dtype of a bit-packing component, and of the bit patterns the bit kernels move."""
+    for size in (1, 2, 4, 8):
+        if bits <= 8 * size:
+            return np.dtype(f"<u{size}")
+    raise ValueError(f"{bits} bits do not fit in 64")

@@ -1,88 +1,51 @@
-"""The proposal's size function and the leaf layout every view, writer and decoder binding uses.
+"""TypeTable: a model's declarations with memoized sizes, leaf shapes and leaves.
 
-Sizes are computed in bits, checked against uint64 after every operation, and memoized per
-model-level declaration; reference chains are resolved with an explicit stack (for sizes and for
-leaves), so a chain tens of thousands long or a 60-level diamond of shared references costs linear
-time and no recursion.
-
-A *leaf* is a tensor-typed field (or a tensor array element), a bit-packing component, or a
-constant field. Every non-constant leaf is an affine bit layout: element ``idx`` starts at bit
-``bit_offset + sum(idx[k] * strides[k])`` and is ``bit_width`` bits wide.
+Sizes (:mod:`onnx_struct.layout.sizes`) are memoized per model-level declaration, and reference
+chains are resolved with an explicit stack (for sizes and for leaves), so a chain tens of
+thousands long or a 60-level diamond of shared references costs linear time and no recursion.
+Leaves (:mod:`onnx_struct.layout.leaves`) are listed by one walk, or found one at a time by path
+(:class:`LeafLookup`). The public entry points are :func:`size_in_bits` and :func:`type_table`.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Literal
-
-import numpy as np
-import onnx
 
 from onnx_struct.errors import ValidationError
-from onnx_struct.layout import dtypes
-from onnx_struct.limits import MAX_COMPONENT_BITS, MAX_LEAF_PATH_CHARS, MAX_LEAF_RANK, MAX_LEAF_SPAN, MAX_LEAVES
+
+# Leaf, read_constant, element_label, type_size, UINT64_MAX: also importable from here, where
+# they were first defined (their modules are layout/leaves.py and layout/sizes.py).
+from onnx_struct.layout.leaves import (
+    Leaf,
+    LeafShape,
+    checked_leaf_shape,
+    component_leaf,
+    constant_leaf,
+    read_constant,
+    tensor_leaf,
+)
+from onnx_struct.layout.sizes import (
+    UINT64_MAX,
+    declaration_size,
+    element_label,
+    iter_references,
+    reference_targets,
+    type_size,
+)
 from onnx_struct.schema.model import StructTypeProto, load
 
-UINT64_MAX = (1 << 64) - 1
-
-
-def checked(value: int, path: str, what: str = "size", unit: str = " bits") -> int:
-    """``value`` if it fits uint64, else a ValidationError: the proposal's arithmetic never wraps."""
-    if value > UINT64_MAX:
-        raise ValidationError(path, f"{what} overflows uint64 ({value}{unit})", actual=str(value))
-    return value
-
-
-@dataclasses.dataclass(frozen=True)
-class Leaf:
-    """One leaf of a concrete root: where its elements are, how wide, and as which dtype."""
-
-    path: str
-    kind: Literal["tensor", "component", "constant"]
-    elem_type: int  # ONNX element type; 0 for bit-packing components
-    bit_width: int  # bits per element; 0 for constants
-    dtype: np.dtype
-    shape: tuple[int, ...]
-    strides: tuple[int, ...]  # in bits, one per dimension
-    bit_offset: int  # of the first element, from the start of the payload
-    source: str  # proto path of the element that declares the leaf
-    constant: onnx.TensorProto | None = None
-
-    @property
-    def count(self) -> int:
-        return math.prod(self.shape)
-
-
-def element_label(path: str, name: str) -> str:
-    return f"{path} ({name!r})" if name else path
-
-
-@dataclasses.dataclass(frozen=True)
-class LeafShape:
-    """What enumerating a declaration's leaves would produce, computed without enumerating them."""
-
-    count: int  # leaves
-    chars: int  # characters of all leaf paths
-    unnamed: int  # leaves whose path is "" (a tensor or array of tensors at the top)
-    rank: int  # most dimensions of a non-constant leaf, enclosing arrays included
-    span: int  # most bytes numpy needs to describe a non-constant leaf: elements (each zero
-    # dimension counted as 1) times the element's numpy itemsize
-    sample: tuple[str, ...] = ()  # the first few leaf paths, shortened, for messages
-
-
-SAMPLE_PATHS = 5  # leaf paths a LeafShape keeps for messages, each at most SAMPLE_CHARS long
-SAMPLE_CHARS = 80
-
-
-def _sample(paths) -> tuple[str, ...]:
-    out = []
-    for path in paths:
-        if len(out) == SAMPLE_PATHS:
-            break
-        out.append(path if len(path) <= SAMPLE_CHARS else path[: SAMPLE_CHARS - 3] + "...")
-    return tuple(out)
+__all__ = [
+    "UINT64_MAX",
+    "Leaf",
+    "LeafLookup",
+    "LeafShape",
+    "TypeTable",
+    "element_label",
+    "read_constant",
+    "size_in_bits",
+    "type_size",
+    "type_table",
+]
 
 
 class TypeTable:
@@ -393,254 +356,6 @@ def _joined(names) -> str:
     return ".".join(reversed(parts))
 
 
-def checked_leaf_shape(declaration: StructTypeProto, path: str, shape_of_index) -> LeafShape:
-    """The LeafShape of one declaration from those of its references, refused when a root of it
-    would break a leaf rule (docs/security.md): names, MAX_LEAVES, MAX_LEAF_PATH_CHARS,
-    MAX_LEAF_RANK, MAX_LEAF_SPAN."""
-    kind = declaration.WhichOneof("kind")
-    if kind == "array":
-        array = declaration.array
-        inner = _type_leaf_shape(array.element_type, shape_of_index)
-        span = inner.span * max(array.dimension, 1)
-        shape = LeafShape(inner.count, inner.chars, inner.unnamed, inner.rank + 1, span, inner.sample)
-        where = f"{path}.array"
-    elif kind == "bit_packing":
-        packing = declaration.bit_packing
-        names: set[str] = set()
-        chars = itemsize = 0
-        for i, component in enumerate(packing.component):
-            chars += len(_checked_name(component.name, names, path, "bit_packing.component", i))
-            itemsize = max(itemsize, dtypes.unsigned_dtype_for_bits(component.bit_width).itemsize)
-        sample = _sample(c.name for c in packing.component)
-        shape = LeafShape(len(packing.component), chars, 0, 1, max(packing.dimension, 1) * itemsize, sample)
-        where = f"{path}.bit_packing"
-    elif kind == "structure":
-        names = set()
-        count = chars = rank = 0
-        span = 1
-        sample: list[str] = []
-        for i, field in enumerate(declaration.structure.field):
-            name = _checked_name(field.name, names, path, "structure.field", i)
-            if field.WhichOneof("content") == "constant":
-                count, chars = count + 1, chars + len(name)
-                sample.extend(_sample([name][: SAMPLE_PATHS - len(sample)]))
-                continue
-            inner = _type_leaf_shape(field.type, shape_of_index)
-            count += inner.count
-            # every nested path gets "name." in front; an unnamed one becomes just "name"
-            chars += inner.chars + inner.count * len(name) + (inner.count - inner.unnamed)
-            rank, span = max(rank, inner.rank), max(span, inner.span)
-            room = SAMPLE_PATHS - len(sample)
-            sample.extend(_sample(f"{name}.{p}" if p else name for p in inner.sample[:room]))
-        shape = LeafShape(count, chars, 0, rank, span, tuple(sample))
-        where = path
-    elif kind == "type_index":
-        return shape_of_index(declaration.type_index)
-    else:
-        raise ValidationError(path, "declaration has no kind: the unconstrained category has no leaves")
-    if shape.count > MAX_LEAVES:
-        raise ValidationError(path, f"declaration has more than {MAX_LEAVES} leaves ({shape.count})")
-    if shape.chars > MAX_LEAF_PATH_CHARS:
-        raise ValidationError(path, f"its leaf paths total more than {MAX_LEAF_PATH_CHARS} characters ({shape.chars})")
-    if shape.rank > MAX_LEAF_RANK:
-        raise ValidationError(where, f"a leaf would have more than {MAX_LEAF_RANK} dimensions ({shape.rank})")
-    if shape.span > MAX_LEAF_SPAN:
-        raise ValidationError(
-            where,
-            "a leaf would have more elements than numpy can describe (its dimensions, a zero one counted "
-            f"as 1, times its element's bytes exceed {MAX_LEAF_SPAN})",
-        )
-    return shape
-
-
-def _type_leaf_shape(type_proto, shape_of_index) -> LeafShape:
-    if type_proto.WhichOneof("value") == "struct_type":
-        return shape_of_index(type_proto.struct_type.type_index)
-    tensor = type_proto.tensor_type
-    dims = [d.dim_value for d in tensor.shape.dim]
-    span = math.prod(max(d, 1) for d in dims) * dtypes.np_dtype(tensor.elem_type).itemsize
-    return LeafShape(1, 0, 1, len(dims), span, ("",))
-
-
-def _checked_name(name: str | bytes, seen: set[str], path: str, member: str, i: int) -> str:
-    """A field or component name usable as a leaf path part (the same rules and messages as the
-    checker's): valid UTF-8 (proto2 does not validate it on parse), non-empty, no '.', unique."""
-    if type(name) is str and name and "." not in name and name not in seen:  # noqa: E721 - bytes
-        seen.add(name)
-        return name
-    where = element_label(f"{path}.{member}[{i}]", name)
-    what = "field" if member == "structure.field" else "component"
-    if not isinstance(name, str):
-        raise ValidationError(where, f"{what} name is not valid UTF-8")
-    if not name:
-        raise ValidationError(where, f"{what} has no name")
-    if "." in name:
-        raise ValidationError(where, f"{what} name {name!r} contains '.', the leaf path separator")
-    if name in seen:
-        raise ValidationError(where, f"duplicate {what} name")
-    seen.add(name)
-    return name
-
-
-def tensor_leaf(path: str, tensor, source: str, offset: int, shape: tuple, strides: tuple) -> Leaf:
-    """A tensor-typed field or array element at ``offset`` inside enclosing arrays ``shape``."""
-    dims = tuple(d.dim_value for d in tensor.shape.dim)
-    width = dtypes.bit_width(tensor.elem_type)
-    own = tuple(width * math.prod(dims[k + 1 :]) for k in range(len(dims)))
-    return Leaf(
-        path=path,
-        kind="tensor",
-        elem_type=tensor.elem_type,
-        bit_width=width,
-        dtype=dtypes.np_dtype(tensor.elem_type),
-        shape=shape + dims,
-        strides=strides + own,
-        bit_offset=offset,
-        source=f"{source}.tensor_type",
-    )
-
-
-def component_leaf(path: str, width: int, source: str, offset: int, shape: tuple, strides: tuple) -> Leaf:
-    return Leaf(
-        path=path,
-        kind="component",
-        elem_type=0,
-        bit_width=width,
-        dtype=dtypes.unsigned_dtype_for_bits(width),
-        shape=shape,
-        strides=strides,
-        bit_offset=offset,
-        source=source,
-    )
-
-
-def constant_leaf(name: str, tensor: onnx.TensorProto, path: str) -> Leaf:
-    return Leaf(
-        path=name,
-        kind="constant",
-        elem_type=tensor.data_type,
-        bit_width=0,
-        dtype=dtypes.np_dtype(tensor.data_type) if dtypes.bit_width(tensor.data_type) else np.dtype(object),
-        shape=tuple(tensor.dims),
-        strides=(),
-        bit_offset=0,
-        source=path,
-        constant=tensor,
-    )
-
-
-# ---------------------------------------------------------------------- the size function
-def iter_references(declaration: StructTypeProto, path: str) -> Iterator[tuple[int, str]]:
-    """Every ``type_index`` directly in ``declaration`` (not inside the declarations it names)."""
-    kind = declaration.WhichOneof("kind")
-    if kind == "type_index":
-        yield declaration.type_index, f"{path}.type_index"
-    elif kind == "array":
-        yield from _type_references(declaration.array.element_type, f"{path}.array.element_type")
-    elif kind == "structure":
-        for i, field in enumerate(declaration.structure.field):
-            if field.WhichOneof("content") == "type":
-                yield from _type_references(
-                    field.type, f"{element_label(f'{path}.structure.field[{i}]', field.name)}.type"
-                )
-
-
-def reference_targets(declaration: StructTypeProto) -> list[int]:
-    """The indices :func:`iter_references` yields, without building their paths."""
-    kind = declaration.WhichOneof("kind")
-    if kind == "type_index":
-        return [declaration.type_index]
-    if kind == "array":
-        types = [declaration.array.element_type]
-    elif kind == "structure":
-        types = [f.type for f in declaration.structure.field if f.WhichOneof("content") == "type"]
-    else:
-        return []
-    return [
-        t.struct_type.type_index
-        for t in types
-        if t.WhichOneof("value") == "struct_type" and t.struct_type.WhichOneof("kind") == "type_index"
-    ]
-
-
-def _type_references(type_proto, path: str) -> Iterator[tuple[int, str]]:
-    if type_proto.WhichOneof("value") == "struct_type" and type_proto.struct_type.WhichOneof("kind") == "type_index":
-        yield type_proto.struct_type.type_index, f"{path}.struct_type.type_index"
-
-
-def declaration_size(declaration: StructTypeProto, path: str, size_of_index) -> int:
-    """size() of one declaration; ``size_of_index`` answers for the references it contains."""
-    kind = declaration.WhichOneof("kind")
-    if kind == "array":
-        element = type_size(declaration.array.element_type, f"{path}.array.element_type", size_of_index)
-        return checked(declaration.array.dimension * element, f"{path}.array")
-    if kind == "bit_packing":
-        packing = declaration.bit_packing
-        record = 0
-        for i, component in enumerate(packing.component):
-            where = element_label(f"{path}.bit_packing.component[{i}]", component.name)
-            if component.bit_width == 0:
-                raise ValidationError(where, "component width is zero")
-            if component.bit_width > MAX_COMPONENT_BITS:
-                raise ValidationError(where, f"component width {component.bit_width} exceeds {MAX_COMPONENT_BITS} bits")
-            record += component.bit_width
-        return checked(packing.dimension * record, f"{path}.bit_packing")
-    if kind == "structure":
-        total = 0
-        for i, field in enumerate(declaration.structure.field):
-            where = element_label(f"{path}.structure.field[{i}]", field.name)
-            content = field.WhichOneof("content")
-            if content is None:
-                raise ValidationError(where, "field has neither type nor constant (exactly one is required)")
-            if content == "type":
-                total = checked(total + type_size(field.type, f"{where}.type", size_of_index), f"{path}.structure")
-        return total
-    if kind == "type_index":
-        return size_of_index(declaration.type_index)
-    raise ValidationError(path, "declaration has no kind: the unconstrained category has no static size")
-
-
-def type_size(type_proto, path: str, size_of_index) -> int:
-    """size() of a TypeProto used as a physical element (static tensor or type_index)."""
-    which = type_proto.WhichOneof("value")
-    if which == "tensor_type":
-        tensor = type_proto.tensor_type
-        width = dtypes.bit_width(tensor.elem_type)
-        if width is None:
-            raise ValidationError(
-                f"{path}.tensor_type",
-                f"element type {dtypes.type_name(tensor.elem_type)} is not a fixed-width physical leaf",
-            )
-        if not tensor.HasField("shape"):
-            raise ValidationError(
-                f"{path}.tensor_type", "tensor shape is missing (a physical leaf needs a static shape)"
-            )
-        total = width
-        for k, dim in enumerate(tensor.shape.dim):
-            if dim.WhichOneof("value") != "dim_value" or dim.dim_value < 0:
-                raise ValidationError(
-                    f"{path}.tensor_type.shape.dim[{k}]", "dimension is not a concrete non-negative integer"
-                )
-            total = checked(total * dim.dim_value, f"{path}.tensor_type")
-        return total
-    if which == "struct_type":
-        kind = type_proto.struct_type.WhichOneof("kind")
-        if kind == "type_index":
-            return size_of_index(type_proto.struct_type.type_index)
-        if kind is None:
-            raise ValidationError(
-                f"{path}.struct_type", "the unconstrained struct category has no static size and is not allowed here"
-            )
-        raise ValidationError(
-            f"{path}.struct_type",
-            f"a concrete declaration ({kind}) may not be nested in a TypeProto; declare it in "
-            "ModelProto.struct_types and reference it with type_index",
-        )
-    if which is None:
-        raise ValidationError(path, "type has no value")
-    raise ValidationError(path, f"{which} is not a physical type (only static tensors and type_index are)")
-
-
 # ---------------------------------------------------------------------- public entry points
 def type_table(model=None) -> TypeTable:
     """A TypeTable for ``model`` (any model form, a list of declarations, a table, or None)."""
@@ -670,37 +385,3 @@ def size_in_bits(struct_type: StructTypeProto | int, model=None) -> int:
         return table.size(struct_type, "struct_type")
     except RecursionError:
         raise ValidationError("struct_type", "declaration nests too deeply") from None
-
-
-def read_constant(tensor: onnx.TensorProto, path: str) -> np.ndarray:
-    """A constant field's value, after checking that its data matches its dims (so a hostile
-    ``dims`` can never make numpy allocate more than the tensor actually carries)."""
-    if tensor.data_location == onnx.TensorProto.EXTERNAL:
-        raise ValidationError(path, "constants are stored in the type; external data is not allowed")
-    count = 1
-    for k, dim in enumerate(tensor.dims):
-        if dim < 0:
-            raise ValidationError(f"{path}.dims[{k}]", f"negative dimension {dim}")
-        count = checked(count * dim, path, "element count", unit="")
-    width = dtypes.bit_width(tensor.data_type)
-    if tensor.HasField("raw_data"):
-        if width is None:
-            raise ValidationError(path, f"{dtypes.type_name(tensor.data_type)} constant cannot use raw_data")
-        if len(tensor.raw_data) != (count * width + 7) // 8:
-            raise ValidationError(
-                path, f"raw_data holds {len(tensor.raw_data)} bytes for {count} elements of {width} bits"
-            )
-    else:
-        try:
-            field = onnx.helper.tensor_dtype_to_field(tensor.data_type)
-        except (KeyError, ValueError, TypeError):
-            raise ValidationError(path, f"constant has unsupported data_type {tensor.data_type}") from None
-        stored = len(getattr(tensor, field))
-        per_element = 2 if tensor.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128) else 1
-        packed = width is not None and width < 8
-        if (packed and stored * (8 // width) < count) or (not packed and stored != count * per_element):
-            raise ValidationError(path, f"constant holds {stored} values in {field} for {count} elements")
-    try:
-        return onnx.numpy_helper.to_array(tensor)
-    except Exception as error:  # onnx raises assorted types for inconsistent tensors
-        raise ValidationError(path, f"constant tensor is not readable: {error}") from None

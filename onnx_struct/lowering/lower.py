@@ -26,15 +26,15 @@ from onnx_struct.check.function_models import (
     PRIVATE_DOMAIN,
     contiguous,
     onnx_elem_type,
-    pack_bits,
     packed_rows,
     registered_function,
     tensor_type,
 )
 from onnx_struct.errors import ValidationError
+from onnx_struct.layout.bits import merged_dims, pack_sub_byte
 from onnx_struct.layout.table import Leaf, TypeTable, element_label
 from onnx_struct.payload import external
-from onnx_struct.payload.view import StructView, merged_dims, view
+from onnx_struct.payload.view import StructView, view
 from onnx_struct.schema.model import LoadedModel, ModelLike, StructTypeProto, load
 from onnx_struct.schema.opaque import (
     OPAQUE_DOMAIN,  # noqa: F401 - kept importable from here
@@ -444,7 +444,7 @@ def leaf_to_tensor(name: str, leaf: Leaf, struct_view: StructView, elem_type: in
     if elem_type in PACKED_TYPES and leaf.kind == "tensor":
         packed = packed_rows(struct_view.buffer, leaf)
         if packed is None:
-            packed = pack_bits(struct_view[leaf.path], leaf.bit_width)
+            packed = pack_sub_byte(struct_view[leaf.path], leaf.bit_width)
         tensor = TensorProto(name=name, data_type=elem_type, dims=leaf.shape)
         tensor.raw_data = packed.tobytes()
         return tensor

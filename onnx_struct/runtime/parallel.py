@@ -14,10 +14,13 @@ writes straight into its rows of one output array (IOBinding: nothing is concate
 comes from :mod:`onnx_struct.buffer_pool`, since fresh pages would cost much of what this saves.
 
 A decoder is trusted to be block-wise only when it is byte-identical to what the registry builds
-for the declaration's format and shape (the root declaration's name says which, e.g.
-``"Q4_K[4096,4096]"``, as :meth:`BlockFormat.root_declaration` names it), so an edited or foreign
-decoder always runs whole; so do small values, values with packed (sub-byte) leaves, functions
-onnxruntime cannot run, and ``runtime="reference"``. The split changes no bit of the result.
+for a registered format whose ``block_ranges`` is set: the format is looked up by the decoder
+FunctionProto's exact (domain, name) (:func:`onnx_struct.formats.format_of_decoder`), the
+logical shape is the constant of the decoder's final Reshape, and the decoder the registry builds
+for that format and shape must equal the declared one byte for byte. The root declaration's name
+(free text, e.g. ``"Q4_K[4096,4096]"``) plays no part. So an edited or foreign decoder always
+runs whole; so do small values, values with packed (sub-byte) leaves, functions onnxruntime cannot
+run, and ``runtime="reference"``. The split changes no bit of the result.
 """
 
 from __future__ import annotations
@@ -27,12 +30,12 @@ import functools
 import itertools
 import math
 import os
-import re
 import threading
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from onnx_struct.payload import buffer_pool
 from onnx_struct.runtime import runners as runtime
@@ -50,7 +53,6 @@ RANGE_ELEMENTS = 1 << 20
 # Upper bound on threads, whatever the core count.
 MAX_THREADS = 8
 
-_ROOT_NAME = re.compile(r"(?P<format>[^\[\]]+)\[(?P<shape>\d+(?:,\d+)*)\]")
 _helpers: concurrent.futures.ThreadPoolExecutor | None = None
 _helpers_lock = threading.Lock()
 
@@ -155,26 +157,48 @@ def _run_all(jobs: list, flat_out: np.ndarray, threads: int) -> None:
 
 
 def _registered_format(declaration: StructTypeProto, decoder: onnx.FunctionProto, n_blocks: int):
-    """(format, logical shape) when ``decoder`` is exactly the registry's decoder for the format
-    and shape the root declaration's name gives, a shape of the ``n_blocks`` blocks the leaves
-    hold; else None. (The name is free text: nothing is built for a shape the payload does not
-    have.)"""
-    match = _ROOT_NAME.fullmatch(declaration.name)
-    if match is None or decoder.domain != _format_domain():
+    """(format, logical shape) when ``decoder`` is exactly the registry's decoder of a block-wise
+    format for a shape of the ``n_blocks`` blocks the leaves hold; else None. Nothing is built for
+    a shape the payload does not have."""
+    if declaration.WhichOneof("kind") != "array" or decoder.domain != _format_domain():
         return None
     from onnx_struct import formats  # noqa: PLC0415 - the registry loads its families lazily
 
-    try:
-        fmt = formats.get(match["format"])
-    except KeyError:
+    fmt = formats.format_of_decoder(decoder.domain, decoder.name)
+    shape = _final_shape(decoder)
+    if fmt is None or not fmt.block_ranges or shape is None:
         return None
-    shape = tuple(int(d) for d in match["shape"].split(","))
     count = math.prod(shape)
     if count < MIN_ELEMENTS or shape[-1] % fmt.block_size or count // fmt.block_size != n_blocks:
         return None
     if decoder.SerializeToString(deterministic=True) != _decoder_bytes(fmt.name, shape):
         return None
     return fmt, shape
+
+
+def _final_shape(decoder: onnx.FunctionProto) -> tuple[int, ...] | None:
+    """The shape a decoder ends with: the 1-D int64 Constant its last node, a Reshape producing its
+    one output, reshapes to (how :meth:`FunctionBuilder.finish` ends every registered decoder);
+    None for any other ending. Only a candidate: the caller compares the whole decoder."""
+    if len(decoder.output) != 1 or not decoder.node:
+        return None
+    last = decoder.node[-1]
+    if last.op_type != "Reshape" or last.domain not in ("", "ai.onnx") or list(last.output) != list(decoder.output):
+        return None
+    if len(last.input) != 2:
+        return None
+    for node in decoder.node:
+        if node.op_type == "Constant" and list(node.output) == [last.input[1]] and len(node.attribute) == 1:
+            attribute = node.attribute[0]
+            if (
+                attribute.name != "value"
+                or attribute.t.data_type != onnx.TensorProto.INT64
+                or len(attribute.t.dims) != 1
+            ):
+                return None
+            shape = tuple(int(d) for d in numpy_helper.to_array(attribute.t))
+            return shape if shape and all(d > 0 for d in shape) else None
+    return None
 
 
 def _row_ranges(shape: tuple[int, ...], block_size: int, count: int) -> list[tuple[tuple[int, ...], int, int]]:

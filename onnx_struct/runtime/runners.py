@@ -37,7 +37,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx_struct.check import decoder_inputs as bindings
 from onnx_struct.check import decoder_policy
 
-# The function models and leaf packing live in functions.py (no onnxruntime there); they are also
+# The function models live in check/function_models.py (no onnxruntime there); they are also
 # reachable here, where they were first defined.
 from onnx_struct.check.function_models import (  # noqa: F401 - re-exported
     PACKED_TYPES,
@@ -45,14 +45,13 @@ from onnx_struct.check.function_models import (  # noqa: F401 - re-exported
     contiguous,
     function_model,
     onnx_elem_type,
-    pack_bits,
     packed_rows,
     registered_function,
     tensor_type,
-    unpack_bits,
 )
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import dtypes
+from onnx_struct.layout.bits import pack_sub_byte, unpack_sub_byte
 from onnx_struct.layout.table import Leaf, TypeTable
 from onnx_struct.payload import buffer_pool, external
 from onnx_struct.payload.view import StructView, load_declarations, value_declaration, view
@@ -89,7 +88,7 @@ class Feed:
         if self.array is None:
             width = dtypes.bit_width(self.elem_type)
             count = math.prod(self.shape)
-            raw = unpack_bits(self.packed, width, count)
+            raw = unpack_sub_byte(self.packed, width, count)
             self.array = raw.view(dtypes.np_dtype(self.elem_type)).reshape(self.shape)
         return self.array
 
@@ -98,7 +97,7 @@ class Feed:
         ort = load_onnxruntime()
         if self.elem_type in PACKED_TYPES:
             if self.packed is None:
-                self.packed = pack_bits(self.array, dtypes.bit_width(self.elem_type))
+                self.packed = pack_sub_byte(self.array, dtypes.bit_width(self.elem_type))
             return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
                 _packed_carrier(self.packed, self.shape), self.elem_type
             )
@@ -381,7 +380,7 @@ def ortvalue_to_numpy(value) -> np.ndarray:
     if nbytes:
         ctypes.memmove(raw.ctypes.data, value.data_ptr(), nbytes)
     if elem_type in PACKED_TYPES:
-        raw = unpack_bits(raw, dtypes.bit_width(elem_type), math.prod(shape))
+        raw = unpack_sub_byte(raw, dtypes.bit_width(elem_type), math.prod(shape))
     return raw.view(dtype).reshape(shape)
 
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import dtypes
+from onnx_struct.layout.bits import bit_positions
 from onnx_struct.layout.table import Leaf, TypeTable, read_constant
-from onnx_struct.payload.view import bit_positions
 from onnx_struct.schema.model import StructTypeProto, load
 from onnx_struct.tools.describe import _preview, tensor_label
 

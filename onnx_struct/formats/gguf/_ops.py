@@ -9,7 +9,8 @@ A format module reads like gguf-py's numpy code, one helper call per numpy step:
 
 Stable interface for any GGUF format module: the recipes :func:`nibbles`, :func:`bit_fields`,
 :func:`bit_planes`, :func:`spread`, :func:`byte_lookup`, :func:`nibble_lookup`, :func:`dequantize_rows`,
-:func:`scaled_down`, :func:`add_rows`, and :func:`gguf_format` (registration). The builder,
+:func:`scaled_down`, :func:`add_rows` (formats register as tables of
+:class:`onnx_struct.formats.base.FormatSpec`). The builder,
 :func:`field` and the opset constants are in :mod:`onnx_struct.formats._graph`.
 
 Why the recipes look the way they do (measured on onnxruntime 1.32's CPU provider, 16M values,
@@ -33,16 +34,11 @@ kept separate because gguf-py rounds twice (:func:`add_rows`).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
 import numpy as np
 
-from onnx_struct.formats.function_builder import UINT8, UINT16, FunctionBuilder, block_format
-
-#: ``gguf_format(name, block_size, bytes_per_block, fields, decoder, encoder=None, description="")``
-#: registers the GGUF format ``name`` (the GGML type name); see :func:`block_format`.
-gguf_format = functools.partial(block_format, "gguf")
+from onnx_struct.formats.function_builder import UINT8, UINT16, FunctionBuilder
 
 
 def nibbles(b: FunctionBuilder, x: str, rows: int, run: int, times: int = 1) -> str:

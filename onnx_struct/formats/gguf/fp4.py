@@ -32,8 +32,9 @@ from collections.abc import Sequence
 import numpy as np
 import onnx
 
+from onnx_struct.formats.base import BlockFormat, FormatSpec, register_formats
 from onnx_struct.formats.function_builder import INT8, UINT8, FunctionBuilder, field
-from onnx_struct.formats.gguf._ops import dequantize_rows, gguf_format, nibbles
+from onnx_struct.formats.gguf._ops import dequantize_rows, nibbles
 from onnx_struct.schema.builders import make_constant_field
 
 QK_MXFP4 = 32
@@ -233,21 +234,27 @@ def encode_nvfp4(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     return g.build(["d", "qs"])
 
 
-MXFP4 = gguf_format(
-    "MXFP4",
-    QK_MXFP4,
-    1 + QK_MXFP4 // 2,
-    mxfp4_fields,
-    decode_mxfp4,
-    encode_mxfp4,
-    "GGUF MXFP4: 32 E2M1 values (ggml kvalues_mxfp4, doubled) times 2**(e - 128)",
+FORMATS: dict[str, BlockFormat] = register_formats(
+    "gguf",
+    [
+        FormatSpec(
+            "MXFP4",
+            QK_MXFP4,
+            1 + QK_MXFP4 // 2,
+            mxfp4_fields,
+            decode_mxfp4,
+            encode_mxfp4,
+            "GGUF MXFP4: 32 E2M1 values (ggml kvalues_mxfp4, doubled) times 2**(e - 128)",
+        ),
+        FormatSpec(
+            "NVFP4",
+            QK_NVFP4,
+            QK_NVFP4 // QK_NVFP4_SUB + QK_NVFP4 // 2,
+            nvfp4_fields,
+            decode_nvfp4,
+            encode_nvfp4,
+            "GGUF NVFP4: 64 E2M1 values (kvalues_mxfp4, doubled) in 4 groups of 16, each times a halved UE4M3 scale",
+        ),
+    ],
 )
-NVFP4 = gguf_format(
-    "NVFP4",
-    QK_NVFP4,
-    QK_NVFP4 // QK_NVFP4_SUB + QK_NVFP4 // 2,
-    nvfp4_fields,
-    decode_nvfp4,
-    encode_nvfp4,
-    "GGUF NVFP4: 64 E2M1 values (kvalues_mxfp4, doubled) in 4 groups of 16, each times a halved UE4M3 scale",
-)
+MXFP4, NVFP4 = FORMATS["MXFP4"], FORMATS["NVFP4"]

@@ -28,11 +28,11 @@ from collections.abc import Sequence
 import numpy as np
 import onnx
 
-from onnx_struct.formats.base import BlockFormat
+from onnx_struct.formats.base import BlockFormat, FormatSpec, register_formats
 from onnx_struct.formats.function_builder import FLOAT16, INT8, INT32, UINT8, UINT16, UINT32, FunctionBuilder, field
 from onnx_struct.formats.gguf import iq_grids
 from onnx_struct.formats.gguf._iq_graph import bits, f16_bits_to_float, index_hi_lo, sign_table
-from onnx_struct.formats.gguf._ops import dequantize_rows, gguf_format, nibble_lookup
+from onnx_struct.formats.gguf._ops import dequantize_rows, nibble_lookup
 from onnx_struct.schema.builders import make_constant_field
 
 QK_K = 256  # elements per super-block of every IQ type but IQ4_NL
@@ -277,23 +277,84 @@ def decode_iq4_xs(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     return scaled(g, values, dl, n * 8, shape)
 
 
-# ---------------------------------------------------------------------- registration
-_IQ_TYPES = (
-    ("IQ2_XXS", QK_K, 66, iq2_xxs_fields, decode_iq2_xxs, "2.0625 bpw: 8-value rows of a 256-entry grid, ksigns"),
-    ("IQ2_XS", QK_K, 74, iq2_xs_fields, decode_iq2_xs, "2.3125 bpw: 512-entry grid, 4-bit scales per 16 values"),
-    ("IQ3_XXS", QK_K, 98, iq3_xxs_fields, decode_iq3_xxs, "3.0625 bpw: 4-value rows of a 256-entry grid"),
-    ("IQ1_S", QK_K, 50, iq1_s_fields, decode_iq1_s, "1.5625 bpw: ternary 2048-entry grid shifted by +-delta"),
-    ("IQ4_NL", QK4_NL, 18, iq4_nl_fields, decode_iq4_nl, "4.5 bpw: 32 4-bit codes into 16 non-linear levels"),
-    ("IQ3_S", QK_K, 110, iq3_s_fields, decode_iq3_s, "3.4375 bpw: 512-entry grid, explicit sign bits"),
-    ("IQ2_S", QK_K, 82, iq2_s_fields, decode_iq2_s, "2.5625 bpw: 1024-entry grid, explicit sign bits"),
-    ("IQ4_XS", QK_K, 136, iq4_xs_fields, decode_iq4_xs, "4.25 bpw: IQ4_NL levels with 6-bit scales per 32"),
-    ("IQ1_M", QK_K, 56, iq1_m_fields, decode_iq1_m, "1.75 bpw: IQ1 grid, f16 scale split over 4 nibbles"),
+# ---------------------------------------------------------------------- the table
+FORMATS: dict[str, BlockFormat] = register_formats(
+    "gguf",
+    [
+        FormatSpec(
+            "IQ2_XXS",
+            QK_K,
+            66,
+            iq2_xxs_fields,
+            decode_iq2_xxs,
+            description="GGUF IQ2_XXS (2.0625 bpw: 8-value rows of a 256-entry grid, ksigns)",
+        ),
+        FormatSpec(
+            "IQ2_XS",
+            QK_K,
+            74,
+            iq2_xs_fields,
+            decode_iq2_xs,
+            description="GGUF IQ2_XS (2.3125 bpw: 512-entry grid, 4-bit scales per 16 values)",
+        ),
+        FormatSpec(
+            "IQ3_XXS",
+            QK_K,
+            98,
+            iq3_xxs_fields,
+            decode_iq3_xxs,
+            description="GGUF IQ3_XXS (3.0625 bpw: 4-value rows of a 256-entry grid)",
+        ),
+        FormatSpec(
+            "IQ1_S",
+            QK_K,
+            50,
+            iq1_s_fields,
+            decode_iq1_s,
+            description="GGUF IQ1_S (1.5625 bpw: ternary 2048-entry grid shifted by +-delta)",
+        ),
+        FormatSpec(
+            "IQ4_NL",
+            QK4_NL,
+            18,
+            iq4_nl_fields,
+            decode_iq4_nl,
+            description="GGUF IQ4_NL (4.5 bpw: 32 4-bit codes into 16 non-linear levels)",
+        ),
+        FormatSpec(
+            "IQ3_S",
+            QK_K,
+            110,
+            iq3_s_fields,
+            decode_iq3_s,
+            description="GGUF IQ3_S (3.4375 bpw: 512-entry grid, explicit sign bits)",
+        ),
+        FormatSpec(
+            "IQ2_S",
+            QK_K,
+            82,
+            iq2_s_fields,
+            decode_iq2_s,
+            description="GGUF IQ2_S (2.5625 bpw: 1024-entry grid, explicit sign bits)",
+        ),
+        FormatSpec(
+            "IQ4_XS",
+            QK_K,
+            136,
+            iq4_xs_fields,
+            decode_iq4_xs,
+            description="GGUF IQ4_XS (4.25 bpw: IQ4_NL levels with 6-bit scales per 32)",
+        ),
+        FormatSpec(
+            "IQ1_M",
+            QK_K,
+            56,
+            iq1_m_fields,
+            decode_iq1_m,
+            description="GGUF IQ1_M (1.75 bpw: IQ1 grid, f16 scale split over 4 nibbles)",
+        ),
+    ],
 )
-
-FORMATS: dict[str, BlockFormat] = {
-    name: gguf_format(name, block_size, size, fields, decoder, description=f"GGUF {name} ({description})")
-    for name, block_size, size, fields, decoder, description in _IQ_TYPES
-}
 
 # The TQ types live in their own module; importing this one registers them too.
 from onnx_struct.formats.gguf import tq as _tq  # noqa: E402

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from onnx_struct.formats.base import BlockFormat, FormatSpec, register_formats
 from onnx_struct.formats.function_builder import FLOAT16, INT8, UINT8, FunctionBuilder, field
 from onnx_struct.formats.gguf._ops import (
     add_rows,
     bit_fields,
     bit_planes,
     dequantize_rows,
-    gguf_format,
     nibbles,
     scaled_down,
 )
@@ -141,69 +141,74 @@ _D = "FLOAT16 super-block scale"
 _DMIN = "FLOAT16 super-block scale of the minimums"
 _K4_SCALES = "8 six-bit scales and 8 six-bit minimums, packed (ggml get_scale_min_k4)"
 
-gguf_format(
-    "Q2_K",
-    QK_K,
-    2 + 2 + QK_K // 16 + QK_K // 4,
-    lambda: [
-        field("scales", UINT8, (16,), "per 16 weights: scale (low nibble), minimum (high nibble)"),
-        field("qs", UINT8, (64,), "2-bit quants, four per byte"),
-        field("d", FLOAT16, doc=_D),
-        field("dmin", FLOAT16, doc=_DMIN),
+FORMATS: dict[str, BlockFormat] = register_formats(
+    "gguf",
+    [
+        FormatSpec(
+            "Q2_K",
+            QK_K,
+            2 + 2 + QK_K // 16 + QK_K // 4,
+            lambda: [
+                field("scales", UINT8, (16,), "per 16 weights: scale (low nibble), minimum (high nibble)"),
+                field("qs", UINT8, (64,), "2-bit quants, four per byte"),
+                field("d", FLOAT16, doc=_D),
+                field("dmin", FLOAT16, doc=_DMIN),
+            ],
+            _decode_q2_k,
+            description="GGML Q2_K: 256 weights = d*scale * q2 - dmin*min per 16.",
+        ),
+        FormatSpec(
+            "Q3_K",
+            QK_K,
+            2 + QK_K // 4 + QK_K // 8 + 12,
+            lambda: [
+                field("hmask", UINT8, (32,), "high bits of the 3-bit quants (set means no -4 offset)"),
+                field("qs", UINT8, (64,), "low 2 bits of the quants, four per byte"),
+                field("scales", UINT8, (12,), "16 six-bit scales (biased by 32), packed"),
+                field("d", FLOAT16, doc=_D),
+            ],
+            _decode_q3_k,
+            description="GGML Q3_K: 256 weights = d*(scale-32) * q3 per 16.",
+        ),
+        FormatSpec(
+            "Q4_K",
+            QK_K,
+            2 + 2 + 12 + QK_K // 2,
+            lambda: [
+                field("d", FLOAT16, doc=_D),
+                field("dmin", FLOAT16, doc=_DMIN),
+                field("scales", UINT8, (12,), _K4_SCALES),
+                field("qs", UINT8, (128,), "4-bit quants: per 32 bytes, low nibbles then high nibbles"),
+            ],
+            _decode_q4_k,
+            description="GGML Q4_K: 256 weights = d*scale * q4 - dmin*min per 32.",
+        ),
+        FormatSpec(
+            "Q5_K",
+            QK_K,
+            2 + 2 + 12 + QK_K // 8 + QK_K // 2,
+            lambda: [
+                field("d", FLOAT16, doc=_D),
+                field("dmin", FLOAT16, doc=_DMIN),
+                field("scales", UINT8, (12,), _K4_SCALES),
+                field("qh", UINT8, (32,), "fifth bits: bit j of byte l belongs to weight 32*j + l"),
+                field("qs", UINT8, (128,), "low 4 bits: per 32 bytes, low nibbles then high nibbles"),
+            ],
+            _decode_q5_k,
+            description="GGML Q5_K: 256 weights = d*scale * q5 - dmin*min per 32.",
+        ),
+        FormatSpec(
+            "Q6_K",
+            QK_K,
+            2 + QK_K // 2 + QK_K // 4 + QK_K // 16,
+            lambda: [
+                field("ql", UINT8, (128,), "low 4 bits of the 6-bit quants"),
+                field("qh", UINT8, (64,), "high 2 bits of the 6-bit quants, four per byte"),
+                field("scales", INT8, (16,), "signed scale per 16 weights"),
+                field("d", FLOAT16, doc=_D),
+            ],
+            _decode_q6_k,
+            description="GGML Q6_K: 256 weights = d*scale * (q6 - 32) per 16.",
+        ),
     ],
-    _decode_q2_k,
-    description="GGML Q2_K: 256 weights = d*scale * q2 - dmin*min per 16.",
-)
-gguf_format(
-    "Q3_K",
-    QK_K,
-    2 + QK_K // 4 + QK_K // 8 + 12,
-    lambda: [
-        field("hmask", UINT8, (32,), "high bits of the 3-bit quants (set means no -4 offset)"),
-        field("qs", UINT8, (64,), "low 2 bits of the quants, four per byte"),
-        field("scales", UINT8, (12,), "16 six-bit scales (biased by 32), packed"),
-        field("d", FLOAT16, doc=_D),
-    ],
-    _decode_q3_k,
-    description="GGML Q3_K: 256 weights = d*(scale-32) * q3 per 16.",
-)
-gguf_format(
-    "Q4_K",
-    QK_K,
-    2 + 2 + 12 + QK_K // 2,
-    lambda: [
-        field("d", FLOAT16, doc=_D),
-        field("dmin", FLOAT16, doc=_DMIN),
-        field("scales", UINT8, (12,), _K4_SCALES),
-        field("qs", UINT8, (128,), "4-bit quants: per 32 bytes, low nibbles then high nibbles"),
-    ],
-    _decode_q4_k,
-    description="GGML Q4_K: 256 weights = d*scale * q4 - dmin*min per 32.",
-)
-gguf_format(
-    "Q5_K",
-    QK_K,
-    2 + 2 + 12 + QK_K // 8 + QK_K // 2,
-    lambda: [
-        field("d", FLOAT16, doc=_D),
-        field("dmin", FLOAT16, doc=_DMIN),
-        field("scales", UINT8, (12,), _K4_SCALES),
-        field("qh", UINT8, (32,), "fifth bits: bit j of byte l belongs to weight 32*j + l"),
-        field("qs", UINT8, (128,), "low 4 bits: per 32 bytes, low nibbles then high nibbles"),
-    ],
-    _decode_q5_k,
-    description="GGML Q5_K: 256 weights = d*scale * q5 - dmin*min per 32.",
-)
-gguf_format(
-    "Q6_K",
-    QK_K,
-    2 + QK_K // 2 + QK_K // 4 + QK_K // 16,
-    lambda: [
-        field("ql", UINT8, (128,), "low 4 bits of the 6-bit quants"),
-        field("qh", UINT8, (64,), "high 2 bits of the 6-bit quants, four per byte"),
-        field("scales", INT8, (16,), "signed scale per 16 weights"),
-        field("d", FLOAT16, doc=_D),
-    ],
-    _decode_q6_k,
-    description="GGML Q6_K: 256 weights = d*scale * (q6 - 32) per 16.",
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
+from onnx_struct.formats.base import BlockFormat, FormatSpec, register_formats
 from onnx_struct.formats.function_builder import (
     BFLOAT16,
     BITCAST_OPSET,
@@ -24,7 +25,6 @@ from onnx_struct.formats.gguf._ops import (
     add_rows,
     byte_lookup,
     dequantize_rows,
-    gguf_format,
     nibbles,
     scaled_down,
 )
@@ -34,12 +34,12 @@ _BIT_X16 = (((np.arange(256, dtype=np.uint8)[:, None] >> np.arange(8, dtype=np.u
 
 
 # ---------------------------------------------------------------------------------- plain types
-def _plain(name: str, elem_type: int, nbytes: int, decode_op: bool, encoder) -> None:
+def _plain(name: str, elem_type: int, nbytes: int, decode_op: bool, encoder) -> FormatSpec:
     def decode(n: int, shape: tuple[int, ...]):
         b = FunctionBuilder(f"decode_{name}", ["value"])
         return b.finish(b.to_float("value") if decode_op else "value", shape)
 
-    gguf_format(
+    return FormatSpec(
         name,
         1,
         nbytes,
@@ -93,11 +93,6 @@ def _encode_bf16(n: int, shape: tuple[int, ...]):
     rounded = b.op("Add", bits, b.op("Add", odd, b.const(0x7FFF, np.uint32)))
     upper = b.cast(b.shr(rounded, 16, np.uint32), UINT16)
     return b.build([b.op("BitCast", upper, to=BFLOAT16, out="value")])
-
-
-_plain("F32", TensorProto.FLOAT, 4, False, _encode_f32)
-_plain("F16", TensorProto.FLOAT16, 2, True, _encode_f16)
-_plain("BF16", TensorProto.BFLOAT16, 2, True, _encode_bf16)
 
 
 # ---------------------------------------------------------------------------------- legacy quants
@@ -255,48 +250,57 @@ def _qs(doc: str = "nibbles: low = 0..15, high = 16..31"):
 
 _QS5 = "low 4 bits: low nibbles = 0..15, high = 16..31"
 
-gguf_format(
-    "Q4_0",
-    32,
-    18,
-    lambda: [_d(), _qs()],
-    _decode_q4_0,
-    _encode_q4_0,
-    "GGML Q4_0: 32 weights = d * (nibble - 8).",
-)
-gguf_format(
-    "Q4_1",
-    32,
-    20,
-    lambda: [_d(), _m(), _qs()],
-    _decode_q4_1,
-    _encode_q4_1,
-    "GGML Q4_1: 32 weights = d * nibble + m.",
-)
-gguf_format(
-    "Q5_0",
-    32,
-    22,
-    lambda: [_d(), _qh(), _qs(_QS5)],
-    _decode_q5_0,
-    _encode_q5_0,
-    "GGML Q5_0: 32 weights = d * (5-bit q - 16).",
-)
-gguf_format(
-    "Q5_1",
-    32,
-    24,
-    lambda: [_d(), _m(), _qh(), _qs(_QS5)],
-    _decode_q5_1,
-    _encode_q5_1,
-    "GGML Q5_1: 32 weights = d * (5-bit q) + m.",
-)
-gguf_format(
-    "Q8_0",
-    32,
-    34,
-    lambda: [_d(), field("qs", INT8, (32,))],
-    _decode_q8_0,
-    _encode_q8_0,
-    "GGML Q8_0: 32 weights = d * int8.",
+# ---------------------------------------------------------------------------------- the table
+FORMATS: dict[str, BlockFormat] = register_formats(
+    "gguf",
+    [
+        _plain("F32", TensorProto.FLOAT, 4, False, _encode_f32),
+        _plain("F16", TensorProto.FLOAT16, 2, True, _encode_f16),
+        _plain("BF16", TensorProto.BFLOAT16, 2, True, _encode_bf16),
+        FormatSpec(
+            "Q4_0",
+            32,
+            18,
+            lambda: [_d(), _qs()],
+            _decode_q4_0,
+            _encode_q4_0,
+            "GGML Q4_0: 32 weights = d * (nibble - 8).",
+        ),
+        FormatSpec(
+            "Q4_1",
+            32,
+            20,
+            lambda: [_d(), _m(), _qs()],
+            _decode_q4_1,
+            _encode_q4_1,
+            "GGML Q4_1: 32 weights = d * nibble + m.",
+        ),
+        FormatSpec(
+            "Q5_0",
+            32,
+            22,
+            lambda: [_d(), _qh(), _qs(_QS5)],
+            _decode_q5_0,
+            _encode_q5_0,
+            "GGML Q5_0: 32 weights = d * (5-bit q - 16).",
+        ),
+        FormatSpec(
+            "Q5_1",
+            32,
+            24,
+            lambda: [_d(), _m(), _qh(), _qs(_QS5)],
+            _decode_q5_1,
+            _encode_q5_1,
+            "GGML Q5_1: 32 weights = d * (5-bit q) + m.",
+        ),
+        FormatSpec(
+            "Q8_0",
+            32,
+            34,
+            lambda: [_d(), field("qs", INT8, (32,))],
+            _decode_q8_0,
+            _encode_q8_0,
+            "GGML Q8_0: 32 weights = d * int8.",
+        ),
+    ],
 )

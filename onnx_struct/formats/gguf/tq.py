@@ -19,9 +19,9 @@ from collections.abc import Sequence
 import numpy as np
 import onnx
 
-from onnx_struct.formats.base import BlockFormat
+from onnx_struct.formats.base import BlockFormat, FormatSpec, register_formats
 from onnx_struct.formats.function_builder import FLOAT, FLOAT16, UINT8, FunctionBuilder, field
-from onnx_struct.formats.gguf._ops import bit_fields, dequantize_rows, gguf_format, scaled_copies, scaled_down
+from onnx_struct.formats.gguf._ops import bit_fields, dequantize_rows, scaled_copies, scaled_down
 
 QK_K = 256
 POWERS_5 = np.array([1, 3, 9, 27, 81], dtype=np.uint8)  # digit k of a TQ1_0 byte is scaled by 3**k
@@ -134,24 +134,27 @@ def ternary_codes(g: FunctionBuilder, n: int) -> tuple[str, str]:
     return g.reshape(g.cast(d, FLOAT16), [n]), codes
 
 
-# ---------------------------------------------------------------------- registration
-FORMATS: dict[str, BlockFormat] = {
-    "TQ1_0": gguf_format(
-        "TQ1_0",
-        QK_K,
-        54,
-        tq1_0_fields,
-        decode_tq1_0,
-        encode_tq1_0,
-        "GGUF TQ1_0 (1.6875 bpw ternary: 5 trits per byte, f16 scale last)",
-    ),
-    "TQ2_0": gguf_format(
-        "TQ2_0",
-        QK_K,
-        66,
-        tq2_0_fields,
-        decode_tq2_0,
-        encode_tq2_0,
-        "GGUF TQ2_0 (2.0625 bpw ternary: 2-bit codes, f16 scale last)",
-    ),
-}
+# ---------------------------------------------------------------------- the table
+FORMATS: dict[str, BlockFormat] = register_formats(
+    "gguf",
+    [
+        FormatSpec(
+            "TQ1_0",
+            QK_K,
+            54,
+            tq1_0_fields,
+            decode_tq1_0,
+            encode_tq1_0,
+            "GGUF TQ1_0 (1.6875 bpw ternary: 5 trits per byte, f16 scale last)",
+        ),
+        FormatSpec(
+            "TQ2_0",
+            QK_K,
+            66,
+            tq2_0_fields,
+            decode_tq2_0,
+            encode_tq2_0,
+            "GGUF TQ2_0 (2.0625 bpw ternary: 2-bit codes, f16 scale last)",
+        ),
+    ],
+)
