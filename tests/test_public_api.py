@@ -22,7 +22,19 @@ PUBLIC = {
     "add_struct_types", "add_struct_values", "add_value_infos", "get_struct_types", "get_struct_values",
     "LoadedModel", "load_model", "from_onnx", "to_onnx",
 }  # fmt: skip
-FORMATS_PUBLIC = {"BlockFormat", "FORMAT_DOMAIN", "get", "names", "quantize", "register"}
+# FormatSpec / register_formats: the one registration style (a table row per format);
+# format_of_decoder: which registered format a decoder FunctionProto is (by its exact identity).
+FORMATS_PUBLIC = {
+    "BlockFormat",
+    "FORMAT_DOMAIN",
+    "FormatSpec",
+    "format_of_decoder",
+    "get",
+    "names",
+    "quantize",
+    "register",
+    "register_formats",
+}
 SUBCOMMANDS = ["check", "inspect", "from-gguf", "quantize", "lower", "decode"]
 
 
