@@ -17,6 +17,7 @@ from onnx_struct.check import decoder_policy
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import LeafLookup, TypeTable, element_label, read_constant
 from onnx_struct.payload import external
+from onnx_struct.payload import values as resolver
 from onnx_struct.schema import wire
 from onnx_struct.schema.model import (
     LoadedModel,
@@ -271,37 +272,14 @@ class _Checker:
         return sizes
 
     def value_declaration(self, value, where: str) -> StructTypeProto | None:
-        if value.HasField("struct_type"):
-            if value.type != -1:
-                self.report(
-                    ValidationError(f"{where}.type", f"type must be -1 when struct_type is present, not {value.type}")
-                )
-                return None
-            return value.struct_type
-        if value.type == -1:
-            self.report(ValidationError(f"{where}.type", "type is -1 but struct_type is absent"))
-            return None
-        return self.attempt(self.table.declaration, value.type, f"{where}.type")
+        return self.attempt(resolver.value_declaration, value, self.table, where)
 
     def check_payload(self, value, size_bits: int, where: str) -> None:
-        if size_bits % 8:
-            self.report(
-                ValidationError(
-                    where, f"payload size {size_bits} bits is not a whole number of bytes", size_bits=size_bits
-                )
-            )
-            return
-        expected = size_bits // 8
-        if len(value.external_data):
-            self.attempt(external.external_payload_range, value, expected, self.loaded.base_dir, where)
-            return
-        actual = len(value.raw_data)
-        if actual != expected:
-            self.report(
-                ValidationError(
-                    where, f"payload is {actual} bytes; the type requires {expected}", expected=expected, actual=actual
-                )
-            )
+        """The resolver's payload checks (as view and decode make them), reported, not raised."""
+        try:
+            resolver.value_payload(value, size_bits, self.loaded.base_dir, where, read=False)
+        except ValidationError as error:
+            self.report(error)
 
     # ------------------------------------------------------------------ graph-level struct types
     def check_graph_types(self) -> None:

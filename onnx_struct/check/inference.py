@@ -78,14 +78,12 @@ def decoder_inputs(bound) -> tuple[list[tuple[str, onnx.TypeProto]], list[onnx.T
     """(input name, tensor type) of the bound payload leaves, and the constant leaves as named
     TensorProtos: what a decoder is typed and run with."""
     from onnx_struct.check.function_models import onnx_elem_type, tensor_type  # noqa: PLC0415
+    from onnx_struct.payload.values import constant_tensor  # noqa: PLC0415
 
     inputs, constants = [], []
     for name, leaf in bound.items():
         if leaf.kind == "constant":
-            tensor = onnx.TensorProto()
-            tensor.CopyFrom(leaf.constant)
-            tensor.name = name
-            constants.append(tensor)
+            constants.append(constant_tensor(leaf, name))
         else:
             inputs.append((name, tensor_type(onnx_elem_type(leaf), leaf.shape)))
     return inputs, constants

@@ -34,7 +34,8 @@ from onnx_struct.check.function_models import (
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import Leaf, TypeTable, element_label
 from onnx_struct.payload import external
-from onnx_struct.payload.view import StructView, merged_dims, view
+from onnx_struct.payload.values import constant_tensor, resolve_value, value_declaration
+from onnx_struct.payload.view import StructView, merged_dims, view_of
 from onnx_struct.schema.model import LoadedModel, ModelLike, StructTypeProto, load
 from onnx_struct.schema.opaque import (
     OPAQUE_DOMAIN,  # noqa: F401 - kept importable from here
@@ -201,15 +202,11 @@ class _Lowerer:
     # ------------------------------------------------------------------ struct values
     def lower_value(self, k: int, value) -> None:
         where = element_label(f"graph.struct_initializer[{k}]", value.name)
-        declaration = value.struct_type if value.HasField("struct_type") else self.table.declaration(value.type, where)
-        decl_where = (
-            f"{where}.struct_type"
-            if value.HasField("struct_type")
-            else element_label(self.table.path(value.type), declaration.name)
-        )
-        if not declaration.HasField("decoder"):
+        if not value_declaration(value, self.table, where).HasField("decoder"):
             return  # never consumed (the checker ensures it): it has no logical value to lower
-        struct_view = view(value, self.loaded)
+        resolved = resolve_value(value, self.loaded)  # the same path and errors as check and view
+        declaration, decl_where = resolved.declaration, resolved.declaration_path
+        struct_view = view_of(resolved)
         bound = bindings.bind_decoder(declaration.decoder, struct_view.layout, f"{decl_where}.decoder")
         ref = (
             external.parse_external_data(value.external_data, f"{where}.external_data")
@@ -230,9 +227,7 @@ class _Lowerer:
 
     def leaf_tensor(self, name: str, leaf: Leaf, struct_view: StructView, ref) -> TensorProto:
         if leaf.kind == "constant":
-            tensor = TensorProto()
-            tensor.CopyFrom(leaf.constant)
-            tensor.name = name
+            tensor = constant_tensor(leaf, name)
             self.leaf_types.add(tensor.data_type)
             return tensor
         elem_type = onnx_elem_type(leaf)
@@ -282,10 +277,7 @@ class _Lowerer:
                 tensor_name = self.claim(leaf_tensor_name(info.name, leaf.path), where)
                 names[input_name] = tensor_name
                 if leaf.kind == "constant":
-                    tensor = TensorProto()
-                    tensor.CopyFrom(leaf.constant)
-                    tensor.name = tensor_name
-                    graph.initializer.append(tensor)
+                    graph.initializer.append(constant_tensor(leaf, tensor_name))
                     continue
                 elem_type = onnx_elem_type(leaf)
                 self.leaf_types.add(elem_type)

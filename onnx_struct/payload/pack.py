@@ -33,14 +33,13 @@ from numpy.typing import ArrayLike
 from onnx_struct.errors import LeafNotFoundError, ValidationError
 from onnx_struct.layout.table import Leaf, TypeTable, read_constant
 from onnx_struct.limits import MAX_PACK_ZERO_FILL_BYTES
+from onnx_struct.payload.values import declaration_or_index, layout_and_size, load_declarations
 from onnx_struct.payload.view import (
     CHUNK,
     bit_positions,
     byte_strided,
     chunks,
     is_zero_copy,
-    layout_and_size,
-    load_declarations,
     merged_dims,
     phase_columns,
     uint_for_bits,
@@ -62,10 +61,7 @@ def pack(leaves: Mapping[str, ArrayLike], struct_type: StructTypeProto | int, mo
     b'\\x8d'
     """
     table = TypeTable(load_declarations(model, None)[1])
-    if isinstance(struct_type, int):
-        declaration = table.declaration(struct_type, "struct_type")
-    else:
-        declaration = struct_type
+    declaration, _ = declaration_or_index(struct_type, table)
     layout, nbytes = layout_and_size(table, declaration, "struct_type")
     by_path = {leaf.path: leaf for leaf in layout}
     arrays: list[tuple[Leaf, np.ndarray]] = []

@@ -55,7 +55,8 @@ from onnx_struct.errors import ValidationError
 from onnx_struct.layout import dtypes
 from onnx_struct.layout.table import Leaf, TypeTable
 from onnx_struct.payload import buffer_pool, external
-from onnx_struct.payload.view import StructView, load_declarations, value_declaration, view
+from onnx_struct.payload.values import constant_tensor, declaration_or_index, load_declarations, resolve_value
+from onnx_struct.payload.view import StructView, view_of
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors, ort_limits, ort_version
 from onnx_struct.schema.model import StructProto, StructTypeProto
 
@@ -130,10 +131,7 @@ def leaf_feeds(struct_view: StructView, bound: Mapping[str, Leaf]) -> tuple[dict
     data = struct_view.buffer
     for name, leaf in bound.items():
         if leaf.kind == "constant":
-            tensor = TensorProto()
-            tensor.CopyFrom(leaf.constant)
-            tensor.name = name
-            constants.append(tensor)
+            constants.append(constant_tensor(leaf, name))
             continue
         elem_type = onnx_elem_type(leaf)
         if elem_type in PACKED_TYPES and leaf.kind == "tensor":
@@ -462,27 +460,10 @@ def open_value(
     """(view, root declaration, the declaration's path) of a StructProto or a named struct value.
 
     ``model`` is any model form, a list of declarations (resolving ``type`` and ``type_index``),
-    or None.
+    or None. Resolved by :func:`onnx_struct.payload.values.resolve_value`, as check and view do.
     """
-    loaded, declarations = load_declarations(model, base_dir)
-    table = TypeTable(declarations)
-    if isinstance(value, str):
-        if loaded is None:
-            raise ValidationError("graph.struct_initializer", f"struct value {value!r} named without a model")
-        proto = loaded.struct_value(value)
-        index = next(i for i, v in enumerate(loaded.struct_values) if v.name == value)
-        where = f"graph.struct_initializer[{index}] ({value!r})"
-    elif isinstance(value, StructProto):
-        proto = value
-        where = f"struct value {value.name!r}" if value.name else "struct value"
-    else:
-        raise TypeError(f"expected a StructProto or the name of a struct value, got {type(value).__name__}")
-    declaration = value_declaration(proto, table, where)
-    path = table.path(proto.type) if not proto.HasField("struct_type") else f"{where}.struct_type"
-    if declaration.name:
-        path = f"{path} ({declaration.name!r})"
-    struct_view = view(proto, loaded if loaded is not None else declarations, base_dir=base_dir)
-    return struct_view, declaration, path
+    resolved = resolve_value(value, model, base_dir)
+    return view_of(resolved), resolved.declaration, resolved.declaration_path
 
 
 def decode(
@@ -545,14 +526,7 @@ def encode(
     _check_runtime(runtime)
     declarations = load_declarations(model, None)[1]
     table = TypeTable(declarations)
-    if isinstance(struct_type, int):
-        declaration = table.declaration(struct_type, "struct_type")
-        where = table.path(struct_type)
-    else:
-        declaration = struct_type
-        where = "struct_type"
-    if declaration.name:
-        where = f"{where} ({declaration.name!r})"
+    declaration, where = declaration_or_index(struct_type, table)
     if not declaration.HasField("encoder"):
         raise ValidationError(where, "the declaration has no encoder")
     encoder = declaration.encoder
