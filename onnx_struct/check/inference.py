@@ -163,14 +163,14 @@ def infer_shapes(
     try:
         inferred = _stock_infer_shapes(logical, check_type, strict_mode, data_prop)
     except onnx.shape_inference.InferenceError as error:
-        raise ValidationError("", f"onnx.shape_inference: {_first_line(error)}") from None
+        raise ValidationError("", f"onnx.shape_inference: {_first_line(error)}", code="onnx_checker") from None
     except onnx.checker.ValidationError as error:  # e.g. recursive model-local functions, found by onnx
         if isinstance(error, ValidationError):
             raise
-        raise ValidationError("", f"onnx.shape_inference: {_first_line(error)}") from None
+        raise ValidationError("", f"onnx.shape_inference: {_first_line(error)}", code="onnx_checker") from None
     except ValueError as error:  # onnx's word for an element type it does not know
         raise unknown_element_type(logical.graph) or ValidationError(
-            "", f"onnx.shape_inference: {_first_line(error)}"
+            "", f"onnx.shape_inference: {_first_line(error)}", code="onnx_checker"
         ) from None
     result = type(loaded.proto)()
     result.CopyFrom(loaded.proto)
@@ -199,11 +199,15 @@ def unknown_element_type(graph: onnx.GraphProto) -> ValidationError | None:
                 elem_type = getattr(type_proto, which).elem_type
                 if elem_type not in known:
                     where = element_label(f"graph.{kind}[{i}]", info.name)
-                    return ValidationError(where, f"element type {elem_type} is not an ONNX element type")
+                    return ValidationError(
+                        where, f"element type {elem_type} is not an ONNX element type", code="unknown_element_type"
+                    )
     for i, tensor in enumerate(graph.initializer):
         if tensor.data_type not in known:
             where = element_label(f"graph.initializer[{i}]", tensor.name)
-            return ValidationError(where, f"data_type {tensor.data_type} is not an ONNX element type")
+            return ValidationError(
+                where, f"data_type {tensor.data_type} is not an ONNX element type", code="unknown_element_type"
+            )
     return None
 
 

@@ -31,7 +31,7 @@ UINT64_MAX = (1 << 64) - 1
 def checked(value: int, path: str, what: str = "size", unit: str = " bits") -> int:
     """``value`` if it fits uint64, else a ValidationError: the proposal's arithmetic never wraps."""
     if value > UINT64_MAX:
-        raise ValidationError(path, f"{what} overflows uint64 ({value}{unit})", actual=str(value))
+        raise ValidationError(path, f"{what} overflows uint64 ({value}{unit})", actual=str(value), code="overflow")
     return value
 
 
@@ -110,7 +110,12 @@ class TypeTable:
 
     def declaration(self, index: int, path: str) -> StructTypeProto:
         if not 0 <= index < len(self.declarations):
-            raise ValidationError(path, f"type index {index} is out of range ({len(self.declarations)} struct_types)")
+            raise ValidationError(
+                path,
+                f"type index {index} is out of range ({len(self.declarations)} struct_types)",
+                code="unknown_type_index",
+                index=index,
+            )
         return self.declarations[index]
 
     def _memoized(self, index: int, path: str, values: dict, errors: dict, compute):
@@ -158,7 +163,7 @@ class TypeTable:
                 self.declaration(target, ref_path)
                 if target in errors:
                     raise errors[target]
-                raise ValidationError(ref_path, f"cyclic type reference to {self.path(target)}")
+                raise ValidationError(ref_path, f"cyclic type reference to {self.path(target)}", code="cycle")
 
     # ------------------------------------------------------------------ sizes
     def size_of_index(self, index: int, path: str = "type_index") -> int:
@@ -437,18 +442,41 @@ def checked_leaf_shape(declaration: StructTypeProto, path: str, shape_of_index) 
     elif kind == "type_index":
         return shape_of_index(declaration.type_index)
     else:
-        raise ValidationError(path, "declaration has no kind: the unconstrained category has no leaves")
+        raise ValidationError(
+            path, "declaration has no kind: the unconstrained category has no leaves", code="not_concrete"
+        )
     if shape.count > MAX_LEAVES:
-        raise ValidationError(path, f"declaration has more than {MAX_LEAVES} leaves ({shape.count})")
+        raise ValidationError(
+            path,
+            f"declaration has more than {MAX_LEAVES} leaves ({shape.count})",
+            code="limit_exceeded",
+            actual=shape.count,
+            limit=MAX_LEAVES,
+        )
     if shape.chars > MAX_LEAF_PATH_CHARS:
-        raise ValidationError(path, f"its leaf paths total more than {MAX_LEAF_PATH_CHARS} characters ({shape.chars})")
+        raise ValidationError(
+            path,
+            f"its leaf paths total more than {MAX_LEAF_PATH_CHARS} characters ({shape.chars})",
+            code="limit_exceeded",
+            actual=shape.chars,
+            limit=MAX_LEAF_PATH_CHARS,
+        )
     if shape.rank > MAX_LEAF_RANK:
-        raise ValidationError(where, f"a leaf would have more than {MAX_LEAF_RANK} dimensions ({shape.rank})")
+        raise ValidationError(
+            where,
+            f"a leaf would have more than {MAX_LEAF_RANK} dimensions ({shape.rank})",
+            code="limit_exceeded",
+            actual=shape.rank,
+            limit=MAX_LEAF_RANK,
+        )
     if shape.span > MAX_LEAF_SPAN:
         raise ValidationError(
             where,
             "a leaf would have more elements than numpy can describe (its dimensions, a zero one counted "
             f"as 1, times its element's bytes exceed {MAX_LEAF_SPAN})",
+            code="limit_exceeded",
+            actual=shape.span,
+            limit=MAX_LEAF_SPAN,
         )
     return shape
 
@@ -471,13 +499,13 @@ def _checked_name(name: str | bytes, seen: set[str], path: str, member: str, i: 
     where = element_label(f"{path}.{member}[{i}]", name)
     what = "field" if member == "structure.field" else "component"
     if not isinstance(name, str):
-        raise ValidationError(where, f"{what} name is not valid UTF-8")
+        raise ValidationError(where, f"{what} name is not valid UTF-8", code="invalid_utf8")
     if not name:
-        raise ValidationError(where, f"{what} has no name")
+        raise ValidationError(where, f"{what} has no name", code="missing_name")
     if "." in name:
-        raise ValidationError(where, f"{what} name {name!r} contains '.', the leaf path separator")
+        raise ValidationError(where, f"{what} name {name!r} contains '.', the leaf path separator", code="bad_name")
     if name in seen:
-        raise ValidationError(where, f"duplicate {what} name")
+        raise ValidationError(where, f"duplicate {what} name", code="duplicate_name")
     seen.add(name)
     return name
 
@@ -580,9 +608,15 @@ def declaration_size(declaration: StructTypeProto, path: str, size_of_index) -> 
         for i, component in enumerate(packing.component):
             where = element_label(f"{path}.bit_packing.component[{i}]", component.name)
             if component.bit_width == 0:
-                raise ValidationError(where, "component width is zero")
+                raise ValidationError(where, "component width is zero", code="bad_component")
             if component.bit_width > MAX_COMPONENT_BITS:
-                raise ValidationError(where, f"component width {component.bit_width} exceeds {MAX_COMPONENT_BITS} bits")
+                raise ValidationError(
+                    where,
+                    f"component width {component.bit_width} exceeds {MAX_COMPONENT_BITS} bits",
+                    code="limit_exceeded",
+                    actual=component.bit_width,
+                    limit=MAX_COMPONENT_BITS,
+                )
             record += component.bit_width
         return checked(packing.dimension * record, f"{path}.bit_packing")
     if kind == "structure":
@@ -591,13 +625,17 @@ def declaration_size(declaration: StructTypeProto, path: str, size_of_index) -> 
             where = element_label(f"{path}.structure.field[{i}]", field.name)
             content = field.WhichOneof("content")
             if content is None:
-                raise ValidationError(where, "field has neither type nor constant (exactly one is required)")
+                raise ValidationError(
+                    where, "field has neither type nor constant (exactly one is required)", code="bad_field"
+                )
             if content == "type":
                 total = checked(total + type_size(field.type, f"{where}.type", size_of_index), f"{path}.structure")
         return total
     if kind == "type_index":
         return size_of_index(declaration.type_index)
-    raise ValidationError(path, "declaration has no kind: the unconstrained category has no static size")
+    raise ValidationError(
+        path, "declaration has no kind: the unconstrained category has no static size", code="not_concrete"
+    )
 
 
 def type_size(type_proto, path: str, size_of_index) -> int:
@@ -610,16 +648,21 @@ def type_size(type_proto, path: str, size_of_index) -> int:
             raise ValidationError(
                 f"{path}.tensor_type",
                 f"element type {dtypes.type_name(tensor.elem_type)} is not a fixed-width physical leaf",
+                code="not_physical",
             )
         if not tensor.HasField("shape"):
             raise ValidationError(
-                f"{path}.tensor_type", "tensor shape is missing (a physical leaf needs a static shape)"
+                f"{path}.tensor_type",
+                "tensor shape is missing (a physical leaf needs a static shape)",
+                code="bad_shape",
             )
         total = width
         for k, dim in enumerate(tensor.shape.dim):
             if dim.WhichOneof("value") != "dim_value" or dim.dim_value < 0:
                 raise ValidationError(
-                    f"{path}.tensor_type.shape.dim[{k}]", "dimension is not a concrete non-negative integer"
+                    f"{path}.tensor_type.shape.dim[{k}]",
+                    "dimension is not a concrete non-negative integer",
+                    code="bad_shape",
                 )
             total = checked(total * dim.dim_value, f"{path}.tensor_type")
         return total
@@ -629,16 +672,21 @@ def type_size(type_proto, path: str, size_of_index) -> int:
             return size_of_index(type_proto.struct_type.type_index)
         if kind is None:
             raise ValidationError(
-                f"{path}.struct_type", "the unconstrained struct category has no static size and is not allowed here"
+                f"{path}.struct_type",
+                "the unconstrained struct category has no static size and is not allowed here",
+                code="not_concrete",
             )
         raise ValidationError(
             f"{path}.struct_type",
             f"a concrete declaration ({kind}) may not be nested in a TypeProto; declare it in "
             "ModelProto.struct_types and reference it with type_index",
+            code="misplaced_declaration",
         )
     if which is None:
-        raise ValidationError(path, "type has no value")
-    raise ValidationError(path, f"{which} is not a physical type (only static tensors and type_index are)")
+        raise ValidationError(path, "type has no value", code="not_physical")
+    raise ValidationError(
+        path, f"{which} is not a physical type (only static tensors and type_index are)", code="not_physical"
+    )
 
 
 # ---------------------------------------------------------------------- public entry points
@@ -669,38 +717,48 @@ def size_in_bits(struct_type: StructTypeProto | int, model=None) -> int:
             return table.size_of_index(struct_type, "struct_type")
         return table.size(struct_type, "struct_type")
     except RecursionError:
-        raise ValidationError("struct_type", "declaration nests too deeply") from None
+        raise ValidationError("struct_type", "declaration nests too deeply", code="nesting_too_deep") from None
 
 
 def read_constant(tensor: onnx.TensorProto, path: str) -> np.ndarray:
     """A constant field's value, after checking that its data matches its dims (so a hostile
     ``dims`` can never make numpy allocate more than the tensor actually carries)."""
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
-        raise ValidationError(path, "constants are stored in the type; external data is not allowed")
+        raise ValidationError(
+            path, "constants are stored in the type; external data is not allowed", code="external_not_allowed"
+        )
     count = 1
     for k, dim in enumerate(tensor.dims):
         if dim < 0:
-            raise ValidationError(f"{path}.dims[{k}]", f"negative dimension {dim}")
+            raise ValidationError(f"{path}.dims[{k}]", f"negative dimension {dim}", code="bad_shape")
         count = checked(count * dim, path, "element count", unit="")
     width = dtypes.bit_width(tensor.data_type)
     if tensor.HasField("raw_data"):
         if width is None:
-            raise ValidationError(path, f"{dtypes.type_name(tensor.data_type)} constant cannot use raw_data")
+            raise ValidationError(
+                path, f"{dtypes.type_name(tensor.data_type)} constant cannot use raw_data", code="bad_constant"
+            )
         if len(tensor.raw_data) != (count * width + 7) // 8:
             raise ValidationError(
-                path, f"raw_data holds {len(tensor.raw_data)} bytes for {count} elements of {width} bits"
+                path,
+                f"raw_data holds {len(tensor.raw_data)} bytes for {count} elements of {width} bits",
+                code="bad_constant",
             )
     else:
         try:
             field = onnx.helper.tensor_dtype_to_field(tensor.data_type)
         except (KeyError, ValueError, TypeError):
-            raise ValidationError(path, f"constant has unsupported data_type {tensor.data_type}") from None
+            raise ValidationError(
+                path, f"constant has unsupported data_type {tensor.data_type}", code="bad_constant"
+            ) from None
         stored = len(getattr(tensor, field))
         per_element = 2 if tensor.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128) else 1
         packed = width is not None and width < 8
         if (packed and stored * (8 // width) < count) or (not packed and stored != count * per_element):
-            raise ValidationError(path, f"constant holds {stored} values in {field} for {count} elements")
+            raise ValidationError(
+                path, f"constant holds {stored} values in {field} for {count} elements", code="bad_constant"
+            )
     try:
         return onnx.numpy_helper.to_array(tensor)
     except Exception as error:  # onnx raises assorted types for inconsistent tensors
-        raise ValidationError(path, f"constant tensor is not readable: {error}") from None
+        raise ValidationError(path, f"constant tensor is not readable: {error}", code="bad_constant") from None

@@ -165,7 +165,7 @@ class _Lowerer:
     # ------------------------------------------------------------------ names and functions
     def claim(self, name: str, where: str) -> str:
         if name in self.taken:
-            raise ValidationError(where, f"lowered leaf name {name!r} is already used in the graph")
+            raise ValidationError(where, f"lowered leaf name {name!r} is already used in the graph", code="name_clash")
         self.taken.add(name)
         return name
 
@@ -265,11 +265,14 @@ class _Lowerer:
                     where,
                     f"cannot lower an input of {what}: its leaves are unknown until run time; "
                     "declare the input with an exact type_index",
+                    code="cannot_lower",
                 )
             declaration = self.table.declaration(index, where)
             decl_where = element_label(self.table.path(index), declaration.name)
             if not declaration.HasField("decoder"):
-                raise ValidationError(where, f"cannot lower a struct input whose type {decl_where} has no decoder")
+                raise ValidationError(
+                    where, f"cannot lower a struct input whose type {decl_where} has no decoder", code="cannot_lower"
+                )
             leaves = self.table.leaves(declaration, decl_where)
             bound = bindings.bind_decoder(declaration.decoder, leaves, f"{decl_where}.decoder")
             names, leaf_inputs = {}, {}
@@ -306,7 +309,9 @@ class _Lowerer:
             elif _exact_index(info.type) is not None:
                 logical = self.types.of_index(_exact_index(info.type))
             if logical is None:
-                raise ValidationError(where, "cannot lower a struct-typed output without a decoder for its type")
+                raise ValidationError(
+                    where, "cannot lower a struct-typed output without a decoder for its type", code="cannot_lower"
+                )
             info.type.CopyFrom(logical)
         kept = [info for info in graph.value_info if not _opaque_inside(info.type)]
         del graph.value_info[:]
@@ -322,6 +327,7 @@ class _Lowerer:
                         raise ValidationError(
                             element_label(f"{path}.{field}[{j}]", info.name),
                             "struct types in subgraph signatures cannot be lowered",
+                            code="cannot_lower",
                         )
 
     # ------------------------------------------------------------------ versions
@@ -354,6 +360,7 @@ class _Lowerer:
                             f"imports opset {opset.version} of domain {domain or 'ai.onnx'!r}, but the lowered model "
                             f"needs {target[domain]} (another part imports it) and operators "
                             f"{', '.join(differing)} differ between the two versions",
+                            code="opset_conflict",
                         )
                     opset.version = target[domain]
         for fn in self.functions.values():
@@ -367,6 +374,7 @@ class _Lowerer:
                 "graph",
                 f"the graph imports opset {have} of {domain!r}, a decoder needs {want}, and operators "
                 f"{', '.join(differing)} differ between them",
+                code="opset_conflict",
             )
         from onnx import version_converter  # noqa: PLC0415
 
@@ -384,6 +392,7 @@ class _Lowerer:
                 "graph",
                 f"a decoder needs opset {want}, the graph imports {have} (operators {', '.join(differing)} "
                 f"differ) and onnx's version converter failed: {str(error).splitlines()[0] if str(error) else error}",
+                code="opset_conflict",
             ) from None
         converted.functions.extend(functions)
         self.out = converted

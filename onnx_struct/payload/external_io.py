@@ -58,9 +58,13 @@ def save_with_external_data(
         view("weight", "out/model.onnx")  # reads out/model.onnx.data when a leaf is read
     """
     if align < 1:
-        raise ValidationError("align", f"alignment must be a positive number of bytes, not {align}")
+        raise ValidationError(
+            "align", f"alignment must be a positive number of bytes, not {align}", code="bad_argument"
+        )
     if size_threshold < 0:
-        raise ValidationError("size_threshold", f"threshold must be non-negative, not {size_threshold}")
+        raise ValidationError(
+            "size_threshold", f"threshold must be non-negative, not {size_threshold}", code="bad_argument"
+        )
     source = load(model)
     stock = to_onnx(source.proto)  # a copy; the caller's model is never modified
     if source.base_dir is not None:

@@ -264,6 +264,7 @@ class FunctionRunner:
                     f"{ort_version()} supports up to {max_opset} (runtime='reference' runs it in onnx's evaluator)",
                     opset=opset.version,
                     supported=max_opset,
+                    code="unsupported_opset",
                 )
 
     def _create_session(self):
@@ -275,7 +276,9 @@ class FunctionRunner:
         except onnx.checker.ValidationError as error:  # onnx's own, e.g. recursive model-local functions
             if isinstance(error, ValidationError):
                 raise
-            raise ValidationError(self.where, f"functions cannot be inlined: {_first_line(error)}") from None
+            raise ValidationError(
+                self.where, f"functions cannot be inlined: {_first_line(error)}", code="runtime_failure"
+            ) from None
         inlined.ir_version = min(inlined.ir_version, ort_limits()[0])
         inlined, self._reshape = _trailing_reshape(inlined)
         self._fetch = [o.name for o in inlined.graph.output]
@@ -295,25 +298,33 @@ class FunctionRunner:
         try:
             return ReferenceEvaluator(self.model)
         except Exception as error:  # the evaluator raises assorted types for unsupported models
-            raise ValidationError(self.where, f"onnx's reference evaluator cannot run this function: {error}") from None
+            raise ValidationError(
+                self.where, f"onnx's reference evaluator cannot run this function: {error}", code="runtime_failure"
+            ) from None
 
     def run(self, feeds: Mapping[str, Feed]) -> list[np.ndarray]:
         """The function's outputs for ``feeds`` (input name -> Feed), as numpy arrays."""
         if self.runtime == "unavailable":
-            raise ValidationError(self.where, "onnxruntime cannot run this function (built without a fallback)")
+            raise ValidationError(
+                self.where, "onnxruntime cannot run this function (built without a fallback)", code="runtime_failure"
+            )
         if self._session is not None:
             try:
                 values = self._session.run_with_ort_values(
                     self._fetch, {name: feed.ort_value() for name, feed in feeds.items()}
                 )
             except ort_errors() as error:
-                raise ValidationError(self.where, f"failed in onnxruntime: {_first_line(error)}") from None
+                raise ValidationError(
+                    self.where, f"failed in onnxruntime: {_first_line(error)}", code="runtime_failure"
+                ) from None
             outputs = [ortvalue_to_numpy(v) for v in values]
             if self._reshape is not None:
                 try:
                     outputs[0] = _apply_reshape(outputs[0], self._reshape)
                 except ValueError as error:
-                    raise ValidationError(self.where, f"failed in onnxruntime: Reshape: {error}") from None
+                    raise ValidationError(
+                        self.where, f"failed in onnxruntime: Reshape: {error}", code="runtime_failure"
+                    ) from None
             return outputs
         try:
             # IEEE results (inf * 0 = NaN in a scale) are the format's semantics, as in onnxruntime,
@@ -321,7 +332,9 @@ class FunctionRunner:
             with np.errstate(all="ignore"):
                 results = self._reference.run(None, {name: feed.numpy() for name, feed in feeds.items()})
         except Exception as error:
-            raise ValidationError(self.where, f"failed in onnx's reference evaluator: {error}") from None
+            raise ValidationError(
+                self.where, f"failed in onnx's reference evaluator: {error}", code="runtime_failure"
+            ) from None
         return [np.asarray(r) for r in results]
 
     def output_shape(self) -> tuple[int, ...] | None:
@@ -358,7 +371,9 @@ class FunctionRunner:
         try:
             self._session.run_with_iobinding(io)
         except (*ort_errors(), RuntimeError) as error:  # IOBinding runs raise RuntimeError
-            raise ValidationError(self.where, f"failed in onnxruntime: {_first_line(error)}") from None
+            raise ValidationError(
+                self.where, f"failed in onnxruntime: {_first_line(error)}", code="runtime_failure"
+            ) from None
 
 
 def _first_line(error: BaseException) -> str:
@@ -486,7 +501,9 @@ def decode(
     _check_runtime(runtime)
     struct_view, declaration, where = open_value(value, model, base_dir)
     if not declaration.HasField("decoder"):
-        raise ValidationError(where, "the root declaration has no decoder, so the value has no logical value")
+        raise ValidationError(
+            where, "the root declaration has no decoder, so the value has no logical value", code="no_decoder"
+        )
     decoder = declaration.decoder
     decoder_path = bindings.function_label(f"{where}.decoder", decoder)
     bound = bindings.bind_decoder(decoder, struct_view.layout, f"{where}.decoder")
@@ -528,7 +545,7 @@ def encode(
     table = TypeTable(declarations)
     declaration, where = declaration_or_index(struct_type, table)
     if not declaration.HasField("encoder"):
-        raise ValidationError(where, "the declaration has no encoder")
+        raise ValidationError(where, "the declaration has no encoder", code="no_encoder")
     encoder = declaration.encoder
     encoder_path = bindings.function_label(f"{where}.encoder", encoder)
     layout = table.leaves(declaration, where)
@@ -538,9 +555,13 @@ def encode(
     try:
         elem_type = helper.np_dtype_to_tensor_dtype(x.dtype)
     except (KeyError, ValueError, TypeError):
-        raise ValidationError(encoder_path, f"input dtype {x.dtype} has no ONNX element type") from None
+        raise ValidationError(
+            encoder_path, f"input dtype {x.dtype} has no ONNX element type", code="unknown_element_type"
+        ) from None
     if x.dtype.hasobject:
-        raise ValidationError(encoder_path, f"input dtype {x.dtype} has no ONNX element type")
+        raise ValidationError(
+            encoder_path, f"input dtype {x.dtype} has no ONNX element type", code="unknown_element_type"
+        )
     feed = Feed(elem_type, x.shape, array=x)
     # The policy's budget also counts the payload the encoder writes.
     written = table.size(declaration, where) // 8
@@ -557,11 +578,13 @@ def encode(
     for (output_name, leaf), result in zip(bound.items(), outputs, strict=True):
         if result.shape != leaf.shape:
             raise ValidationError(
-                encoder_path, f"output {output_name!r} has shape {result.shape}; leaf {leaf.path!r} is {leaf.shape}"
+                encoder_path,
+                f"output {output_name!r} has shape {result.shape}; leaf {leaf.path!r} is {leaf.shape}",
+                code="shape_mismatch",
             )
         leaves[leaf.path] = result
     try:
         payload = pack(leaves, declaration, declarations)
     except ValidationError as error:
-        raise ValidationError(encoder_path, f"output does not fit its leaf: {error}") from None
+        raise ValidationError(encoder_path, f"output does not fit its leaf: {error}", code="leaf_value") from None
     return make_struct_value(name, struct_type if isinstance(struct_type, int) else declaration, payload)
