@@ -204,7 +204,7 @@ class _Lowerer:
         where = element_label(f"graph.struct_initializer[{k}]", value.name)
         if not value_declaration(value, self.table, where).HasField("decoder"):
             return  # never consumed (the checker ensures it): it has no logical value to lower
-        resolved = resolve_value(value, self.loaded)  # the same path and errors as check and view
+        resolved = resolve_value(value, self.loaded, where=where)  # the same path and errors as check, view
         declaration, decl_where = resolved.declaration, resolved.declaration_path
         struct_view = view_of(resolved)
         bound = bindings.bind_decoder(declaration.decoder, struct_view.layout, f"{decl_where}.decoder")

@@ -197,16 +197,25 @@ def value_payload(
     return data
 
 
-def resolve_value(value: StructProto | str, model=None, base_dir: str | os.PathLike | None = None) -> ResolvedValue:
+def resolve_value(
+    value: StructProto | str,
+    model=None,
+    base_dir: str | os.PathLike | None = None,
+    *,
+    where: str | None = None,
+) -> ResolvedValue:
     """Resolve a StructProto, or the name of a struct value in ``model`` (any model form, or a
-    list of declarations), down to its verified payload; no payload byte is read."""
+    list of declarations), down to its verified payload; no payload byte is read.
+
+    ``where``: the value's path when the caller already knows it (a walk over the model's values
+    passes ``graph.struct_initializer[k] (...)``, sparing a search per value)."""
     loaded, declarations = load_declarations(model, base_dir)
     if isinstance(value, str):
         k, proto = find_value(loaded, value)
         where = element_label(f"graph.struct_initializer[{k}]", value)
     elif isinstance(value, StructProto):
         proto = value
-        where = value_where(proto, loaded)
+        where = where or value_where(proto, loaded)
     else:
         raise TypeError(f"expected a StructProto or the name of a struct value, got {type(value).__name__}")
     directory = pathlib.Path(base_dir) if base_dir is not None else (loaded.base_dir if loaded else None)
