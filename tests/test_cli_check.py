@@ -69,3 +69,30 @@ def test_console_script_help_and_module_entry_point(tmp_path):
         assert result.returncode == 0 and "check" in result.stdout
         result = subprocess.run([*command, "check", write(tmp_path, 63)], capture_output=True, text=True)
         assert result.returncode == 1 and "payload is 63 bytes" in result.stderr
+
+
+def test_json_diagnostics_carry_code_and_details_in_a_subprocess(tmp_path):
+    """The console script's --json report: every diagnostic has its code and details, beside the
+    fields it had before (path, reason, message and the flattened details)."""
+    path = tmp_path / "m.onnx"
+    model = model_with(
+        [linear_int4_128()],
+        [S.make_struct_value("weight", 0, raw_data=bytes(63)), S.make_struct_value("weight", 5, raw_data=b"")],
+    )
+    onnx.save(model, path)
+    result = subprocess.run(
+        [sys.executable, "-m", "onnx_struct", "check", str(path), "--json"], capture_output=True, text=True
+    )
+    assert result.returncode == 1, result.stderr
+    report = json.loads(result.stdout)
+    assert report["path"] == str(path) and report["valid"] is False
+    by_path = {(d["path"], d["code"]): d for d in report["diagnostics"]}
+    size = by_path[("graph.struct_initializer[0] ('weight')", "size_mismatch")]
+    assert size["details"] == {"expected": 64, "actual": 63}
+    assert (size["expected"], size["actual"]) == (64, 63)
+    assert size["message"] == "graph.struct_initializer[0] ('weight'): payload is 63 bytes; the type requires 64"
+    assert size["reason"] == "payload is 63 bytes; the type requires 64"
+    assert by_path[("graph.struct_initializer[1] ('weight')", "duplicate_name")]["details"] == {}
+    index = by_path[("graph.struct_initializer[1] ('weight').type", "unknown_type_index")]
+    assert index["details"] == {"index": 5}
+    assert all(set(d) >= {"path", "reason", "message", "code", "details"} for d in report["diagnostics"])

@@ -17,6 +17,7 @@ from onnx_struct.check import decoder_policy
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import LeafLookup, TypeTable, element_label, read_constant
 from onnx_struct.payload import external
+from onnx_struct.payload import values as resolver
 from onnx_struct.schema import wire
 from onnx_struct.schema.model import (
     LoadedModel,
@@ -70,7 +71,7 @@ class _Checker:
         except ValidationError as error:
             self.report(error)
         except RecursionError:
-            self.report(ValidationError(str(args[-1]), "nesting is too deep"))
+            self.report(ValidationError(str(args[-1]), "nesting is too deep", code="nesting_too_deep"))
         return None
 
     def run(self, full_check: bool) -> list[ValidationError]:
@@ -92,7 +93,7 @@ class _Checker:
         kind = declaration.WhichOneof("kind")
         if kind not in CONCRETE_KINDS:
             what = "a type_index" if kind == "type_index" else "an unset kind (the unconstrained category)"
-            self.report(ValidationError(path, f"a concrete declaration may not be {what}"))
+            self.report(ValidationError(path, f"a concrete declaration may not be {what}", code="not_concrete"))
             return None
         self.check_tree(declaration, path)
         if index is not None:
@@ -128,13 +129,15 @@ class _Checker:
 
     def check_name(self, name: str, seen: set[str], where: str, what: str) -> None:
         if not isinstance(name, str):  # proto2 does not validate UTF-8 on parse
-            self.report(ValidationError(where, f"{what} name is not valid UTF-8"))
+            self.report(ValidationError(where, f"{what} name is not valid UTF-8", code="invalid_utf8"))
         elif not name:
-            self.report(ValidationError(where, f"{what} has no name"))
+            self.report(ValidationError(where, f"{what} has no name", code="missing_name"))
         elif "." in name:
-            self.report(ValidationError(where, f"{what} name {name!r} contains '.', the leaf path separator"))
+            self.report(
+                ValidationError(where, f"{what} name {name!r} contains '.', the leaf path separator", code="bad_name")
+            )
         elif name in seen:
-            self.report(ValidationError(where, f"duplicate {what} name"))
+            self.report(ValidationError(where, f"duplicate {what} name", code="duplicate_name"))
         seen.add(name)
 
     def check_constant(self, tensor: onnx.TensorProto, where: str) -> None:
@@ -150,9 +153,13 @@ class _Checker:
             return  # reported by the size function (physical position) or by check_graph_types
         for attribute in ("decoder", "encoder", "name"):
             if struct_type.HasField(attribute):
-                self.report(ValidationError(where, f"a static struct type may not carry {attribute}"))
+                self.report(
+                    ValidationError(where, f"a static struct type may not carry {attribute}", code="static_type_fields")
+                )
         if len(struct_type.metadata_props):
-            self.report(ValidationError(where, "a static struct type may not carry metadata_props"))
+            self.report(
+                ValidationError(where, "a static struct type may not carry metadata_props", code="static_type_fields")
+            )
         if kind == "type_index":
             self.attempt(self.table.declaration, struct_type.type_index, f"{where}.type_index")
 
@@ -211,13 +218,17 @@ class _Checker:
                     continue
             where = element_label(f"graph.struct_initializer[{k}]", value.name)
             if not isinstance(value.name, str):
-                self.report(ValidationError(where, "struct value name is not valid UTF-8"))
+                self.report(ValidationError(where, "struct value name is not valid UTF-8", code="invalid_utf8"))
             elif not value.name:
-                self.report(ValidationError(where, "struct value has no name"))
+                self.report(ValidationError(where, "struct value has no name", code="missing_name"))
             elif value.name in self.value_names:
-                self.report(ValidationError(where, "duplicate struct value name"))
+                self.report(ValidationError(where, "duplicate struct value name", code="duplicate_name"))
             elif value.name in defined:
-                self.report(ValidationError(where, "struct value name clashes with an initializer or graph input"))
+                self.report(
+                    ValidationError(
+                        where, "struct value name clashes with an initializer or graph input", code="name_clash"
+                    )
+                )
             declaration = self.value_declaration(value, where)
             self.value_names.setdefault(value.name, declaration)
             if declaration is None:
@@ -231,7 +242,11 @@ class _Checker:
         for path, subgraph in self.graphs:
             if path != "graph" and len(subgraph.struct_initializer):
                 self.report(
-                    ValidationError(f"{path}.struct_initializer", "struct values are only allowed in the main graph")
+                    ValidationError(
+                        f"{path}.struct_initializer",
+                        "struct values are only allowed in the main graph",
+                        code="misplaced_value",
+                    )
                 )
 
     def check_wire(self) -> None:
@@ -271,37 +286,14 @@ class _Checker:
         return sizes
 
     def value_declaration(self, value, where: str) -> StructTypeProto | None:
-        if value.HasField("struct_type"):
-            if value.type != -1:
-                self.report(
-                    ValidationError(f"{where}.type", f"type must be -1 when struct_type is present, not {value.type}")
-                )
-                return None
-            return value.struct_type
-        if value.type == -1:
-            self.report(ValidationError(f"{where}.type", "type is -1 but struct_type is absent"))
-            return None
-        return self.attempt(self.table.declaration, value.type, f"{where}.type")
+        return self.attempt(resolver.value_declaration, value, self.table, where)
 
     def check_payload(self, value, size_bits: int, where: str) -> None:
-        if size_bits % 8:
-            self.report(
-                ValidationError(
-                    where, f"payload size {size_bits} bits is not a whole number of bytes", size_bits=size_bits
-                )
-            )
-            return
-        expected = size_bits // 8
-        if len(value.external_data):
-            self.attempt(external.external_payload_range, value, expected, self.loaded.base_dir, where)
-            return
-        actual = len(value.raw_data)
-        if actual != expected:
-            self.report(
-                ValidationError(
-                    where, f"payload is {actual} bytes; the type requires {expected}", expected=expected, actual=actual
-                )
-            )
+        """The resolver's payload checks (as view and decode make them), reported, not raised."""
+        try:
+            resolver.value_payload(value, size_bits, self.loaded.base_dir, where, read=False)
+        except ValidationError as error:
+            self.report(error)
 
     # ------------------------------------------------------------------ graph-level struct types
     def check_graph_types(self) -> None:
@@ -315,6 +307,7 @@ class _Checker:
                         where,
                         "a concrete declaration may only appear in ModelProto.struct_types or StructProto.struct_type; "
                         "use type_index or the unconstrained category here",
+                        code="misplaced_declaration",
                     )
                 )
                 continue
@@ -323,7 +316,12 @@ class _Checker:
                 size = self.attempt(self.table.size_of_index, struct_type.type_index, f"{where}.type_index")
                 if size is not None and size % 8:
                     self.report(
-                        ValidationError(where, f"referenced declaration is {size} bits, not a whole number of bytes")
+                        ValidationError(
+                            where,
+                            f"referenced declaration is {size} bits, not a whole number of bytes",
+                            code="not_byte_aligned",
+                            size_bits=size,
+                        )
                     )
 
     def struct_signatures(self) -> list[tuple[str, str, int, object, StructTypeProto]]:
@@ -375,7 +373,11 @@ class _Checker:
             index, inline = sources[info.name]
             what = f"struct_types[{index}]" if inline is None else "an inline declaration"
             if nested:
-                self.report(ValidationError(path, f"{info.name!r} is a struct of {what}, not a container of structs"))
+                self.report(
+                    ValidationError(
+                        path, f"{info.name!r} is a struct of {what}, not a container of structs", code="type_mismatch"
+                    )
+                )
             elif struct_type.WhichOneof("kind") == "type_index" and not self.same_declaration(
                 index, inline, struct_type.type_index
             ):
@@ -383,6 +385,7 @@ class _Checker:
                     ValidationError(
                         path,
                         f"declared as struct_types[{struct_type.type_index}], but {info.name!r} is of {what}",
+                        code="type_mismatch",
                     )
                 )
 
@@ -419,6 +422,7 @@ class _Checker:
                                 f"{where}.input[{j}]",
                                 f"consumes struct {'input' if name in undecoded_inputs else 'value'} {name!r}, "
                                 "whose type has no decoder to define its logical value",
+                                code="no_decoder",
                             )
                         )
 
@@ -441,16 +445,22 @@ class _Checker:
                 )
             _stock_check_model(view, full_check=full_check, **self.stock_options)
         except onnx.checker.ValidationError as error:
-            self.report(ValidationError("", f"onnx.checker: {error}"))
+            self.report(ValidationError("", f"onnx.checker: {error}", code="onnx_checker"))
         except UnicodeDecodeError:  # stock onnx's error message itself fails on non-UTF-8 names
-            self.report(ValidationError("", "onnx.checker: the model contains a string that is not valid UTF-8"))
+            self.report(
+                ValidationError(
+                    "", "onnx.checker: the model contains a string that is not valid UTF-8", code="invalid_utf8"
+                )
+            )
         except onnx.shape_inference.InferenceError as error:
-            self.report(ValidationError("", f"onnx.shape_inference: {error}"))
+            self.report(ValidationError("", f"onnx.shape_inference: {error}", code="onnx_checker"))
         except ValueError as error:  # onnx's word for an element type it does not know, path lost
             from onnx_struct.check.inference import unknown_element_type  # noqa: PLC0415
 
             view_graph = onnx.ModelProto.FromString(view).graph if isinstance(view, bytes) else view.graph
-            self.report(unknown_element_type(view_graph) or ValidationError("", f"onnx.checker: {error}"))
+            self.report(
+                unknown_element_type(view_graph) or ValidationError("", f"onnx.checker: {error}", code="onnx_checker")
+            )
 
 
 def check_function(function: onnx.FunctionProto, where: str, ir_version: int) -> bool:

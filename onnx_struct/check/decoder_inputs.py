@@ -30,9 +30,15 @@ def _bind(names, leaves: Leaves, where: str, role: str, allow_constants: bool) -
                 known = by_path.preview()
             else:
                 known = ", ".join(repr(p) for p in by_path) or "none"
-            raise ValidationError(where, f"{role} {name!r} binds to no leaf (leaves: {known})", name=name)
+            raise ValidationError(
+                where, f"{role} {name!r} binds to no leaf (leaves: {known})", code="unknown_leaf", leaf=name
+            )
         if leaf.kind == "constant" and not allow_constants:
-            raise ValidationError(where, f"{role} {name!r} names constant leaf {name!r}, which takes no payload bits")
+            raise ValidationError(
+                where,
+                f"{role} {name!r} names constant leaf {name!r}, which takes no payload bits",
+                code="constant_leaf_bound",
+            )
         bound[name] = leaf
     return bound
 
@@ -46,7 +52,9 @@ def bind_decoder(decoder: onnx.FunctionProto, leaves: Leaves, path: str) -> dict
     where = function_label(path, decoder)
     if len(decoder.output) != 1:
         raise ValidationError(
-            where, f"a decoder has exactly one output, the logical value; it has {len(decoder.output)}"
+            where,
+            f"a decoder has exactly one output, the logical value; it has {len(decoder.output)}",
+            code="function_arity",
         )
     return _bind(list(decoder.input), leaves, where, "decoder input", allow_constants=True)
 
@@ -56,6 +64,8 @@ def bind_encoder(encoder: onnx.FunctionProto, leaves: Leaves, path: str) -> dict
     where = function_label(path, encoder)
     if len(encoder.input) != 1:
         raise ValidationError(
-            where, f"an encoder has exactly one input, the logical value; it has {len(encoder.input)}"
+            where,
+            f"an encoder has exactly one input, the logical value; it has {len(encoder.input)}",
+            code="function_arity",
         )
     return _bind(list(encoder.output), leaves, where, "encoder output", allow_constants=False)

@@ -97,20 +97,25 @@ def check_structure(function: onnx.FunctionProto, where: str, ir_version: int = 
     """Raise ValidationError (path ``where`` or one of its nodes) unless ``function`` follows the
     structural rules of the policy; ``ir_version`` is the model's, for onnx's function checker."""
     if not isinstance(function.name, str) or not isinstance(function.domain, str):
-        raise ValidationError(where, "the function's name or domain is not valid UTF-8")
+        raise ValidationError(where, "the function's name or domain is not valid UTF-8", code="invalid_utf8")
     if onnx.defs.has(function.name, function.domain or ""):
         raise ValidationError(
             where,
             f"a function may not be named like the standard operator {function.domain or 'ai.onnx'}.{function.name}: "
             "registered beside the graph it would shadow it",
+            code="decoder_policy",
         )
     if len(function.attribute) or len(function.attribute_proto):
-        raise ValidationError(where, "a decoder or encoder takes no attributes: it is called without any")
+        raise ValidationError(
+            where, "a decoder or encoder takes no attributes: it is called without any", code="decoder_policy"
+        )
     if len(function.node) > limits.MAX_FUNCTION_NODES:
         raise ValidationError(
             where,
             f"has {len(function.node)} nodes; at most {limits.MAX_FUNCTION_NODES} are allowed",
-            nodes=len(function.node),
+            actual=len(function.node),
+            code="limit_exceeded",
+            limit=limits.MAX_FUNCTION_NODES,
         )
     _check_onnx_function(function, where, ir_version)
     constant_bytes = 0
@@ -121,6 +126,9 @@ def check_structure(function: onnx.FunctionProto, where: str, ir_version: int = 
                 f"{where}.node[{i}]",
                 f"the function's constants exceed {limits.MAX_FUNCTION_CONSTANT_BYTES} bytes; "
                 "large tables belong in constant leaves of the declaration",
+                code="limit_exceeded",
+                actual=constant_bytes,
+                limit=limits.MAX_FUNCTION_CONSTANT_BYTES,
             )
 
 
@@ -128,7 +136,9 @@ def _check_onnx_function(function: onnx.FunctionProto, where: str, ir_version: i
     """onnx's own function checker, with the function's opset_import."""
     opsets = {o.domain: o.version for o in function.opset_import}
     if any(not isinstance(d, str) or not 0 <= v < 1 << 31 for d, v in opsets.items()):
-        raise ValidationError(where, "invalid function: opset_import has a bad domain or version")
+        raise ValidationError(
+            where, "invalid function: opset_import has a bad domain or version", code="invalid_function"
+        )
     context = onnx.checker.C.CheckerContext()
     # An out-of-range model ir_version is the stock checker's finding; check the function anyway.
     context.ir_version = ir_version if 0 < ir_version <= onnx.IR_VERSION else onnx.IR_VERSION
@@ -136,21 +146,24 @@ def _check_onnx_function(function: onnx.FunctionProto, where: str, ir_version: i
     try:
         onnx.checker.check_function(function, context)
     except onnx.checker.ValidationError as error:
-        raise ValidationError(where, f"invalid function: {_first_line(error)}") from None
+        raise ValidationError(where, f"invalid function: {_first_line(error)}", code="invalid_function") from None
     except UnicodeDecodeError:
-        raise ValidationError(where, "invalid function: a string in it is not valid UTF-8") from None
+        raise ValidationError(
+            where, "invalid function: a string in it is not valid UTF-8", code="invalid_utf8"
+        ) from None
 
 
 def _check_node(node: onnx.NodeProto, where: str) -> int:
     """The rules for one node; returns the bytes of the constants it holds."""
     if not all(isinstance(s, str) for s in (node.op_type, node.domain, *node.input, *node.output)):
-        raise ValidationError(where, "an operator, domain or value name is not valid UTF-8")
+        raise ValidationError(where, "an operator, domain or value name is not valid UTF-8", code="invalid_utf8")
     where = f"{where} ({node.op_type!r})"
     if node.domain not in STANDARD_DOMAINS:
         raise ValidationError(
             where,
             f"calls {node.domain!r}.{node.op_type}: a decoder may use standard ONNX operators only "
             "(no function calls, hence no recursion)",
+            code="decoder_policy",
         )
     if node.op_type not in ALLOWED_OPERATORS:
         if node.op_type in _CONTROL_FLOW:
@@ -159,19 +172,27 @@ def _check_node(node: onnx.NodeProto, where: str) -> int:
             why = "a decoder is deterministic"
         else:
             why = "its output size or work is not bounded by static shapes"
-        raise ValidationError(where, f"{node.op_type} is not allowed in a decoder or encoder: {why}")
+        raise ValidationError(
+            where, f"{node.op_type} is not allowed in a decoder or encoder: {why}", code="decoder_policy"
+        )
     nbytes = 0
     for attribute in node.attribute:
         if attribute.ref_attr_name:
-            raise ValidationError(where, f"attribute {attribute.name!r} refers to a function attribute")
+            raise ValidationError(
+                where, f"attribute {attribute.name!r} refers to a function attribute", code="decoder_policy"
+            )
         if attribute.type == onnx.AttributeProto.INT and attribute.name in _ELEMENT_TYPE_ATTRIBUTES:
             allowed = _ELEMENT_TYPES | ({TensorProto.UNDEFINED} if _ELEMENT_TYPE_ATTRIBUTES[attribute.name] else set())
             if attribute.i not in allowed:
                 raise ValidationError(
-                    where, f"attribute {attribute.name!r} = {attribute.i} is not an ONNX element type"
+                    where,
+                    f"attribute {attribute.name!r} = {attribute.i} is not an ONNX element type",
+                    code="unknown_element_type",
                 )
         if attribute.type in _SPARSE_ATTRIBUTES or attribute.HasField("sparse_tensor"):
-            raise ValidationError(where, "sparse constants are not allowed: their dense size is unbounded")
+            raise ValidationError(
+                where, "sparse constants are not allowed: their dense size is unbounded", code="decoder_policy"
+            )
         tensors = [attribute.t] if attribute.type == onnx.AttributeProto.TENSOR else list(attribute.tensors)
         if attribute.type not in _TENSOR_ATTRIBUTES:
             # value_ints, value_floats, value_strings of a Constant, and any list attribute
@@ -183,11 +204,15 @@ def _check_node(node: onnx.NodeProto, where: str) -> int:
 
 def _tensor_bytes(tensor: TensorProto, where: str) -> int:
     if tensor.data_location == TensorProto.EXTERNAL or len(tensor.external_data):
-        raise ValidationError(where, "a constant inside a function may not have external data")
+        raise ValidationError(
+            where, "a constant inside a function may not have external data", code="external_not_allowed"
+        )
     if tensor.data_type not in _ELEMENT_TYPES:
-        raise ValidationError(where, f"data_type {tensor.data_type} is not an ONNX element type")
+        raise ValidationError(
+            where, f"data_type {tensor.data_type} is not an ONNX element type", code="unknown_element_type"
+        )
     if any(d < 0 for d in tensor.dims):
-        raise ValidationError(where, f"negative dimension in {list(tensor.dims)}")
+        raise ValidationError(where, f"negative dimension in {list(tensor.dims)}", code="bad_shape")
     if tensor.data_type == TensorProto.STRING:
         return sum(len(s) for s in tensor.string_data)
     count = math.prod(tensor.dims)
@@ -229,14 +254,16 @@ def check_sizes(
                 _cache.popitem(last=False)
     types, error = hit
     if error is not None:
-        raise ValidationError(error.path, error.reason, **error.details)
+        raise ValidationError(error.path, error.reason, **error.details, code=error.code)
     return [_copy(t) for t in types]
 
 
 def check_function_model(model: onnx.ModelProto, where: str, allowance_bytes: int = 0) -> None:
     """:func:`check_sizes` for a model built by :func:`onnx_struct.functions.function_model`."""
     if len(model.functions) != 1 or len(model.graph.node) != 1:
-        raise ValidationError(where, "not a function model: one function and one call node expected")
+        raise ValidationError(
+            where, "not a function model: one function and one call node expected", code="invalid_function"
+        )
     inputs = [(info.name, info.type) for info in model.graph.input]
     check_sizes(model.functions[0], inputs, list(model.graph.initializer), where, allowance_bytes)
 
@@ -246,7 +273,7 @@ def _analyze(function, inputs, initializers, where: str, allowance_bytes: int) -
     try:
         graph_model = _body_model(function, inputs, initializers)
     except UnicodeDecodeError:  # a value or node name (not checked by check_structure) is not UTF-8
-        raise ValidationError(where, "a name in the function is not valid UTF-8") from None
+        raise ValidationError(where, "a name in the function is not valid UTF-8", code="invalid_utf8") from None
     inferred = _infer(graph_model, where, data_prop=False)
     # Shape and Size depend on shapes only: fold them into constants where the input's shape is
     # static, and infer again, until nothing changes (each round folds at least one node).
@@ -268,7 +295,9 @@ def _analyze(function, inputs, initializers, where: str, allowance_bytes: int) -
         for name in node.output:
             if name:
                 if name not in values:
-                    raise ValidationError(node_where, f"onnx cannot infer the type of output {name!r}")
+                    raise ValidationError(
+                        node_where, f"onnx cannot infer the type of output {name!r}", code="invalid_function"
+                    )
                 total += _bytes(values[name], node_where, name)
         _check_shape_inputs(node, values, node_where)
         if node.op_type == "MatMul":
@@ -278,13 +307,14 @@ def _analyze(function, inputs, initializers, where: str, allowance_bytes: int) -
                 node_where,
                 f"its values reach {total} bytes, over the policy's budget of {budget} bytes "
                 f"({limits.FUNCTION_EXPANSION} per input byte + {limits.FUNCTION_BASE_BYTES})",
-                total=total,
-                budget=budget,
+                code="limit_exceeded",
+                actual=total,
+                limit=budget,
             )
     outputs = []
     for name in function.output:
         if name not in values:
-            raise ValidationError(where, f"onnx cannot infer the type of output {name!r}")
+            raise ValidationError(where, f"onnx cannot infer the type of output {name!r}", code="invalid_function")
         _bytes(values[name], where, name)
         outputs.append(values[name])
     return outputs
@@ -310,7 +340,9 @@ def _infer(model: onnx.ModelProto, where: str, data_prop: bool) -> onnx.ModelPro
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, ValueError, TypeError) as error:
         # onnx raises ValueError for element types it does not know (Cast(to=0), data_type 255)
         role = "encoder" if ".encoder" in where else "decoder"
-        raise ValidationError(where, f"type inference of the {role} failed: {_first_line(error)}") from None
+        raise ValidationError(
+            where, f"type inference of the {role} failed: {_first_line(error)}", code="invalid_function"
+        ) from None
 
 
 def _value_types(inferred: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
@@ -378,12 +410,15 @@ def _bytes(type_proto: onnx.TypeProto, where: str, name: str) -> int:
             where,
             f"the shape of {name!r} is not static: every value of a decoder or encoder must have a "
             "shape inferred from the shapes of its inputs and its constants",
+            code="decoder_policy",
         )
     elem_type = type_proto.tensor_type.elem_type
     width = dtypes.bit_width(elem_type) if elem_type in _ELEMENT_TYPES else None
     if width is None:
         raise ValidationError(
-            where, f"{name!r} has element type {dtypes.type_name(elem_type)}, which has no fixed width"
+            where,
+            f"{name!r} has element type {dtypes.type_name(elem_type)}, which has no fixed width",
+            code="decoder_policy",
         )
     return -(-math.prod(shape) * width // 8)
 
@@ -396,13 +431,17 @@ def _check_shape_inputs(node: onnx.NodeProto, values: dict[str, onnx.TypeProto],
             shape = _static_shape(values.get(node.input[index], onnx.TypeProto()))
             if shape is not None and len(shape) != 1:
                 raise ValidationError(
-                    where, f"input {index} ({node.input[index]!r}) must be 1-D, not of shape {list(shape)}"
+                    where,
+                    f"input {index} ({node.input[index]!r}) must be 1-D, not of shape {list(shape)}",
+                    code="decoder_policy",
                 )
     if node.op_type == "Reshape" and node.input and node.output:
         before = _static_shape(values.get(node.input[0], onnx.TypeProto()))
         after = _static_shape(values.get(node.output[0], onnx.TypeProto()))
         if before is not None and after is not None and math.prod(before) != math.prod(after):
-            raise ValidationError(where, f"reshapes {list(before)} to {list(after)}: the element counts differ")
+            raise ValidationError(
+                where, f"reshapes {list(before)} to {list(after)}: the element counts differ", code="decoder_policy"
+            )
 
 
 def _matmul_work(values: dict[str, onnx.TypeProto], node: onnx.NodeProto) -> int:

@@ -78,14 +78,12 @@ def decoder_inputs(bound) -> tuple[list[tuple[str, onnx.TypeProto]], list[onnx.T
     """(input name, tensor type) of the bound payload leaves, and the constant leaves as named
     TensorProtos: what a decoder is typed and run with."""
     from onnx_struct.check.function_models import onnx_elem_type, tensor_type  # noqa: PLC0415
+    from onnx_struct.payload.values import constant_tensor  # noqa: PLC0415
 
     inputs, constants = [], []
     for name, leaf in bound.items():
         if leaf.kind == "constant":
-            tensor = onnx.TensorProto()
-            tensor.CopyFrom(leaf.constant)
-            tensor.name = name
-            constants.append(tensor)
+            constants.append(constant_tensor(leaf, name))
         else:
             inputs.append((name, tensor_type(onnx_elem_type(leaf), leaf.shape)))
     return inputs, constants
@@ -169,14 +167,14 @@ def infer_shapes(
     try:
         inferred = _stock_infer_shapes(logical, check_type, strict_mode, data_prop)
     except onnx.shape_inference.InferenceError as error:
-        raise ValidationError("", f"onnx.shape_inference: {_first_line(error)}") from None
+        raise ValidationError("", f"onnx.shape_inference: {_first_line(error)}", code="onnx_checker") from None
     except onnx.checker.ValidationError as error:  # e.g. recursive model-local functions, found by onnx
         if isinstance(error, ValidationError):
             raise
-        raise ValidationError("", f"onnx.shape_inference: {_first_line(error)}") from None
+        raise ValidationError("", f"onnx.shape_inference: {_first_line(error)}", code="onnx_checker") from None
     except ValueError as error:  # onnx's word for an element type it does not know
         raise unknown_element_type(logical.graph) or ValidationError(
-            "", f"onnx.shape_inference: {_first_line(error)}"
+            "", f"onnx.shape_inference: {_first_line(error)}", code="onnx_checker"
         ) from None
     result = type(loaded.proto)()
     result.CopyFrom(loaded.proto)
@@ -205,11 +203,15 @@ def unknown_element_type(graph: onnx.GraphProto) -> ValidationError | None:
                 elem_type = getattr(type_proto, which).elem_type
                 if elem_type not in known:
                     where = element_label(f"graph.{kind}[{i}]", info.name)
-                    return ValidationError(where, f"element type {elem_type} is not an ONNX element type")
+                    return ValidationError(
+                        where, f"element type {elem_type} is not an ONNX element type", code="unknown_element_type"
+                    )
     for i, tensor in enumerate(graph.initializer):
         if tensor.data_type not in known:
             where = element_label(f"graph.initializer[{i}]", tensor.name)
-            return ValidationError(where, f"data_type {tensor.data_type} is not an ONNX element type")
+            return ValidationError(
+                where, f"data_type {tensor.data_type} is not an ONNX element type", code="unknown_element_type"
+            )
     return None
 
 

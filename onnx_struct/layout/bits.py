@@ -157,7 +157,9 @@ def read_leaf(data: np.ndarray, leaf: Leaf) -> np.ndarray:
         try:
             return np.zeros(leaf.shape, dtype=leaf.dtype)
         except ValueError:
-            raise ValidationError(leaf.source, f"empty leaf of shape {leaf.shape} has no numpy shape") from None
+            raise ValidationError(
+                leaf.source, f"empty leaf of shape {leaf.shape} has no numpy shape", code="limit_exceeded"
+            ) from None
     if is_zero_copy(leaf):
         array = byte_strided(data, leaf.shape, leaf.dtype.newbyteorder("<"), leaf.bit_offset, leaf.strides)
         array.flags.writeable = False

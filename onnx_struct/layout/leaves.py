@@ -113,18 +113,41 @@ def checked_leaf_shape(declaration: StructTypeProto, path: str, shape_of_index) 
     elif kind == "type_index":
         return shape_of_index(declaration.type_index)
     else:
-        raise ValidationError(path, "declaration has no kind: the unconstrained category has no leaves")
+        raise ValidationError(
+            path, "declaration has no kind: the unconstrained category has no leaves", code="not_concrete"
+        )
     if shape.count > MAX_LEAVES:
-        raise ValidationError(path, f"declaration has more than {MAX_LEAVES} leaves ({shape.count})")
+        raise ValidationError(
+            path,
+            f"declaration has more than {MAX_LEAVES} leaves ({shape.count})",
+            code="limit_exceeded",
+            actual=shape.count,
+            limit=MAX_LEAVES,
+        )
     if shape.chars > MAX_LEAF_PATH_CHARS:
-        raise ValidationError(path, f"its leaf paths total more than {MAX_LEAF_PATH_CHARS} characters ({shape.chars})")
+        raise ValidationError(
+            path,
+            f"its leaf paths total more than {MAX_LEAF_PATH_CHARS} characters ({shape.chars})",
+            code="limit_exceeded",
+            actual=shape.chars,
+            limit=MAX_LEAF_PATH_CHARS,
+        )
     if shape.rank > MAX_LEAF_RANK:
-        raise ValidationError(where, f"a leaf would have more than {MAX_LEAF_RANK} dimensions ({shape.rank})")
+        raise ValidationError(
+            where,
+            f"a leaf would have more than {MAX_LEAF_RANK} dimensions ({shape.rank})",
+            code="limit_exceeded",
+            actual=shape.rank,
+            limit=MAX_LEAF_RANK,
+        )
     if shape.span > MAX_LEAF_SPAN:
         raise ValidationError(
             where,
             "a leaf would have more elements than numpy can describe (its dimensions, a zero one counted "
             f"as 1, times its element's bytes exceed {MAX_LEAF_SPAN})",
+            code="limit_exceeded",
+            actual=shape.span,
+            limit=MAX_LEAF_SPAN,
         )
     return shape
 
@@ -147,13 +170,13 @@ def _checked_name(name: str | bytes, seen: set[str], path: str, member: str, i: 
     where = element_label(f"{path}.{member}[{i}]", name)
     what = "field" if member == "structure.field" else "component"
     if not isinstance(name, str):
-        raise ValidationError(where, f"{what} name is not valid UTF-8")
+        raise ValidationError(where, f"{what} name is not valid UTF-8", code="invalid_utf8")
     if not name:
-        raise ValidationError(where, f"{what} has no name")
+        raise ValidationError(where, f"{what} has no name", code="missing_name")
     if "." in name:
-        raise ValidationError(where, f"{what} name {name!r} contains '.', the leaf path separator")
+        raise ValidationError(where, f"{what} name {name!r} contains '.', the leaf path separator", code="bad_name")
     if name in seen:
-        raise ValidationError(where, f"duplicate {what} name")
+        raise ValidationError(where, f"duplicate {what} name", code="duplicate_name")
     seen.add(name)
     return name
 
@@ -209,31 +232,41 @@ def read_constant(tensor: onnx.TensorProto, path: str) -> np.ndarray:
     """A constant field's value, after checking that its data matches its dims (so a hostile
     ``dims`` can never make numpy allocate more than the tensor actually carries)."""
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
-        raise ValidationError(path, "constants are stored in the type; external data is not allowed")
+        raise ValidationError(
+            path, "constants are stored in the type; external data is not allowed", code="external_not_allowed"
+        )
     count = 1
     for k, dim in enumerate(tensor.dims):
         if dim < 0:
-            raise ValidationError(f"{path}.dims[{k}]", f"negative dimension {dim}")
+            raise ValidationError(f"{path}.dims[{k}]", f"negative dimension {dim}", code="bad_shape")
         count = checked(count * dim, path, "element count", unit="")
     width = dtypes.bit_width(tensor.data_type)
     if tensor.HasField("raw_data"):
         if width is None:
-            raise ValidationError(path, f"{dtypes.type_name(tensor.data_type)} constant cannot use raw_data")
+            raise ValidationError(
+                path, f"{dtypes.type_name(tensor.data_type)} constant cannot use raw_data", code="bad_constant"
+            )
         if len(tensor.raw_data) != (count * width + 7) // 8:
             raise ValidationError(
-                path, f"raw_data holds {len(tensor.raw_data)} bytes for {count} elements of {width} bits"
+                path,
+                f"raw_data holds {len(tensor.raw_data)} bytes for {count} elements of {width} bits",
+                code="bad_constant",
             )
     else:
         try:
             field = onnx.helper.tensor_dtype_to_field(tensor.data_type)
         except (KeyError, ValueError, TypeError):
-            raise ValidationError(path, f"constant has unsupported data_type {tensor.data_type}") from None
+            raise ValidationError(
+                path, f"constant has unsupported data_type {tensor.data_type}", code="bad_constant"
+            ) from None
         stored = len(getattr(tensor, field))
         per_element = 2 if tensor.data_type in (onnx.TensorProto.COMPLEX64, onnx.TensorProto.COMPLEX128) else 1
         packed = width is not None and width < 8
         if (packed and stored * (8 // width) < count) or (not packed and stored != count * per_element):
-            raise ValidationError(path, f"constant holds {stored} values in {field} for {count} elements")
+            raise ValidationError(
+                path, f"constant holds {stored} values in {field} for {count} elements", code="bad_constant"
+            )
     try:
         return onnx.numpy_helper.to_array(tensor)
     except Exception as error:  # onnx raises assorted types for inconsistent tensors
-        raise ValidationError(path, f"constant tensor is not readable: {error}") from None
+        raise ValidationError(path, f"constant tensor is not readable: {error}", code="bad_constant") from None

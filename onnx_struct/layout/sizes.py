@@ -21,7 +21,7 @@ UINT64_MAX = (1 << 64) - 1
 def checked(value: int, path: str, what: str = "size", unit: str = " bits") -> int:
     """``value`` if it fits uint64, else a ValidationError: the proposal's arithmetic never wraps."""
     if value > UINT64_MAX:
-        raise ValidationError(path, f"{what} overflows uint64 ({value}{unit})", actual=str(value))
+        raise ValidationError(path, f"{what} overflows uint64 ({value}{unit})", actual=str(value), code="overflow")
     return value
 
 
@@ -79,9 +79,15 @@ def declaration_size(declaration: StructTypeProto, path: str, size_of_index) -> 
         for i, component in enumerate(packing.component):
             where = element_label(f"{path}.bit_packing.component[{i}]", component.name)
             if component.bit_width == 0:
-                raise ValidationError(where, "component width is zero")
+                raise ValidationError(where, "component width is zero", code="bad_component")
             if component.bit_width > MAX_COMPONENT_BITS:
-                raise ValidationError(where, f"component width {component.bit_width} exceeds {MAX_COMPONENT_BITS} bits")
+                raise ValidationError(
+                    where,
+                    f"component width {component.bit_width} exceeds {MAX_COMPONENT_BITS} bits",
+                    code="limit_exceeded",
+                    actual=component.bit_width,
+                    limit=MAX_COMPONENT_BITS,
+                )
             record += component.bit_width
         return checked(packing.dimension * record, f"{path}.bit_packing")
     if kind == "structure":
@@ -90,13 +96,17 @@ def declaration_size(declaration: StructTypeProto, path: str, size_of_index) -> 
             where = element_label(f"{path}.structure.field[{i}]", field.name)
             content = field.WhichOneof("content")
             if content is None:
-                raise ValidationError(where, "field has neither type nor constant (exactly one is required)")
+                raise ValidationError(
+                    where, "field has neither type nor constant (exactly one is required)", code="bad_field"
+                )
             if content == "type":
                 total = checked(total + type_size(field.type, f"{where}.type", size_of_index), f"{path}.structure")
         return total
     if kind == "type_index":
         return size_of_index(declaration.type_index)
-    raise ValidationError(path, "declaration has no kind: the unconstrained category has no static size")
+    raise ValidationError(
+        path, "declaration has no kind: the unconstrained category has no static size", code="not_concrete"
+    )
 
 
 def type_size(type_proto, path: str, size_of_index) -> int:
@@ -109,16 +119,21 @@ def type_size(type_proto, path: str, size_of_index) -> int:
             raise ValidationError(
                 f"{path}.tensor_type",
                 f"element type {dtypes.type_name(tensor.elem_type)} is not a fixed-width physical leaf",
+                code="not_physical",
             )
         if not tensor.HasField("shape"):
             raise ValidationError(
-                f"{path}.tensor_type", "tensor shape is missing (a physical leaf needs a static shape)"
+                f"{path}.tensor_type",
+                "tensor shape is missing (a physical leaf needs a static shape)",
+                code="bad_shape",
             )
         total = width
         for k, dim in enumerate(tensor.shape.dim):
             if dim.WhichOneof("value") != "dim_value" or dim.dim_value < 0:
                 raise ValidationError(
-                    f"{path}.tensor_type.shape.dim[{k}]", "dimension is not a concrete non-negative integer"
+                    f"{path}.tensor_type.shape.dim[{k}]",
+                    "dimension is not a concrete non-negative integer",
+                    code="bad_shape",
                 )
             total = checked(total * dim.dim_value, f"{path}.tensor_type")
         return total
@@ -128,13 +143,18 @@ def type_size(type_proto, path: str, size_of_index) -> int:
             return size_of_index(type_proto.struct_type.type_index)
         if kind is None:
             raise ValidationError(
-                f"{path}.struct_type", "the unconstrained struct category has no static size and is not allowed here"
+                f"{path}.struct_type",
+                "the unconstrained struct category has no static size and is not allowed here",
+                code="not_concrete",
             )
         raise ValidationError(
             f"{path}.struct_type",
             f"a concrete declaration ({kind}) may not be nested in a TypeProto; declare it in "
             "ModelProto.struct_types and reference it with type_index",
+            code="misplaced_declaration",
         )
     if which is None:
-        raise ValidationError(path, "type has no value")
-    raise ValidationError(path, f"{which} is not a physical type (only static tensors and type_index are)")
+        raise ValidationError(path, "type has no value", code="not_physical")
+    raise ValidationError(
+        path, f"{which} is not a physical type (only static tensors and type_index are)", code="not_physical"
+    )

@@ -73,7 +73,12 @@ class TypeTable:
 
     def declaration(self, index: int, path: str) -> StructTypeProto:
         if not 0 <= index < len(self.declarations):
-            raise ValidationError(path, f"type index {index} is out of range ({len(self.declarations)} struct_types)")
+            raise ValidationError(
+                path,
+                f"type index {index} is out of range ({len(self.declarations)} struct_types)",
+                code="unknown_type_index",
+                index=index,
+            )
         return self.declarations[index]
 
     def _memoized(self, index: int, path: str, values: dict, errors: dict, compute):
@@ -121,7 +126,7 @@ class TypeTable:
                 self.declaration(target, ref_path)
                 if target in errors:
                     raise errors[target]
-                raise ValidationError(ref_path, f"cyclic type reference to {self.path(target)}")
+                raise ValidationError(ref_path, f"cyclic type reference to {self.path(target)}", code="cycle")
 
     # ------------------------------------------------------------------ sizes
     def size_of_index(self, index: int, path: str = "type_index") -> int:
@@ -384,4 +389,4 @@ def size_in_bits(struct_type: StructTypeProto | int, model=None) -> int:
             return table.size_of_index(struct_type, "struct_type")
         return table.size(struct_type, "struct_type")
     except RecursionError:
-        raise ValidationError("struct_type", "declaration nests too deeply") from None
+        raise ValidationError("struct_type", "declaration nests too deeply", code="nesting_too_deep") from None

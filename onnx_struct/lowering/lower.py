@@ -34,7 +34,8 @@ from onnx_struct.errors import ValidationError
 from onnx_struct.layout.bits import merged_dims, pack_sub_byte
 from onnx_struct.layout.table import Leaf, TypeTable, element_label
 from onnx_struct.payload import external
-from onnx_struct.payload.view import StructView, view
+from onnx_struct.payload.values import constant_tensor, resolve_value, value_declaration
+from onnx_struct.payload.view import StructView, view_of
 from onnx_struct.schema.model import LoadedModel, ModelLike, StructTypeProto, load
 from onnx_struct.schema.opaque import (
     OPAQUE_DOMAIN,  # noqa: F401 - kept importable from here
@@ -164,7 +165,7 @@ class _Lowerer:
     # ------------------------------------------------------------------ names and functions
     def claim(self, name: str, where: str) -> str:
         if name in self.taken:
-            raise ValidationError(where, f"lowered leaf name {name!r} is already used in the graph")
+            raise ValidationError(where, f"lowered leaf name {name!r} is already used in the graph", code="name_clash")
         self.taken.add(name)
         return name
 
@@ -201,15 +202,11 @@ class _Lowerer:
     # ------------------------------------------------------------------ struct values
     def lower_value(self, k: int, value) -> None:
         where = element_label(f"graph.struct_initializer[{k}]", value.name)
-        declaration = value.struct_type if value.HasField("struct_type") else self.table.declaration(value.type, where)
-        decl_where = (
-            f"{where}.struct_type"
-            if value.HasField("struct_type")
-            else element_label(self.table.path(value.type), declaration.name)
-        )
-        if not declaration.HasField("decoder"):
+        if not value_declaration(value, self.table, where).HasField("decoder"):
             return  # never consumed (the checker ensures it): it has no logical value to lower
-        struct_view = view(value, self.loaded)
+        resolved = resolve_value(value, self.loaded, where=where)  # the same path and errors as check, view
+        declaration, decl_where = resolved.declaration, resolved.declaration_path
+        struct_view = view_of(resolved)
         bound = bindings.bind_decoder(declaration.decoder, struct_view.layout, f"{decl_where}.decoder")
         ref = (
             external.parse_external_data(value.external_data, f"{where}.external_data")
@@ -230,9 +227,7 @@ class _Lowerer:
 
     def leaf_tensor(self, name: str, leaf: Leaf, struct_view: StructView, ref) -> TensorProto:
         if leaf.kind == "constant":
-            tensor = TensorProto()
-            tensor.CopyFrom(leaf.constant)
-            tensor.name = name
+            tensor = constant_tensor(leaf, name)
             self.leaf_types.add(tensor.data_type)
             return tensor
         elem_type = onnx_elem_type(leaf)
@@ -270,11 +265,14 @@ class _Lowerer:
                     where,
                     f"cannot lower an input of {what}: its leaves are unknown until run time; "
                     "declare the input with an exact type_index",
+                    code="cannot_lower",
                 )
             declaration = self.table.declaration(index, where)
             decl_where = element_label(self.table.path(index), declaration.name)
             if not declaration.HasField("decoder"):
-                raise ValidationError(where, f"cannot lower a struct input whose type {decl_where} has no decoder")
+                raise ValidationError(
+                    where, f"cannot lower a struct input whose type {decl_where} has no decoder", code="cannot_lower"
+                )
             leaves = self.table.leaves(declaration, decl_where)
             bound = bindings.bind_decoder(declaration.decoder, leaves, f"{decl_where}.decoder")
             names, leaf_inputs = {}, {}
@@ -282,10 +280,7 @@ class _Lowerer:
                 tensor_name = self.claim(leaf_tensor_name(info.name, leaf.path), where)
                 names[input_name] = tensor_name
                 if leaf.kind == "constant":
-                    tensor = TensorProto()
-                    tensor.CopyFrom(leaf.constant)
-                    tensor.name = tensor_name
-                    graph.initializer.append(tensor)
+                    graph.initializer.append(constant_tensor(leaf, tensor_name))
                     continue
                 elem_type = onnx_elem_type(leaf)
                 self.leaf_types.add(elem_type)
@@ -314,7 +309,9 @@ class _Lowerer:
             elif _exact_index(info.type) is not None:
                 logical = self.types.of_index(_exact_index(info.type))
             if logical is None:
-                raise ValidationError(where, "cannot lower a struct-typed output without a decoder for its type")
+                raise ValidationError(
+                    where, "cannot lower a struct-typed output without a decoder for its type", code="cannot_lower"
+                )
             info.type.CopyFrom(logical)
         kept = [info for info in graph.value_info if not _opaque_inside(info.type)]
         del graph.value_info[:]
@@ -330,6 +327,7 @@ class _Lowerer:
                         raise ValidationError(
                             element_label(f"{path}.{field}[{j}]", info.name),
                             "struct types in subgraph signatures cannot be lowered",
+                            code="cannot_lower",
                         )
 
     # ------------------------------------------------------------------ versions
@@ -362,6 +360,7 @@ class _Lowerer:
                             f"imports opset {opset.version} of domain {domain or 'ai.onnx'!r}, but the lowered model "
                             f"needs {target[domain]} (another part imports it) and operators "
                             f"{', '.join(differing)} differ between the two versions",
+                            code="opset_conflict",
                         )
                     opset.version = target[domain]
         for fn in self.functions.values():
@@ -375,6 +374,7 @@ class _Lowerer:
                 "graph",
                 f"the graph imports opset {have} of {domain!r}, a decoder needs {want}, and operators "
                 f"{', '.join(differing)} differ between them",
+                code="opset_conflict",
             )
         from onnx import version_converter  # noqa: PLC0415
 
@@ -392,6 +392,7 @@ class _Lowerer:
                 "graph",
                 f"a decoder needs opset {want}, the graph imports {have} (operators {', '.join(differing)} "
                 f"differ) and onnx's version converter failed: {str(error).splitlines()[0] if str(error) else error}",
+                code="opset_conflict",
             ) from None
         converted.functions.extend(functions)
         self.out = converted

@@ -204,7 +204,7 @@ def read_model(model: onnx.ModelProto | bytes | str | os.PathLike) -> onnx.Model
         # onnx_struct's file rules: a FIFO is refused unopened, external tensors stay in the model's directory
         return load_with_external_data(os.fspath(model))
     except DecodeError as error:
-        raise ValidationError("", f"{origin} is not an ONNX model: {error}") from None
+        raise ValidationError("", f"{origin} is not an ONNX model: {error}", code="not_parsable") from None
     except onnx.checker.ValidationError as error:  # onnx's checks of external data locations
         if isinstance(error, ValidationError):
             raise

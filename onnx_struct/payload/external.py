@@ -9,10 +9,9 @@ decoders, encoders) have no directory and must be inline (:func:`refuse_external
 Reads (:func:`read_range`, :func:`read_model_file`) refuse non-regular files before opening them
 (a FIFO would block forever), open with ``O_NONBLOCK``/``O_NOFOLLOW``, check the opened file
 again with ``fstat``, and copy the bytes into memory: a file that shrinks after the check is a
-ValidationError, never a SIGBUS as with a memory map. Writes (:class:`DirectoryWriter`) create
-fresh temporary files in the target directory and rename them over the destination, so they
-never follow a symlink, never truncate a file they did not create, and never depend on the
-current directory.
+ValidationError, never a SIGBUS as with a memory map. Writes are in :mod:`external_write`
+(:class:`~onnx_struct.payload.external_write.DirectoryWriter`), which applies the same location
+rules.
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import dataclasses
 import os
 import pathlib
 import re
-import secrets
 import stat
 from collections.abc import Iterator
 
@@ -54,45 +52,51 @@ def parse_external_data(entries, path: str) -> ExternalRef:
         where = f"{path}[{i}] ({entry.key!r})"
         if not isinstance(entry.key, str) or not isinstance(entry.value, str):
             # proto2 does not validate UTF-8 on parse: such strings arrive as bytes
-            raise ValidationError(f"{path}[{i}]", "external_data entry is not valid UTF-8")
+            raise ValidationError(f"{path}[{i}]", "external_data entry is not valid UTF-8", code="invalid_utf8")
         if entry.key not in KNOWN_KEYS:
-            raise ValidationError(where, f"unknown external_data key; expected one of {', '.join(KNOWN_KEYS)}")
+            raise ValidationError(
+                where, f"unknown external_data key; expected one of {', '.join(KNOWN_KEYS)}", code="bad_external_data"
+            )
         if entry.key in values:
-            raise ValidationError(where, "duplicate external_data key")
+            raise ValidationError(where, "duplicate external_data key", code="bad_external_data")
         values[entry.key] = (entry.value, where)
     location = values.get("location", ("", path))[0]
     if not location:
-        raise ValidationError(path, "external_data has no location")
+        raise ValidationError(path, "external_data has no location", code="bad_external_data")
     check_location(location, path)
     offset = _uint64(*values["offset"]) if "offset" in values else 0
     length = _uint64(*values["length"]) if "length" in values else None
     if length is not None and offset + length > UINT64_MAX:
-        raise ValidationError(path, "offset + length overflows uint64", offset=offset, length=length)
+        raise ValidationError(path, "offset + length overflows uint64", offset=offset, length=length, code="overflow")
     return ExternalRef(location, offset, length)
 
 
 def _uint64(text: str, path: str) -> int:
     if len(text) > MAX_EXTERNAL_DIGITS:
         raise ValidationError(
-            path, f"{text[:20]!r}... has {len(text)} characters; a uint64 has at most {MAX_EXTERNAL_DIGITS} digits"
+            path,
+            f"{text[:20]!r}... has {len(text)} characters; a uint64 has at most {MAX_EXTERNAL_DIGITS} digits",
+            code="bad_external_data",
         )
     if not _DECIMAL.fullmatch(text):
-        raise ValidationError(path, f"{text!r} is not a non-negative decimal integer")
+        raise ValidationError(path, f"{text!r} is not a non-negative decimal integer", code="bad_external_data")
     value = int(text)
     if value > UINT64_MAX:
-        raise ValidationError(path, f"{text} overflows uint64")
+        raise ValidationError(path, f"{text} overflows uint64", code="overflow")
     return value
 
 
 def check_location(location: str, path: str) -> None:
     """Reject absolute locations and ``..`` components (syntax only, no file system access)."""
     if "\0" in location:  # no file system accepts it; os calls would raise ValueError
-        raise ValidationError(path, f"location {location!r} contains a NUL character")
+        raise ValidationError(path, f"location {location!r} contains a NUL character", code="bad_location")
     pure = pathlib.PurePosixPath(location.replace("\\", "/"))
     if pure.is_absolute() or re.match(r"^[A-Za-z]:", location) or location.startswith(("/", "\\")):
-        raise ValidationError(path, f"location {location!r} is absolute; it must be relative to the model")
+        raise ValidationError(
+            path, f"location {location!r} is absolute; it must be relative to the model", code="bad_location"
+        )
     if ".." in pure.parts:
-        raise ValidationError(path, f"location {location!r} contains '..'")
+        raise ValidationError(path, f"location {location!r} contains '..'", code="bad_location")
 
 
 def resolve(ref: ExternalRef, base_dir: os.PathLike | str, path: str) -> tuple[pathlib.Path, int]:
@@ -102,15 +106,25 @@ def resolve(ref: ExternalRef, base_dir: os.PathLike | str, path: str) -> tuple[p
     try:
         target = (root / ref.location).resolve()
     except (OSError, RuntimeError) as error:  # Python 3.11 raises RuntimeError on a symlink loop
-        raise ValidationError(path, f"external location {ref.location!r} cannot be resolved: {error}") from None
+        raise ValidationError(
+            path, f"external location {ref.location!r} cannot be resolved: {error}", code="file_unreadable"
+        ) from None
     if not target.is_relative_to(root):
-        raise ValidationError(path, f"location {ref.location!r} resolves outside the model directory")
+        raise ValidationError(
+            path, f"location {ref.location!r} resolves outside the model directory", code="file_outside_model_dir"
+        )
     try:
         info = target.stat()
     except OSError as error:
-        raise ValidationError(path, f"external file {ref.location!r} cannot be opened: {error.strerror}") from None
+        raise ValidationError(
+            path, f"external file {ref.location!r} cannot be opened: {error.strerror}", code="file_unreadable"
+        ) from None
     if not stat.S_ISREG(info.st_mode):
-        raise ValidationError(path, f"external location {ref.location!r} is {_kind(info.st_mode)}, not a regular file")
+        raise ValidationError(
+            path,
+            f"external location {ref.location!r} is {_kind(info.st_mode)}, not a regular file",
+            code="not_regular_file",
+        )
     return target, _range_length(ref, info.st_size, path)
 
 
@@ -118,15 +132,15 @@ def _range_length(ref: ExternalRef, size: int, path: str) -> int:
     if ref.offset > size:
         raise ValidationError(
             path, f"offset {ref.offset} is past the end of {ref.location!r} ({size} bytes)", offset=ref.offset,
-            file_size=size,
-        )  # fmt: skip
+            file_size=size, code="file_too_short")  # fmt: skip
     length = size - ref.offset if ref.length is None else ref.length
     if ref.offset + length > size:
         raise ValidationError(
             path,
             f"{ref.location!r} holds {size} bytes, fewer than offset {ref.offset} + length {length}",
             bytes_needed=ref.offset + length,
-            bytes_available=size,
+            file_size=size,
+            code="file_too_short",
         )
     return length
 
@@ -140,7 +154,9 @@ def external_payload_range(
     the entries and a declared ``length`` can be checked). Only ``stat`` touches the file.
     """
     if value.HasField("raw_data"):
-        raise ValidationError(where, "payload is given both inline (raw_data) and as external_data")
+        raise ValidationError(
+            where, "payload is given both inline (raw_data) and as external_data", code="inline_and_external"
+        )
     ref = parse_external_data(value.external_data, f"{where}.external_data")
     lengths = [ref.length] if ref.length is not None else []
     file = None
@@ -154,6 +170,7 @@ def external_payload_range(
                 f"external payload length is {length} bytes; the type requires {nbytes}",
                 expected=nbytes,
                 actual=length,
+                code="size_mismatch",
             )
     return None if file is None else (file, ref.offset)
 
@@ -185,11 +202,11 @@ def _open_regular(file: str | os.PathLike, path: str, what: str, *, follow: bool
     except NotRegularFileError:
         raise
     except OSError as error:
-        raise ValidationError(path, f"{what} cannot be opened: {error.strerror}") from None
+        raise ValidationError(path, f"{what} cannot be opened: {error.strerror}", code="file_unreadable") from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise ValidationError(path, f"{what} is {_kind(info.st_mode)}, not a regular file")
+            raise ValidationError(path, f"{what} is {_kind(info.st_mode)}, not a regular file", code="not_regular_file")
     except BaseException:
         os.close(fd)
         raise
@@ -242,7 +259,11 @@ def read_range(file: pathlib.Path, offset: int, length: int, path: str) -> np.nd
 
 def _changed(path: str, file: pathlib.Path, size: int, needed: int) -> ValidationError:
     return ValidationError(
-        path, f"external file {file.name!r} changed after the check: {size} bytes, {needed} needed", bytes_needed=needed
+        path,
+        f"external file {file.name!r} changed after the check: {size} bytes, {needed} needed",
+        bytes_needed=needed,
+        code="file_changed",
+        file_size=size,
     )
 
 
@@ -333,11 +354,17 @@ def refuse_external_tensors(function: onnx.FunctionProto, path: str, leaves=()) 
     the model is stored or decoded (no file is ever read for them)."""
     for leaf in leaves:
         if leaf.kind == "constant" and is_external(leaf.constant):
-            raise ValidationError(leaf.source, "constants are stored in the type; external data is not allowed")
+            raise ValidationError(
+                leaf.source,
+                "constants are stored in the type; external data is not allowed",
+                code="external_not_allowed",
+            )
     for where, tensor in graph_tensors(function, path):
         if is_external(tensor):
             raise ValidationError(
-                f"{where}.external_data", "tensors of a decoder or encoder must be inline; external data is not allowed"
+                f"{where}.external_data",
+                "tensors of a decoder or encoder must be inline; external data is not allowed",
+                code="external_not_allowed",
             )
 
 
@@ -350,83 +377,3 @@ def load_external_tensors(model: onnx.ModelProto, base_dir: os.PathLike | str) -
             tensor.raw_data = read_tensor_data(tensor, base_dir, f"{where}.external_data")
             del tensor.external_data[:]
             tensor.data_location = onnx.TensorProto.DEFAULT
-
-
-# ---------------------------------------------------------------------- writes
-def _create_new(destination: pathlib.Path) -> tuple[pathlib.Path, int]:
-    """A new, empty temporary file next to ``destination``: ``O_CREAT | O_EXCL`` never opens an
-    existing file or follows a link; mode 0o666 less the umask, as ``open`` would give."""
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-    while True:
-        temporary = destination.with_name(f".{destination.name}.{secrets.token_hex(6)}.tmp")
-        try:
-            return temporary, os.open(temporary, flags, 0o666)
-        except FileExistsError:
-            continue
-
-
-class DirectoryWriter:
-    """Files written into one directory without following symlinks or truncating anything.
-
-    Each file is first written to a fresh temporary file in its destination's directory
-    (``mkstemp``: ``O_CREAT | O_EXCL``); :meth:`commit` then renames each over its destination,
-    refusing a destination that is a symlink or not a regular file, or whose directory resolves
-    outside ``directory``. Nothing is replaced until every file is complete; :meth:`discard`
-    (or leaving a ``with`` block by an exception) removes the temporary files.
-    """
-
-    def __init__(self, directory: pathlib.Path) -> None:
-        self.root = pathlib.Path(directory).resolve()
-        self._pending: dict[pathlib.Path, tuple[str, pathlib.Path, object]] = {}
-
-    def __enter__(self) -> DirectoryWriter:
-        return self
-
-    def __exit__(self, kind, error, trace) -> None:
-        self.discard()
-
-    def open(self, name: str, where: str, *, exclusive: bool = False):
-        """A binary file handle for ``name`` (relative to the directory), new and empty; the same
-        handle again for a name already open, unless ``exclusive``."""
-        check_location(name, where)
-        destination = self._destination(name, where)
-        if destination in self._pending:
-            if exclusive:
-                raise ValidationError(where, f"{name!r} is also the destination of another file")
-            return self._pending[destination][2]
-        temporary, fd = _create_new(destination)
-        handle = open(fd, "wb")  # noqa: SIM115 - closed by commit / discard
-        self._pending[destination] = (name, temporary, handle)
-        return handle
-
-    def _destination(self, name: str, where: str) -> pathlib.Path:
-        parent = (self.root / name).parent.resolve()
-        if not parent.is_relative_to(self.root) or not parent.is_dir():
-            raise ValidationError(where, f"{name!r} is not in a directory inside {str(self.root)!r}")
-        destination = parent / pathlib.PurePath(name).name
-        try:
-            info = os.lstat(destination)
-        except FileNotFoundError:
-            return destination
-        if stat.S_ISLNK(info.st_mode):
-            raise ValidationError(where, f"{name!r} is a symbolic link; refusing to write through or over it")
-        if not stat.S_ISREG(info.st_mode):
-            raise ValidationError(where, f"{name!r} is {_kind(info.st_mode)}; refusing to replace it")
-        return destination
-
-    def commit(self, where: str) -> None:
-        """Rename every complete temporary file over its destination (checked again first)."""
-        for _, _, handle in self._pending.values():
-            handle.flush()
-            os.fsync(handle.fileno())
-            handle.close()
-        for destination, (name, temporary, _) in list(self._pending.items()):
-            self._destination(name, where)  # still not a symlink, nor a directory
-            os.replace(temporary, destination)  # rename(2) replaces the name, never follows it
-            del self._pending[destination]
-
-    def discard(self) -> None:
-        for _, temporary, handle in self._pending.values():
-            handle.close()
-            temporary.unlink(missing_ok=True)
-        self._pending.clear()

@@ -10,7 +10,7 @@ is saved in one go.
 Every byte of the source (external payloads and tensors, read through
 :mod:`onnx_struct.external` under the model-directory rules) is in memory before anything is
 written, and every file is written as a new temporary file renamed over its destination
-(:class:`onnx_struct.external.DirectoryWriter`): re-saving a model over itself keeps its payloads,
+(:class:`onnx_struct.payload.external_write.DirectoryWriter`): re-saving a model over itself keeps its payloads,
 and a destination that is a symlink is refused, never followed.
 """
 
@@ -24,6 +24,7 @@ import onnx
 
 from onnx_struct.errors import ValidationError
 from onnx_struct.payload import external
+from onnx_struct.payload.external_write import DirectoryWriter
 from onnx_struct.payload.view import view
 from onnx_struct.schema.model import LoadedModel, ModelLike, from_onnx, load, to_onnx
 
@@ -58,9 +59,13 @@ def save_with_external_data(
         view("weight", "out/model.onnx")  # reads out/model.onnx.data when a leaf is read
     """
     if align < 1:
-        raise ValidationError("align", f"alignment must be a positive number of bytes, not {align}")
+        raise ValidationError(
+            "align", f"alignment must be a positive number of bytes, not {align}", code="bad_argument"
+        )
     if size_threshold < 0:
-        raise ValidationError("size_threshold", f"threshold must be non-negative, not {size_threshold}")
+        raise ValidationError(
+            "size_threshold", f"threshold must be non-negative, not {size_threshold}", code="bad_argument"
+        )
     source = load(model)
     stock = to_onnx(source.proto)  # a copy; the caller's model is never modified
     if source.base_dir is not None:
@@ -76,7 +81,7 @@ def save_with_external_data(
     if not one_file_per_value:
         external.check_location(shared, "location")
     names = _FileNames({path.name}) if one_file_per_value else None
-    with external.DirectoryWriter(directory) as writer:
+    with DirectoryWriter(directory) as writer:
 
         def store(data, name_hint: str | None, where: str) -> tuple[str, int]:
             """Write ``data`` to its file; (location, offset)."""

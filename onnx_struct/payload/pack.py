@@ -34,7 +34,7 @@ from onnx_struct.layout.bits import write_leaf
 from onnx_struct.layout.leaves import Leaf, read_constant
 from onnx_struct.layout.table import TypeTable
 from onnx_struct.limits import MAX_PACK_ZERO_FILL_BYTES
-from onnx_struct.payload.view import layout_and_size, load_declarations
+from onnx_struct.payload.values import declaration_or_index, layout_and_size, load_declarations
 from onnx_struct.schema.builders import make_struct_value
 from onnx_struct.schema.model import StructProto, StructTypeProto
 
@@ -52,10 +52,7 @@ def pack(leaves: Mapping[str, ArrayLike], struct_type: StructTypeProto | int, mo
     b'\\x8d'
     """
     table = TypeTable(load_declarations(model, None)[1])
-    if isinstance(struct_type, int):
-        declaration = table.declaration(struct_type, "struct_type")
-    else:
-        declaration = struct_type
+    declaration, _ = declaration_or_index(struct_type, table)
     layout, nbytes = layout_and_size(table, declaration, "struct_type")
     by_path = {leaf.path: leaf for leaf in layout}
     arrays: list[tuple[Leaf, np.ndarray]] = []
@@ -84,7 +81,9 @@ def check_zero_fill(nbytes: int, arrays: list[tuple[Leaf, np.ndarray]], where: s
             where,
             f"the payload is {nbytes} bytes but the given leaves fill only {given}: packing would "
             f"zero-fill more than their size plus {MAX_PACK_ZERO_FILL_BYTES} bytes (pass the other leaves)",
-            size_bytes=nbytes,
+            code="limit_exceeded",
+            actual=nbytes - given,
+            limit=given + MAX_PACK_ZERO_FILL_BYTES,
         )
 
 
@@ -107,14 +106,18 @@ def coerce_leaf(value: ArrayLike, leaf: Leaf) -> np.ndarray:
     try:
         array = np.asarray(value)
     except ValueError as error:  # ragged nested sequences
-        raise ValidationError(where, f"value is not an array: {error}") from None
+        raise ValidationError(where, f"value is not an array: {error}", code="leaf_value") from None
     if leaf.kind == "constant":
         expected = read_constant(leaf.constant, leaf.source)
         if array.shape != expected.shape or not _same_values(array, expected):
-            raise ValidationError(where, f"is a constant and must equal {expected.tolist()!r} if given")
+            raise ValidationError(
+                where, f"is a constant and must equal {expected.tolist()!r} if given", code="leaf_value"
+            )
         return expected
     if array.shape != leaf.shape:
-        raise ValidationError(where, f"shape {array.shape} differs from the leaf's shape {leaf.shape}")
+        raise ValidationError(
+            where, f"shape {array.shape} differs from the leaf's shape {leaf.shape}", code="shape_mismatch"
+        )
     target = leaf.dtype
     if array.dtype != target:
         try:
@@ -125,10 +128,14 @@ def coerce_leaf(value: ArrayLike, leaf: Leaf) -> np.ndarray:
         except (TypeError, ValueError, OverflowError):
             exact = False
         if not exact:
-            raise ValidationError(where, f"dtype {array.dtype} does not convert to {target} without loss")
+            raise ValidationError(
+                where, f"dtype {array.dtype} does not convert to {target} without loss", code="leaf_value"
+            )
         array = converted
     if leaf.kind == "component" and leaf.bit_width < 64 and array.size and int(array.max()) >> leaf.bit_width:
-        raise ValidationError(where, f"value {int(array.max())} does not fit in {leaf.bit_width} bits")
+        raise ValidationError(
+            where, f"value {int(array.max())} does not fit in {leaf.bit_width} bits", code="leaf_value"
+        )
     return array
 
 

@@ -10,17 +10,25 @@ read by the bit kernels of :mod:`onnx_struct.layout.bits` (zero-copy where the l
 from __future__ import annotations
 
 import os
-import pathlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from onnx_struct.errors import LeafNotFoundError, ValidationError
+from onnx_struct.errors import LeafNotFoundError
 from onnx_struct.layout.bits import read_leaf
 from onnx_struct.layout.leaves import Leaf
 from onnx_struct.layout.table import TypeTable
-from onnx_struct.payload import external
-from onnx_struct.schema.model import LoadedModel, StructProto, StructTypeProto, load
+from onnx_struct.payload.values import (  # noqa: F401 - load_declarations, value_declaration re-exported
+    ExternalPayload,
+    ResolvedValue,
+    declaration_or_index,
+    layout_and_size,
+    load_declarations,
+    resolve_value,
+    size_mismatch,
+    value_declaration,
+)
+from onnx_struct.schema.model import StructProto, StructTypeProto
 
 __all__ = ["StructView", "view", "view_buffer", "read_leaf", "value_declaration"]
 
@@ -32,7 +40,7 @@ class StructView(Mapping):
     payload; other leaves are materialized on each access (nothing is cached).
     """
 
-    def __init__(self, buffer, layout: tuple[Leaf, ...], name: str = "") -> None:
+    def __init__(self, buffer, layout: tuple[Leaf, ...], name: str = "", where: str = "") -> None:
         # ``buffer`` is any buffer, or an ExternalPayload read on the first access to a leaf
         # (so a view used only for its layout, as by ``lower``, reads nothing).
         self._source = buffer if isinstance(buffer, ExternalPayload) else None
@@ -40,6 +48,7 @@ class StructView(Mapping):
         self._layout = tuple(layout)
         self._by_path = {leaf.path: leaf for leaf in self._layout}
         self.name = name
+        self.where = where or (f"struct value {name!r}" if name else "struct view")  # errors' path
 
     @property
     def _data(self) -> np.ndarray:
@@ -74,8 +83,7 @@ class StructView(Mapping):
             return self._by_path[path]
         except KeyError:
             known = ", ".join(repr(p) for p in self._by_path) or "none"
-            where = f"struct value {self.name!r}" if self.name else "struct view"
-            raise LeafNotFoundError(where, f"no leaf {path!r}; leaves are: {known}", leaf=path) from None
+            raise LeafNotFoundError(self.where, f"no leaf {path!r}; leaves are: {known}", leaf=path) from None
 
     def __getitem__(self, path: str) -> np.ndarray:
         return read_leaf(self._data, self.leaf(path))
@@ -117,24 +125,12 @@ def view(
     >>> v["values"].dtype, v["scale"]
     (dtype(int4), array(0.125, dtype=float32))
     """
-    loaded, struct_types = load_declarations(model, base_dir)
-    if isinstance(value, str):
-        if loaded is None:
-            raise ValidationError("graph.struct_initializer", f"struct value {value!r} named without a model")
-        index = next((i for i, v in enumerate(loaded.struct_values) if v.name == value), None)
-        if index is None:
-            loaded.struct_value(value)  # raises the "no struct value named ..." error with the known names
-        proto = loaded.struct_values[index]
-        where = f"graph.struct_initializer[{index}] ({value!r})"
-    else:
-        proto = value
-        where = f"struct value {value.name!r}" if value.name else "struct value"
-    directory = pathlib.Path(base_dir) if base_dir is not None else (loaded.base_dir if loaded else None)
-    table = TypeTable(struct_types)
-    declaration = value_declaration(proto, table, where)
-    layout, nbytes = layout_and_size(table, declaration, where)
-    buffer = _payload(proto, nbytes, directory, where)
-    return StructView(buffer, layout, proto.name)
+    return view_of(resolve_value(value, model, base_dir))
+
+
+def view_of(resolved: ResolvedValue) -> StructView:
+    """The view of an already resolved value (nothing is read)."""
+    return StructView(resolved.payload, resolved.leaves, resolved.proto.name, resolved.where)
 
 
 def view_buffer(buffer, struct_type: StructTypeProto | int, model=None, *, name: str = "") -> StructView:
@@ -144,77 +140,9 @@ def view_buffer(buffer, struct_type: StructTypeProto | int, model=None, *, name:
     """
     table = TypeTable(load_declarations(model, None)[1])
     where = f"struct value {name!r}" if name else "buffer"
-    if isinstance(struct_type, int):
-        declaration = table.declaration(struct_type, f"{where}.type")
-    else:
-        declaration = struct_type
+    declaration, _ = declaration_or_index(struct_type, table, f"{where}.type")
     layout, nbytes = layout_and_size(table, declaration, where)
     data = memoryview(buffer).cast("B") if not isinstance(buffer, np.ndarray) else buffer.reshape(-1).view(np.uint8)
     if len(data) != nbytes:
-        raise ValidationError(
-            where, f"payload is {len(data)} bytes; the type requires {nbytes}", expected=nbytes, actual=len(data)
-        )
+        raise size_mismatch(where, len(data), nbytes)
     return StructView(data, layout, name)
-
-
-def load_declarations(model, base_dir) -> tuple[LoadedModel | None, Sequence[StructTypeProto]]:
-    """(the loaded model or None, its declarations); ``model`` may also be a list of declarations."""
-    if model is None:
-        return None, ()
-    if isinstance(model, (list, tuple)):
-        return None, model
-    loaded = load(model, base_dir)
-    return loaded, list(loaded.struct_types)  # a list: callers pass it on as a list of declarations
-
-
-def value_declaration(value: StructProto, table: TypeTable, where: str) -> StructTypeProto:
-    """The concrete root declaration of a struct value (inline ``struct_type`` or ``type`` index)."""
-    if value.HasField("struct_type"):
-        if value.type != -1:
-            raise ValidationError(f"{where}.type", f"type must be -1 when struct_type is present, not {value.type}")
-        return value.struct_type
-    if value.type == -1:
-        raise ValidationError(f"{where}.type", "type is -1 but struct_type is absent")
-    return table.declaration(value.type, f"{where}.type")
-
-
-def layout_and_size(table: TypeTable, declaration: StructTypeProto, where: str) -> tuple[tuple[Leaf, ...], int]:
-    kind = declaration.WhichOneof("kind")
-    if kind not in ("array", "structure", "bit_packing"):
-        raise ValidationError(
-            where, f"the root of a struct value must be a concrete declaration, not {kind or 'unset'}"
-        )
-    bits = table.size(declaration, where)  # iterative and memoized: no RecursionError to catch
-    if bits % 8:
-        raise ValidationError(where, f"size {bits} bits is not a whole number of bytes", size_in_bits=bits)
-    return table.leaves(declaration, where), bits // 8
-
-
-class ExternalPayload:
-    """A verified external range, read into memory (a copy, never a memory map) on first use."""
-
-    def __init__(self, file: pathlib.Path, offset: int, length: int, where: str) -> None:
-        self.file, self.offset, self.length, self.where = file, offset, length, where
-
-    def read(self) -> np.ndarray:
-        return external.read_range(self.file, self.offset, self.length, f"{self.where}.external_data")
-
-
-def _payload(value: StructProto, nbytes: int, base_dir: pathlib.Path | None, where: str):
-    if len(value.external_data):
-        located = external.external_payload_range(value, nbytes, base_dir, where)
-        if located is None:
-            raise ValidationError(
-                f"{where}.external_data",
-                "external payload but no base directory (load the model from a path or pass base_dir)",
-            )
-        return ExternalPayload(located[0], located[1], nbytes, where)
-    data = value.raw_data  # each access copies the payload out of the message: read it once
-    if len(data) != nbytes:
-        raise ValidationError(
-            where,
-            f"payload is {len(data)} bytes; the type requires {nbytes}",
-            expected=nbytes,
-            actual=len(data),
-        )
-    return data

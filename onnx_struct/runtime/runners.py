@@ -54,7 +54,8 @@ from onnx_struct.layout import dtypes
 from onnx_struct.layout.bits import pack_sub_byte, unpack_sub_byte
 from onnx_struct.layout.table import Leaf, TypeTable
 from onnx_struct.payload import buffer_pool, external
-from onnx_struct.payload.view import StructView, load_declarations, value_declaration, view
+from onnx_struct.payload.values import constant_tensor, declaration_or_index, load_declarations, resolve_value
+from onnx_struct.payload.view import StructView, view_of
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors, ort_limits, ort_version
 from onnx_struct.schema.model import StructProto, StructTypeProto
 
@@ -129,10 +130,7 @@ def leaf_feeds(struct_view: StructView, bound: Mapping[str, Leaf]) -> tuple[dict
     data = struct_view.buffer
     for name, leaf in bound.items():
         if leaf.kind == "constant":
-            tensor = TensorProto()
-            tensor.CopyFrom(leaf.constant)
-            tensor.name = name
-            constants.append(tensor)
+            constants.append(constant_tensor(leaf, name))
             continue
         elem_type = onnx_elem_type(leaf)
         if elem_type in PACKED_TYPES and leaf.kind == "tensor":
@@ -265,6 +263,7 @@ class FunctionRunner:
                     f"{ort_version()} supports up to {max_opset} (runtime='reference' runs it in onnx's evaluator)",
                     opset=opset.version,
                     supported=max_opset,
+                    code="unsupported_opset",
                 )
 
     def _create_session(self):
@@ -276,7 +275,9 @@ class FunctionRunner:
         except onnx.checker.ValidationError as error:  # onnx's own, e.g. recursive model-local functions
             if isinstance(error, ValidationError):
                 raise
-            raise ValidationError(self.where, f"functions cannot be inlined: {_first_line(error)}") from None
+            raise ValidationError(
+                self.where, f"functions cannot be inlined: {_first_line(error)}", code="runtime_failure"
+            ) from None
         inlined.ir_version = min(inlined.ir_version, ort_limits()[0])
         inlined, self._reshape = _trailing_reshape(inlined)
         self._fetch = [o.name for o in inlined.graph.output]
@@ -296,25 +297,33 @@ class FunctionRunner:
         try:
             return ReferenceEvaluator(self.model)
         except Exception as error:  # the evaluator raises assorted types for unsupported models
-            raise ValidationError(self.where, f"onnx's reference evaluator cannot run this function: {error}") from None
+            raise ValidationError(
+                self.where, f"onnx's reference evaluator cannot run this function: {error}", code="runtime_failure"
+            ) from None
 
     def run(self, feeds: Mapping[str, Feed]) -> list[np.ndarray]:
         """The function's outputs for ``feeds`` (input name -> Feed), as numpy arrays."""
         if self.runtime == "unavailable":
-            raise ValidationError(self.where, "onnxruntime cannot run this function (built without a fallback)")
+            raise ValidationError(
+                self.where, "onnxruntime cannot run this function (built without a fallback)", code="runtime_failure"
+            )
         if self._session is not None:
             try:
                 values = self._session.run_with_ort_values(
                     self._fetch, {name: feed.ort_value() for name, feed in feeds.items()}
                 )
             except ort_errors() as error:
-                raise ValidationError(self.where, f"failed in onnxruntime: {_first_line(error)}") from None
+                raise ValidationError(
+                    self.where, f"failed in onnxruntime: {_first_line(error)}", code="runtime_failure"
+                ) from None
             outputs = [ortvalue_to_numpy(v) for v in values]
             if self._reshape is not None:
                 try:
                     outputs[0] = _apply_reshape(outputs[0], self._reshape)
                 except ValueError as error:
-                    raise ValidationError(self.where, f"failed in onnxruntime: Reshape: {error}") from None
+                    raise ValidationError(
+                        self.where, f"failed in onnxruntime: Reshape: {error}", code="runtime_failure"
+                    ) from None
             return outputs
         try:
             # IEEE results (inf * 0 = NaN in a scale) are the format's semantics, as in onnxruntime,
@@ -322,7 +331,9 @@ class FunctionRunner:
             with np.errstate(all="ignore"):
                 results = self._reference.run(None, {name: feed.numpy() for name, feed in feeds.items()})
         except Exception as error:
-            raise ValidationError(self.where, f"failed in onnx's reference evaluator: {error}") from None
+            raise ValidationError(
+                self.where, f"failed in onnx's reference evaluator: {error}", code="runtime_failure"
+            ) from None
         return [np.asarray(r) for r in results]
 
     def output_shape(self) -> tuple[int, ...] | None:
@@ -359,7 +370,9 @@ class FunctionRunner:
         try:
             self._session.run_with_iobinding(io)
         except (*ort_errors(), RuntimeError) as error:  # IOBinding runs raise RuntimeError
-            raise ValidationError(self.where, f"failed in onnxruntime: {_first_line(error)}") from None
+            raise ValidationError(
+                self.where, f"failed in onnxruntime: {_first_line(error)}", code="runtime_failure"
+            ) from None
 
 
 def _first_line(error: BaseException) -> str:
@@ -461,27 +474,10 @@ def open_value(
     """(view, root declaration, the declaration's path) of a StructProto or a named struct value.
 
     ``model`` is any model form, a list of declarations (resolving ``type`` and ``type_index``),
-    or None.
+    or None. Resolved by :func:`onnx_struct.payload.values.resolve_value`, as check and view do.
     """
-    loaded, declarations = load_declarations(model, base_dir)
-    table = TypeTable(declarations)
-    if isinstance(value, str):
-        if loaded is None:
-            raise ValidationError("graph.struct_initializer", f"struct value {value!r} named without a model")
-        proto = loaded.struct_value(value)
-        index = next(i for i, v in enumerate(loaded.struct_values) if v.name == value)
-        where = f"graph.struct_initializer[{index}] ({value!r})"
-    elif isinstance(value, StructProto):
-        proto = value
-        where = f"struct value {value.name!r}" if value.name else "struct value"
-    else:
-        raise TypeError(f"expected a StructProto or the name of a struct value, got {type(value).__name__}")
-    declaration = value_declaration(proto, table, where)
-    path = table.path(proto.type) if not proto.HasField("struct_type") else f"{where}.struct_type"
-    if declaration.name:
-        path = f"{path} ({declaration.name!r})"
-    struct_view = view(proto, loaded if loaded is not None else declarations, base_dir=base_dir)
-    return struct_view, declaration, path
+    resolved = resolve_value(value, model, base_dir)
+    return view_of(resolved), resolved.declaration, resolved.declaration_path
 
 
 def decode(
@@ -504,7 +500,9 @@ def decode(
     _check_runtime(runtime)
     struct_view, declaration, where = open_value(value, model, base_dir)
     if not declaration.HasField("decoder"):
-        raise ValidationError(where, "the root declaration has no decoder, so the value has no logical value")
+        raise ValidationError(
+            where, "the root declaration has no decoder, so the value has no logical value", code="no_decoder"
+        )
     decoder = declaration.decoder
     decoder_path = bindings.function_label(f"{where}.decoder", decoder)
     bound = bindings.bind_decoder(decoder, struct_view.layout, f"{where}.decoder")
@@ -544,16 +542,9 @@ def encode(
     _check_runtime(runtime)
     declarations = load_declarations(model, None)[1]
     table = TypeTable(declarations)
-    if isinstance(struct_type, int):
-        declaration = table.declaration(struct_type, "struct_type")
-        where = table.path(struct_type)
-    else:
-        declaration = struct_type
-        where = "struct_type"
-    if declaration.name:
-        where = f"{where} ({declaration.name!r})"
+    declaration, where = declaration_or_index(struct_type, table)
     if not declaration.HasField("encoder"):
-        raise ValidationError(where, "the declaration has no encoder")
+        raise ValidationError(where, "the declaration has no encoder", code="no_encoder")
     encoder = declaration.encoder
     encoder_path = bindings.function_label(f"{where}.encoder", encoder)
     layout = table.leaves(declaration, where)
@@ -563,9 +554,13 @@ def encode(
     try:
         elem_type = helper.np_dtype_to_tensor_dtype(x.dtype)
     except (KeyError, ValueError, TypeError):
-        raise ValidationError(encoder_path, f"input dtype {x.dtype} has no ONNX element type") from None
+        raise ValidationError(
+            encoder_path, f"input dtype {x.dtype} has no ONNX element type", code="unknown_element_type"
+        ) from None
     if x.dtype.hasobject:
-        raise ValidationError(encoder_path, f"input dtype {x.dtype} has no ONNX element type")
+        raise ValidationError(
+            encoder_path, f"input dtype {x.dtype} has no ONNX element type", code="unknown_element_type"
+        )
     feed = Feed(elem_type, x.shape, array=x)
     # The policy's budget also counts the payload the encoder writes.
     written = table.size(declaration, where) // 8
@@ -582,11 +577,13 @@ def encode(
     for (output_name, leaf), result in zip(bound.items(), outputs, strict=True):
         if result.shape != leaf.shape:
             raise ValidationError(
-                encoder_path, f"output {output_name!r} has shape {result.shape}; leaf {leaf.path!r} is {leaf.shape}"
+                encoder_path,
+                f"output {output_name!r} has shape {result.shape}; leaf {leaf.path!r} is {leaf.shape}",
+                code="shape_mismatch",
             )
         leaves[leaf.path] = result
     try:
         payload = pack(leaves, declaration, declarations)
     except ValidationError as error:
-        raise ValidationError(encoder_path, f"output does not fit its leaf: {error}") from None
+        raise ValidationError(encoder_path, f"output does not fit its leaf: {error}", code="leaf_value") from None
     return make_struct_value(name, struct_type if isinstance(struct_type, int) else declaration, payload)

@@ -61,6 +61,9 @@ class InferenceSession:
                 "",
                 "the lowered model exceeds protobuf's 2 GiB limit; store the struct payloads externally "
                 "(save_with_external_data) so that their leaves are referenced, not copied",
+                code="limit_exceeded",
+                actual=lowering.model.ByteSize(),
+                limit=_PROTOBUF_LIMIT,
             )
         options = sess_options if sess_options is not None else ort.SessionOptions()
         if sess_options is None:
@@ -82,6 +85,7 @@ class InferenceSession:
                 "",
                 f"onnxruntime {ort.__version__} cannot load the lowered model: {message} "
                 "(onnx_struct.decode falls back to onnx's reference evaluator for such decoders)",
+                code="runtime_failure",
             ) from None
 
     @property
@@ -125,6 +129,7 @@ class InferenceSession:
                 where,
                 f"expects a StructProto or payload bytes of struct_types[{info.type_index}], "
                 f"not {type(value).__name__}",
+                code="wrong_input",
             )
         return leaf_feeds(struct_view, info.leaf_inputs)[0]
 
@@ -137,7 +142,9 @@ class InferenceSession:
             same = value.type == info.type_index
         if not same:
             raise ValidationError(
-                where, f"expects a value of struct_types[{info.type_index}]; the StructProto has another type"
+                where,
+                f"expects a value of struct_types[{info.type_index}]; the StructProto has another type",
+                code="type_mismatch",
             )
         return view(value, self._declarations, base_dir=self._base_dir)
 
@@ -151,10 +158,12 @@ def _payload_bytes(value, where: str) -> bytes | np.ndarray:
     try:
         array = np.asarray(value)
     except (TypeError, ValueError, BufferError) as error:
-        raise ValidationError(where, f"payload buffer cannot be read: {error}") from None
+        raise ValidationError(where, f"payload buffer cannot be read: {error}", code="wrong_input") from None
     if array.dtype.hasobject or array.dtype.kind not in "biufcV" or array.dtype.itemsize == 0:
         raise ValidationError(
-            where, f"payload must be bytes or an array of fixed-size numbers, not dtype {array.dtype}"
+            where,
+            f"payload must be bytes or an array of fixed-size numbers, not dtype {array.dtype}",
+            code="wrong_input",
         )
     return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
 

@@ -50,7 +50,9 @@ class LoadedModel:
                 return value
         names = [v.name for v in self.proto.graph.struct_initializer]
         known = ", ".join(n if isinstance(n, str) else repr(n) for n in names)  # proto2 gives non-UTF-8 as bytes
-        raise ValidationError("graph.struct_initializer", f"no struct value named {name!r}", known=known)
+        raise ValidationError(
+            "graph.struct_initializer", f"no struct value named {name!r}", known=known, code="unknown_value"
+        )
 
 
 def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = None) -> LoadedModel:
@@ -90,7 +92,7 @@ def _parse(data: bytes, origin: str) -> pb.ModelProto:
     try:
         return pb.ModelProto.FromString(data)
     except DecodeError as error:
-        raise ValidationError("", f"{origin} is not a parsable ONNX model: {error}") from None
+        raise ValidationError("", f"{origin} is not a parsable ONNX model: {error}", code="not_parsable") from None
 
 
 def from_onnx(model: onnx.ModelProto) -> pb.ModelProto:

@@ -149,7 +149,7 @@ def scan_model(data: bytes, plain_values: Container[int] = ()) -> ValidationErro
     try:
         return _scan(data, plain_values)
     except _Malformed as error:
-        return ValidationError("", f"the model is not well-formed protobuf at byte {error.pos}")
+        return ValidationError("", f"the model is not well-formed protobuf at byte {error.pos}", code="not_parsable")
 
 
 def _scan(data: bytes, plain_values: Container[int]) -> ValidationError | None:
@@ -283,7 +283,7 @@ def _problem(data: bytes, frames: list[tuple], number: int | None, reason: str) 
     if number is not None:
         name = frames[-1][0].names[number]
         path = f"{path}.{name}" if path else name
-    return ValidationError(path, reason)
+    return ValidationError(path, reason, code="wire_format")
 
 
 def _path(data: bytes, frames: list[tuple]) -> str:

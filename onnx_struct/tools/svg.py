@@ -46,7 +46,12 @@ def _find(declarations, type_ref: str | int) -> int:
     if isinstance(type_ref, int) or (isinstance(type_ref, str) and type_ref.isdigit()):
         index = int(type_ref)
         if not 0 <= index < len(declarations):
-            raise ValidationError("--type", f"type index {index} is out of range ({len(declarations)} struct_types)")
+            raise ValidationError(
+                "--type",
+                f"type index {index} is out of range ({len(declarations)} struct_types)",
+                code="unknown_type_index",
+                index=index,
+            )
         return index
     for i, declaration in enumerate(declarations):
         if declaration.name == type_ref:

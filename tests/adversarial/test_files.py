@@ -189,7 +189,9 @@ def test_constant_leaf_with_external_data_is_refused_by_decode(tmp_path):
     S.add_struct_values(model, S.make_struct_value("w", S.make_structure(fields, decoder=decoder), raw_data=bytes(4)))
     onnx.save(model, directory / "m.onnx")
     out = run_bounded("S.decode('w', ARG)", str(directory / "m.onnx"), cpu_seconds=20, cwd=_cwd_with_secret(tmp_path))
-    out.assert_validation_error("struct value 'w'.structure.field[1] ('c')", contains="external data is not allowed")
+    out.assert_validation_error(
+        "graph.struct_initializer[0] ('w').structure.field[1] ('c')", contains="external data is not allowed"
+    )
 
 
 def test_inspect_svg_does_not_read_the_current_directory(tmp_path):
@@ -316,7 +318,7 @@ def test_offset_or_length_with_very_many_digits(tmp_path, code, key):
     path = _external_value_model(directory, "w.bin", **{key: "1" * 5000})
     (directory / "w.bin").write_bytes(PAYLOAD)
     index = {"offset": 1, "length": 2}[key]
-    value = "struct value 'w'" if "decode" in code else "graph.struct_initializer[0] ('w')"  # decode's own label
+    value = "graph.struct_initializer[0] ('w')"  # one resolver: decode reports the checker's path too
     out = run_bounded(code, str(path), cpu_seconds=10)
     out.assert_validation_error(f"{value}.external_data[{index}] ('{key}')", contains="at most 20 digits")
 

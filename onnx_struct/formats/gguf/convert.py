@@ -104,6 +104,7 @@ def convert(
                 str(source),
                 f"the tensors hold {total} bytes, more than one ONNX file can hold inline; use reference=True",
                 actual=total,
+                code="limit_exceeded",
             )
     roots: dict[tuple[str, tuple[int, ...]], int] = {}  # (format, shape) -> root index, shared by same-shape tensors
     for i, tensor in enumerate(reader.tensors):
@@ -183,6 +184,7 @@ def _root_index(model, type_name, shape, n_bytes, roots, keep_unknown, gguf, whe
                 where,
                 f"GGML type {type_name} has no registered format; pass keep_unknown=True (--keep-unknown) to keep it as raw bytes",
                 gguf_type=type_name,
+                code="unknown_gguf_type",
             )
         # No decoder: the bytes are kept and checkable, but no node may consume the value.
         metadata = {"gguf.type": type_name, "gguf.shape": json.dumps(list(shape))}

@@ -43,7 +43,7 @@ def _unique_name(cursor, where: str, what: str, seen: set[str], duplicate: str) 
     name = cursor.text(where, what)
     where = f"{where} ({name!r})"
     if name in seen:
-        raise ValidationError(where, duplicate)
+        raise ValidationError(where, duplicate, code="duplicate_name")
     return name, where
 
 
@@ -56,13 +56,24 @@ def check_gguf_bytes(data: bytes | bytearray | memoryview | mmap.mmap, quant_siz
     """
     cursor = _Cursor(data)
     if cursor.size < 4 or bytes(data[:4]) != MAGIC:
-        raise ValidationError(HEADER, "not a GGUF file (it does not start with the magic bytes 'GGUF')")
+        raise ValidationError(
+            HEADER, "not a GGUF file (it does not start with the magic bytes 'GGUF')", code="not_gguf"
+        )
     cursor.position = 4
     version = cursor.u32(HEADER, "the version")
     if version not in VERSIONS:
         if int.from_bytes(version.to_bytes(4, "little"), "big") in VERSIONS:
-            raise ValidationError(HEADER, "big-endian GGUF files are not supported (payloads must be little-endian)")
-        raise ValidationError(HEADER, f"GGUF version {version} is not supported (only {VERSIONS})", actual=version)
+            raise ValidationError(
+                HEADER,
+                "big-endian GGUF files are not supported (payloads must be little-endian)",
+                code="unsupported_gguf",
+            )
+        raise ValidationError(
+            HEADER,
+            f"GGUF version {version} is not supported (only {VERSIONS})",
+            actual=version,
+            code="unsupported_gguf",
+        )
     tensor_count = cursor.u64(HEADER, "the tensor count")
     kv_count = cursor.u64(HEADER, "the key-value count")
     _check_count(cursor, HEADER, "tensor count", tensor_count, MIN_TENSOR_INFO, MAX_GGUF_TENSORS)
@@ -119,6 +130,7 @@ class _Cursor:
                 where,
                 f"{what} needs {n} bytes at offset {self.position}, but the file ends {self.remaining} bytes later",
                 file_size=self.size,
+                code="file_too_short",
             )
 
     def u32(self, where: str, what: str) -> int:
@@ -141,7 +153,7 @@ class _Cursor:
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError as error:
-            raise ValidationError(where, f"{what} is not valid UTF-8: {error}") from None
+            raise ValidationError(where, f"{what} is not valid UTF-8: {error}", code="invalid_utf8") from None
 
 
 class _Budget:
@@ -158,12 +170,15 @@ class _Budget:
                 where,
                 f"the metadata holds more than {MAX_GGUF_METADATA_ITEMS} values (array elements included)",
                 limit=MAX_GGUF_METADATA_ITEMS,
+                code="limit_exceeded",
             )
 
 
 def _check_count(cursor: _Cursor, where: str, what: str, count: int, min_size: int, limit: int) -> None:
     if count > limit:
-        raise ValidationError(where, f"{what} {count} exceeds the limit {limit}", actual=count, limit=limit)
+        raise ValidationError(
+            where, f"{what} {count} exceeds the limit {limit}", actual=count, limit=limit, code="limit_exceeded"
+        )
     cursor.need(count * min_size, where, f"{what} {count} ({min_size} bytes each at least)")
 
 
@@ -192,10 +207,18 @@ def _skip_value(cursor: _Cursor, value_type: int, budget: _Budget, where: str) -
             inner_type = cursor.u32(where, "an array's element type")
             count = cursor.u64(where, "an array's length")
             if inner_type not in MIN_SIZES:
-                raise ValidationError(where, f"unknown GGUF value type {inner_type} in an array", actual=inner_type)
+                raise ValidationError(
+                    where,
+                    f"unknown GGUF value type {inner_type} in an array",
+                    actual=inner_type,
+                    code="unknown_gguf_type",
+                )
             if depth + 1 > MAX_GGUF_ARRAY_DEPTH:
                 raise ValidationError(
-                    where, f"arrays nested more than {MAX_GGUF_ARRAY_DEPTH} deep", limit=MAX_GGUF_ARRAY_DEPTH
+                    where,
+                    f"arrays nested more than {MAX_GGUF_ARRAY_DEPTH} deep",
+                    limit=MAX_GGUF_ARRAY_DEPTH,
+                    code="limit_exceeded",
                 )
             if depth > 0:  # gguf-py records the element type of the first inner array only
                 if frame[3] is None:
@@ -206,7 +229,9 @@ def _skip_value(cursor: _Cursor, value_type: int, budget: _Budget, where: str) -
             budget.spend(count, where)
             stack.append([inner_type, count, depth + 1, None])
         else:
-            raise ValidationError(where, f"unknown GGUF value type {element_type}", actual=element_type)
+            raise ValidationError(
+                where, f"unknown GGUF value type {element_type}", actual=element_type, code="unknown_gguf_type"
+            )
 
 
 def _alignment(data, start: int, value_type: int, where: str) -> int:
@@ -222,7 +247,7 @@ def _alignment(data, start: int, value_type: int, where: str) -> int:
 
 def _check_tensor(where, dims, ggml_type, offset, alignment, data_size, quant_sizes) -> None:
     if ggml_type not in quant_sizes:
-        raise ValidationError(where, f"unknown GGML type {ggml_type}", actual=ggml_type)
+        raise ValidationError(where, f"unknown GGML type {ggml_type}", actual=ggml_type, code="unknown_gguf_type")
     block_size, type_size = quant_sizes[ggml_type]
     if any(d == 0 for d in dims):
         # A zero dimension would leave the others unbounded by the bytes the tensor occupies.
@@ -242,4 +267,5 @@ def _check_tensor(where, dims, ggml_type, offset, alignment, data_size, quant_si
             f"(the tensor data section holds {data_size} bytes)",
             offset=offset,
             length=n_bytes,
+            code="file_too_short",
         )
