@@ -90,7 +90,10 @@ class TypeTable:
         if index in values:
             return values[index]
         if index in errors:
-            raise errors[index]
+            # A fresh traceback each time: re-raising the one remembered object would append this
+            # call's frames to its traceback on every root, so 20,000 roots on one cycle would build
+            # a traceback of 60,000 frames (seconds to format, ~20 MB of text).
+            raise errors[index].with_traceback(None)
         in_progress: set[int] = set()
         stack = [(index, False)]
         count = len(self.declarations)
@@ -100,7 +103,7 @@ class TypeTable:
                 if current in values:
                     continue
                 if current in errors:
-                    raise errors[current]
+                    raise errors[current].with_traceback(None)
                 if references_done:
                     in_progress.discard(current)
                     values[current] = compute(self.declarations[current], self.path(current), values.__getitem__)
@@ -125,7 +128,7 @@ class TypeTable:
             if candidate == target:
                 self.declaration(target, ref_path)
                 if target in errors:
-                    raise errors[target]
+                    raise errors[target].with_traceback(None)
                 raise ValidationError(ref_path, f"cyclic type reference to {self.path(target)}", code="cycle")
 
     # ------------------------------------------------------------------ sizes

@@ -266,3 +266,22 @@ def test_zero_size_leaf_whose_shape_does_not_fit_int64_is_refused(tmp_path, case
     first = {"array": 0, "bit_packing": 1, "product": 0}[case]
     where = "graph.struct_initializer[0] ('v')" if operation == "view" and first == 0 else f"struct_types[{first}]"
     out.assert_validation_error(f"{where}.", contains="more elements than numpy can describe")
+
+
+def test_a_remembered_failure_is_raised_with_a_fresh_traceback():
+    # Re-raising one remembered exception object appends each call's frames to its traceback: over
+    # every root of a long cycle that built a 60,000-frame traceback (seconds and ~20 MB to format,
+    # which the CPU-limited children above then spent formatting it).
+    import traceback
+
+    from onnx_struct.layout.table import TypeTable
+
+    table = TypeTable(cycle(2_000))
+    frames = []
+    for root in range(2_000):
+        try:
+            table.size_of_index(root, f"struct_types[{root}]")
+        except S.ValidationError as error:
+            frames.append(len(traceback.extract_tb(error.__traceback__)))
+    assert len(frames) == 2_000
+    assert max(frames) < 20, max(frames)
