@@ -142,19 +142,17 @@ def view(
     if isinstance(value, str):
         if loaded is None:
             raise ValidationError("graph.struct_initializer", f"struct value {value!r} named without a model")
-        index = next((i for i, v in enumerate(loaded.struct_values) if v.name == value), None)
-        if index is None:
-            loaded.struct_value(value)  # raises the "no struct value named ..." error with the known names
-        proto = loaded.struct_values[index]
+        # ``inline``: the payload as a view of the model's bytes, when the load gives one
+        index, proto, inline = loaded.find_value(value)  # raises "no struct value named ..."
         where = f"graph.struct_initializer[{index}] ({value!r})"
     else:
-        proto = value
+        proto, inline = value, None
         where = f"struct value {value.name!r}" if value.name else "struct value"
     directory = pathlib.Path(base_dir) if base_dir is not None else (loaded.base_dir if loaded else None)
     table = TypeTable(struct_types)
     declaration = value_declaration(proto, table, where)
     layout, nbytes = layout_and_size(table, declaration, where)
-    buffer = _payload(proto, nbytes, directory, where)
+    buffer = _payload(proto, nbytes, directory, where, inline)
     return StructView(buffer, layout, proto.name)
 
 
@@ -221,7 +219,7 @@ class ExternalPayload:
         return external.read_range(self.file, self.offset, self.length, f"{self.where}.external_data")
 
 
-def _payload(value: StructProto, nbytes: int, base_dir: pathlib.Path | None, where: str):
+def _payload(value: StructProto, nbytes: int, base_dir: pathlib.Path | None, where: str, inline=None):
     if len(value.external_data):
         located = external.external_payload_range(value, nbytes, base_dir, where)
         if located is None:
@@ -230,7 +228,7 @@ def _payload(value: StructProto, nbytes: int, base_dir: pathlib.Path | None, whe
                 "external payload but no base directory (load the model from a path or pass base_dir)",
             )
         return ExternalPayload(located[0], located[1], nbytes, where)
-    data = value.raw_data  # each access copies the payload out of the message: read it once
+    data = value.raw_data if inline is None else inline  # raw_data copies the payload out: read it once
     if len(data) != nbytes:
         raise ValidationError(
             where,

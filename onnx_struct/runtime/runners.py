@@ -469,8 +469,8 @@ def open_value(
     if isinstance(value, str):
         if loaded is None:
             raise ValidationError("graph.struct_initializer", f"struct value {value!r} named without a model")
+        index = loaded.find_value(value)[0]  # without parsing every other value's payload
         proto = loaded.struct_value(value)
-        index = next(i for i, v in enumerate(loaded.struct_values) if v.name == value)
         where = f"graph.struct_initializer[{index}] ({value!r})"
     elif isinstance(value, StructProto):
         proto = value
