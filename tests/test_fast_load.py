@@ -146,7 +146,8 @@ def test_nesting_limit_counts_as_in_the_whole_parse():
     for k in range(26, 36):
         # By hand: protobuf's own builders refuse to copy a message past the limit.
         declaration = S.make_array(TensorProto.UINT8, 1).SerializeToString()
-        for _ in range(k):  # StructTypeProto.array(1) = Array{element_type(1) = TypeProto{struct_type(10)}, dimension(2)}
+        # StructTypeProto.array (1) = Array{element_type (1) = TypeProto{struct_type (10)}, dimension (2)}
+        for _ in range(k):
             declaration = field(1, field(1, field(10, declaration)) + b"\x10\x01")
         value = field(5, b"w") + b"\x08" + varint(2**64 - 1) + field(2, declaration) + field(3, b"\x07")
         model = stock(base_model().SerializeToString() + field(7, field(17, value)))
