@@ -257,7 +257,8 @@ _VALUE_INFO_TYPE_TAG = length_delimited(2, b"")[:1]  # ValueInfoProto.type = 2
 def graph_inputs_fragment(entries: Iterable[tuple[str, bytes]]) -> bytes:
     """Serialized ``GraphProto.input`` entries for ``(name, serialized TypeProto)`` pairs, to
     append thousands of inputs with one ``MergeFromString`` (building each ValueInfoProto as a
-    message costs ~1 us apiece). Short entries, nearly all of them, skip the general varint."""
+    message costs more than the whole fragment; figures in docs/benchmarks.md). Short entries,
+    nearly all of them, skip the general varint."""
     parts = []
     small = _ONE_BYTE_VARINTS
     for name, type_bytes in entries:
