@@ -98,7 +98,7 @@ class LoadedModel:
         values = self._struct_values()
         if values is None:
             return self.proto.graph.struct_initializer
-        return [values.full(i) for i in range(len(values.stripped))]
+        return values.all()
 
     def find_value(self, name: str) -> tuple[int, StructProto, memoryview | None]:
         """(index, value, inline payload) of the first struct value named ``name``.

@@ -74,6 +74,7 @@ class StructValues:
         self.stripped = stripped  # the parsed values, ``raw_data`` emptied
         self.payloads = payloads  # None: the value has no inline payload
         self._full: dict[int, pb.StructProto] = {}
+        self._all: list[pb.StructProto] | None = None
 
     def full(self, index: int) -> pb.StructProto:
         """The value with its payload, as a whole-model parse gives it (parsed once, on demand)."""
@@ -82,6 +83,12 @@ class StructValues:
             # Parsed alone: its stripped form parsed in place, so no nesting limit can differ.
             value = self._full[index] = pb.StructProto.FromString(self._entries[index])
         return value
+
+    def all(self) -> list[pb.StructProto]:
+        """Every value with its payload, in order (one list, built once)."""
+        if self._all is None:
+            self._all = [self.full(i) for i in range(len(self.stripped))]
+        return self._all
 
 
 def read_struct_values(model: onnx.ModelProto) -> StructValues | None:
