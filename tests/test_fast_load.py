@@ -156,3 +156,16 @@ def test_nesting_limit_counts_as_in_the_whole_parse():
         assert fast[0] == full[0], k
         results.add(fast[0])
     assert results == {"ok", "DecodeError"}  # the range straddles the limit
+
+
+def test_load_model_is_a_snapshot_and_rebasing_keeps_the_parts(tmp_path):
+    model = sample_model(tmp_path)
+    snapshot = S.load_model(model)
+    S.add_struct_values(model, S.make_struct_value("late", 0, raw_data=bytes(3)))
+    assert [v.name for v in snapshot.struct_values] == ["a", "inline", "ext", "a"]
+    assert [v.name for v in S.get_struct_values(model)] == ["a", "inline", "ext", "a", "late"]
+    lazy = load(model)
+    assert lazy.find_value("late")[0] == 4
+    rebased = load(lazy, tmp_path)
+    assert rebased.base_dir == tmp_path and rebased._proto is None
+    assert S.view("ext", rebased)[""].tolist() == [0x0B0A, 0x0D0C, 0x0F0E, 0x1110]
