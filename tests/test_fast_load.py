@@ -140,21 +140,26 @@ def test_malformed_struct_value_raises_what_the_whole_parse_raises():
 
 
 def test_nesting_limit_counts_as_in_the_whole_parse():
-    # An inline declaration nested k deep: both parses accept or refuse the same k (the limit is
-    # counted from the model, not from the struct value).
+    # An inline declaration nested deep: both parses accept or refuse the same depth (the limit
+    # is counted from the model, not from the struct value). Each level adds 3 messages, the base
+    # declaration 0, 1 or 2 more, so every depth around the limit is tried.
     results = set()
+    bases = [b"", field(1, b""), field(1, field(1, b""))]  # nothing, an empty Array, an Array with a TypeProto
     for k in range(26, 36):
-        # By hand: protobuf's own builders refuse to copy a message past the limit.
-        declaration = S.make_array(TensorProto.UINT8, 1).SerializeToString()
-        # StructTypeProto.array (1) = Array{element_type (1) = TypeProto{struct_type (10)}, dimension (2)}
-        for _ in range(k):
-            declaration = field(1, field(1, field(10, declaration)) + b"\x10\x01")
-        value = field(5, b"w") + b"\x08" + varint(2**64 - 1) + field(2, declaration) + field(3, b"\x07")
-        model = stock(base_model().SerializeToString() + field(7, field(17, value)))
-        fast = outcome(lambda model=model: [v.raw_data for v in S.get_struct_values(model)])
-        full = outcome(lambda model=model: [v.raw_data for v in S.from_onnx(model).graph.struct_initializer])
-        assert fast[0] == full[0], k
-        results.add(fast[0])
+        for base in bases:
+            # By hand: protobuf's own builders refuse to copy a message past the limit.
+            declaration = base
+            # StructTypeProto.array (1) = Array{element_type (1) = TypeProto{struct_type (10)}, dimension (2)}
+            for _ in range(k):
+                declaration = field(1, field(1, field(10, declaration)) + b"\x10\x01")
+            value = field(5, b"w") + b"\x08" + varint(2**64 - 1) + field(2, declaration) + field(3, b"\x07")
+            model = stock(base_model().SerializeToString() + field(7, field(17, value)))
+            fast = outcome(lambda model=model: [v.raw_data for v in S.get_struct_values(model)])
+            full = outcome(lambda model=model: [v.raw_data for v in S.from_onnx(model).graph.struct_initializer])
+            assert fast[0] == full[0], (k, base)
+            # view() reads the value without its payload: it too gets no further than the whole parse
+            assert outcome(lambda model=model: S.view("w", model).nbytes)[0] != "ok" or full[0] == "ok"
+            results.add(fast[0])
     assert results == {"ok", "DecodeError"}  # the range straddles the limit
 
 
