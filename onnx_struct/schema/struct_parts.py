@@ -9,8 +9,8 @@ re-parsing every node, tensor and inline payload of the model.
 The bytes are parsed as overlay messages *in their place*: the struct types inside a ModelProto,
 the struct values inside ModelProto.graph, so protobuf's nesting limit counts exactly as in a
 whole-model parse. A struct value's inline payload is not parsed at all: the value is parsed with
-an empty ``raw_data`` in place of the last one on the wire (which protobuf keeps), and the payload
-is a memoryview over the field's bytes. Anything this reader cannot vouch for (bytes that do not
+one empty ``raw_data`` in place of its ``raw_data`` fields (so ``HasField`` answers as before), and
+the payload, the last of them (the one protobuf keeps), is a memoryview over the field's bytes. Anything this reader cannot vouch for (bytes that do not
 parse, an unusual encoding of ``raw_data``) makes it return None: the caller then parses the whole
 model, which raises exactly what it raises today.
 """
