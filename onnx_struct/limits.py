@@ -80,6 +80,6 @@ MAX_GGUF_DIMS = 4
 # once per level (5,000 levels exhaust Python's stack).
 MAX_GGUF_ARRAY_DEPTH = 4
 # Metadata values of one GGUF file (key-value pairs plus array elements at every depth): gguf-py
-# builds one numpy array per element (about 1 KB and 10-25 us each). Real tokenizers hold up to
+# builds one numpy array per element (memory and time per item: docs/benchmarks.md). Real tokenizers hold up to
 # about 800,000 (Gemma 3: 3 x 262,144; Llama 3: 537,000).
 MAX_GGUF_METADATA_ITEMS = 2**21

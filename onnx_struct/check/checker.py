@@ -54,7 +54,7 @@ class _Checker:
         # One walk collects every place a struct part can be below the model-level ones.
         self.graphs, self.struct_type_protos = collect_graph_parts(self.proto)
         graph = self.proto.graph
-        # list(): iterating a upb repeated field directly costs ~0.15 us more per element, and
+        # list(): iterating a upb repeated field directly costs more per element (docs/benchmarks.md), and
         # reusing the element objects makes every later read of them cheaper.
         self.values = list(graph.struct_initializer)
         external = onnx.TensorProto.EXTERNAL
@@ -206,8 +206,8 @@ class _Checker:
                 and len(value.raw_data) == sizes[0]
             ):
                 # The serialized size of exactly type, raw_data and name proves that no other
-                # field (struct_type, external_data, unknown ones) is present: one call where
-                # reading external_data alone would cost ~0.6 us per value. type is present
+                # field (struct_type, external_data, unknown ones) is present: one call, cheaper
+                # than reading external_data alone (docs/benchmarks.md). type is present
                 # when not 0; an absent type 0 could leave room for a 2-byte field.
                 name_size = len(name.encode())
                 if value.ByteSize() == sizes[1] + (

@@ -36,7 +36,7 @@ def contiguous(array: np.ndarray) -> np.ndarray:
 
     Leaves of arrays of blocks are strided views with contiguous rows (``qs: [n, 16]`` at a stride
     of 18 bytes); numpy copies such rows element by element, but copies them as single void items
-    of the row's size about 7x faster (0.8 vs 5.5 ms for a 4096 x 4096 Q4_0 weight's ``qs``).
+    of the row's size several times faster (docs/benchmarks.md).
     """
     if array.flags.c_contiguous:
         return array

@@ -1,8 +1,8 @@
 """Recycled output buffers: a big decode result reuses memory that an earlier one gave back.
 
-A fresh 64 MB numpy array costs ~5 ms of page faults on this kind of machine before a byte is
-written (the kernel maps and zeroes every 4 KiB page on first touch: filling a fresh array takes
-12.6 ms, a reused one 7.5 ms). onnxruntime avoids that for the outputs it allocates by keeping
+A fresh 64 MB numpy array costs page faults before a byte is written (the kernel maps and
+zeroes every 4 KiB page on first touch: filling a fresh array is markedly slower than filling a
+reused one; figures in docs/benchmarks.md). onnxruntime avoids that for the outputs it allocates by keeping
 freed blocks in its arena; outputs onnx_struct allocates itself (the block-range parallel decode,
 :mod:`onnx_struct.parallel`) get the same from this pool.
 
@@ -29,9 +29,8 @@ import numpy as np
 
 # Free buffers kept for reuse, in bytes (beyond that the least recently returned are dropped):
 # eight 64 MB outputs. Memory a process holds for nothing visible, so bounded, and dropped by
-# runtime.clear_cache(). The block-range sessions' own arenas are range-sized: after decoding a
-# 4096 x 4096 Q2_K value (result dropped) a process holds 123 MiB more, where a whole-tensor
-# session's arena kept 264 MiB.
+# runtime.clear_cache(). The block-range sessions' own arenas are range-sized, so a process
+# keeps far less after a decode than a whole-tensor session's arena did (docs/benchmarks.md).
 MAX_FREE_BYTES = 512 << 20
 
 _returned: collections.deque[np.ndarray] = collections.deque()  # appended by finalizers, lock-free

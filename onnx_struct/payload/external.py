@@ -331,7 +331,7 @@ def may_hold_external_tensors(model, serialized: bytes | None) -> bool:
     """False only when ``serialized`` (the bytes ``model`` was parsed from) proves that no tensor
     has ``data_location = EXTERNAL``: the canonical mark is absent, and the bytes are exactly as
     long as their canonical re-encoding (an overlong varint spelling the field differently would
-    make them longer). The walk over every node this saves costs ~10 us per node."""
+    make them longer). This saves a walk over every node (its cost: docs/benchmarks.md)."""
     return serialized is None or EXTERNAL_MARK in serialized or model.ByteSize() != len(serialized)
 
 

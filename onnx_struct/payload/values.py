@@ -56,7 +56,7 @@ class ResolvedValue:
     """One struct value, resolved: everything an entry point needs before reading a leaf."""
 
     where: str  # e.g. "graph.struct_initializer[2] ('w')": the prefix of every error about it
-    proto: StructProto
+    proto: StructProto  # its raw_data may be empty when read lazily: use payload
     declaration: StructTypeProto  # the concrete root declaration
     declaration_path: str  # e.g. "struct_types[0] ('q4')" or "<where>.struct_type"
     table: TypeTable
@@ -81,17 +81,16 @@ def load_declarations(model, base_dir=None) -> tuple[LoadedModel | None, Sequenc
     return loaded, list(loaded.struct_types)  # a list: callers pass it on as a list of declarations
 
 
-def find_value(loaded: LoadedModel | None, name: str) -> tuple[int, StructProto]:
-    """(index, proto) of the struct value named ``name`` (the error lists the known names)."""
+def find_value(loaded: LoadedModel | None, name: str) -> tuple[int, StructProto, memoryview | None]:
+    """(index, proto, inline payload or None) of the struct value named ``name`` (the error lists
+    the known names). A payload that is not None is the value's ``raw_data`` as a zero-copy view of
+    the model's bytes (an ``onnx.ModelProto`` read through its unknown fields; the proto's own
+    ``raw_data`` is then empty): see :meth:`LoadedModel.find_value`."""
     if loaded is None:
         raise ValidationError(
             "graph.struct_initializer", f"struct value {name!r} named without a model", code="no_model", name=name
         )
-    for k, value in enumerate(loaded.struct_values):
-        if value.name == name:
-            return k, value
-    loaded.struct_value(name)  # raises "no struct value named ..." with the known names
-    raise AssertionError("unreachable")
+    return loaded.find_value(name)  # raises "no struct value named ..." with the known names
 
 
 def value_where(value: StructProto, loaded: LoadedModel | None) -> str:
@@ -173,8 +172,14 @@ def size_mismatch(where: str, actual: int, expected: int) -> ValidationError:
 
 
 def value_payload(
-    value: StructProto, size_bits: int, base_dir: os.PathLike | str | None, where: str, *, read: bool = True
-) -> bytes | ExternalPayload | None:
+    value: StructProto,
+    size_bits: int,
+    base_dir: os.PathLike | str | None,
+    where: str,
+    *,
+    read: bool = True,
+    inline: memoryview | None = None,
+) -> bytes | memoryview | ExternalPayload | None:
     """The payload of ``value`` verified against ``size_bits``: its inline bytes, or its external
     range (only ``stat`` touches the file). Without ``base_dir`` an external payload is an error
     when ``read``, else only its entries are checked and None is returned."""
@@ -191,7 +196,9 @@ def value_payload(
                 code="no_base_dir",
             )
         return ExternalPayload(located[0], located[1], nbytes, where)
-    data = value.raw_data  # each access copies the payload out of the message: read it once
+    # raw_data copies the payload out of the message on each access: read it once, or not at all
+    # when the load already holds it as a view (``inline``)
+    data = value.raw_data if inline is None else inline
     if len(data) != nbytes:
         raise size_mismatch(where, len(data), nbytes)
     return data
@@ -211,10 +218,10 @@ def resolve_value(
     passes ``graph.struct_initializer[k] (...)``, sparing a search per value)."""
     loaded, declarations = load_declarations(model, base_dir)
     if isinstance(value, str):
-        k, proto = find_value(loaded, value)
+        k, proto, inline = find_value(loaded, value)
         where = element_label(f"graph.struct_initializer[{k}]", value)
     elif isinstance(value, StructProto):
-        proto = value
+        proto, inline = value, None
         where = where or value_where(proto, loaded)
     else:
         raise TypeError(f"expected a StructProto or the name of a struct value, got {type(value).__name__}")
@@ -222,7 +229,7 @@ def resolve_value(
     table = TypeTable(declarations)
     declaration = value_declaration(proto, table, where)
     leaves, nbytes = layout_and_size(table, declaration, where)
-    payload = value_payload(proto, nbytes * 8, directory, where)
+    payload = value_payload(proto, nbytes * 8, directory, where, inline=inline)
     return ResolvedValue(
         where=where,
         proto=proto,

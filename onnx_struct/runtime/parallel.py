@@ -45,10 +45,8 @@ from onnx_struct.schema.model import StructTypeProto
 # second session's bookkeeping cost more than the split saves.
 MIN_ELEMENTS = 1 << 20
 # Logical elements per range, about. Smaller ranges keep a range's intermediates in cache
-# between the decoder's steps; each range also costs one onnxruntime run (~0.1 ms). Measured on
-# 4096 x 4096 tensors, 2 threads, external payloads, ranges of 2^17 / 2^19 / 2^20 / 2^21 elements:
-# Q2_K 42 / 31 / 30 / 31 ms, Q5_K 53 / 35 / 32 / 35, Q4_1 39 / 30 / 24 / 27, Q4_0 27 / 21 / 18 / 18
-# (two ranges, one per thread: Q2_K 36, Q5_1 40 vs 36 at 2^20).
+# between the decoder's steps; each range also costs one onnxruntime run. 2^20 was the fastest
+# or tied among the sizes tried (docs/benchmarks.md, "figures behind design choices").
 RANGE_ELEMENTS = 1 << 20
 # Upper bound on threads, whatever the core count.
 MAX_THREADS = 8

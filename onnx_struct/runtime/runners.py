@@ -285,7 +285,7 @@ class FunctionRunner:
         options.log_severity_level = 3  # warnings about unused constants would be noise here
         options.intra_op_num_threads = self.threads
         # A decode is one short run: spinning workers only burn the cores the caller (and other
-        # processes) need next; measured 1.3-2x slower decodes on a loaded 2-core machine.
+        # processes) need next, which slows decodes on a loaded machine (docs/benchmarks.md).
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         return ort.InferenceSession(
             inlined.SerializeToString(), sess_options=options, providers=["CPUExecutionProvider"]

@@ -9,7 +9,6 @@ with ``MergeFromString``, so nothing else in the model is touched or copied.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import pathlib
 from collections.abc import Iterable
@@ -20,49 +19,124 @@ from google.protobuf.message import DecodeError
 
 from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
 from onnx_struct.errors import ValidationError
+from onnx_struct.schema import struct_parts
 
 StructTypeProto = pb.StructTypeProto
 StructProto = pb.StructProto
 ModelLike = Union[onnx.ModelProto, "pb.ModelProto", bytes, str, os.PathLike]
 
 
-@dataclasses.dataclass
 class LoadedModel:
-    """An overlay model plus where its external payloads live (None: in memory, no file)."""
+    """An overlay model plus where its external payloads live (None: in memory, no file).
 
-    proto: pb.ModelProto
-    base_dir: pathlib.Path | None
-    # The bytes ``proto`` was parsed from (nothing mutates a loaded proto), so a stock view can be
-    # parsed from them instead of serializing the overlay again.
-    serialized: bytes | None = dataclasses.field(default=None, repr=False, compare=False)
+    Loaded from an ``onnx.ModelProto``, the overlay (``proto``) is parsed only when first asked
+    for; until then ``struct_types``, ``struct_values`` and :meth:`find_value` read the proposal's
+    unknown fields alone (:mod:`onnx_struct.schema.struct_parts`), with the same results. A lazy
+    model reads its source when first asked, so it is for use within one call: ``load_model``
+    parses whole at once (a snapshot, whatever later happens to the source).
+    """
+
+    def __init__(
+        self,
+        proto: pb.ModelProto | None,
+        base_dir: pathlib.Path | None,
+        serialized: bytes | None = None,
+        *,
+        source: onnx.ModelProto | None = None,
+    ) -> None:
+        self._proto = proto
+        self.base_dir = base_dir
+        # The bytes ``proto`` was parsed from (nothing mutates a loaded proto), so a stock view can be
+        # parsed from them instead of serializing the overlay again.
+        self._serialized = serialized
+        self._source = source  # set while ``proto`` is not parsed yet
+        self._types = None
+        self._values: struct_parts.StructValues | None = None
+
+    def __repr__(self) -> str:
+        state = "parsed" if self._proto is not None else "struct parts only"
+        return f"LoadedModel({state}, base_dir={self.base_dir!r})"
+
+    @property
+    def proto(self) -> pb.ModelProto:
+        if self._proto is None:
+            data = self._source.SerializeToString()
+            self._proto, self._serialized, self._source = pb.ModelProto.FromString(data), data, None
+        return self._proto
+
+    @property
+    def serialized(self) -> bytes | None:
+        if self._source is not None:
+            self.proto  # noqa: B018 - parses, keeping the bytes
+        return self._serialized
+
+    def rebased(self, base_dir: pathlib.Path) -> LoadedModel:
+        """The same model (parsed parts shared) with external payloads under ``base_dir``."""
+        other = LoadedModel(self._proto, base_dir, self._serialized, source=self._source)
+        other._types, other._values = self._types, self._values
+        return other
+
+    def _struct_values(self) -> struct_parts.StructValues | None:
+        if self._source is None:
+            return None
+        if self._values is None:
+            self._values = struct_parts.read_struct_values(self._source)
+            if self._values is None:
+                self.proto  # noqa: B018 - the whole parse raises what it raises today, or serves them
+        return self._values
 
     @property
     def struct_types(self):
+        if self._source is not None and self._types is None:
+            self._types = struct_parts.read_struct_types(self._source)
+        if self._source is not None and self._types is not None:
+            return self._types
         return self.proto.struct_types
 
     @property
     def struct_values(self):
-        return self.proto.graph.struct_initializer
+        values = self._struct_values()
+        if values is None:
+            return self.proto.graph.struct_initializer
+        return values.all()
 
-    def struct_value(self, name: str) -> StructProto:
-        for value in self.proto.graph.struct_initializer:
+    def find_value(self, name: str) -> tuple[int, StructProto, memoryview | None]:
+        """(index, value, inline payload) of the first struct value named ``name``.
+
+        A payload that is not None is the value's ``raw_data`` (a zero-copy view of the model's
+        bytes), and then the value's own ``raw_data`` is present but empty. Unknown names raise.
+        """
+        values = self._struct_values()
+        candidates = values.stripped if values is not None else self.proto.graph.struct_initializer
+        for index, value in enumerate(candidates):
             if value.name == name:
-                return value
-        names = [v.name for v in self.proto.graph.struct_initializer]
-        known = ", ".join(n if isinstance(n, str) else repr(n) for n in names)  # proto2 gives non-UTF-8 as bytes
+                return (index, value, values.payloads[index]) if values is not None else (index, value, None)
+        known = ", ".join(
+            v.name if isinstance(v.name, str) else repr(v.name) for v in candidates
+        )  # proto2 gives non-UTF-8 as bytes
         raise ValidationError(
             "graph.struct_initializer", f"no struct value named {name!r}", known=known, code="unknown_value"
         )
 
+    def struct_value(self, name: str) -> StructProto:
+        values = self._struct_values()
+        index, value, _ = self.find_value(name)
+        return value if values is None else values.full(index)
+
 
 def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = None) -> LoadedModel:
-    """Parse any accepted model form into the overlay object model (no payload is read)."""
+    """Parse any accepted model form into the overlay object model (no payload is read).
+
+    An ``onnx.ModelProto`` is not serialized until something needs more than its struct parts.
+    """
     if isinstance(model, LoadedModel):
-        return model if base_dir is None else LoadedModel(model.proto, pathlib.Path(base_dir), model.serialized)
+        return model if base_dir is None else model.rebased(pathlib.Path(base_dir))
     directory = pathlib.Path(base_dir) if base_dir is not None else None
     if isinstance(model, pb.ModelProto):
         return LoadedModel(model, directory)
     if isinstance(model, onnx.ModelProto):
+        if struct_parts.AVAILABLE:
+            return LoadedModel(None, directory, source=model)
         data = model.SerializeToString()
         return LoadedModel(pb.ModelProto.FromString(data), directory, data)
     if isinstance(model, (bytes, bytearray, memoryview)):
@@ -85,7 +159,9 @@ def load_model(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | Non
     >>> m = load_model("weights.onnx")
     >>> arrays = {v.name: decode(v.name, m) for v in m.struct_values}
     """
-    return load(model, base_dir)
+    loaded = load(model, base_dir)
+    loaded.proto  # noqa: B018 - parsed now: a snapshot of an onnx.ModelProto the caller may edit later
+    return loaded
 
 
 def _parse(data: bytes, origin: str) -> pb.ModelProto:
@@ -183,7 +259,8 @@ _VALUE_INFO_TYPE_TAG = length_delimited(2, b"")[:1]  # ValueInfoProto.type = 2
 def graph_inputs_fragment(entries: Iterable[tuple[str, bytes]]) -> bytes:
     """Serialized ``GraphProto.input`` entries for ``(name, serialized TypeProto)`` pairs, to
     append thousands of inputs with one ``MergeFromString`` (building each ValueInfoProto as a
-    message costs ~1 us apiece). Short entries, nearly all of them, skip the general varint."""
+    message costs more than the whole fragment; figures in docs/benchmarks.md). Short entries,
+    nearly all of them, skip the general varint."""
     parts = []
     small = _ONE_BYTE_VARINTS
     for name, type_bytes in entries:

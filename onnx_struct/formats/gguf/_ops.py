@@ -13,22 +13,23 @@ Stable interface for any GGUF format module: the recipes :func:`nibbles`, :func:
 :class:`onnx_struct.formats.base.FormatSpec`). The builder,
 :func:`field` and the opset constants are in :mod:`onnx_struct.formats._graph`.
 
-Why the recipes look the way they do (measured on onnxruntime 1.32's CPU provider, 16M values,
-one thread): uint8/uint16 ``Add``/``Sub``/``Mul``/``Min``/``Max``/comparisons cost ~0.1 ns per
-element and bool->uint8 ``Cast`` ~0.2; ``BitwiseAnd`` ~0.9 and ``BitShift`` ~1.1 ns per byte; a
-multiply by a constant *row* (``[rows, k] * [k]``) ~2.5x a scalar one; a ``Gather`` ~5-10 ns
-per *index* almost whatever its row (so one index should fetch several values, from a table
-small enough to stay in cache); uint8 ``Where`` ~6 ns per element; and any broadcast whose
+Why the recipes look the way they do (the per-op costs behind each choice, and how they were
+measured, are in docs/benchmarks.md, "figures behind design choices"): in onnxruntime's CPU
+provider uint8/uint16 ``Add``/``Sub``/``Mul``/``Min``/``Max``/comparisons and bool->uint8
+``Cast`` are the cheapest steps per element; ``BitwiseAnd`` and ``BitShift`` cost several times
+more; a multiply by a constant *row* (``[rows, k] * [k]``) more than a scalar one; a ``Gather``
+costs far more per *index*, almost whatever its row (so one index should fetch several values,
+from a table small enough to stay in cache); uint8 ``Where`` is dear too; and any broadcast whose
 innermost run is short (a ``[n, 1, 32] >> [1, 8, 1]`` shift, an ``Expand``/``Resize`` repeating
-single bytes) loops per run. ``Transpose`` of small inner blocks is fine on one thread and ~8-30x
+single bytes) loops per run. ``Transpose`` of small inner blocks is fine on one thread and much
 slower with two (avoid it). So nibbles are cut with one *scalar* shift plus uint8 arithmetic;
 narrower fields over long runs are one scalar wrapping multiply per field on the packed bytes
 (moving the field to the top bits), one mask, shift or compare where bits below remain, and one
 ``Concat``; bit expansions with short runs use a 256-entry ``Gather`` table (one row copy per
 byte), and 16-entry codebooks gather 4 values per index. ``DequantizeLinear`` (per-axis) turns
 bytes into floats in one pass and computes ``float(q - zero_point) * scale`` with a single
-rounding, exactly gguf-py's ``d * q`` (onnxruntime runs it on one thread: ~10 ms for 16M values
-is every decoder's floor). The remaining float pass of formats with a minimum (``d * q + m``) is
+rounding, exactly gguf-py's ``d * q`` (onnxruntime runs it on one thread: it is every
+decoder's floor). The remaining float pass of formats with a minimum (``d * q + m``) is
 kept separate because gguf-py rounds twice (:func:`add_rows`).
 """
 
@@ -67,7 +68,7 @@ def scaled_copies(b: FunctionBuilder, x: str, rows: int, run: int, multipliers: 
     """The copies ``x * multipliers[k]`` (mod 256) of bytes ``x [rows, run]``, each ``[rows, run]``.
 
     One *scalar* multiply per copy: a multiply by a constant row (``Tile`` then ``[rows, k * run]
-    * [k * run]``) costs ~2x as much in onnxruntime, and an ``Expand``-style broadcast more."""
+    * [k * run]``) costs more in onnxruntime, and an ``Expand``-style broadcast more still."""
     x = b.reshape(x, [rows, run])
     return [x if m == 1 else b.op("Mul", x, b.const(m, np.uint8)) for m in multipliers]
 
@@ -76,7 +77,7 @@ def spread(b: FunctionBuilder, x: str, rows: int, run: int, multipliers: Sequenc
     """``[rows, len(multipliers) * run]``: copy ``k`` of the run times ``multipliers[k]`` (mod 256).
 
     ``Tile`` then one multiply by a constant row: for 8 short copies (bit planes) this beats 8
-    scalar multiplies and a ``Concat`` (~5.8 vs ~7.3 ms for 16M values), whose per-row copies of
+    scalar multiplies and a ``Concat`` (docs/benchmarks.md), whose per-row copies of
     short runs are onnxruntime's slowest step here."""
     tiled = b.op("Tile", b.reshape(x, [rows, run]), b.const([1, len(multipliers)], np.int64))
     return b.op("Mul", tiled, b.const(np.repeat(np.asarray(multipliers, np.uint8), run)))
@@ -155,13 +156,13 @@ def nibble_lookup(b: FunctionBuilder, qs: str, levels, groups: int, run: int) ->
     ggml's 4-bit order (the run's low nibbles, then its high nibbles); ``levels`` is a 16-entry
     value name or array (e.g. an INT8 codebook), the result has its type. ``run`` is a multiple of 4.
 
-    onnxruntime's Gather costs ~6-10 ns per index whatever the row (up to tens of bytes) while
-    uint8/uint16 Add/Sub/Mul cost ~0.1 ns per element, so this gathers a row of 4 values per
+    onnxruntime's Gather costs far more per index, whatever the row (up to tens of bytes), than
+    uint8/uint16 Add/Sub/Mul per element (docs/benchmarks.md), so this gathers a row of 4 values per
     index: the low (or high) nibbles ``n0..n3`` of 4 adjacent bytes form the index
     ``n0 | n1 << 4 | n2 << 8 | n3 << 12`` of a ``[65536, 4]`` table of ``levels`` (derived from
     ``levels`` in the graph, so constant-folded when the session is built). Each gathered row is 4
     consecutive output values, so nothing is reordered afterwards (onnxruntime's threaded
-    Transpose of such small blocks is ~30x slower than on one thread).
+    Transpose of such small blocks is much slower than on one thread).
     """
     if run % 4:
         raise ValueError(f"nibble_lookup reads whole groups of 4 bytes, not runs of {run}")
@@ -210,8 +211,8 @@ def add_rows(b: FunctionBuilder, y: str, offset: str, rows: int) -> str:
     negated (exact), since ``x - m`` and ``x + (-m)`` are the same IEEE result.
 
     A broadcast ``Add`` of ``[rows, 1]``. A ``BatchNormalization`` with unit scale and variance
-    and zero epsilon computes the same sums on onnxruntime's CPU provider and is 10-25% faster on
-    one thread (the block-range sessions, :mod:`onnx_struct.parallel`), but it is not portable:
+    and zero epsilon computes the same sums on onnxruntime's CPU provider and is faster on
+    one thread (docs/benchmarks.md) (the block-range sessions, :mod:`onnx_struct.parallel`), but it is not portable:
     onnxruntime's CUDA provider raises epsilon to cuDNN's minimum 1e-5, which would make a lowered
     model's decoder divide by ``sqrt(1 + 1e-5)``. Decoders must give the same bits on any provider.
     """

@@ -157,8 +157,8 @@ def nvfp4_fields() -> list:
 def _kvalues(g: FunctionBuilder, codes: str) -> str:
     """INT8 ``KVALUES[codes]`` of uint8 4-bit ``codes``, by uint8 arithmetic.
 
-    onnxruntime's Gather costs ~6-9 ns per index and uint8 Add/Mul/Min/Max/compare ~0.1 ns per
-    element, so a dozen element-wise passes are several times cheaper than one lookup per value.
+    onnxruntime's Gather costs far more per index than uint8 Add/Mul/Min/Max/compare per element
+    (docs/benchmarks.md), so a dozen element-wise passes are cheaper than one lookup per value.
     Code ``c = 8 s + m``: ``K[m] = (0, 1, 2, 3, 4, 6, 8, 12)[m] = max(m + 4, 2 m) + max(2 m, 12) - 16``
     and the value is ``K[m]`` times ``1 - 2 s``, all exact in wrapping uint8 (the product is
     reinterpreted as int8)."""

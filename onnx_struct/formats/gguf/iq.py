@@ -99,7 +99,7 @@ def decode_iq2_xxs(n: int, shape: Sequence[int]) -> onnx.FunctionProto:
     g = FunctionBuilder("decode_IQ2_XXS", ["d", "qs", "iq2xxs_grid", "ksigns_iq2xs"])
     words = g.reshape("qs", [n, 8, 4])
     grid_index = bits(g, g.slice(words, 0, 2, 2), np.uint16, [0, 8], 8, [n, 8, 4])  # the 4 index bytes
-    # flat [n * 8]: onnxruntime runs element-wise ops on a trailing dimension of 1 ~15x slower
+    # flat [n * 8]: onnxruntime runs element-wise ops on a trailing dimension of 1 far slower (docs/benchmarks.md)
     low, high = (g.cast(g.reshape(g.slice(words, k, k + 1, 2), [n * 8]), UINT32) for k in (2, 3))
     aux = g.op("BitwiseOr", low, g.shl(high, np.uint32(16)))  # [n * 8] uint32
     sign_index = bits(g, aux, np.uint32, [0, 7, 14, 21], 7, [n, 8, 4])

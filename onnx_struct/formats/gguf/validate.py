@@ -158,7 +158,7 @@ class _Cursor:
 
 class _Budget:
     """Metadata items (key-value pairs and array elements at any depth) left before the limit:
-    gguf-py builds one numpy array per item (about 1 KB and 10-25 us each)."""
+    gguf-py builds one numpy array per item (cost per item: docs/benchmarks.md)."""
 
     def __init__(self, limit: int) -> None:
         self.left = limit

@@ -1,0 +1,137 @@
+"""The proposal's fields of a stock ``onnx.ModelProto``, read without parsing the model whole.
+
+Stock onnx keeps ``ModelProto.struct_types`` and ``GraphProto.struct_initializer`` as unknown
+fields. protobuf's public ``UnknownFieldSet`` hands over their bytes (one copy per field: protobuf
+has no zero-copy access to them) without touching anything else in the model, so a caller that
+needs only the struct parts (``view``, ``decode``, ``get_struct_types``...) skips serializing and
+re-parsing every node, tensor and inline payload of the model.
+
+The bytes are parsed as overlay messages *in their place*: the struct types inside a ModelProto,
+the struct values inside ModelProto.graph, so protobuf's nesting limit counts exactly as in a
+whole-model parse. A struct value's inline payload is not parsed at all: the value is parsed with
+one empty ``raw_data`` in place of its ``raw_data`` fields (so ``HasField`` answers as before), and
+the payload, the last of them (the one protobuf keeps), is a memoryview over the field's bytes. Anything this reader cannot vouch for (bytes that do not
+parse, an unusual encoding of ``raw_data``) makes it return None: the caller then parses the whole
+model, which raises exactly what it raises today.
+"""
+
+from __future__ import annotations
+
+import onnx
+from google.protobuf.message import DecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
+
+from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
+from onnx_struct.schema import wire  # its top-level field reader: protobuf exposes no byte offsets
+
+_LEN = 2
+_GRAPH = pb.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
+_TYPES = pb.ModelProto.DESCRIPTOR.fields_by_name["struct_types"].number
+_VALUES = pb.GraphProto.DESCRIPTOR.fields_by_name["struct_initializer"].number
+_RAW_DATA = pb.StructProto.DESCRIPTOR.fields_by_name["raw_data"].number
+_RAW_DATA_TAG = _RAW_DATA << 3 | _LEN  # one byte: field 3
+_EMPTY_RAW_DATA = bytes((_RAW_DATA_TAG, 0))
+
+# Unknown fields hold the proposal's fields only while onnx does not know them (nor ``graph`` moves).
+AVAILABLE = (
+    _TYPES not in onnx.ModelProto.DESCRIPTOR.fields_by_number
+    and _VALUES not in onnx.GraphProto.DESCRIPTOR.fields_by_number
+    and onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number == _GRAPH
+)
+
+
+def _entries(message, number: int) -> list[bytes]:
+    # A field number of the wrong wire type is an unknown field of the overlay too: not a part.
+    return [f.data for f in UnknownFieldSet(message) if f.field_number == number and f.wire_type == _LEN]
+
+
+def _frame(number: int, payload: bytes) -> bytes:
+    """One length-delimited field (used on small bytes only: struct types and stripped values)."""
+    header = bytearray()
+    for value in (number << 3 | _LEN, len(payload)):
+        while value >= 0x80:
+            header.append(value & 0x7F | 0x80)
+            value >>= 7
+        header.append(value)
+    return bytes(header) + payload
+
+
+def read_struct_types(model: onnx.ModelProto):
+    """``model.struct_types`` as a whole-model parse gives them, or None (parse the model instead)."""
+    entries = _entries(model, _TYPES)
+    try:
+        return pb.ModelProto.FromString(b"".join(_frame(_TYPES, e) for e in entries)).struct_types
+    except DecodeError:
+        return None
+
+
+class StructValues:
+    """The main graph's struct values of a stock model: each value without its inline payload
+    (``raw_data`` present but empty where the value has one) plus the payload as a memoryview."""
+
+    def __init__(self, entries: list[bytes], stripped, payloads: list[memoryview | None]) -> None:
+        self._entries = entries
+        self.stripped = stripped  # the parsed values, ``raw_data`` emptied
+        self.payloads = payloads  # None: the value has no inline payload
+        self._full: dict[int, pb.StructProto] = {}
+        self._all: list[pb.StructProto] | None = None
+
+    def full(self, index: int) -> pb.StructProto:
+        """The value with its payload, as a whole-model parse gives it (parsed once, on demand)."""
+        value = self._full.get(index)
+        if value is None:
+            # Parsed alone: its stripped form parsed in place, so no nesting limit can differ.
+            value = self._full[index] = pb.StructProto.FromString(self._entries[index])
+        return value
+
+    def all(self) -> list[pb.StructProto]:
+        """Every value with its payload, in order (one list, built once)."""
+        if self._all is None:
+            self._all = [self.full(i) for i in range(len(self.stripped))]
+        return self._all
+
+
+def read_struct_values(model: onnx.ModelProto) -> StructValues | None:
+    """The main graph's struct values, or None (parse the model instead)."""
+    entries = _entries(model.graph, _VALUES)  # an absent graph has no unknown fields
+    framed, payloads = [], []
+    try:
+        for entry in entries:
+            stripped, payload = _strip_payload(entry)
+            framed.append(_frame(_VALUES, stripped))
+            payloads.append(payload)
+        stripped_values = pb.ModelProto.FromString(_frame(_GRAPH, b"".join(framed))).graph.struct_initializer
+    except (DecodeError, wire._Malformed):
+        return None
+    return StructValues(entries, stripped_values, payloads)
+
+
+def _strip_payload(entry: bytes) -> tuple[bytes, memoryview | None]:
+    """``entry`` (a serialized StructProto) with its top-level ``raw_data`` fields replaced by one
+    empty ``raw_data`` (so presence is kept), and the last payload (the one protobuf keeps).
+
+    Only the top-level fields are stepped over (by their lengths); every byte but the payloads is
+    left for protobuf to parse. A ``raw_data`` whose tag or length is not in its shortest form is
+    left in place too (then protobuf reads every payload and nothing is stripped).
+    """
+    size = len(entry)
+    payload_fields = []
+    previous = 0  # where the field being read starts
+    for number, wire_type, start, end in wire._fields(entry, 0, size):
+        if end > size:
+            raise wire._Malformed(size)
+        if number == _RAW_DATA and wire_type == _LEN:
+            header = entry[previous:start]
+            if header[0] != _RAW_DATA_TAG or len(header) > 6 or (len(header) > 2 and header[-1] == 0):
+                return entry, None
+            payload_fields.append((previous, start, end))
+        previous = end
+    if not payload_fields:
+        return entry, None
+    pieces, kept = [], 0
+    for field_start, _, field_end in payload_fields:
+        pieces.append(entry[kept:field_start])
+        kept = field_end
+    pieces += [entry[kept:], _EMPTY_RAW_DATA]  # where it goes is immaterial: raw_data is in no oneof
+    _, start, end = payload_fields[-1]
+    return b"".join(pieces), memoryview(entry)[start:end]
