@@ -9,6 +9,7 @@ from __future__ import annotations
 from onnx_struct.check.checker import check_model, validate
 from onnx_struct.check.hooks import install, uninstall
 from onnx_struct.check.inference import infer_shapes
+from onnx_struct._version import __version__
 from onnx_struct.errors import LeafNotFoundError, ValidationError
 from onnx_struct.layout.table import size_in_bits
 from onnx_struct.lowering.lower import lower
@@ -48,7 +49,6 @@ from onnx_struct.schema.model import (  # the proposal's messages, generated fro
     to_onnx,
 )
 
-__version__ = "0.1.0"
 
 __all__ = [
     # messages

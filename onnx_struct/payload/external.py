@@ -32,6 +32,7 @@ from onnx_struct.errors import NotRegularFileError, ValidationError
 from onnx_struct.layout.table import UINT64_MAX, element_label
 from onnx_struct.limits import MAX_EXTERNAL_DIGITS
 from onnx_struct.payload import buffer_pool
+from onnx_struct.schema.model import install_model_file_reader
 
 KNOWN_KEYS = ("location", "offset", "length", "checksum")
 _DECIMAL = re.compile(r"[0-9]+")
@@ -430,3 +431,6 @@ class DirectoryWriter:
             handle.close()
             temporary.unlink(missing_ok=True)
         self._pending.clear()
+
+
+install_model_file_reader(read_model_file)  # schema.model.load reads model files with it
