@@ -252,7 +252,9 @@ def test_the_reader_sees_every_import_spelling(tmp_path):
     )
     tree = ast.parse(source)
     importer = "onnx_struct.schema.model"
-    found = [t for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom) for t in resolve(importer, node)]
+    found = [
+        t for node in ast.walk(tree) if isinstance(node, ast.Import | ast.ImportFrom) for t in resolve(importer, node)
+    ]
     assert sorted(found) == sorted(
         [
             "onnx_struct.schema.wire",
@@ -270,7 +272,7 @@ def test_the_reader_sees_every_import_spelling(tmp_path):
 # ---------------------------------------------------------------------- onnxruntime
 def test_only_runtime_ort_imports_onnxruntime():
     importers = []
-    for module, path in MODULES.items():
+    for path in MODULES.values():
         for node in ast.walk(ast.parse(path.read_text())):
             names = (
                 [a.name for a in node.names]

@@ -15,12 +15,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
-from collections.abc import Iterator
 
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_struct.check import decoder_inputs as bindings
+from onnx_struct.check.checker import check_model
 from onnx_struct.check.function_models import (
     PACKED_TYPES,
     PRIVATE_DOMAIN,
@@ -31,8 +31,10 @@ from onnx_struct.check.function_models import (
     registered_function,
     tensor_type,
 )
+from onnx_struct.check.inference import LogicalTypes
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import Leaf, TypeTable, element_label
+from onnx_struct.lowering.opsets import OpsetConversionError, canonical_domain, convert_default_opset, differing_ops
 from onnx_struct.payload import external
 from onnx_struct.payload.view import StructView, merged_dims, view
 from onnx_struct.schema.model import LoadedModel, ModelLike, StructTypeProto, load
@@ -42,6 +44,8 @@ from onnx_struct.schema.opaque import (
 )
 from onnx_struct.schema.opaque import exact_index as _exact_index
 from onnx_struct.schema.opaque import opaque_inside as _opaque_inside
+from onnx_struct.schema.projections import stock_view
+from onnx_struct.schema.walk import walk_graphs, walk_nodes
 
 SEPARATOR = "::"
 # The highest IR version the oldest supported onnxruntime (pyproject: onnxruntime>=1.32) loads. A
@@ -118,9 +122,6 @@ def lower_model(
     keep_external: bool = True,
 ) -> Lowering:
     """:func:`lower`, also returning how struct-typed graph inputs map to lowered leaf inputs."""
-    from onnx_struct.check.checker import check_model, stock_view  # noqa: PLC0415 - checker imports us lazily
-    from onnx_struct.check.inference import LogicalTypes  # noqa: PLC0415
-
     loaded = load(model, base_dir)
     check_model(loaded)
     return _Lowerer(loaded, compact, keep_external, stock_view(loaded), LogicalTypes(loaded)).run()
@@ -142,7 +143,7 @@ class _Lowerer:
         self.decoded: list[str] = []  # names the decoder calls produce (struct values and inputs)
         graph = stock.graph
         self.taken = {t.name for t in graph.initializer} | {i.name for i in graph.input}
-        self.taken |= {o for n in _walk_nodes(graph) for o in n.output}
+        self.taken |= {o for n in walk_nodes(graph) for o in n.output}
 
     def run(self) -> Lowering:
         graph = self.out.graph
@@ -321,7 +322,7 @@ class _Lowerer:
         graph.value_info.extend(kept)
 
     def check_no_struct_types(self) -> None:
-        for path, graph in _walk_graphs(self.out.graph, "graph"):
+        for path, graph in walk_graphs(self.out.graph, "graph"):
             if path == "graph":
                 continue
             for field in ("input", "output", "value_info"):
@@ -337,25 +338,25 @@ class _Lowerer:
         """One version per domain for the graph and every function: onnxruntime resolves a
         function's operators at the *model's* opset, so a decoder must import the same version
         or use only operators whose schema is the same at both (checked per operator)."""
-        model_opsets = {_domain(o.domain): o.version for o in self.out.opset_import}
+        model_opsets = {canonical_domain(o.domain): o.version for o in self.out.opset_import}
         participants = [(self.function_paths[k], fn) for k, fn in self.functions.items()]
         participants += [(element_label(f"functions[{i}]", f.name), f) for i, f in enumerate(self.out.functions)]
         target = dict(model_opsets)
         for _, fn in participants:
             for opset in fn.opset_import:
-                domain = _domain(opset.domain)
+                domain = canonical_domain(opset.domain)
                 target[domain] = max(target.get(domain, 0), opset.version)
-        main_nodes = list(_walk_nodes(self.out.graph))
+        main_nodes = list(walk_nodes(self.out.graph))
         for domain, version in model_opsets.items():
             if version != target[domain]:
-                differing = _differing_ops(main_nodes, domain, version, target[domain])
+                differing = differing_ops(main_nodes, domain, version, target[domain])
                 if differing:
                     self.upgrade_graph(domain, version, target[domain], differing)
         for where, fn in participants:
             for opset in fn.opset_import:
-                domain = _domain(opset.domain)
+                domain = canonical_domain(opset.domain)
                 if opset.version != target[domain]:
-                    differing = _differing_ops(fn.node, domain, opset.version, target[domain])
+                    differing = differing_ops(fn.node, domain, opset.version, target[domain])
                     if differing:
                         raise ValidationError(
                             where,
@@ -376,8 +377,6 @@ class _Lowerer:
                 f"the graph imports opset {have} of {domain!r}, a decoder needs {want}, and operators "
                 f"{', '.join(differing)} differ between them",
             )
-        from onnx import version_converter  # noqa: PLC0415
-
         # The converter needs every consumed name defined: the decoded names are shown to it as
         # graph inputs of their logical types, then removed again.
         functions = list(self.out.functions)
@@ -385,14 +384,14 @@ class _Lowerer:
         decoded = self.logical_inputs()
         self.out.graph.input.extend(decoded)
         try:
-            converted = version_converter.convert_version(self.out, want)
-            del converted.graph.input[len(converted.graph.input) - len(decoded) :]
-        except Exception as error:  # the converter raises RuntimeError and assorted others
+            converted = convert_default_opset(self.out, want)
+        except OpsetConversionError as error:
             raise ValidationError(
                 "graph",
                 f"a decoder needs opset {want}, the graph imports {have} (operators {', '.join(differing)} "
-                f"differ) and onnx's version converter failed: {str(error).splitlines()[0] if str(error) else error}",
+                f"differ) and onnx's version converter failed: {error}",
             ) from None
+        del converted.graph.input[len(converted.graph.input) - len(decoded) :]
         converted.functions.extend(functions)
         self.out = converted
 
@@ -463,43 +462,9 @@ def leaf_to_tensor(name: str, leaf: Leaf, struct_view: StructView, elem_type: in
 
 
 # ---------------------------------------------------------------------- helpers
-def _domain(domain: str) -> str:
-    return "" if domain == "ai.onnx" else domain
-
-
 def _struct_inside(type_proto) -> bool:
     """True when an overlay TypeProto is, or contains, a struct_type."""
     return innermost_type(type_proto).WhichOneof("value") == "struct_type"
-
-
-def _walk_graphs(graph: onnx.GraphProto, path: str) -> Iterator[tuple[str, onnx.GraphProto]]:
-    yield path, graph
-    for i, node in enumerate(graph.node):
-        for attribute in node.attribute:
-            where = f"{path}.node[{i}].attribute ({attribute.name!r})"
-            if attribute.HasField("g"):
-                yield from _walk_graphs(attribute.g, where)
-            for j, sub in enumerate(attribute.graphs):
-                yield from _walk_graphs(sub, f"{where}[{j}]")
-
-
-def _walk_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    for _, sub in _walk_graphs(graph, ""):
-        yield from sub.node
-
-
-def _differing_ops(nodes, domain: str, have: int, want: int) -> list[str]:
-    """Operators of ``domain`` among ``nodes`` whose schema differs between the two versions."""
-    differing = set()
-    for op in {n.op_type for n in nodes if _domain(n.domain) == domain}:
-        try:
-            a = onnx.defs.get_schema(op, have, domain).since_version
-            b = onnx.defs.get_schema(op, want, domain).since_version
-        except onnx.defs.SchemaError:
-            continue  # not a standard operator (e.g. a local function): nothing to compare
-        if a != b:
-            differing.add(op)
-    return sorted(differing)
 
 
 __all__ = ["lower", "lower_model", "leaf_tensor_name", "Lowering", "StructInput", "SEPARATOR", "PRIVATE_DOMAIN"]

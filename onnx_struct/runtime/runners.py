@@ -57,8 +57,8 @@ from onnx_struct.layout.table import Leaf, TypeTable
 from onnx_struct.payload import buffer_pool, external
 from onnx_struct.payload.pack import pack
 from onnx_struct.payload.view import StructView, load_declarations, value_declaration, view
-from onnx_struct.runtime.ort import load_onnxruntime, ort_errors, ort_limits, ort_version
 from onnx_struct.runtime import parallel
+from onnx_struct.runtime.ort import load_onnxruntime, ort_errors, ort_limits, ort_version
 from onnx_struct.schema.builders import make_struct_value
 from onnx_struct.schema.model import StructProto, StructTypeProto
 
