@@ -14,29 +14,25 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
 
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from onnx_struct.check import decoder_inputs as bindings
 from onnx_struct.check.checker import check_model
 from onnx_struct.check.function_models import (
-    PACKED_TYPES,
     PRIVATE_DOMAIN,
-    contiguous,
     onnx_elem_type,
-    pack_bits,
-    packed_rows,
     registered_function,
     tensor_type,
 )
 from onnx_struct.check.inference import LogicalTypes
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import Leaf, TypeTable, element_label
+from onnx_struct.lowering.leaf_tensors import dense_byte_run, leaf_to_tensor
 from onnx_struct.lowering.opsets import OpsetConversionError, canonical_domain, convert_default_opset, differing_ops
 from onnx_struct.payload import external
-from onnx_struct.payload.view import StructView, merged_dims, view
+from onnx_struct.payload.view import StructView, view
 from onnx_struct.schema.model import LoadedModel, ModelLike, StructTypeProto, load
 from onnx_struct.schema.opaque import (
     OPAQUE_DOMAIN,  # noqa: F401 - kept importable from here
@@ -418,47 +414,6 @@ class _Lowerer:
         if chosen > ORT_MAX_IR_VERSION >= needed:
             chosen = ORT_MAX_IR_VERSION
         return min(chosen, max(needed, onnx.IR_VERSION))
-
-
-# ---------------------------------------------------------------------- leaf data
-def dense_byte_run(leaf: Leaf) -> tuple[int, int] | None:
-    """(byte offset, byte length) when the leaf's elements are one contiguous, byte-aligned run
-    of the payload in C order (so its bytes are the tensor's raw_data as is); else None."""
-    shape, strides = merged_dims(leaf.shape, leaf.strides)
-    if leaf.bit_offset % 8:
-        return None
-    if shape and (len(shape) != 1 or strides[0] != leaf.bit_width):
-        return None
-    bits = leaf.count * leaf.bit_width
-    if bits % 8:
-        return None
-    if leaf.kind == "component" and leaf.bit_width != leaf.dtype.itemsize * 8:
-        return None
-    return leaf.bit_offset // 8, bits // 8
-
-
-def leaf_to_tensor(name: str, leaf: Leaf, struct_view: StructView, elem_type: int) -> TensorProto:
-    """A TensorProto with the leaf's elements in ``raw_data`` (sub-byte types packed as ONNX
-    packs them; multi-byte types little-endian)."""
-    if elem_type in PACKED_TYPES and leaf.kind == "tensor":
-        packed = packed_rows(struct_view.buffer, leaf)
-        if packed is None:
-            packed = pack_bits(struct_view[leaf.path], leaf.bit_width)
-        tensor = TensorProto(name=name, data_type=elem_type, dims=leaf.shape)
-        tensor.raw_data = packed.tobytes()
-        return tensor
-    array = contiguous(struct_view[leaf.path])
-    if leaf.bit_width % 8 or array.dtype.itemsize * 8 != (
-        leaf.bit_width if leaf.kind == "tensor" else array.dtype.itemsize * 8
-    ):
-        tensor = numpy_helper.from_array(array, name)  # e.g. FLOAT6: onnx's own packing
-        tensor.data_type = elem_type
-        return tensor
-    if sys.byteorder == "big" and array.dtype.kind in "iufc":
-        array = array.astype(array.dtype.newbyteorder("<"))
-    tensor = TensorProto(name=name, data_type=elem_type, dims=leaf.shape)
-    tensor.raw_data = array.tobytes()
-    return tensor
 
 
 # ---------------------------------------------------------------------- helpers
