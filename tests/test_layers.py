@@ -16,7 +16,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 import onnx_struct
+import onnx_struct.errors
 
 PACKAGE = pathlib.Path(onnx_struct.__file__).parent
 TESTS = pathlib.Path(__file__).parent
@@ -267,6 +270,20 @@ def test_the_reader_sees_every_import_spelling(tmp_path):
     )
     assert with_parents(importer, "onnx_struct.formats.base") == ["onnx_struct.formats.base", "onnx_struct.formats"]
     assert with_parents(importer, "onnx_struct.schema.wire") == ["onnx_struct.schema.wire"]
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs POSIX FIFOs")
+def test_schema_reads_model_files_with_payloads_reader(tmp_path):
+    """schema.model.load reads a path with payload/external.py's reader (handed down at import,
+    since schema may not import payload): a FIFO is refused unopened, as every file read is."""
+    from onnx_struct.payload import external
+    from onnx_struct.schema import model
+
+    assert model._read_model_file is external.read_model_file
+    fifo = tmp_path / "model.onnx"
+    os.mkfifo(fifo)
+    with pytest.raises(onnx_struct.errors.NotRegularFileError):
+        model.load(fifo)
 
 
 # ---------------------------------------------------------------------- onnxruntime

@@ -183,7 +183,7 @@ def length_delimited(field_number: int, payload: bytes) -> bytes:
     """One length-delimited protobuf field (a message, string or bytes), ready to concatenate.
 
     Used to append thousands of small entries with a single ``MergeFromString`` instead of
-    building each one as a message (see ``checker.stock_view``).
+    building each one as a message (see ``projections.stock_view``).
     """
     return _varint(field_number << 3 | 2) + _varint(len(payload)) + payload
 
