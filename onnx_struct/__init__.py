@@ -6,6 +6,7 @@ read it through bounds-checked views, and decode it with an ONNX function in onn
 
 from __future__ import annotations
 
+from onnx_struct._version import __version__  # noqa: F401 - onnx_struct.__version__
 from onnx_struct.check.checker import check_model, validate
 from onnx_struct.check.hooks import install, uninstall
 from onnx_struct.check.inference import infer_shapes
@@ -47,8 +48,6 @@ from onnx_struct.schema.model import (  # the proposal's messages, generated fro
     load_model,
     to_onnx,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     # messages

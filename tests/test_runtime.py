@@ -413,21 +413,6 @@ def test_nested_declaration_decoders_are_not_composed(rng):
     np.testing.assert_array_equal(decode_quietly("w", S.to_onnx(overlay)), q4_oracle(payload))
 
 
-# ---------------------------------------------------------------------- layering
-def test_onnxruntime_is_imported_by_runtime_only_and_lazily():
-    import pathlib  # noqa: PLC0415
-    import re  # noqa: PLC0415
-    import subprocess  # noqa: PLC0415
-    import sys  # noqa: PLC0415
-
-    package = pathlib.Path(S.__file__).parent
-    statement = re.compile(r"^\s*(import onnxruntime|from onnxruntime(\.\w+)* import )", re.MULTILINE)
-    importers = sorted(str(p.relative_to(package)) for p in package.rglob("*.py") if statement.search(p.read_text()))
-    assert importers == ["runtime/ort.py"]
-    code = "import sys, onnx_struct; onnx_struct.lower; assert 'onnxruntime' not in sys.modules"
-    subprocess.run([sys.executable, "-c", code], check=True)
-
-
 def test_contiguous_copies_strided_rows_exactly(rng):
     payload = rng.integers(0, 256, 18 * 7, dtype=np.uint8)
     rows = np.lib.stride_tricks.as_strided(payload[2:], (7, 16), (18, 1))

@@ -13,31 +13,26 @@ import onnx
 import onnx.checker
 
 from onnx_struct.check import decoder_inputs as bindings
-from onnx_struct.check import decoder_policy
+from onnx_struct.check import decoder_policy, inference
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import LeafLookup, TypeTable, element_label, read_constant
 from onnx_struct.payload import external
 from onnx_struct.payload import values as resolver
 from onnx_struct.schema import wire
-from onnx_struct.schema.model import (
-    LoadedModel,
-    ModelLike,
-    StructTypeProto,
-    graph_inputs_fragment,
-    iter_overlay,
-    length_delimited,
-    load,
-    locate,
-    to_onnx,
-    varint_size,
+from onnx_struct.schema.model import LoadedModel, ModelLike, StructTypeProto, load
+from onnx_struct.schema.opaque import OPAQUE_DOMAIN  # noqa: F401 - kept importable from here
+from onnx_struct.schema.projections import (  # noqa: F401 - VALUES_DOMAIN kept importable from here
+    VALUES_DOMAIN,
+    checker_view,
+    name_field_size,
+    plain_value_size,
+    stock_view,
 )
-from onnx_struct.schema.opaque import OPAQUE_DOMAIN, opaque_type  # noqa: F401 - OPAQUE_DOMAIN kept importable
+from onnx_struct.schema.walk import graph_parts, locate
 
 # Captured at import so that install() (which replaces onnx.checker.check_model) cannot recurse.
 _stock_check_model = onnx.checker.check_model
 
-# The private domain of the one node that defines every struct value name in the checker's view.
-VALUES_DOMAIN = "onnx_struct.values"
 CONCRETE_KINDS = ("array", "structure", "bit_packing")
 
 
@@ -52,7 +47,7 @@ class _Checker:
         self.value_names: dict[str, StructTypeProto | None] = {}
         self.plain_values: set[int] = set()  # struct values proven to hold only type, raw_data, name
         # One walk collects every place a struct part can be below the model-level ones.
-        self.graphs, self.struct_type_protos = collect_graph_parts(self.proto)
+        self.graphs, self.struct_type_protos = graph_parts(self.proto)
         graph = self.proto.graph
         # list(): iterating a upb repeated field directly costs more per element (docs/benchmarks.md), and
         # reusing the element objects makes every later read of them cheaper.
@@ -177,8 +172,6 @@ class _Checker:
             self.attempt(external.refuse_external_tensors, function, where)
             bound = self.attempt(bind, function, leaves, f"{path}.{role}") if leaves is not None else None
             if role == "decoder" and valid and bound is not None:
-                from onnx_struct.check import inference  # noqa: PLC0415 - runtime-free
-
                 self.attempt(inference.logical_type, declaration, self.table, path)
 
     # ------------------------------------------------------------------ values
@@ -209,10 +202,9 @@ class _Checker:
                 # field (struct_type, external_data, unknown ones) is present: one call, cheaper
                 # than reading external_data alone (docs/benchmarks.md). type is present
                 # when not 0; an absent type 0 could leave room for a 2-byte field.
-                name_size = len(name.encode())
-                if value.ByteSize() == sizes[1] + (
-                    2 if name_size < 128 else 1 + varint_size(name_size)
-                ) + name_size and (type_index or value.HasField("type")):
+                if value.ByteSize() == sizes[1] + name_field_size(len(name.encode())) and (
+                    type_index or value.HasField("type")
+                ):
                     value_names[name] = declarations[type_index]
                     plain.add(k)
                     continue
@@ -281,8 +273,7 @@ class _Checker:
                 continue  # reported by check_root; values of this type take the full path
             if bits % 8 == 0 and self.table.declarations[index].WhichOneof("kind") in CONCRETE_KINDS:
                 payload = bits // 8
-                # one-byte tags: type = 1, raw_data = 3
-                sizes[index] = (payload, 1 + varint_size(index) + 1 + varint_size(payload) + payload)
+                sizes[index] = (payload, plain_value_size(index, payload))
         return sizes
 
     def value_declaration(self, value, where: str) -> StructTypeProto | None:
@@ -432,8 +423,6 @@ class _Checker:
             if full_check:
                 # Struct values get their logical (decoded) types, so onnx's shape inference sees
                 # what the consuming nodes will see.
-                from onnx_struct.check import inference  # noqa: PLC0415 - imports the runtime-free inference only
-
                 view = inference.logical_view(self.loaded, stock_view(self.loaded, self.struct_type_protos))
             else:
                 view = checker_view(
@@ -455,11 +444,10 @@ class _Checker:
         except onnx.shape_inference.InferenceError as error:
             self.report(ValidationError("", f"onnx.shape_inference: {error}", code="onnx_checker"))
         except ValueError as error:  # onnx's word for an element type it does not know, path lost
-            from onnx_struct.check.inference import unknown_element_type  # noqa: PLC0415
-
             view_graph = onnx.ModelProto.FromString(view).graph if isinstance(view, bytes) else view.graph
             self.report(
-                unknown_element_type(view_graph) or ValidationError("", f"onnx.checker: {error}", code="onnx_checker")
+                inference.unknown_element_type(view_graph)
+                or ValidationError("", f"onnx.checker: {error}", code="onnx_checker")
             )
 
 
@@ -468,111 +456,6 @@ def check_function(function: onnx.FunctionProto, where: str, ir_version: int) ->
     of the decoder safety policy (:func:`onnx_struct.decoder_policy.check_structure`)."""
     decoder_policy.check_structure(function, where, ir_version)
     return True
-
-
-def collect_graph_parts(proto) -> tuple[list, list]:
-    """(graphs, struct-typed TypeProtos) below ``proto``, outside struct parts, with paths."""
-    graphs, struct_type_protos = [], []
-    for path, locator, message in iter_overlay(proto, into_struct_parts=False):
-        name = message.DESCRIPTOR.name
-        if name == "GraphProto":
-            graphs.append((path, message))
-        elif name == "TypeProto" and message.WhichOneof("value") == "struct_type":
-            struct_type_protos.append((path, locator, message))
-    return graphs, struct_type_protos
-
-
-def stock_view(loaded: LoadedModel, struct_type_protos: list | None = None) -> onnx.ModelProto:
-    """The model as stock onnx can check it: struct types shown as Opaque types, struct values as
-    Opaque graph inputs, struct parts dropped. Built by one parse, not by deep copies."""
-    if struct_type_protos is None:
-        struct_type_protos = collect_graph_parts(loaded.proto)[1]
-    view = _stock_types_view(loaded, struct_type_protos, external_initializers=True)
-    view.DiscardUnknownFields()  # the struct parts (only in the view)
-    # Struct values become Opaque graph inputs, appended as one serialized fragment.
-    typed: dict[int, bytes] = {}
-    entries = []
-    for value in loaded.proto.graph.struct_initializer:
-        key = value.type if not value.HasField("struct_type") else -1
-        if key not in typed:
-            reference = value.struct_type if key == -1 else StructTypeProto(type_index=key)
-            typed[key] = onnx.TypeProto(opaque_type=opaque_type(reference)).SerializeToString()
-        entries.append((value.name, typed[key]))
-    view.graph.MergeFromString(graph_inputs_fragment(entries))
-    return view
-
-
-def _stock_types_view(loaded: LoadedModel, struct_type_protos: list, external_initializers: bool) -> onnx.ModelProto:
-    """A stock parse of the model with struct-typed TypeProtos shown as Opaque types."""
-    view = onnx.ModelProto.FromString(loaded.serialized) if loaded.serialized is not None else to_onnx(loaded.proto)
-    for _, locator, type_proto in struct_type_protos:
-        locate(view, locator).opaque_type.CopyFrom(opaque_type(type_proto.struct_type))
-    if external_initializers:
-        _external_initializers_as_inputs(view.graph)
-    return view
-
-
-_MODEL_GRAPH = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
-_MODEL_OPSET_IMPORT = onnx.ModelProto.DESCRIPTOR.fields_by_name["opset_import"].number
-_GRAPH_NODE = onnx.GraphProto.DESCRIPTOR.fields_by_name["node"].number
-
-
-def checker_view(
-    loaded: LoadedModel,
-    struct_type_protos: list,
-    external_initializers: bool,
-    check_custom_domain: bool,
-    value_names: list[str] | None = None,
-) -> bytes | onnx.ModelProto:
-    """What ``onnx.checker.check_model`` is given when ``full_check`` is off.
-
-    The model's own bytes, with every struct value name defined as an output of one node of a
-    private domain placed first in the main graph: onnx's C++ parser skips the struct parts as
-    unknown fields, nothing is parsed or built per value in Python, and the checker walks one node
-    instead of thousands of Opaque graph inputs (half the time at 2,000 values). Where that node
-    would itself be a finding (an unregistered operator under ``check_custom_domain``; its
-    opset_import before IR 3) this falls back to :func:`stock_view`.
-    """
-    proto = loaded.proto
-    if check_custom_domain or proto.ir_version < 3:
-        return stock_view(loaded, struct_type_protos)
-    if struct_type_protos or external_initializers:
-        body = _stock_types_view(loaded, struct_type_protos, external_initializers).SerializeToString()
-    elif loaded.serialized is not None:
-        body = loaded.serialized
-    else:
-        body = proto.SerializeToString()
-    if value_names is None:
-        value_names = [value.name for value in proto.graph.struct_initializer]
-    if not value_names:
-        return body
-    node = onnx.NodeProto(name="onnx_struct: struct values", op_type="StructValues", domain=VALUES_DOMAIN)
-    node.output.extend(value_names)
-    opset = onnx.OperatorSetIdProto(domain=VALUES_DOMAIN, version=1)
-    # A GraphProto occurrence ahead of the model's own merges into it with its node first:
-    # protobuf concatenates repeated fields in wire order.
-    view = (
-        length_delimited(_MODEL_GRAPH, length_delimited(_GRAPH_NODE, node.SerializeToString()))
-        + body
-        + length_delimited(_MODEL_OPSET_IMPORT, opset.SerializeToString())
-    )
-    if len(view) > onnx.checker.MAXIMUM_PROTOBUF:  # inline payloads near the 2 GiB limit
-        return stock_view(loaded, struct_type_protos)
-    return view
-
-
-def _external_initializers_as_inputs(graph: onnx.GraphProto) -> None:
-    # onnx's checker resolves external tensor files of an in-memory model against the working
-    # directory, not the model's; onnx_struct checks those files itself (check_external_tensors),
-    # so the view keeps each such name defined, with its type, as a graph input instead.
-    declared = {i.name for i in graph.input}
-    for i in reversed(range(len(graph.initializer))):
-        tensor = graph.initializer[i]
-        if tensor.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        if tensor.name not in declared:
-            graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
-        del graph.initializer[i]
 
 
 def validate(

@@ -1,7 +1,7 @@
 """install()/uninstall(): make onnx's own entry points struct-aware, reversibly.
 
 Importing onnx_struct changes nothing; install() swaps ``onnx.checker.check_model`` (and
-``onnx.shape_inference.infer_shapes`` once available) for struct-aware wrappers, and uninstall()
+``onnx.shape_inference.infer_shapes``) for struct-aware wrappers, and uninstall()
 puts the original function objects back. Models without struct parts go to the originals
 unchanged.
 """
@@ -14,6 +14,11 @@ import onnx
 import onnx.checker
 import onnx.shape_inference
 
+from onnx_struct.check.checker import check_model as struct_check
+from onnx_struct.check.inference import infer_shapes as struct_infer
+from onnx_struct.schema.model import load
+from onnx_struct.schema.walk import graph_parts
+
 _originals: dict[str, object] = {}
 
 
@@ -22,9 +27,6 @@ def _struct_model(model):
     declarations, struct values or struct types in any graph, subgraphs and training graphs
     included), else None: a stock model, or one this package cannot read, which then goes to the
     original function so that it fails exactly as stock onnx fails on it."""
-    from onnx_struct.check.checker import collect_graph_parts  # noqa: PLC0415 - keep import light
-    from onnx_struct.schema.model import load  # noqa: PLC0415
-
     try:
         loaded = load(model)
     except Exception:  # noqa: BLE001 - unreadable here: stock onnx decides, with its own exception
@@ -32,7 +34,7 @@ def _struct_model(model):
     proto = loaded.proto
     if len(proto.struct_types):
         return loaded
-    graphs, struct_type_protos = collect_graph_parts(proto)
+    graphs, struct_type_protos = graph_parts(proto)
     if struct_type_protos or any(len(graph.struct_initializer) for _, graph in graphs):
         return loaded
     return None
@@ -44,8 +46,6 @@ def _wrap_check_model(original):
         if isinstance(model, onnx.ModelProto | bytes | str) or hasattr(model, "__fspath__"):
             loaded = _struct_model(model)  # parsed once, then checked as is (base_dir included)
             if loaded is not None:
-                from onnx_struct.check.checker import check_model as struct_check  # noqa: PLC0415
-
                 return struct_check(
                     loaded,
                     full_check=full_check,
@@ -62,8 +62,6 @@ def _wrap_infer_shapes(original):
     def infer_shapes(model, *args, **kwargs):
         loaded = _struct_model(model) if isinstance(model, onnx.ModelProto | bytes) else None
         if loaded is not None:
-            from onnx_struct.check.inference import infer_shapes as struct_infer  # noqa: PLC0415
-
             result = struct_infer(loaded, *args, **kwargs)  # onnx's check_type, strict_mode, data_prop
             return result.SerializeToString() if isinstance(model, bytes) else result
         return original(model, *args, **kwargs)
@@ -77,10 +75,6 @@ def install() -> None:
         return
     _originals["check_model"] = onnx.checker.check_model
     onnx.checker.check_model = _wrap_check_model(onnx.checker.check_model)
-    try:
-        import onnx_struct.check.inference  # noqa: F401, PLC0415
-    except ImportError:
-        return
     _originals["infer_shapes"] = onnx.shape_inference.infer_shapes
     onnx.shape_inference.infer_shapes = _wrap_infer_shapes(onnx.shape_inference.infer_shapes)
 

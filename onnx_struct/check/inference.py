@@ -22,11 +22,13 @@ import onnx.shape_inference
 
 from onnx_struct.check import decoder_inputs as bindings
 from onnx_struct.check import decoder_policy
+from onnx_struct.check.function_models import onnx_elem_type, tensor_type
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import TypeTable, element_label
+from onnx_struct.payload.values import constant_tensor
 from onnx_struct.schema.model import LoadedModel, ModelLike, StructProto, StructTypeProto, load, to_onnx
 from onnx_struct.schema.opaque import OPAQUE_DOMAIN  # noqa: F401 - kept importable from here
-from onnx_struct.schema.opaque import exact_index as _exact_index
+from onnx_struct.schema.projections import retyped_view, stock_view
 
 # Captured at import, before hooks.install() (which imports this module first) can replace it.
 _stock_infer_shapes = onnx.shape_inference.infer_shapes
@@ -77,9 +79,6 @@ def logical_type(declaration: StructTypeProto, table: TypeTable, where: str) -> 
 def decoder_inputs(bound) -> tuple[list[tuple[str, onnx.TypeProto]], list[onnx.TensorProto]]:
     """(input name, tensor type) of the bound payload leaves, and the constant leaves as named
     TensorProtos: what a decoder is typed and run with."""
-    from onnx_struct.check.function_models import onnx_elem_type, tensor_type  # noqa: PLC0415
-    from onnx_struct.payload.values import constant_tensor  # noqa: PLC0415
-
     inputs, constants = [], []
     for name, leaf in bound.items():
         if leaf.kind == "constant":
@@ -124,26 +123,13 @@ def _name_types(loaded: LoadedModel, types: LogicalTypes) -> dict[str, onnx.Type
     return out
 
 
-def logical_view(loaded: LoadedModel, stock_view: onnx.ModelProto) -> onnx.ModelProto:
-    """``stock_view`` (struct values as Opaque graph inputs) with every struct value, and every
+def logical_view(loaded: LoadedModel, stock: onnx.ModelProto) -> onnx.ModelProto:
+    """``stock``, a :func:`stock_view` (struct values as Opaque graph inputs) with every struct value, and every
     main-graph input/output/value_info of an exact struct type whose declaration has a decoder,
     typed by its logical type, so that onnx's full checker and shape inference see what the
     nodes consume. Struct parts without a decoder stay Opaque."""
     types = LogicalTypes(loaded)
-    by_name = _name_types(loaded, types)
-    view = onnx.ModelProto()
-    view.CopyFrom(stock_view)
-    graph = view.graph
-    for info in [*graph.input, *graph.output, *graph.value_info]:
-        if info.name in by_name:
-            info.type.CopyFrom(by_name[info.name])
-            continue
-        index = _exact_index(info.type)
-        if index is not None:
-            logical = types.of_index(index)
-            if logical is not None:
-                info.type.CopyFrom(logical)
-    return view
+    return retyped_view(stock, _name_types(loaded, types), types.of_index)
 
 
 def infer_shapes(
@@ -156,13 +142,11 @@ def infer_shapes(
     Struct-typed graph inputs and outputs keep their struct types. The arguments after
     ``model`` are onnx's.
     """
-    from onnx_struct.check.checker import stock_view  # noqa: PLC0415 - checker imports this module lazily
-
     loaded = load(model)
     for k, value in enumerate(loaded.struct_values):
         if not isinstance(value.name, str):  # proto2 leaves it undecoded; the checker's rule and message
             where = element_label(f"graph.struct_initializer[{k}]", value.name)
-            raise ValidationError(where, "struct value name is not valid UTF-8")
+            raise ValidationError(where, "struct value name is not valid UTF-8", code="invalid_utf8")
     logical = logical_view(loaded, stock_view(loaded))
     try:
         inferred = _stock_infer_shapes(logical, check_type, strict_mode, data_prop)

@@ -19,6 +19,8 @@ from collections.abc import Sequence
 
 import onnx.checker
 
+from onnx_struct._version import __version__
+
 # Subcommand name -> module defining add_arguments(parser) and run(args) -> int.
 COMMANDS = {
     "check": "onnx_struct.cli.check",
@@ -37,8 +39,6 @@ class UsageError(Exception):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from onnx_struct import __version__  # noqa: PLC0415
-
     parser = argparse.ArgumentParser(
         prog="onnx-struct",
         description="Check, inspect, decode and convert ONNX models with structured byte buffers.",

@@ -7,6 +7,7 @@ import argparse
 import numpy as np
 
 from onnx_struct.cli import EXIT_OK
+from onnx_struct.runtime.runners import decode
 
 INPUT = "model"
 HELP = "decode a struct value to a .npy file (exit 0 ok, 1 invalid, 2 usage/I-O)"
@@ -25,8 +26,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from onnx_struct.runtime.runners import decode  # noqa: PLC0415 - keep `onnx-struct --help` fast
-
     value = decode(args.name, args.model, runtime=args.runtime)
     np.save(args.output, value, allow_pickle=False)
     print(f"{args.name}: {value.dtype} {list(value.shape)} -> {args.output}")

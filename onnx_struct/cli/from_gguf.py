@@ -13,7 +13,10 @@ import pathlib
 import sys
 from typing import TextIO
 
+from onnx_struct.check.checker import check_model
 from onnx_struct.cli import EXIT_OK
+from onnx_struct.formats.gguf.convert import convert
+from onnx_struct.payload.external import require_regular_file
 
 INPUT = "input"
 HELP = "convert a .gguf file to an ONNX model with struct values (exit 0 ok, 1 invalid, 2 usage/I-O)"
@@ -56,10 +59,6 @@ class ProgressBar:
 
 
 def run(args: argparse.Namespace) -> int:
-    from onnx_struct.check.checker import check_model  # noqa: PLC0415
-    from onnx_struct.formats.gguf.convert import convert  # noqa: PLC0415 - keep `onnx-struct --help` fast
-    from onnx_struct.payload.external import require_regular_file  # noqa: PLC0415
-
     output = pathlib.Path(args.output)
     bar = ProgressBar(sys.stderr, enabled=not args.quiet)
     try:

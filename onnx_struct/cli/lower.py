@@ -12,6 +12,7 @@ import pathlib
 import onnx
 
 from onnx_struct.cli import EXIT_OK
+from onnx_struct.lowering.lower import lower
 
 INPUT = "input"
 HELP = "lower struct values to leaf initializers + decoder calls (exit 0 ok, 1 invalid, 2 usage/I-O)"
@@ -29,8 +30,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from onnx_struct.lowering.lower import lower  # noqa: PLC0415 - keep `onnx-struct --help` fast
-
     source, output = pathlib.Path(args.input), pathlib.Path(args.output)
     same_directory = source.resolve().parent == output.resolve().parent
     model = lower(source, compact=args.compact, keep_external=same_directory)

@@ -10,7 +10,10 @@ import argparse
 import pathlib
 import sys
 
+from onnx_struct import formats
+from onnx_struct.check.checker import check_model
 from onnx_struct.cli import EXIT_OK, UsageError
+from onnx_struct.passes.quantize import WEIGHT_INPUT, plan, quantize, read_model
 
 INPUT = "input"
 HELP = "quantize MatMul/Gemm weights into a block format, e.g. --format Q4_0 (exit 0 ok, 1 invalid, 2 usage/I-O)"
@@ -36,10 +39,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from onnx_struct import formats  # noqa: PLC0415 - keep `onnx-struct --help` fast
-    from onnx_struct.check.checker import check_model  # noqa: PLC0415
-    from onnx_struct.passes.quantize import WEIGHT_INPUT, plan, quantize, read_model  # noqa: PLC0415
-
     # Options first (exit 2), then the model's content (exit 1, as ValidationErrors from the library).
     op_types = tuple(op.strip() for op in args.op_types.split(",") if op.strip())
     unknown = [op for op in op_types if op not in WEIGHT_INPUT]

@@ -14,25 +14,23 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import sys
-from collections.abc import Iterator
 
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 from onnx_struct.check import decoder_inputs as bindings
+from onnx_struct.check.checker import check_model
 from onnx_struct.check.function_models import (
-    PACKED_TYPES,
     PRIVATE_DOMAIN,
-    contiguous,
     onnx_elem_type,
-    packed_rows,
     registered_function,
     tensor_type,
 )
+from onnx_struct.check.inference import LogicalTypes
 from onnx_struct.errors import ValidationError
-from onnx_struct.layout.bits import merged_dims, pack_sub_byte
 from onnx_struct.layout.table import Leaf, TypeTable, element_label
+from onnx_struct.lowering.leaf_tensors import dense_byte_run, leaf_to_tensor
+from onnx_struct.lowering.opsets import OpsetConversionError, canonical_domain, convert_default_opset, differing_ops
 from onnx_struct.payload import external
 from onnx_struct.payload.values import constant_tensor, resolve_value, value_declaration
 from onnx_struct.payload.view import StructView, view_of
@@ -43,6 +41,8 @@ from onnx_struct.schema.opaque import (
 )
 from onnx_struct.schema.opaque import exact_index as _exact_index
 from onnx_struct.schema.opaque import opaque_inside as _opaque_inside
+from onnx_struct.schema.projections import stock_view
+from onnx_struct.schema.walk import walk_graphs, walk_nodes
 
 SEPARATOR = "::"
 # The highest IR version the oldest supported onnxruntime (pyproject: onnxruntime>=1.32) loads. A
@@ -119,9 +119,6 @@ def lower_model(
     keep_external: bool = True,
 ) -> Lowering:
     """:func:`lower`, also returning how struct-typed graph inputs map to lowered leaf inputs."""
-    from onnx_struct.check.checker import check_model, stock_view  # noqa: PLC0415 - checker imports us lazily
-    from onnx_struct.check.inference import LogicalTypes  # noqa: PLC0415
-
     loaded = load(model, base_dir)
     check_model(loaded)
     return _Lowerer(loaded, compact, keep_external, stock_view(loaded), LogicalTypes(loaded)).run()
@@ -143,7 +140,7 @@ class _Lowerer:
         self.decoded: list[str] = []  # names the decoder calls produce (struct values and inputs)
         graph = stock.graph
         self.taken = {t.name for t in graph.initializer} | {i.name for i in graph.input}
-        self.taken |= {o for n in _walk_nodes(graph) for o in n.output}
+        self.taken |= {o for n in walk_nodes(graph) for o in n.output}
 
     def run(self) -> Lowering:
         graph = self.out.graph
@@ -318,7 +315,7 @@ class _Lowerer:
         graph.value_info.extend(kept)
 
     def check_no_struct_types(self) -> None:
-        for path, graph in _walk_graphs(self.out.graph, "graph"):
+        for path, graph in walk_graphs(self.out.graph, "graph"):
             if path == "graph":
                 continue
             for field in ("input", "output", "value_info"):
@@ -335,25 +332,25 @@ class _Lowerer:
         """One version per domain for the graph and every function: onnxruntime resolves a
         function's operators at the *model's* opset, so a decoder must import the same version
         or use only operators whose schema is the same at both (checked per operator)."""
-        model_opsets = {_domain(o.domain): o.version for o in self.out.opset_import}
+        model_opsets = {canonical_domain(o.domain): o.version for o in self.out.opset_import}
         participants = [(self.function_paths[k], fn) for k, fn in self.functions.items()]
         participants += [(element_label(f"functions[{i}]", f.name), f) for i, f in enumerate(self.out.functions)]
         target = dict(model_opsets)
         for _, fn in participants:
             for opset in fn.opset_import:
-                domain = _domain(opset.domain)
+                domain = canonical_domain(opset.domain)
                 target[domain] = max(target.get(domain, 0), opset.version)
-        main_nodes = list(_walk_nodes(self.out.graph))
+        main_nodes = list(walk_nodes(self.out.graph))
         for domain, version in model_opsets.items():
             if version != target[domain]:
-                differing = _differing_ops(main_nodes, domain, version, target[domain])
+                differing = differing_ops(main_nodes, domain, version, target[domain])
                 if differing:
                     self.upgrade_graph(domain, version, target[domain], differing)
         for where, fn in participants:
             for opset in fn.opset_import:
-                domain = _domain(opset.domain)
+                domain = canonical_domain(opset.domain)
                 if opset.version != target[domain]:
-                    differing = _differing_ops(fn.node, domain, opset.version, target[domain])
+                    differing = differing_ops(fn.node, domain, opset.version, target[domain])
                     if differing:
                         raise ValidationError(
                             where,
@@ -376,8 +373,6 @@ class _Lowerer:
                 f"{', '.join(differing)} differ between them",
                 code="opset_conflict",
             )
-        from onnx import version_converter  # noqa: PLC0415
-
         # The converter needs every consumed name defined: the decoded names are shown to it as
         # graph inputs of their logical types, then removed again.
         functions = list(self.out.functions)
@@ -385,15 +380,15 @@ class _Lowerer:
         decoded = self.logical_inputs()
         self.out.graph.input.extend(decoded)
         try:
-            converted = version_converter.convert_version(self.out, want)
-            del converted.graph.input[len(converted.graph.input) - len(decoded) :]
-        except Exception as error:  # the converter raises RuntimeError and assorted others
+            converted = convert_default_opset(self.out, want)
+        except OpsetConversionError as error:
             raise ValidationError(
                 "graph",
                 f"a decoder needs opset {want}, the graph imports {have} (operators {', '.join(differing)} "
                 f"differ) and onnx's version converter failed: {str(error).splitlines()[0] if str(error) else error}",
                 code="opset_conflict",
             ) from None
+        del converted.graph.input[len(converted.graph.input) - len(decoded) :]
         converted.functions.extend(functions)
         self.out = converted
 
@@ -422,85 +417,10 @@ class _Lowerer:
         return min(chosen, max(needed, onnx.IR_VERSION))
 
 
-# ---------------------------------------------------------------------- leaf data
-def dense_byte_run(leaf: Leaf) -> tuple[int, int] | None:
-    """(byte offset, byte length) when the leaf's elements are one contiguous, byte-aligned run
-    of the payload in C order (so its bytes are the tensor's raw_data as is); else None."""
-    shape, strides = merged_dims(leaf.shape, leaf.strides)
-    if leaf.bit_offset % 8:
-        return None
-    if shape and (len(shape) != 1 or strides[0] != leaf.bit_width):
-        return None
-    bits = leaf.count * leaf.bit_width
-    if bits % 8:
-        return None
-    if leaf.kind == "component" and leaf.bit_width != leaf.dtype.itemsize * 8:
-        return None
-    return leaf.bit_offset // 8, bits // 8
-
-
-def leaf_to_tensor(name: str, leaf: Leaf, struct_view: StructView, elem_type: int) -> TensorProto:
-    """A TensorProto with the leaf's elements in ``raw_data`` (sub-byte types packed as ONNX
-    packs them; multi-byte types little-endian)."""
-    if elem_type in PACKED_TYPES and leaf.kind == "tensor":
-        packed = packed_rows(struct_view.buffer, leaf)
-        if packed is None:
-            packed = pack_sub_byte(struct_view[leaf.path], leaf.bit_width)
-        tensor = TensorProto(name=name, data_type=elem_type, dims=leaf.shape)
-        tensor.raw_data = packed.tobytes()
-        return tensor
-    array = contiguous(struct_view[leaf.path])
-    if leaf.bit_width % 8 or array.dtype.itemsize * 8 != (
-        leaf.bit_width if leaf.kind == "tensor" else array.dtype.itemsize * 8
-    ):
-        tensor = numpy_helper.from_array(array, name)  # e.g. FLOAT6: onnx's own packing
-        tensor.data_type = elem_type
-        return tensor
-    if sys.byteorder == "big" and array.dtype.kind in "iufc":
-        array = array.astype(array.dtype.newbyteorder("<"))
-    tensor = TensorProto(name=name, data_type=elem_type, dims=leaf.shape)
-    tensor.raw_data = array.tobytes()
-    return tensor
-
-
 # ---------------------------------------------------------------------- helpers
-def _domain(domain: str) -> str:
-    return "" if domain == "ai.onnx" else domain
-
-
 def _struct_inside(type_proto) -> bool:
     """True when an overlay TypeProto is, or contains, a struct_type."""
     return innermost_type(type_proto).WhichOneof("value") == "struct_type"
-
-
-def _walk_graphs(graph: onnx.GraphProto, path: str) -> Iterator[tuple[str, onnx.GraphProto]]:
-    yield path, graph
-    for i, node in enumerate(graph.node):
-        for attribute in node.attribute:
-            where = f"{path}.node[{i}].attribute ({attribute.name!r})"
-            if attribute.HasField("g"):
-                yield from _walk_graphs(attribute.g, where)
-            for j, sub in enumerate(attribute.graphs):
-                yield from _walk_graphs(sub, f"{where}[{j}]")
-
-
-def _walk_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    for _, sub in _walk_graphs(graph, ""):
-        yield from sub.node
-
-
-def _differing_ops(nodes, domain: str, have: int, want: int) -> list[str]:
-    """Operators of ``domain`` among ``nodes`` whose schema differs between the two versions."""
-    differing = set()
-    for op in {n.op_type for n in nodes if _domain(n.domain) == domain}:
-        try:
-            a = onnx.defs.get_schema(op, have, domain).since_version
-            b = onnx.defs.get_schema(op, want, domain).since_version
-        except onnx.defs.SchemaError:
-            continue  # not a standard operator (e.g. a local function): nothing to compare
-        if a != b:
-            differing.add(op)
-    return sorted(differing)
 
 
 __all__ = ["lower", "lower_model", "leaf_tensor_name", "Lowering", "StructInput", "SEPARATOR", "PRIVATE_DOMAIN"]

@@ -19,6 +19,7 @@ tables read by ``Gather`` are quantized on request, blocks along each row.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import os
 from collections.abc import Iterable, Sequence
@@ -29,9 +30,14 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
+from onnx_struct import formats
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.base import BlockFormat
+from onnx_struct.lowering.opsets import OpsetConversionError, convert_default_opset
+from onnx_struct.payload.external_io import load_with_external_data
+from onnx_struct.runtime.runners import encode
 from onnx_struct.schema.model import add_struct_values, from_onnx, load, to_onnx
+from onnx_struct.schema.walk import walk_graphs
 
 GroupAxis = Literal["input", "output"]
 # The input position of the weight, per supported op type (Gather: the table of an embedding lookup).
@@ -154,8 +160,6 @@ def quantize(
 
 def encode_array(array: np.ndarray, root_index: int, model, name: str):
     """The StructProto ``name`` holding ``array`` as encoded by the format's encoder in onnxruntime."""
-    from onnx_struct.runtime.runners import encode  # noqa: PLC0415 - onnxruntime is imported only when encoding
-
     return encode(np.asarray(array, dtype=np.float32), root_index, model, name=name)
 
 
@@ -165,8 +169,9 @@ def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, .
     onnxruntime resolves a function's operators at the model's opset, so a model importing an older
     opset than the format's decoder could not run it. Converting now, while the model is plain ONNX,
     always works where the converter does; afterwards the struct values would be names the converter
-    does not know. If the converter fails, the model is returned unchanged (lowering then reports
-    which operators differ).
+    does not know. The conversion is lowering's (:func:`onnx_struct.lowering.opsets.convert_default_opset`),
+    but where ``lower()`` raises when the converter fails, this returns the model unchanged: the
+    quantized model is still valid, and lowering or running it reports which operators differ.
 
     The converter also runs shape inference and leaves its results behind (a value_info for every
     intermediate, refined output shapes); those are dropped again, so only the opset changes.
@@ -175,11 +180,9 @@ def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, .
     have = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if have >= needed:
         return model
-    from onnx import version_converter  # noqa: PLC0415
-
     try:
-        converted = version_converter.convert_version(model, needed)
-    except Exception:  # noqa: BLE001 - the converter raises RuntimeError and assorted others
+        converted = convert_default_opset(model, needed)
+    except OpsetConversionError:
         return model
     for field in ("value_info", "output"):
         del getattr(converted.graph, field)[:]
@@ -199,8 +202,6 @@ def read_model(model: onnx.ModelProto | bytes | str | os.PathLike) -> onnx.Model
     try:
         if isinstance(model, (bytes, bytearray)):
             return onnx.load_from_string(bytes(model))
-        from onnx_struct.payload.external_io import load_with_external_data  # noqa: PLC0415 - the file rules
-
         # onnx_struct's file rules: a FIFO is refused unopened, external tensors stay in the model's directory
         return load_with_external_data(os.fspath(model))
     except DecodeError as error:
@@ -229,8 +230,6 @@ def _weight_array(tensor: onnx.TensorProto, index: int) -> np.ndarray:
 def _format(format: str | BlockFormat) -> BlockFormat:
     if isinstance(format, BlockFormat):
         return format
-    from onnx_struct import formats  # noqa: PLC0415
-
     return formats.get(format)
 
 
@@ -333,17 +332,9 @@ def _flip_trans_b(node: onnx.NodeProto) -> None:
 
 def _names_used_in_subgraphs(graph: onnx.GraphProto) -> set[str]:
     names: set[str] = set()
-    stack = [a.g for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPH]
-    stack += [g for n in graph.node for a in n.attribute if a.type == onnx.AttributeProto.GRAPHS for g in a.graphs]
-    while stack:
-        sub = stack.pop()
+    for _, sub in itertools.islice(walk_graphs(graph), 1, None):  # every graph but ``graph`` itself
         for node in sub.node:
             names.update(node.input)
-            for attribute in node.attribute:
-                if attribute.type == onnx.AttributeProto.GRAPH:
-                    stack.append(attribute.g)
-                elif attribute.type == onnx.AttributeProto.GRAPHS:
-                    stack.extend(attribute.graphs)
         names.update(o.name for o in sub.output)
     return names
 

@@ -30,6 +30,7 @@ from onnx_struct.errors import NotRegularFileError, ValidationError
 from onnx_struct.layout.table import UINT64_MAX, element_label
 from onnx_struct.limits import MAX_EXTERNAL_DIGITS
 from onnx_struct.payload import buffer_pool
+from onnx_struct.schema.model import install_model_file_reader
 
 KNOWN_KEYS = ("location", "offset", "length", "checksum")
 _DECIMAL = re.compile(r"[0-9]+")
@@ -377,3 +378,6 @@ def load_external_tensors(model: onnx.ModelProto, base_dir: os.PathLike | str) -
             tensor.raw_data = read_tensor_data(tensor, base_dir, f"{where}.external_data")
             del tensor.external_data[:]
             tensor.data_location = onnx.TensorProto.DEFAULT
+
+
+install_model_file_reader(read_model_file)  # schema.model.load reads model files with it

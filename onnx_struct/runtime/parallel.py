@@ -31,14 +31,16 @@ import itertools
 import math
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from onnx_struct import formats  # the registry loads its family modules on first use
+from onnx_struct.check.function_models import tensor_type
+from onnx_struct.formats.base import FORMAT_DOMAIN
 from onnx_struct.payload import buffer_pool
-from onnx_struct.runtime import runners as runtime
 from onnx_struct.schema.model import StructTypeProto
 
 # Values with fewer logical elements decode whole: below this the threads' start-up and the
@@ -65,10 +67,9 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_helpers)
 
 
-def thread_count() -> int:
-    """Threads a big decode runs on: :data:`runtime.INTRA_OP_THREADS` when set, else the cores
-    this process may run on (at most :data:`MAX_THREADS`)."""
-    wanted = runtime.INTRA_OP_THREADS
+def thread_count(wanted: int) -> int:
+    """Threads a big decode runs on: ``wanted`` (:data:`runners.INTRA_OP_THREADS`) when set, else
+    the cores this process may run on (at most :data:`MAX_THREADS`)."""
     if not wanted:
         wanted = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, min(wanted, MAX_THREADS))
@@ -78,12 +79,20 @@ def decode_block_ranges(
     declaration: StructTypeProto,
     decoder: onnx.FunctionProto,
     where: str,
-    feeds: Mapping[str, runtime.Feed],
+    feeds: Mapping,
     constants: Sequence[onnx.TensorProto],
+    *,
+    intra_op_threads: int,
+    cached_runner: Callable,
 ) -> np.ndarray | None:
     """The decoded value, computed over block ranges in parallel; None when the value does not
-    qualify (then the caller runs the decoder whole)."""
-    threads = thread_count()
+    qualify (then the caller runs the decoder whole).
+
+    ``feeds`` are runners.Feed objects; ``intra_op_threads`` and ``cached_runner`` are runners'
+    setting and session cache, handed in by runners.decode so that this module does not import
+    runners (which imports it).
+    """
+    threads = thread_count(intra_op_threads)
     blocks = {feed.shape[0] if feed.array is not None and feed.shape else None for feed in feeds.values()}
     if threads < 2 or len(blocks) != 1 or None in blocks:
         return None  # one thread; packed (sub-byte) leaves; leaves not laid out per block
@@ -98,14 +107,14 @@ def decode_block_ranges(
     runners = {}  # part shape -> (runner, its output shape): ranges share one or two shapes
     for part_shape, first_block, end_block in ranges:
         part_feeds = {
-            name: runtime.Feed(
+            name: type(feed)(
                 feed.elem_type, (end_block - first_block, *feed.shape[1:]), array=feed.array[first_block:end_block]
             )
             for name, feed in feeds.items()
         }
         if part_shape not in runners:
-            inputs = [(name, runtime.tensor_type(f.elem_type, f.shape)) for name, f in part_feeds.items()]
-            runner = runtime.cached_runner(
+            inputs = [(name, tensor_type(f.elem_type, f.shape)) for name, f in part_feeds.items()]
+            runner = cached_runner(
                 _decoder(fmt.name, part_shape), where, inputs, constants, "onnxruntime", threads=1, fallback=False
             )
             output_shape = runner.output_shape()
@@ -160,8 +169,6 @@ def _registered_format(declaration: StructTypeProto, decoder: onnx.FunctionProto
     a shape the payload does not have."""
     if declaration.WhichOneof("kind") != "array" or decoder.domain != _format_domain():
         return None
-    from onnx_struct import formats  # noqa: PLC0415 - the registry loads its families lazily
-
     fmt = formats.format_of_decoder(decoder.domain, decoder.name)
     shape = _final_shape(decoder)
     if fmt is None or not fmt.block_ranges or shape is None:
@@ -217,8 +224,6 @@ def _row_ranges(shape: tuple[int, ...], block_size: int, count: int) -> list[tup
 
 @functools.lru_cache(maxsize=64)
 def _decoder(format_name: str, shape: tuple[int, ...]) -> onnx.FunctionProto:
-    from onnx_struct import formats  # noqa: PLC0415
-
     return formats.get(format_name).decoder(shape)
 
 
@@ -228,8 +233,6 @@ def _decoder_bytes(format_name: str, shape: tuple[int, ...]) -> bytes:
 
 
 def _format_domain() -> str:
-    from onnx_struct.formats.base import FORMAT_DOMAIN  # noqa: PLC0415
-
     return FORMAT_DOMAIN
 
 

@@ -54,9 +54,12 @@ from onnx_struct.layout import dtypes
 from onnx_struct.layout.bits import pack_sub_byte, unpack_sub_byte
 from onnx_struct.layout.table import Leaf, TypeTable
 from onnx_struct.payload import buffer_pool, external
+from onnx_struct.payload.pack import pack
 from onnx_struct.payload.values import constant_tensor, declaration_or_index, load_declarations, resolve_value
 from onnx_struct.payload.view import StructView, view_of
+from onnx_struct.runtime import parallel
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors, ort_limits, ort_version
+from onnx_struct.schema.builders import make_struct_value
 from onnx_struct.schema.model import StructProto, StructTypeProto
 
 RUNTIMES = ("onnxruntime", "reference")
@@ -512,9 +515,15 @@ def decode(
     # What check_model applies to this declaration, before any session is built or range split.
     decoder_policy.check_sizes(decoder, inputs, constants, decoder_path)
     if runtime == "onnxruntime":
-        from onnx_struct.runtime import parallel  # noqa: PLC0415 - it uses this module's runners
-
-        result = parallel.decode_block_ranges(declaration, decoder, decoder_path, feeds, constants)
+        result = parallel.decode_block_ranges(
+            declaration,
+            decoder,
+            decoder_path,
+            feeds,
+            constants,
+            intra_op_threads=INTRA_OP_THREADS,
+            cached_runner=cached_runner,
+        )
         if result is not None:
             return result
     runner = cached_runner(decoder, decoder_path, inputs, constants, runtime)
@@ -536,9 +545,6 @@ def encode(
     leaves it does not produce are zero bits. ``decode(encode(x))`` is whatever the format's
     decoder makes of the encoded leaves (exactly x only for lossless formats).
     """
-    from onnx_struct.payload.pack import pack  # noqa: PLC0415 - the writer is needed only here
-    from onnx_struct.schema.builders import make_struct_value  # noqa: PLC0415
-
     _check_runtime(runtime)
     declarations = load_declarations(model, None)[1]
     table = TypeTable(declarations)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import pathlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Union
 
 import onnx
@@ -124,6 +124,23 @@ class LoadedModel:
         return value if values is None else values.full(index)
 
 
+def _unset_reader(path: pathlib.Path) -> bytes:
+    raise RuntimeError(f"{path}: no model file reader installed (onnx_struct.payload.external installs it)")
+
+
+# Model files are read under payload's file rules (payload/external.py: one reader for every file;
+# non-regular files refused unopened). schema sits below payload, so the reader is handed down:
+# payload/external.py installs it when imported, and the package's __init__ imports it, so it is
+# in place before any onnx_struct module can be used.
+_read_model_file: Callable[[pathlib.Path], bytes] = _unset_reader
+
+
+def install_model_file_reader(reader: Callable[[pathlib.Path], bytes]) -> None:
+    """Make :func:`load` read model files with ``reader`` (called by payload/external.py)."""
+    global _read_model_file
+    _read_model_file = reader
+
+
 def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = None) -> LoadedModel:
     """Parse any accepted model form into the overlay object model (no payload is read).
 
@@ -143,10 +160,8 @@ def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = No
         data = bytes(model)
         return LoadedModel(_parse(data, "<bytes>"), directory, data)
     if isinstance(model, (str, os.PathLike)):
-        from onnx_struct.payload import external  # noqa: PLC0415 - external imports layout, which imports this module
-
         path = pathlib.Path(model)
-        data = external.read_model_file(path)  # a FIFO, device or directory is refused unopened
+        data = _read_model_file(path)  # a FIFO, device or directory is refused unopened
         return LoadedModel(_parse(data, str(path)), directory if directory is not None else path.resolve().parent, data)
     raise TypeError(f"expected onnx.ModelProto, bytes or a path, got {type(model).__name__}")
 
@@ -246,7 +261,7 @@ def length_delimited(field_number: int, payload: bytes) -> bytes:
     """One length-delimited protobuf field (a message, string or bytes), ready to concatenate.
 
     Used to append thousands of small entries with a single ``MergeFromString`` instead of
-    building each one as a message (see ``checker.stock_view``).
+    building each one as a message (see ``projections.stock_view``).
     """
     return _varint(field_number << 3 | 2) + _varint(len(payload)) + payload
 
@@ -270,107 +285,3 @@ def graph_inputs_fragment(entries: Iterable[tuple[str, bytes]]) -> bytes:
         inner += (small[len(type_bytes)] if len(type_bytes) < 128 else _varint(len(type_bytes))) + type_bytes
         parts.append(_GRAPH_INPUT_TAG + (small[len(inner)] if len(inner) < 128 else _varint(len(inner))) + inner)
     return b"".join(parts)
-
-
-def _overlay_fields(descriptor) -> tuple:
-    """(name, repeated, has_name, is_struct_part) of the fields of ``descriptor`` that hold overlay messages."""
-    cached = _OVERLAY_FIELDS.get(descriptor.full_name)
-    if cached is None:
-        cached = tuple(
-            (
-                f.name,
-                f.is_repeated,
-                "name" in f.message_type.fields_by_name,
-                f.message_type.name in ("StructTypeProto", "StructProto"),
-            )
-            for f in descriptor.fields
-            if f.message_type is not None and f.message_type.file is pb.DESCRIPTOR
-        )
-        _OVERLAY_FIELDS[descriptor.full_name] = cached
-    return cached
-
-
-_OVERLAY_FIELDS: dict[str, tuple] = {}
-
-
-def iter_overlay(message, path: str = "", *, into_struct_parts: bool = False):
-    """Yield ``(path, locator, message)`` for ``message`` and the overlay messages below it.
-
-    Only fields typed with overlay messages are followed: onnx's own messages (tensors with large
-    raw_data among them) can never contain struct parts, so they are never touched. A child whose
-    overlay fields are all empty (a node without attributes, a plain tensor TypeProto) can hold no
-    struct part and is skipped, which keeps a walk over a large graph cheap. ``locator`` is the
-    tuple of (field name, index or None) steps from ``message``, valid in stock onnx messages too
-    (field names are identical). With ``into_struct_parts=False`` StructTypeProto/StructProto
-    subtrees are not entered.
-    """
-    stack = [(path, (), message)]
-    while stack:
-        where, locator, current = stack.pop()
-        yield where, locator, current
-        children = []
-        for name, repeated, has_name, struct_part in _overlay_fields(current.DESCRIPTOR):
-            if struct_part and not into_struct_parts:
-                continue
-            prefix = f"{where}.{name}" if where else name
-            if repeated:
-                items = getattr(current, name)
-                if not len(items):
-                    continue
-                may_hold = _struct_part_probe(items[0].DESCRIPTOR, into_struct_parts)
-                if isinstance(may_hold, str):  # the hot case, nodes: one repeated field read inline
-                    holders = [(i, item) for i, item in enumerate(items) if getattr(item, may_hold)]
-                else:
-                    holders = [(i, item) for i, item in enumerate(items) if may_hold(item)]
-                for i, item in holders:  # e.g. nodes with attributes
-                    label = item.name if has_name else ""
-                    children.append(
-                        (f"{prefix}[{i}] ({label!r})" if label else f"{prefix}[{i}]", (*locator, (name, i)), item)
-                    )
-            elif current.HasField(name):
-                item = getattr(current, name)
-                probe = _struct_part_probe(item.DESCRIPTOR, into_struct_parts)
-                if getattr(item, probe) if isinstance(probe, str) else probe(item):
-                    children.append((prefix, (*locator, (name, None)), item))
-        stack.extend(reversed(children))
-
-
-def _struct_part_probe(descriptor, into_struct_parts: bool):
-    """A cheap predicate: can a message of this type hold a struct part below it?
-
-    GraphProtos and struct parts always can; any other message only through one of its
-    overlay-typed fields (a struct_type TypeProto counts even when not entering struct parts).
-    A message type with a single such field, repeated (NodeProto: attribute), gets the field's
-    name instead of a function: the caller reads it inline, the walk's hottest line.
-    """
-    key = (descriptor.full_name, into_struct_parts)
-    probe = _PROBES.get(key)
-    if probe is None:
-        if descriptor.name in ("GraphProto", "StructTypeProto", "StructProto"):
-            probe = _always
-        else:
-            fields = [
-                (name, repeated)
-                for name, repeated, _, struct_part in _overlay_fields(descriptor)
-                if not struct_part or into_struct_parts or descriptor.name == "TypeProto"
-            ]
-            if len(fields) == 1 and fields[0][1]:
-                probe = fields[0][0]  # the hot case (nodes): the one repeated field, non-empty
-            else:
-                probe = lambda m: any(len(getattr(m, n)) if r else m.HasField(n) for n, r in fields)  # noqa: E731
-        _PROBES[key] = probe
-    return probe
-
-
-def _always(message) -> bool:
-    return True
-
-
-_PROBES: dict[tuple[str, bool], object] = {}
-
-
-def locate(message, locator):
-    """Follow a locator from :func:`iter_overlay` in another message with the same field names."""
-    for name, index in locator:
-        message = getattr(message, name) if index is None else getattr(message, name)[index]
-    return message

@@ -1,6 +1,6 @@
 """The Opaque stand-ins of struct types in stock views, written and read in one place.
 
-A stock view (``checker.stock_view``) shows ``struct_type { type_index: i }`` as
+A stock view (``projections.stock_view``) shows ``struct_type { type_index: i }`` as
 ``Opaque(domain="onnx_struct", name="struct_types.<i>")`` and the unconstrained category as
 ``Opaque(domain="onnx_struct", name="struct")``.
 """

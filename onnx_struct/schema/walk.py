@@ -1,0 +1,155 @@
+"""The one graph walker: every place of a model where a graph or a struct part can be.
+
+:func:`iter_overlay` walks the overlay messages (struct parts included) with paths and locators;
+:func:`graph_parts` is its common question (the graphs and the struct-typed TypeProtos, outside
+struct parts), asked by the checker and by ``install()``'s hooks. :func:`walk_graphs` walks the
+subgraphs of a stock ``onnx.GraphProto`` (node attributes ``g`` and ``graphs``), for code that
+works on plain ONNX after lowering or before quantizing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import onnx
+
+from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
+
+
+def _overlay_fields(descriptor) -> tuple:
+    """(name, repeated, has_name, is_struct_part) of the fields of ``descriptor`` that hold overlay messages."""
+    cached = _OVERLAY_FIELDS.get(descriptor.full_name)
+    if cached is None:
+        cached = tuple(
+            (
+                f.name,
+                f.is_repeated,
+                "name" in f.message_type.fields_by_name,
+                f.message_type.name in ("StructTypeProto", "StructProto"),
+            )
+            for f in descriptor.fields
+            if f.message_type is not None and f.message_type.file is pb.DESCRIPTOR
+        )
+        _OVERLAY_FIELDS[descriptor.full_name] = cached
+    return cached
+
+
+_OVERLAY_FIELDS: dict[str, tuple] = {}
+
+
+def iter_overlay(message, path: str = "", *, into_struct_parts: bool = False):
+    """Yield ``(path, locator, message)`` for ``message`` and the overlay messages below it.
+
+    Only fields typed with overlay messages are followed: onnx's own messages (tensors with large
+    raw_data among them) can never contain struct parts, so they are never touched. A child whose
+    overlay fields are all empty (a node without attributes, a plain tensor TypeProto) can hold no
+    struct part and is skipped, which keeps a walk over a large graph cheap. ``locator`` is the
+    tuple of (field name, index or None) steps from ``message``, valid in stock onnx messages too
+    (field names are identical). With ``into_struct_parts=False`` StructTypeProto/StructProto
+    subtrees are not entered.
+    """
+    stack = [(path, (), message)]
+    while stack:
+        where, locator, current = stack.pop()
+        yield where, locator, current
+        children = []
+        for name, repeated, has_name, struct_part in _overlay_fields(current.DESCRIPTOR):
+            if struct_part and not into_struct_parts:
+                continue
+            prefix = f"{where}.{name}" if where else name
+            if repeated:
+                items = getattr(current, name)
+                if not len(items):
+                    continue
+                may_hold = _struct_part_probe(items[0].DESCRIPTOR, into_struct_parts)
+                if isinstance(may_hold, str):  # the hot case, nodes: one repeated field read inline
+                    holders = [(i, item) for i, item in enumerate(items) if getattr(item, may_hold)]
+                else:
+                    holders = [(i, item) for i, item in enumerate(items) if may_hold(item)]
+                for i, item in holders:  # e.g. nodes with attributes
+                    label = item.name if has_name else ""
+                    children.append(
+                        (f"{prefix}[{i}] ({label!r})" if label else f"{prefix}[{i}]", (*locator, (name, i)), item)
+                    )
+            elif current.HasField(name):
+                item = getattr(current, name)
+                probe = _struct_part_probe(item.DESCRIPTOR, into_struct_parts)
+                if getattr(item, probe) if isinstance(probe, str) else probe(item):
+                    children.append((prefix, (*locator, (name, None)), item))
+        stack.extend(reversed(children))
+
+
+def _struct_part_probe(descriptor, into_struct_parts: bool):
+    """A cheap predicate: can a message of this type hold a struct part below it?
+
+    GraphProtos and struct parts always can; any other message only through one of its
+    overlay-typed fields (a struct_type TypeProto counts even when not entering struct parts).
+    A message type with a single such field, repeated (NodeProto: attribute), gets the field's
+    name instead of a function: the caller reads it inline, the walk's hottest line.
+    """
+    key = (descriptor.full_name, into_struct_parts)
+    probe = _PROBES.get(key)
+    if probe is None:
+        if descriptor.name in ("GraphProto", "StructTypeProto", "StructProto"):
+            probe = _always
+        else:
+            fields = [
+                (name, repeated)
+                for name, repeated, _, struct_part in _overlay_fields(descriptor)
+                if not struct_part or into_struct_parts or descriptor.name == "TypeProto"
+            ]
+            if len(fields) == 1 and fields[0][1]:
+                probe = fields[0][0]  # the hot case (nodes): the one repeated field, non-empty
+            else:
+                probe = lambda m: any(len(getattr(m, n)) if r else m.HasField(n) for n, r in fields)  # noqa: E731
+        _PROBES[key] = probe
+    return probe
+
+
+def _always(message) -> bool:
+    return True
+
+
+_PROBES: dict[tuple[str, bool], object] = {}
+
+
+def locate(message, locator):
+    """Follow a locator from :func:`iter_overlay` in another message with the same field names."""
+    for name, index in locator:
+        message = getattr(message, name) if index is None else getattr(message, name)[index]
+    return message
+
+
+def graph_parts(proto) -> tuple[list, list]:
+    """(graphs, struct-typed TypeProtos) below ``proto``, outside struct parts, with paths:
+    ``[(path, GraphProto)]`` and ``[(path, locator, TypeProto)]``."""
+    graphs, struct_type_protos = [], []
+    for path, locator, message in iter_overlay(proto, into_struct_parts=False):
+        name = message.DESCRIPTOR.name
+        if name == "GraphProto":
+            graphs.append((path, message))
+        elif name == "TypeProto" and message.WhichOneof("value") == "struct_type":
+            struct_type_protos.append((path, locator, message))
+    return graphs, struct_type_protos
+
+
+def walk_graphs(graph: onnx.GraphProto, path: str = "graph") -> Iterator[tuple[str, onnx.GraphProto]]:
+    """``(path, graph)`` for a stock graph and every graph in its node attributes, depth first.
+
+    Paths name the attribute: ``graph.node[3].attribute ('body')`` and, for a ``graphs`` list,
+    ``graph.node[3].attribute ('branches')[1]``.
+    """
+    yield path, graph
+    for i, node in enumerate(graph.node):
+        for attribute in node.attribute:
+            where = f"{path}.node[{i}].attribute ({attribute.name!r})"
+            if attribute.HasField("g"):
+                yield from walk_graphs(attribute.g, where)
+            for j, sub in enumerate(attribute.graphs):
+                yield from walk_graphs(sub, f"{where}[{j}]")
+
+
+def walk_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    """Every node of a stock graph and of its subgraphs."""
+    for _, sub in walk_graphs(graph, ""):
+        yield from sub.node
