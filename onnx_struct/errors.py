@@ -51,6 +51,11 @@ class ValidationError(onnx.checker.ValidationError):
         return out
 
 
+def limit_exceeded(path: str, reason: str, actual: int, limit: int) -> ValidationError:
+    """The one form of a refusal by a documented limit (onnx_struct/limits.py, docs/security.md)."""
+    return ValidationError(path, reason, code="limit_exceeded", actual=actual, limit=limit)
+
+
 def _rebuild(
     cls: type[ValidationError], path: str, reason: str, details: dict, code: str | None = None
 ) -> ValidationError:

@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 import onnx
 
-from onnx_struct.errors import ValidationError
+from onnx_struct.errors import ValidationError, limit_exceeded
 from onnx_struct.layout import dtypes
 from onnx_struct.layout.sizes import checked, element_label
 from onnx_struct.limits import MAX_LEAF_PATH_CHARS, MAX_LEAF_RANK, MAX_LEAF_SPAN, MAX_LEAVES
@@ -116,39 +116,26 @@ def checked_leaf_shape(declaration: StructTypeProto, path: str, shape_of_index) 
         raise ValidationError(
             path, "declaration has no kind: the unconstrained category has no leaves", code="not_concrete"
         )
-    if shape.count > MAX_LEAVES:
-        raise ValidationError(
+    refusals = (
+        (path, shape.count, MAX_LEAVES, f"declaration has more than {MAX_LEAVES} leaves ({shape.count})"),
+        (
             path,
-            f"declaration has more than {MAX_LEAVES} leaves ({shape.count})",
-            code="limit_exceeded",
-            actual=shape.count,
-            limit=MAX_LEAVES,
-        )
-    if shape.chars > MAX_LEAF_PATH_CHARS:
-        raise ValidationError(
-            path,
+            shape.chars,
+            MAX_LEAF_PATH_CHARS,
             f"its leaf paths total more than {MAX_LEAF_PATH_CHARS} characters ({shape.chars})",
-            code="limit_exceeded",
-            actual=shape.chars,
-            limit=MAX_LEAF_PATH_CHARS,
-        )
-    if shape.rank > MAX_LEAF_RANK:
-        raise ValidationError(
+        ),
+        (where, shape.rank, MAX_LEAF_RANK, f"a leaf would have more than {MAX_LEAF_RANK} dimensions ({shape.rank})"),
+        (
             where,
-            f"a leaf would have more than {MAX_LEAF_RANK} dimensions ({shape.rank})",
-            code="limit_exceeded",
-            actual=shape.rank,
-            limit=MAX_LEAF_RANK,
-        )
-    if shape.span > MAX_LEAF_SPAN:
-        raise ValidationError(
-            where,
+            shape.span,
+            MAX_LEAF_SPAN,
             "a leaf would have more elements than numpy can describe (its dimensions, a zero one counted "
             f"as 1, times its element's bytes exceed {MAX_LEAF_SPAN})",
-            code="limit_exceeded",
-            actual=shape.span,
-            limit=MAX_LEAF_SPAN,
-        )
+        ),
+    )
+    for at, actual, limit, reason in refusals:
+        if actual > limit:
+            raise limit_exceeded(at, reason, actual, limit)
     return shape
 
 

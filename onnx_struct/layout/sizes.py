@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from onnx_struct.errors import ValidationError
+from onnx_struct.errors import ValidationError, limit_exceeded
 from onnx_struct.layout import dtypes
 from onnx_struct.limits import MAX_COMPONENT_BITS
 from onnx_struct.schema.model import StructTypeProto
@@ -81,12 +81,11 @@ def declaration_size(declaration: StructTypeProto, path: str, size_of_index) -> 
             if component.bit_width == 0:
                 raise ValidationError(where, "component width is zero", code="bad_component")
             if component.bit_width > MAX_COMPONENT_BITS:
-                raise ValidationError(
+                raise limit_exceeded(
                     where,
                     f"component width {component.bit_width} exceeds {MAX_COMPONENT_BITS} bits",
-                    code="limit_exceeded",
-                    actual=component.bit_width,
-                    limit=MAX_COMPONENT_BITS,
+                    component.bit_width,
+                    MAX_COMPONENT_BITS,
                 )
             record += component.bit_width
         return checked(packing.dimension * record, f"{path}.bit_packing")
