@@ -144,10 +144,10 @@ def test_cli_text_json_and_exit_codes(tmp_path, capsys):
     assert main(["inspect", str(path), "--json", "--value", "weight"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["struct_values"][0]["location"]["kind"] == "inline" and data["struct_types"] == []
-    assert main(["inspect", str(path), "--value", "nope"]) == 1
+    assert main(["inspect", str(path), "--value", "nope"]) == 2  # names nothing: a usage error
     assert "no struct value named 'nope'" in capsys.readouterr().err
     assert main(["inspect", str(path), "--svg", str(tmp_path / "x.svg")]) == 2
-    assert main(["inspect", str(path), "--svg", str(tmp_path / "x.svg"), "--type", "NOPE"]) == 1
+    assert main(["inspect", str(path), "--svg", str(tmp_path / "x.svg"), "--type", "NOPE"]) == 2
     assert "no declaration named 'NOPE'" in capsys.readouterr().err
     assert main(["inspect", str(path), "--svg", str(tmp_path / "x.svg"), "--type", "1"]) == 0
     assert (tmp_path / "x.svg").read_text().startswith("<svg")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import sys
 from collections.abc import Sequence
 
@@ -47,7 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name, module_name in COMMANDS.items():
         module = importlib.import_module(module_name)
-        sub = subparsers.add_parser(name, help=module.HELP, description=module.__doc__)
+        # Raw: the descriptions hold examples, one per line, that argparse would run together.
+        sub = subparsers.add_parser(
+            name, help=module.HELP, description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
         module.add_arguments(sub)
         sub.set_defaults(run=module.run, input_arg=module.INPUT)
     return parser
@@ -73,11 +77,29 @@ def one_line(text: object) -> str:
     return " ".join(line.strip() for line in str(text).splitlines() if line.strip())
 
 
+def located(path: object, text: object) -> str:
+    """``path: text`` on one line, without repeating ``path`` when the message already starts
+    with it (a parse error names the file it read)."""
+    line, path = one_line(text), str(path)
+    return line if line.startswith((f"{path}:", f"{path} ")) else f"{path}: {line}"
+
+
 def fail(args: argparse.Namespace, error: object, code: int, *, with_input: bool = False) -> int:
     """Print ``error`` as the command's one line on stderr and return ``code``."""
-    source = f"{getattr(args, args.input_arg)}: " if with_input else ""
-    print(f"onnx-struct {args.command}: {source}{one_line(error)}", file=sys.stderr)
+    message = located(getattr(args, args.input_arg), error) if with_input else one_line(error)
+    print(f"onnx-struct {args.command}: {message}", file=sys.stderr)
     return code
+
+
+def print_json(document: dict) -> None:
+    json.dump(document, sys.stdout, indent=2)
+    print()
+
+
+def io_error_dict(error: OSError) -> dict:
+    """An OSError as ``--json`` prints it: ``{"code": "io_error", "message", "errno"}`` (an I/O
+    failure is not a ValidationError; its code is not among docs/errors.md's)."""
+    return {"code": "io_error", "message": one_line(error), "errno": error.errno}
 
 
 if __name__ == "__main__":

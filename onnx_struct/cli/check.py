@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from onnx_struct.check.checker import validate
-from onnx_struct.cli import EXIT_INVALID, EXIT_OK, one_line
+from onnx_struct.cli import EXIT_INVALID, EXIT_OK, io_error_dict, located, print_json
 
 INPUT = "path"
 HELP = "check a model (exit 0 valid, 1 invalid, 2 usage/I-O error)"
@@ -20,17 +19,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    diagnostics = validate(args.path, full_check=args.full)
-    unreadable = [d for d in diagnostics if isinstance(d, OSError)]  # a FIFO or directory: I/O, exit 2
-    if unreadable:
-        raise unreadable[0]
+    if args.full and sys.stderr.isatty():
+        # Shape inference of a large model takes a while; say what is running (a TTY only: a log
+        # or a pipe gets nothing but the result). The result line follows on its own line.
+        print(f"checking {args.path} (rules, onnx.checker, struct-aware shape inference) ...", file=sys.stderr)
+    try:
+        diagnostics = validate(args.path, full_check=args.full)
+        unreadable = [d for d in diagnostics if isinstance(d, OSError)]  # a FIFO or directory: I/O, exit 2
+        if unreadable:
+            raise unreadable[0]
+    except OSError as error:  # exit 2 with the one stderr line from cli.main; --json also gets an object
+        if args.json:
+            print_json({"path": args.path, "valid": False, "error": io_error_dict(error), "diagnostics": []})
+        raise
     if args.json:
         report = {"path": args.path, "valid": not diagnostics, "diagnostics": [d.to_dict() for d in diagnostics]}
-        json.dump(report, sys.stdout, indent=2)
-        print()
+        print_json(report)
     elif diagnostics:
         for diagnostic in diagnostics:
-            print(f"{args.path}: {one_line(diagnostic)}", file=sys.stderr)
+            print(located(args.path, diagnostic), file=sys.stderr)
     else:
         print(f"{args.path}: valid")
     return EXIT_INVALID if diagnostics else EXIT_OK

@@ -1,4 +1,8 @@
-"""Decode one struct value of a model with its root decoder and save the logical value as .npy."""
+"""Decode one struct value of a model with its root decoder and save the logical value as .npy.
+
+The array is written in .npy format to exactly the path given with -o (numpy's own np.save would
+append ".npy" to a name without it; onnx-struct does not).
+"""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ HELP = "decode a struct value to a .npy file (exit 0 ok, 1 invalid, 2 usage/I-O)
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="the .onnx model")
     parser.add_argument("name", help="the struct value's name")
-    parser.add_argument("-o", "--output", required=True, help="the .npy file to write")
+    parser.add_argument("-o", "--output", required=True, help="the file to write (.npy format, at exactly this path)")
     parser.add_argument(
         "--runtime",
         choices=("onnxruntime", "reference"),
@@ -27,6 +31,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     value = decode(args.name, args.model, runtime=args.runtime)
-    np.save(args.output, value, allow_pickle=False)
+    with open(args.output, "wb") as handle:  # a handle: np.save given a name appends ".npy" to it
+        np.save(handle, value, allow_pickle=False)
     print(f"{args.name}: {value.dtype} {list(value.shape)} -> {args.output}")
     return EXIT_OK

@@ -14,7 +14,7 @@ import sys
 from typing import TextIO
 
 from onnx_struct.check.checker import check_model
-from onnx_struct.cli import EXIT_OK
+from onnx_struct.cli import EXIT_OK, UsageError
 from onnx_struct.formats.gguf.convert import convert
 from onnx_struct.payload.external import require_regular_file
 
@@ -42,6 +42,7 @@ class ProgressBar:
         self.enabled = enabled and stream.isatty()
         self.width = width
         self.shown = False
+        self.last = (0, 0)
 
     def __call__(self, done: int, total: int, label: str) -> None:
         if not self.enabled:
@@ -51,6 +52,13 @@ class ProgressBar:
         self.stream.write(f"\r[{bar}] {done}/{total} {label[:40]:<40}")
         self.stream.flush()
         self.shown = True
+        self.last = (done, total)
+
+    def stage(self, label: str) -> None:
+        """Show ``label`` on the bar after the last tensor: serializing, checking and writing a
+        large model take a noticeable time once every tensor is read."""
+        if self.shown:
+            self(*self.last, label)
 
     def close(self) -> None:
         if self.shown:
@@ -70,12 +78,20 @@ def run(args: argparse.Namespace) -> int:
             model_dir=output.parent if args.reference else None,
             progress=bar,
         )
+        bar.stage("serializing")
+        data = model.SerializeToString()
+        del model
+        bar.stage("checking")
+        check_model(data, base_dir=output.parent)
+        bar.stage(f"writing {output.name}")
+        output.write_bytes(data)
+        bar.stage("done")
+    except ImportError as error:
+        if error.name != "gguf":  # only the optional dependency's absence is the user's to fix
+            raise
+        raise UsageError(str(error)) from None
     finally:
         bar.close()
-    data = model.SerializeToString()
-    del model
-    check_model(data, base_dir=output.parent)
-    output.write_bytes(data)
     if not args.quiet:
         mode = "referencing" if args.reference else "copying"
         print(f"{output}: {len(data)} bytes, {mode} the tensors of {args.input}", file=sys.stderr)

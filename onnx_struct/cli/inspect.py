@@ -9,10 +9,9 @@ onnx-struct inspect model.onnx --svg q4.svg --type Q4_0   # byte/bit diagram of 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from onnx_struct.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE, one_line
+from onnx_struct.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE, io_error_dict, located, print_json
 from onnx_struct.errors import ValidationError
 from onnx_struct.tools.describe import describe, format_text
 from onnx_struct.tools.svg import layout_svg
@@ -29,10 +28,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--type", metavar="NAME|INDEX", help="the declaration to draw (a struct_types index or name)")
 
 
+def _names_nothing(error: ValidationError) -> bool:
+    """The error says --value or --type names nothing in the model: a usage error (exit 2)."""
+    return error.code in ("unknown_value", "unknown_type_index") or error.path == "--type"
+
+
 def run(args: argparse.Namespace) -> int:
     if (args.svg is None) != (args.type is None):
         print("onnx-struct inspect: --svg and --type go together", file=sys.stderr)
         return EXIT_USAGE
+    try:
+        return _run(args)
+    except OSError as error:  # exit 2 with the one stderr line from cli.main; --json also gets an object
+        if args.json:
+            print_json({"path": args.path, "error": io_error_dict(error)})
+        raise
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         if args.svg is not None:
             svg = layout_svg(args.path, args.type)
@@ -44,15 +57,14 @@ def run(args: argparse.Namespace) -> int:
     except ValidationError as error:
         if isinstance(error, OSError):  # a FIFO or directory given as the model: I/O, exit 2
             raise
+        code = EXIT_USAGE if _names_nothing(error) else EXIT_INVALID
         if args.json:
-            json.dump({"path": args.path, "error": error.to_dict()}, sys.stdout, indent=2)
-            print()
+            print_json({"path": args.path, "error": error.to_dict()})
         else:
-            print(f"{args.path}: {one_line(error)}", file=sys.stderr)
-        return EXIT_INVALID
+            print(located(args.path, error), file=sys.stderr)
+        return code
     if args.json:
-        json.dump({"path": args.path, **description}, sys.stdout, indent=2)
-        print()
+        print_json({"path": args.path, **description})
     else:
         print(format_text(description))
     errors = [

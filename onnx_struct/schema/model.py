@@ -162,6 +162,8 @@ def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = No
     if isinstance(model, (str, os.PathLike)):
         path = pathlib.Path(model)
         data = _read_model_file(path)  # a FIFO, device or directory is refused unopened
+        if not data:  # parses as an empty ModelProto, which onnx.checker would blame for its ir_version
+            raise ValidationError("", f"{path}: the file is empty (0 bytes), not an ONNX model", code="not_parsable")
         return LoadedModel(_parse(data, str(path)), directory if directory is not None else path.resolve().parent, data)
     raise TypeError(f"expected onnx.ModelProto, bytes or a path, got {type(model).__name__}")
 
@@ -183,7 +185,12 @@ def _parse(data: bytes, origin: str) -> pb.ModelProto:
     try:
         return pb.ModelProto.FromString(data)
     except DecodeError as error:
-        raise ValidationError("", f"{origin} is not a parsable ONNX model: {error}", code="not_parsable") from None
+        # protobuf's message names its own class ("Error parsing message with type
+        # 'onnx_struct.ModelProto': ..."), an internal name; keep only its reason.
+        reason = str(error).rpartition(": ")[2] or "not protobuf"
+        raise ValidationError(
+            "", f"{origin} is not a parsable ONNX model (protobuf: {reason})", code="not_parsable"
+        ) from None
 
 
 def from_onnx(model: onnx.ModelProto) -> pb.ModelProto:

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from onnx_struct.check.inference import LogicalTypes
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import dtypes
 from onnx_struct.layout.table import TypeTable, element_label, read_constant, type_size
@@ -34,32 +35,77 @@ __all__ = ["describe", "describe_declaration", "format_text", "MAX_NODES", "MAX_
 def describe(model, value: str | None = None) -> dict[str, Any]:
     """JSON-ready description: ``{"struct_types": [...], "struct_values": [...]}``.
 
-    Each declaration is ``{"index", "name", "size_bits", "tree"}`` (or ``"error"``); each value is
-    ``{"name", "type", "size_bytes", "location", "tree"}`` with ``location`` ``{"kind": "inline"}``
-    or ``{"kind": "external", "location", "offset", "length"}``. With ``value`` only that struct
-    value (and no model-level declaration list) is described.
+    Each declaration is ``{"index", "name", "size_bits", "tree"}`` (or ``"error"``), plus
+    ``"logical_type"`` (its decoder's output type, e.g. ``FLOAT[8, 64]``, inferred without running
+    anything; ``"logical_type_error"`` when it cannot be) when it has a decoder, and
+    ``"doc_string"`` / ``"metadata_props"`` when set. Each value is ``{"name", "type",
+    "type_index", "size_bytes", "location", "tree"}`` (``type`` a display string, ``type_index``
+    absent for an inline declaration), plus ``"logical_type"`` and ``"doc_string"`` likewise, with
+    ``location`` ``{"kind": "inline"}`` or ``{"kind": "external", "location", "offset",
+    "length"}``. ``"metadata_props"`` holds the model's (a model converted from GGUF keeps the
+    GGUF metadata there). With ``value`` only that struct value (and no model-level declaration
+    list or metadata) is described.
     """
     loaded = model if isinstance(model, LoadedModel) else load(model)
     table = TypeTable(loaded.struct_types)  # sizes and failures memoized across all entries
+    types = LogicalTypes(loaded)
     out: dict[str, Any] = {"struct_types": [], "struct_values": []}
     total = [MAX_DESCRIBED_NODES]
     if value is None:
+        out["metadata_props"] = {entry.key: entry.value for entry in loaded.proto.metadata_props}
         for i, declaration in enumerate(loaded.struct_types):
             entry: dict[str, Any] = {"index": i, "name": declaration.name}
             try:
                 entry["size_bits"] = table.size_of_index(i, TypeTable.path(i))
                 table.leaf_shape_of_index(i, TypeTable.path(i))  # leaf limits, as check_model applies them
                 entry["tree"] = describe_declaration(declaration, table, TypeTable.path(i), total)
+                if declaration.HasField("decoder"):
+                    _add_logical_type(entry, lambda i=i: types.of_index(i))
             except ValidationError as error:
                 entry["error"] = str(error)
+            _add_annotations(entry, declaration)
             out["struct_types"].append(entry)
     for i, proto in enumerate(loaded.struct_values):
         if value is not None and proto.name != value:
             continue
-        out["struct_values"].append(_describe_value(proto, i, table, with_tree=value is not None, total=total))
+        entry = _describe_value(proto, i, table, with_tree=value is not None, total=total)
+        if "error" not in entry:
+            where = element_label(f"graph.struct_initializer[{i}]", proto.name)
+            _add_logical_type(entry, lambda proto=proto, where=where: types.of_value(proto, where))
+        if proto.doc_string:
+            entry["doc_string"] = proto.doc_string
+        out["struct_values"].append(entry)
     if value is not None and not out["struct_values"]:
         loaded.struct_value(value)  # raises "no struct value named ..." listing the known names
     return out
+
+
+def _add_logical_type(entry: dict[str, Any], infer) -> None:
+    """``entry["logical_type"]`` from ``infer()`` (None: no decoder, nothing added); a decoder onnx
+    cannot type is the checker's finding, shown as ``logical_type_error`` without failing the entry."""
+    try:
+        logical = infer()
+    except ValidationError as error:
+        entry["logical_type_error"] = str(error)
+        return
+    if logical is not None:
+        entry["logical_type"] = type_label(logical)
+
+
+def type_label(type_proto) -> str:
+    """``FLOAT[8, 64]`` for a tensor type (``?`` for an unknown dimension); other types by kind."""
+    if type_proto.WhichOneof("value") != "tensor_type":
+        return str(type_proto.WhichOneof("value"))
+    tensor = type_proto.tensor_type
+    dims = [str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim]
+    return dtypes.type_name(tensor.elem_type) + (f"[{', '.join(dims)}]" if dims else "")
+
+
+def _add_annotations(entry: dict[str, Any], declaration: StructTypeProto) -> None:
+    if declaration.doc_string:
+        entry["doc_string"] = declaration.doc_string
+    if len(declaration.metadata_props):
+        entry["metadata_props"] = {prop.key: prop.value for prop in declaration.metadata_props}
 
 
 def _describe_value(proto, index: int, table: TypeTable, with_tree: bool, total: list[int]) -> dict[str, Any]:
@@ -74,6 +120,7 @@ def _describe_value(proto, index: int, table: TypeTable, with_tree: bool, total:
             declaration = table.declaration(proto.type, f"{where}.type")
             path = TypeTable.path(proto.type)
             entry["type"] = element_label(path, declaration.name)
+            entry["type_index"] = proto.type
         bits = table.size(declaration, path)
         table.leaf_shape(declaration, path)
         entry["size_bytes"] = bits // 8 if bits % 8 == 0 else bits / 8
@@ -231,14 +278,19 @@ def tensor_label(elem_type: int, dims) -> str:
 def format_text(description: dict[str, Any]) -> str:
     """The description as aligned tree lines (declarations, then struct values)."""
     lines: list[str] = []
+    if description.get("metadata_props"):
+        lines.append("metadata_props:")
+        lines.extend(f"  {key} = {_clip(value)}" for key, value in description["metadata_props"].items())
     if description["struct_types"]:
         lines.append("struct_types:")
     for entry in description["struct_types"]:
         title = f"struct_types[{entry['index']}]" + (f" {entry['name']!r}" if entry["name"] else "")
         if "error" in entry:
             lines.append(f"{title}  error: {entry['error']}")
+            lines.extend(_annotation_lines(entry))
             continue
-        lines.append(f"{title}: {_kind(entry['tree'])}, {_size(entry['size_bits'])}")
+        lines.append(f"{title}: {_kind(entry['tree'])}, {_size(entry['size_bits'])}{_decodes_to(entry)}")
+        lines.extend(_annotation_lines(entry))
         lines.extend(_tree_lines(entry["tree"].get("children", [])))
     if description["struct_values"]:
         lines.append("struct values:")
@@ -255,10 +307,31 @@ def format_text(description: dict[str, Any]) -> str:
         declared = entry.get("type", "?")
         if "tree" in entry:
             declared = f"{'inline' if declared == 'inline' else declared + ' ='} {_kind(entry['tree'])}"
-        lines.append(f"{entry['name']!r}: {declared}, {size}, {where}")
+        lines.append(f"{entry['name']!r}: {declared}, {size}, {where}{_decodes_to(entry)}")
+        lines.extend(_annotation_lines(entry))
         if "tree" in entry:
             lines.extend(_tree_lines(entry["tree"].get("children", [])))
     return "\n".join(lines)
+
+
+def _clip(text: str, limit: int = 100) -> str:
+    """One line of at most ``limit`` characters (GGUF token lists run to megabytes)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else f"{text[: limit - 3]}... ({len(text)} characters)"
+
+
+def _decodes_to(entry) -> str:
+    if "logical_type" in entry:
+        return f", decodes to {entry['logical_type']}"
+    if "logical_type_error" in entry:
+        return f", decodes to ? ({entry['logical_type_error']})"
+    return ""
+
+
+def _annotation_lines(entry) -> list[str]:
+    lines = [f"  doc: {_clip(entry['doc_string'])}"] if entry.get("doc_string") else []
+    lines.extend(f"  metadata: {key} = {_clip(value)}" for key, value in entry.get("metadata_props", {}).items())
+    return lines
 
 
 def _size(bits: int) -> str:

@@ -99,15 +99,20 @@ def test_every_subcommand_refuses_hostile_files_in_one_line(tmp_path, hostile, c
         _assert_one_line(f"{command} {name}", report[name], code)
 
 
-def test_an_empty_file_is_an_empty_model_or_not_a_gguf_file(tmp_path):
-    # Zero bytes parse as an empty ModelProto (protobuf): inspect shows nothing, the others refuse it.
+def test_an_empty_file_is_not_a_model_nor_a_gguf_file(tmp_path):
+    # Zero bytes would parse as an empty ModelProto (protobuf); every subcommand says the file is
+    # empty (from-gguf: that it is not a GGUF file) instead of blaming the ir_version or showing nothing.
     empty = tmp_path / "empty.bin"
     empty.write_bytes(b"")
     runs = {command: build(str(empty), tmp_path) for command, build in COMMANDS.items()}
     report = _run_all(tmp_path, runs)
-    assert report.pop("inspect") == [0, ""]
     for command, got in report.items():
         _assert_one_line(command, got, 1)
+        expected = (
+            "not a GGUF file" if command.startswith("from-gguf") else "the file is empty (0 bytes), not an ONNX model"
+        )
+        assert expected in got[1], f"{command}: {got[1]!r}"
+        assert got[1].count(str(empty)) == 1, f"{command} names the file once: {got[1]!r}"
 
 
 def test_a_multi_line_checker_message_is_printed_on_one_line(tmp_path):

@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 
 from onnx_struct.errors import ValidationError
+from onnx_struct.formats.function_builder import OPSET
 from onnx_struct.formats.gguf.validate import check_gguf_bytes
 from onnx_struct.schema.builders import make_array, make_struct_value
 from onnx_struct.schema.model import add_struct_types, add_struct_values, from_onnx, to_onnx
@@ -45,7 +46,8 @@ def _gguf():
     try:
         import gguf  # noqa: PLC0415 - optional dependency, imported only when a file is converted
     except ImportError as error:  # pragma: no cover - depends on the environment
-        raise ImportError("reading GGUF files needs gguf-py: pip install 'onnx-struct[gguf]'") from error
+        # name="gguf": the CLI tells this missing extra (one line, exit 2) from a broken install.
+        raise ImportError("reading GGUF files needs gguf-py: pip install 'onnx-struct[gguf]'", name="gguf") from error
     return gguf
 
 
@@ -122,7 +124,29 @@ def convert(
         del value
         if progress is not None:
             progress(i + 1, len(reader.tensors), tensor.name)
+    _match_decoder_opsets(model)
     return to_onnx(model)
+
+
+def _match_decoder_opsets(model) -> None:
+    """Import the default-domain opset the decoders import, at the IR version that opset needs.
+
+    onnxruntime resolves a function's operators at the *model's* opset, so a model importing a
+    newer opset than its decoders (onnx.helper.make_model's default) could not be lowered or run
+    once a node consumes a tensor: lowering refuses the mismatch when operators the decoders use
+    changed between the two versions (tests/test_workflows_cli.py).
+    """
+    versions = [
+        opset.version
+        for declaration in model.struct_types
+        if declaration.HasField("decoder")
+        for opset in declaration.decoder.opset_import
+        if opset.domain in ("", "ai.onnx")
+    ]
+    version = max(versions, default=OPSET)
+    del model.opset_import[:]
+    model.opset_import.append(onnx.helper.make_opsetid("", version))
+    model.ir_version = onnx.helper.find_min_ir_version_for(list(model.opset_import), True)
 
 
 def _open(gguf, source: pathlib.Path):

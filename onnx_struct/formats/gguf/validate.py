@@ -261,10 +261,11 @@ def _check_tensor(where, dims, ggml_type, offset, alignment, data_size, quant_si
     if offset % alignment:
         raise ValidationError(where, f"data offset {offset} is not a multiple of the alignment {alignment}")
     if offset + n_bytes > data_size:
+        missing = offset + n_bytes - data_size  # a truncated download: how much of the file is missing
         raise ValidationError(
             where,
-            f"its {n_bytes} bytes at data offset {offset} run past the end of the file "
-            f"(the tensor data section holds {data_size} bytes)",
+            f"its {n_bytes} bytes at data offset {offset} run past the end of the file: {missing} bytes "
+            f"missing (the tensor data section holds {data_size} bytes); the file may be truncated",
             offset=offset,
             length=n_bytes,
             code="file_too_short",
