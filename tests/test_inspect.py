@@ -265,3 +265,12 @@ if __name__ == "__main__":
     for name, svg in docs_examples().items():
         (DOCS / name).write_text(svg)
         print(f"wrote docs/{name}", file=sys.stderr)
+
+
+def test_model_metadata_props_are_described_from_any_model_form(tmp_path):
+    model = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], []))
+    onnx.helper.set_model_props(model, {"general.name": "tiny", "note": "x"})
+    onnx.save(model, tmp_path / "m.onnx")
+    for form in (model, model.SerializeToString(), tmp_path / "m.onnx"):
+        assert describe(form)["metadata_props"] == {"general.name": "tiny", "note": "x"}
+    assert "metadata_props" not in describe(build_model(), "blocks")  # one value: no model-level parts

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import onnx
 
 from onnx_struct.check.inference import LogicalTypes
 from onnx_struct.errors import ValidationError
@@ -52,7 +53,9 @@ def describe(model, value: str | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {"struct_types": [], "struct_values": []}
     total = [MAX_DESCRIBED_NODES]
     if value is None:
-        out["metadata_props"] = {entry.key: entry.value for entry in loaded.proto.metadata_props}
+        # An onnx.ModelProto has them itself: loaded.proto would serialize every payload to parse them.
+        owner = model if isinstance(model, onnx.ModelProto) else loaded.proto
+        out["metadata_props"] = {entry.key: entry.value for entry in owner.metadata_props}
         for i, declaration in enumerate(loaded.struct_types):
             entry: dict[str, Any] = {"index": i, "name": declaration.name}
             try:
