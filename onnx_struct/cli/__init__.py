@@ -6,7 +6,9 @@ operation failed on its content, 2 usage or I/O errors (as argparse and most Pyt
 Errors are reported in one place, :func:`main`: a subcommand raises, and main prints one line on
 stderr, ``onnx-struct COMMAND: INPUT: message``, and returns the exit code. Bad content is a
 ValidationError (exit 1), an unreadable or missing file an OSError (exit 2), a bad combination of
-options a :class:`UsageError` (exit 2). Anything else is a bug in onnx-struct and keeps Python's
+options, a ``--value``/``--type`` naming nothing, or a missing optional dependency (gguf-py) a
+:class:`UsageError` (exit 2); with ``--json`` a failure is also a JSON object on stdout. A message
+that already starts with the input's name is not prefixed with it again. Anything else is a bug in onnx-struct and keeps Python's
 traceback, so it can be reported; no input is meant to reach it (tests/adversarial/test_cli.py).
 """
 

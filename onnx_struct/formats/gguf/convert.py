@@ -10,8 +10,9 @@ The file is read with gguf-py's ``GGUFReader`` (a memory map), after :mod:`.vali
 every count, length and tensor range in its header against the file's size and the limits in
 :mod:`onnx_struct.limits` (gguf-py trusts them); nothing here parses GGUF for its data. The
 model's graph has no nodes, inputs or outputs: a GGUF file carries weights and metadata, not the
-computation, and ``onnx.checker`` accepts such a graph. GGUF key-value metadata becomes model
-``metadata_props`` (encoding in docs/formats.md, "GGUF files and quantizing").
+computation, and ``onnx.checker`` accepts such a graph. It imports the opset its decoders import,
+so a graph built on it lowers and runs. GGUF key-value metadata becomes model ``metadata_props``
+(encoding in docs/formats.md, "GGUF files and quantizing").
 """
 
 from __future__ import annotations
