@@ -8,8 +8,9 @@ stderr, ``onnx-struct COMMAND: INPUT: message``, and returns the exit code. Bad 
 ValidationError (exit 1), an unreadable or missing file an OSError (exit 2), a bad combination of
 options, a ``--value``/``--type`` naming nothing, or a missing optional dependency (gguf-py) a
 :class:`UsageError` (exit 2); with ``--json`` a failure is also a JSON object on stdout. A message
-that already starts with the input's name is not prefixed with it again. Anything else is a bug in onnx-struct and keeps Python's
-traceback, so it can be reported; no input is meant to reach it (tests/adversarial/test_cli.py).
+that already starts with the input's name is not prefixed with it again. Anything else is a bug
+in onnx-struct and keeps Python's traceback, so it can be reported; no input is meant to reach it
+(tests/adversarial/test_cli.py, tests/test_workflows_cli.py).
 """
 
 from __future__ import annotations
