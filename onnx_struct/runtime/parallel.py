@@ -88,9 +88,8 @@ def decode_block_ranges(
     """The decoded value, computed over block ranges in parallel; None when the value does not
     qualify (then the caller runs the decoder whole).
 
-    ``feeds`` are runners.Feed objects; ``intra_op_threads`` and ``cached_runner`` are runners'
-    setting and session cache, handed in by runners.decode so that this module does not import
-    runners (which imports it).
+    ``feeds`` are feeds.Feed objects; ``intra_op_threads`` and ``cached_runner`` are runners'
+    setting and session cache, handed in by codec.decode.
     """
     threads = thread_count(intra_op_threads)
     blocks = {feed.shape[0] if feed.array is not None and feed.shape else None for feed in feeds.values()}
