@@ -1,9 +1,9 @@
 """decode / encode: which function runs on which value (the root declaration's decoder on its
 leaves, the encoder on an array), big block-format values in block ranges (:mod:`onnx_struct.runtime.parallel`).
 
-The functions run in :mod:`onnx_struct.runtime.runners` (sessions, cache, fallback); the thread
-setting is read there at call time (:data:`runners.INTRA_OP_THREADS`), so setting it on that module
-reaches decode as well.
+The functions run in :mod:`onnx_struct.runtime.runners` (sessions, cache, fallback); its thread
+setting (:data:`runners.INTRA_OP_THREADS`) is read at call time, by the runners and by parallel.py,
+so setting it on that module reaches decode as well.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from onnx_struct.payload import external
 from onnx_struct.payload.pack import pack
 from onnx_struct.payload.values import declaration_or_index, load_declarations, resolve_value
 from onnx_struct.payload.view import StructView, view_of
-from onnx_struct.runtime import parallel, runners
+from onnx_struct.runtime import parallel
 from onnx_struct.runtime.feeds import Feed, leaf_feeds
 from onnx_struct.runtime.runners import cached_runner
 from onnx_struct.schema.builders import make_struct_value
@@ -87,8 +87,6 @@ def decode(
             decoder_path,
             feeds,
             constants,
-            intra_op_threads=runners.INTRA_OP_THREADS,
-            cached_runner=cached_runner,
         )
         if result is not None:
             return result
