@@ -27,7 +27,8 @@ from onnx import TensorProto
 from onnx import helper as oh
 
 import onnx_struct as S
-from onnx_struct.runtime import runners as runtime
+from onnx_struct.runtime.codec import decode
+from onnx_struct.runtime.ort import ort_version
 
 
 def q4_0_decoder(rows: int, cols: int) -> onnx.FunctionProto:
@@ -120,16 +121,16 @@ def main() -> None:
     t_fill = best_of(lambda: np.empty((rows, cols), np.float32).fill(1.0), args.repeat)
     print(
         f"{rows} x {cols} Q4_0 ({len(payload) / 2**20:.1f} MiB payload -> {rows * cols * 4 / 2**20:.0f} MiB float32), "
-        f"onnxruntime {runtime.ort_version()}\n"
+        f"onnxruntime {ort_version()}\n"
     )
     print("| decoder | time (ms) | gguf / decode | decode / fill | exact vs gguf |")
     print("|---|---:|---:|---:|---|")
     print(f"| gguf.quants.dequantize | {t_gguf * 1e3:.1f} | 1.00 | {t_gguf / t_fill:.2f} | (oracle) |")
     print(f"| np.empty + fill (memory limit) | {t_fill * 1e3:.1f} | {t_gguf / t_fill:.2f} | 1.00 | - |")
     for label, (model, name) in candidates.items():
-        result = runtime.decode(name, model)
+        result = decode(name, model)
         exact = np.array_equal(result.reshape(rows, cols), expected)
-        t = best_of(lambda m=model, n=name: runtime.decode(n, m), args.repeat)
+        t = best_of(lambda m=model, n=name: decode(n, m), args.repeat)
         print(f"| {label} | {t * 1e3:.1f} | {t_gguf / t:.2f} | {t / t_fill:.2f} | {'yes' if exact else 'NO'} |")
 
 

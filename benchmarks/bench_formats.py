@@ -47,7 +47,8 @@ import onnx_struct as S
 from onnx_struct import formats
 from onnx_struct.check import decoder_inputs as bindings
 from onnx_struct.runtime import runners as runtime
-from onnx_struct.runtime.runners import decode, encode
+from onnx_struct.runtime.codec import decode, encode, open_value
+from onnx_struct.runtime.feeds import leaf_feeds
 
 try:
     from gguf import GGMLQuantizationType, quants
@@ -77,9 +78,9 @@ def race(contenders: dict, repeat: int) -> dict[str, tuple[float, float]]:
 def decoder_only(value, model):
     """A callable running just the decoder session on leaves extracted once (what decode() does
     after viewing the payload and gathering the leaves)."""
-    struct_view, declaration, where = runtime.open_value(value, model)
+    struct_view, declaration, where = open_value(value, model)
     bound = bindings.bind_decoder(declaration.decoder, struct_view.layout, where)
-    feeds, constants = runtime.leaf_feeds(struct_view, bound)
+    feeds, constants = leaf_feeds(struct_view, bound)
     inputs = [(name, runtime.tensor_type(feed.elem_type, feed.shape)) for name, feed in feeds.items()]
     runner = runtime.cached_runner(declaration.decoder, where, inputs, constants, "onnxruntime")
     return lambda: runner.run(feeds)

@@ -26,7 +26,8 @@ from onnx_struct import formats
 from onnx_struct.formats.base import FORMAT_DOMAIN
 from onnx_struct.layout.table import size_in_bits
 from onnx_struct.payload.view import view
-from onnx_struct.runtime.runners import decode, encode, ort_limits
+from onnx_struct.runtime.codec import decode, encode
+from onnx_struct.runtime.ort import ort_limits
 
 gguf = pytest.importorskip("gguf")
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, quants  # noqa: E402

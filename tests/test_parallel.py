@@ -27,7 +27,7 @@ from onnx_struct.errors import ValidationError
 from onnx_struct.payload import buffer_pool
 from onnx_struct.runtime import parallel
 from onnx_struct.runtime import runners as runtime
-from onnx_struct.runtime.runners import decode
+from onnx_struct.runtime.codec import decode
 from onnx_struct.schema.model import from_onnx
 
 
@@ -340,25 +340,26 @@ import numpy as np, onnx
 from onnx_struct import formats
 from onnx_struct.runtime import parallel
 from onnx_struct.runtime import runners as runtime
+from onnx_struct.runtime.codec import decode
 runtime.INTRA_OP_THREADS = 2
 fmt = formats.get("Q4_0")
 payload = np.random.default_rng(0).integers(0, 256, 16 * fmt.bytes_per_block, dtype=np.uint8)
 model = onnx.ModelProto()
 value = fmt.make_value(model, "w", (8, 64), payload.tobytes())
-expected = runtime.decode(value, model).copy()  # whole: below MIN_ELEMENTS
+expected = decode(value, model).copy()  # whole: below MIN_ELEMENTS
 parallel.MIN_ELEMENTS, parallel.RANGE_ELEMENTS = 1, 1
 
 def at_exit():
     calls = []
     run_all = parallel._run_all
     parallel._run_all = lambda *args: (calls.append(1), run_all(*args))[1]
-    result = runtime.decode(value, model)
+    result = decode(value, model)
     same = np.array_equal(result.view(np.uint32), expected.view(np.uint32))
     print("split" if calls else "whole", "same" if same else "different")
 
 atexit.register(at_exit)
 if WARM:
-    runtime.decode(value, model)  # the helper threads exist, then shut down before at_exit
+    decode(value, model)  # the helper threads exist, then shut down before at_exit
 """
 
 

@@ -12,10 +12,11 @@ import os
 import onnx
 import onnx.checker
 
-from onnx_struct.check import decoder_inputs as bindings
-from onnx_struct.check import decoder_policy, inference
+from onnx_struct.check import inference
+from onnx_struct.check.declaration_rules import CONCRETE_KINDS
+from onnx_struct.check.graph_rules import GraphRules
 from onnx_struct.errors import ValidationError
-from onnx_struct.layout.table import LeafLookup, TypeTable, element_label, read_constant
+from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.payload import external
 from onnx_struct.payload import values as resolver
 from onnx_struct.schema import wire
@@ -28,22 +29,22 @@ from onnx_struct.schema.projections import (  # noqa: F401 - VALUES_DOMAIN kept 
     plain_value_size,
     stock_view,
 )
-from onnx_struct.schema.walk import graph_parts, locate
+from onnx_struct.schema.walk import graph_parts
 
 # Captured at import so that install() (which replaces onnx.checker.check_model) cannot recurse.
 _stock_check_model = onnx.checker.check_model
 
-CONCRETE_KINDS = ("array", "structure", "bit_packing")
 
+class _Checker(GraphRules):
+    """One check of one model: the declaration and graph rules (check/declaration_rules.py,
+    check/graph_rules.py), the value rules here, then onnx's own checker on the stock view."""
 
-class _Checker:
     def __init__(self, loaded: LoadedModel, stock_options: dict | None = None) -> None:
+        super().__init__()
         self.stock_options = stock_options or {}  # onnx checker flags, passed through
         self.loaded = loaded
         self.proto = loaded.proto
         self.table = TypeTable(loaded.struct_types)
-        self.diagnostics: list[ValidationError] = []
-        self._messages: set[str] = set()
         self.value_names: dict[str, StructTypeProto | None] = {}
         self.plain_values: set[int] = set()  # struct values proven to hold only type, raw_data, name
         # One walk collects every place a struct part can be below the model-level ones.
@@ -54,20 +55,6 @@ class _Checker:
         self.values = list(graph.struct_initializer)
         external = onnx.TensorProto.EXTERNAL
         self.external_initializers = [i for i, t in enumerate(graph.initializer) if t.data_location == external]
-
-    def report(self, error: ValidationError) -> None:
-        if str(error) not in self._messages:  # one cause reached from several places, once
-            self._messages.add(str(error))
-            self.diagnostics.append(error)
-
-    def attempt(self, function, *args):
-        try:
-            return function(*args)
-        except ValidationError as error:
-            self.report(error)
-        except RecursionError:
-            self.report(ValidationError(str(args[-1]), "nesting is too deep", code="nesting_too_deep"))
-        return None
 
     def run(self, full_check: bool) -> list[ValidationError]:
         for i, declaration in enumerate(self.proto.struct_types):
@@ -81,98 +68,6 @@ class _Checker:
         if not self.diagnostics:  # onnx's findings only count on a model that follows the proposal
             self.check_stock(full_check)
         return self.diagnostics
-
-    # ------------------------------------------------------------------ declarations
-    def check_root(self, declaration: StructTypeProto, path: str, index: int | None = None) -> int | None:
-        """``index``: the declaration is ``struct_types[index]`` (its results are then memoized)."""
-        kind = declaration.WhichOneof("kind")
-        if kind not in CONCRETE_KINDS:
-            what = "a type_index" if kind == "type_index" else "an unset kind (the unconstrained category)"
-            self.report(ValidationError(path, f"a concrete declaration may not be {what}", code="not_concrete"))
-            return None
-        self.check_tree(declaration, path)
-        if index is not None:
-            size = self.attempt(self.table.size_of_index, index, path)
-        else:
-            size = self.attempt(self.table.size, declaration, path)
-        if size is not None:
-            # Leaf limits and names, counted per declaration; the leaves themselves are looked
-            # up by the decoder's and encoder's names only, never listed.
-            leaves = self.attempt(self.table.leaf_lookup, declaration, path, index)
-            self.check_functions(declaration, path, leaves)
-        return size
-
-    def check_tree(self, declaration: StructTypeProto, path: str) -> None:
-        kind = declaration.WhichOneof("kind")
-        if kind == "structure":
-            names: set[str] = set()
-            for i, field in enumerate(declaration.structure.field):
-                where = element_label(f"{path}.structure.field[{i}]", field.name)
-                self.check_name(field.name, names, where, "field")
-                content = field.WhichOneof("content")
-                if content == "constant":
-                    self.check_constant(field.constant, f"{where}.constant")
-                elif content == "type":
-                    self.check_physical_type(field.type, f"{where}.type")
-        elif kind == "bit_packing":
-            names = set()
-            for i, component in enumerate(declaration.bit_packing.component):
-                where = element_label(f"{path}.bit_packing.component[{i}]", component.name)
-                self.check_name(component.name, names, where, "component")
-        elif kind == "array":
-            self.check_physical_type(declaration.array.element_type, f"{path}.array.element_type")
-
-    def check_name(self, name: str, seen: set[str], where: str, what: str) -> None:
-        if not isinstance(name, str):  # proto2 does not validate UTF-8 on parse
-            self.report(ValidationError(where, f"{what} name is not valid UTF-8", code="invalid_utf8"))
-        elif not name:
-            self.report(ValidationError(where, f"{what} has no name", code="missing_name"))
-        elif "." in name:
-            self.report(
-                ValidationError(where, f"{what} name {name!r} contains '.', the leaf path separator", code="bad_name")
-            )
-        elif name in seen:
-            self.report(ValidationError(where, f"duplicate {what} name", code="duplicate_name"))
-        seen.add(name)
-
-    def check_constant(self, tensor: onnx.TensorProto, where: str) -> None:
-        self.attempt(read_constant, tensor, where)
-
-    def check_physical_type(self, type_proto, where: str) -> None:
-        if type_proto.WhichOneof("value") == "struct_type":
-            self.check_static_form(type_proto.struct_type, f"{where}.struct_type")
-
-    def check_static_form(self, struct_type: StructTypeProto, where: str) -> None:
-        kind = struct_type.WhichOneof("kind")
-        if kind in CONCRETE_KINDS:
-            return  # reported by the size function (physical position) or by check_graph_types
-        for attribute in ("decoder", "encoder", "name"):
-            if struct_type.HasField(attribute):
-                self.report(
-                    ValidationError(where, f"a static struct type may not carry {attribute}", code="static_type_fields")
-                )
-        if len(struct_type.metadata_props):
-            self.report(
-                ValidationError(where, "a static struct type may not carry metadata_props", code="static_type_fields")
-            )
-        if kind == "type_index":
-            self.attempt(self.table.declaration, struct_type.type_index, f"{where}.type_index")
-
-    def check_functions(self, declaration: StructTypeProto, path: str, leaves: LeafLookup | None) -> None:
-        """Each function by onnx's function checker and the decoder safety policy; the decoder also
-        for its leaves (static shapes within the policy's budget: decode runs nothing else)."""
-        if not (declaration.HasField("decoder") or declaration.HasField("encoder")):
-            return
-        for role, bind in (("decoder", bindings.bind_decoder), ("encoder", bindings.bind_encoder)):
-            if not declaration.HasField(role):
-                continue
-            function = getattr(declaration, role)
-            where = bindings.function_label(f"{path}.{role}", function)
-            valid = self.attempt(check_function, function, where, self.proto.ir_version)
-            self.attempt(external.refuse_external_tensors, function, where)
-            bound = self.attempt(bind, function, leaves, f"{path}.{role}") if leaves is not None else None
-            if role == "decoder" and valid and bound is not None:
-                self.attempt(inference.logical_type, declaration, self.table, path)
 
     # ------------------------------------------------------------------ values
     def check_values(self) -> None:
@@ -286,137 +181,6 @@ class _Checker:
         except ValidationError as error:
             self.report(error)
 
-    # ------------------------------------------------------------------ graph-level struct types
-    def check_graph_types(self) -> None:
-        for path, _, message in self.struct_type_protos:
-            struct_type = message.struct_type
-            where = f"{path}.struct_type"
-            kind = struct_type.WhichOneof("kind")
-            if kind in CONCRETE_KINDS:
-                self.report(
-                    ValidationError(
-                        where,
-                        "a concrete declaration may only appear in ModelProto.struct_types or StructProto.struct_type; "
-                        "use type_index or the unconstrained category here",
-                        code="misplaced_declaration",
-                    )
-                )
-                continue
-            self.check_static_form(struct_type, where)
-            if kind == "type_index" and 0 <= struct_type.type_index < len(self.table.declarations):
-                size = self.attempt(self.table.size_of_index, struct_type.type_index, f"{where}.type_index")
-                if size is not None and size % 8:
-                    self.report(
-                        ValidationError(
-                            where,
-                            f"referenced declaration is {size} bits, not a whole number of bytes",
-                            code="not_byte_aligned",
-                            size_bits=size,
-                        )
-                    )
-
-    def struct_signatures(self) -> list[tuple[str, str, int, object, StructTypeProto]]:
-        """Every struct-typed ValueInfoProto of a graph: (its path, graph field, index, the
-        ValueInfoProto, the struct TypeProto's StructTypeProto); ``graph field`` is input, output
-        or value_info, and the struct type may be nested in a sequence/map/optional."""
-        out = []
-        for path, locator, message in self.struct_type_protos:
-            for k in range(len(locator) - 1, 0, -1):
-                field, index = locator[k - 1]
-                if locator[k] == ("type", None) and field in ("input", "output", "value_info") and index is not None:
-                    holder = locate(self.proto, locator[: k - 1])
-                    if holder.DESCRIPTOR.name == "GraphProto":
-                        info = getattr(holder, field)[index]
-                        suffix = sum(len(name) + 1 for name, _ in locator[k:])
-                        nested = len(locator) - k - 1  # steps from the ValueInfo's type to this one
-                        out.append((path[: len(path) - suffix], field, locator, info, message.struct_type, nested))
-                    break
-        return out
-
-    def struct_inputs(self) -> dict[str, StructTypeProto]:
-        """Main-graph inputs typed directly by a struct type: name -> that static type."""
-        return {
-            info.name: struct_type
-            for _, field, locator, info, struct_type, nested in self.struct_signatures()
-            if field == "input" and len(locator) == 3 and locator[0] == ("graph", None) and not nested
-        }
-
-    def check_struct_references(self) -> None:
-        """A struct value or struct input keeps its type wherever it is declared again (graph
-        output, value_info): an exact reference must name the same declaration."""
-        targets = [entry for entry in self.struct_signatures() if entry[1] != "input"]
-        if not targets:  # nothing declared again (the common case): no pass over the values
-            return
-        wanted = {entry[3].name for entry in targets}
-        sources: dict[str, tuple[int | None, StructTypeProto | None]] = {}
-        for value in self.values:
-            if value.name in wanted and value.name in self.value_names:
-                inline = value.struct_type if value.HasField("struct_type") else None
-                sources.setdefault(value.name, (None if inline is not None else value.type, inline))
-        for name, struct_type in self.struct_inputs().items():
-            if struct_type.WhichOneof("kind") == "type_index":
-                sources.setdefault(name, (struct_type.type_index, None))
-        if not sources:
-            return
-        for path, _, _, info, struct_type, nested in targets:
-            if info.name not in sources:
-                continue  # an input defines its name; other names are not known struct values
-            index, inline = sources[info.name]
-            what = f"struct_types[{index}]" if inline is None else "an inline declaration"
-            if nested:
-                self.report(
-                    ValidationError(
-                        path, f"{info.name!r} is a struct of {what}, not a container of structs", code="type_mismatch"
-                    )
-                )
-            elif struct_type.WhichOneof("kind") == "type_index" and not self.same_declaration(
-                index, inline, struct_type.type_index
-            ):
-                self.report(
-                    ValidationError(
-                        path,
-                        f"declared as struct_types[{struct_type.type_index}], but {info.name!r} is of {what}",
-                        code="type_mismatch",
-                    )
-                )
-
-    def same_declaration(self, index: int | None, inline: StructTypeProto | None, declared: int) -> bool:
-        if index == declared:
-            return True
-        table = self.table.declarations
-        if not 0 <= declared < len(table) or (index is not None and not 0 <= index < len(table)):
-            return True  # an index out of range is reported where it is declared
-        source = inline if inline is not None else table[index]
-        return source.SerializeToString(deterministic=True) == table[declared].SerializeToString(deterministic=True)
-
-    def check_consumers(self) -> None:
-        used = self.value_names.values()
-        declarations = dict(zip(map(id, used), used, strict=True))  # a few distinct ones, at C speed
-        undecoded_inputs = set()
-        for name, struct_type in self.struct_inputs().items():
-            if struct_type.WhichOneof("kind") == "type_index":
-                index = struct_type.type_index
-                table = self.table.declarations
-                if 0 <= index < len(table) and not table[index].HasField("decoder"):
-                    undecoded_inputs.add(name)
-        if not undecoded_inputs and all(d is None or d.HasField("decoder") for d in declarations.values()):
-            return
-        undecoded = {name for name, d in self.value_names.items() if d is not None and not d.HasField("decoder")}
-        undecoded |= undecoded_inputs
-        for path, graph in self.graphs:
-            for i, node in enumerate(graph.node):
-                for j, name in enumerate(node.input):
-                    if name in undecoded:
-                        where = element_label(f"{path}.node[{i}]", node.name)
-                        self.report(
-                            ValidationError(
-                                f"{where}.input[{j}]",
-                                f"consumes struct {'input' if name in undecoded_inputs else 'value'} {name!r}, "
-                                "whose type has no decoder to define its logical value",
-                                code="no_decoder",
-                            )
-                        )
-
     # ------------------------------------------------------------------ stock onnx
     def check_stock(self, full_check: bool) -> None:
         try:
@@ -449,13 +213,6 @@ class _Checker:
                 inference.unknown_element_type(view_graph)
                 or ValidationError("", f"onnx.checker: {error}", code="onnx_checker")
             )
-
-
-def check_function(function: onnx.FunctionProto, where: str, ir_version: int) -> bool:
-    """A decoder/encoder as an ONNX function, with its own opset_import, and the structural rules
-    of the decoder safety policy (:func:`onnx_struct.decoder_policy.check_structure`)."""
-    decoder_policy.check_structure(function, where, ir_version)
-    return True
 
 
 def validate(

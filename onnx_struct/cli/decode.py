@@ -11,7 +11,7 @@ import argparse
 import numpy as np
 
 from onnx_struct.cli import EXIT_OK
-from onnx_struct.runtime.runners import decode
+from onnx_struct.runtime.codec import decode
 
 INPUT = "model"
 HELP = "decode a struct value to a .npy file (exit 0 ok, 1 invalid, 2 usage/I-O)"

@@ -35,7 +35,7 @@ from onnx_struct.errors import ValidationError
 from onnx_struct.formats.base import BlockFormat
 from onnx_struct.lowering.opsets import OpsetConversionError, convert_default_opset
 from onnx_struct.payload.external_io import load_with_external_data
-from onnx_struct.runtime.runners import encode
+from onnx_struct.runtime.codec import encode
 from onnx_struct.schema.model import add_struct_values, from_onnx, load, to_onnx
 from onnx_struct.schema.walk import walk_graphs
 

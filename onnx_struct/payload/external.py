@@ -31,6 +31,7 @@ from onnx_struct.layout.table import UINT64_MAX, element_label
 from onnx_struct.limits import MAX_EXTERNAL_DIGITS
 from onnx_struct.payload import buffer_pool
 from onnx_struct.schema.model import install_model_file_reader
+from onnx_struct.schema.walk import walk_graphs
 
 KNOWN_KEYS = ("location", "offset", "length", "checksum")
 _DECIMAL = re.compile(r"[0-9]+")
@@ -278,25 +279,20 @@ def read_tensor_data(tensor: onnx.TensorProto, base_dir: os.PathLike | str, path
 # ---------------------------------------------------------------------- tensors of a model
 def graph_tensors(graph, path: str, *, initializers_only: bool = False) -> Iterator[tuple[str, onnx.TensorProto]]:
     """Every TensorProto of a graph or function: initializers, sparse initializers' parts, node
-    attributes, and those of subgraphs (overlay or stock messages; the field names agree).
+    attributes, and those of subgraphs (overlay or stock messages; the field names agree), graph
+    by graph in document order (:func:`onnx_struct.schema.walk.walk_graphs`).
     ``initializers_only``: the (dense) initializers of the graph and its subgraphs only."""
-    stack = [(graph, path)]
-    while stack:
-        current, where = stack.pop()
+    for where, current in walk_graphs(graph, path, by_index=True):
         for i, tensor in enumerate(getattr(current, "initializer", ())):
             yield element_label(f"{where}.initializer[{i}]", tensor.name), tensor
+        if initializers_only:
+            continue
         for i, sparse in enumerate(getattr(current, "sparse_initializer", ())):
-            if not initializers_only:
-                yield f"{where}.sparse_initializer[{i}].values", sparse.values
-                yield f"{where}.sparse_initializer[{i}].indices", sparse.indices
+            yield f"{where}.sparse_initializer[{i}].values", sparse.values
+            yield f"{where}.sparse_initializer[{i}].indices", sparse.indices
         for j, node in enumerate(current.node):
             for k, attribute in enumerate(node.attribute):
                 at = f"{where}.node[{j}].attribute[{k}]"
-                if initializers_only:
-                    if attribute.HasField("g"):
-                        stack.append((attribute.g, f"{at}.g"))
-                    stack.extend((g, f"{at}.graphs[{n}]") for n, g in enumerate(attribute.graphs))
-                    continue
                 if attribute.HasField("t"):
                     yield f"{at}.t", attribute.t
                 for n, tensor in enumerate(attribute.tensors):
@@ -307,9 +303,6 @@ def graph_tensors(graph, path: str, *, initializers_only: bool = False) -> Itera
                 for n, sparse in enumerate(attribute.sparse_tensors):
                     yield f"{at}.sparse_tensors[{n}].values", sparse.values
                     yield f"{at}.sparse_tensors[{n}].indices", sparse.indices
-                if attribute.HasField("g"):
-                    stack.append((attribute.g, f"{at}.g"))
-                stack.extend((g, f"{at}.graphs[{n}]") for n, g in enumerate(attribute.graphs))
 
 
 def model_tensors(model) -> Iterator[tuple[str, onnx.TensorProto]]:

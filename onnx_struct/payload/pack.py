@@ -15,7 +15,7 @@ Accepted leaf values (checked before anything is written, errors name the leaf):
   bytes may exceed the given leaves' bytes by at most ``MAX_PACK_ZERO_FILL_BYTES`` (256 MiB), so a
   declaration's stated size alone never makes ``pack`` allocate.
 
-Writing is vectorized (:func:`onnx_struct.layout.bits.write_leaf`): full-width byte-aligned leaves
+Writing is vectorized (:func:`onnx_struct.layout.bit_writes.write_leaf`): full-width byte-aligned leaves
 by strided assignment, contiguous 1/2/4-bit rows by packing whole rows, everything else by
 scattering each element's (at most nine) byte contributions with ``np.add.at`` in chunks (leaves
 never share a bit, so adding disjoint bit patterns into a zeroed byte is the same as OR-ing them).
@@ -30,7 +30,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from onnx_struct.errors import LeafNotFoundError, ValidationError
-from onnx_struct.layout.bits import write_leaf
+from onnx_struct.layout.bit_writes import write_leaf
 from onnx_struct.layout.leaves import Leaf, read_constant
 from onnx_struct.layout.table import TypeTable
 from onnx_struct.limits import MAX_PACK_ZERO_FILL_BYTES

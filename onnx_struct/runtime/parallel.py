@@ -31,7 +31,7 @@ import itertools
 import math
 import os
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -41,6 +41,8 @@ from onnx_struct import formats  # the registry loads its family modules on firs
 from onnx_struct.check.function_models import tensor_type
 from onnx_struct.formats.base import FORMAT_DOMAIN
 from onnx_struct.payload import buffer_pool
+from onnx_struct.runtime import runners
+from onnx_struct.runtime.feeds import Feed
 from onnx_struct.schema.model import StructTypeProto
 
 # Values with fewer logical elements decode whole: below this the threads' start-up and the
@@ -81,18 +83,14 @@ def decode_block_ranges(
     where: str,
     feeds: Mapping,
     constants: Sequence[onnx.TensorProto],
-    *,
-    intra_op_threads: int,
-    cached_runner: Callable,
 ) -> np.ndarray | None:
     """The decoded value, computed over block ranges in parallel; None when the value does not
     qualify (then the caller runs the decoder whole).
 
-    ``feeds`` are runners.Feed objects; ``intra_op_threads`` and ``cached_runner`` are runners'
-    setting and session cache, handed in by runners.decode so that this module does not import
-    runners (which imports it).
+    ``feeds`` are :class:`~onnx_struct.runtime.feeds.Feed` objects. The thread setting is read
+    from :data:`runners.INTRA_OP_THREADS` at call time, and the sessions come from runners' cache.
     """
-    threads = thread_count(intra_op_threads)
+    threads = thread_count(runners.INTRA_OP_THREADS)
     blocks = {feed.shape[0] if feed.array is not None and feed.shape else None for feed in feeds.values()}
     if threads < 2 or len(blocks) != 1 or None in blocks:
         return None  # one thread; packed (sub-byte) leaves; leaves not laid out per block
@@ -104,24 +102,24 @@ def decode_block_ranges(
     if len(ranges) < 2:
         return None
     jobs = []
-    runners = {}  # part shape -> (runner, its output shape): ranges share one or two shapes
+    by_shape = {}  # part shape -> (runner, its output shape): ranges share one or two shapes
     for part_shape, first_block, end_block in ranges:
         part_feeds = {
-            name: type(feed)(
+            name: Feed(
                 feed.elem_type, (end_block - first_block, *feed.shape[1:]), array=feed.array[first_block:end_block]
             )
             for name, feed in feeds.items()
         }
-        if part_shape not in runners:
+        if part_shape not in by_shape:
             inputs = [(name, tensor_type(f.elem_type, f.shape)) for name, f in part_feeds.items()]
-            runner = cached_runner(
+            runner = runners.cached_runner(
                 _decoder(fmt.name, part_shape), where, inputs, constants, "onnxruntime", threads=1, fallback=False
             )
             output_shape = runner.output_shape()
             if output_shape is None or math.prod(output_shape) != math.prod(part_shape):
                 return None  # onnxruntime cannot run it (the whole decode falls back), or a run-time shape
-            runners[part_shape] = runner, output_shape
-        runner, output_shape = runners[part_shape]
+            by_shape[part_shape] = runner, output_shape
+        runner, output_shape = by_shape[part_shape]
         jobs.append((runner, part_feeds, output_shape, first_block * fmt.block_size))
     dtype = jobs[0][0].output_dtype()
     if dtype is None:

@@ -1,16 +1,14 @@
-"""Decoders and encoders run in onnxruntime: cached sessions, zero-copy feeding, reference fallback.
+"""Function models run in onnxruntime: one :class:`FunctionRunner` per function model, cached
+sessions, reference fallback. Which function runs on which value is :mod:`onnx_struct.runtime.codec`.
 
-This is the only module that imports onnxruntime, and it does so lazily (on the first run), so
+onnxruntime is imported lazily (on the first run, through :mod:`onnx_struct.runtime.ort`), so
 ``import onnx_struct`` and the checker never load it.
 
-A decoder runs as a tiny *function model* (:mod:`onnx_struct.functions`): the decoder registered as
-a model-local function, one graph input per bound payload leaf (fed at run time, so nothing is
-constant-folded), constant leaves as initializers, and one call node. Sessions are cached per (function bytes, leaf types
-and shapes, constants, runtime) in a bounded LRU, so decoding many values of one format builds
-one session. Leaves are fed as ``OrtValue`` s over the payload bytes: sub-byte types (INT4, UINT4,
-INT2, UINT2, FLOAT4E2M1) in ONNX's packed form, which for byte-aligned dense rows is exactly the
-payload layout, and types numpy cannot name for onnxruntime (BFLOAT16, FLOAT8*) by reinterpreting
-their bytes with the right ONNX element type.
+A decoder runs as a tiny *function model* (:mod:`onnx_struct.check.function_models`): the decoder
+registered as a model-local function, one graph input per bound payload leaf (fed at run time, so
+nothing is constant-folded), constant leaves as initializers, and one call node. Sessions are cached
+per (function bytes, leaf types and shapes, constants, runtime) in a bounded LRU, so decoding many
+values of one format builds one session. The leaves are fed as :class:`~onnx_struct.runtime.feeds.Feed` s.
 
 Where onnxruntime cannot load the function model (no kernel for a type, as ``Cast`` from
 FLOAT4E2M1, or a type it does not know, as FLOAT6E2M3), the function runs in
@@ -21,20 +19,15 @@ than the installed onnxruntime supports is a ValidationError naming the declarat
 from __future__ import annotations
 
 import collections
-import ctypes
-import dataclasses
 import hashlib
-import math
-import os
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
-from onnx_struct.check import decoder_inputs as bindings
 from onnx_struct.check import decoder_policy
 
 # The function models live in check/function_models.py (no onnxruntime there); they are also
@@ -51,18 +44,12 @@ from onnx_struct.check.function_models import (  # noqa: F401 - re-exported
 )
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import dtypes
-from onnx_struct.layout.bits import pack_sub_byte, unpack_sub_byte
-from onnx_struct.layout.table import Leaf, TypeTable
-from onnx_struct.payload import buffer_pool, external
-from onnx_struct.payload.pack import pack
-from onnx_struct.payload.values import constant_tensor, declaration_or_index, load_declarations, resolve_value
-from onnx_struct.payload.view import StructView, view_of
-from onnx_struct.runtime import parallel
-from onnx_struct.runtime.ort import load_onnxruntime, ort_errors, ort_limits, ort_version
-from onnx_struct.schema.builders import make_struct_value
-from onnx_struct.schema.model import StructProto, StructTypeProto
+from onnx_struct.payload import buffer_pool
 
-RUNTIMES = ("onnxruntime", "reference")
+# Feeds were first defined here; runtime/session.py imports them from here.
+from onnx_struct.runtime.feeds import Feed, leaf_feeds, ortvalue_to_numpy  # noqa: F401 - re-exported
+from onnx_struct.runtime.ort import load_onnxruntime, ort_errors, ort_limits, ort_version
+
 # Sessions kept alive at once; each holds its function model's kernels and arena, so the bound
 # keeps memory flat when many distinct formats or shapes are decoded.
 SESSION_CACHE_SIZE = 32
@@ -71,78 +58,6 @@ SESSION_CACHE_SIZE = 32
 # sessions over block ranges (onnx_struct.parallel; 0: the cores this process may use); 1 turns
 # that off.
 INTRA_OP_THREADS = 0
-
-
-# ---------------------------------------------------------------------- feeds
-@dataclasses.dataclass
-class Feed:
-    """One function input: ONNX element type, logical shape, and the data in one or both forms.
-
-    ``array`` holds the elements as numpy / ml_dtypes values (what the reference evaluator
-    takes); ``packed`` holds sub-byte types as contiguous bytes in ONNX's packing (what
-    onnxruntime takes). Either is derived from the other on demand.
-    """
-
-    elem_type: int
-    shape: tuple[int, ...]
-    array: np.ndarray | None = None
-    packed: np.ndarray | None = None
-
-    def numpy(self) -> np.ndarray:
-        if self.array is None:
-            width = dtypes.bit_width(self.elem_type)
-            count = math.prod(self.shape)
-            raw = unpack_sub_byte(self.packed, width, count)
-            self.array = raw.view(dtypes.np_dtype(self.elem_type)).reshape(self.shape)
-        return self.array
-
-    def ort_value(self):
-        """An OrtValue over this feed's memory (no copy of the elements)."""
-        ort = load_onnxruntime()
-        if self.elem_type in PACKED_TYPES:
-            if self.packed is None:
-                self.packed = pack_sub_byte(self.array, dtypes.bit_width(self.elem_type))
-            return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(
-                _packed_carrier(self.packed, self.shape), self.elem_type
-            )
-        array = contiguous(self.numpy())
-        if array.dtype.kind == "V" or array.dtype.type.__module__.startswith("ml_dtypes"):
-            # bfloat16, float8*, float8e8m0: same-size unsigned view, typed by ONNX element type.
-            carrier = array.view(np.dtype(f"u{array.dtype.itemsize}"))
-            return ort.OrtValue.ortvalue_from_numpy_with_onnx_type(carrier, self.elem_type)
-        return ort.OrtValue.ortvalue_from_numpy(array)
-
-
-def _packed_carrier(packed: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """A uint8 array of the *logical* shape whose data pointer is ``packed``.
-
-    onnxruntime takes the tensor shape from the numpy shape and reads only the packed byte count
-    (ceil(count * width / 8)) from the data pointer, so this carrier, whose nominal extent exceeds
-    ``packed``, is never read past ``packed`` by onnxruntime; it is never handed to numpy code.
-    """
-    if not shape:
-        return packed[:1].reshape(())
-    strides = tuple(int(math.prod(shape[k + 1 :])) for k in range(len(shape)))
-    return np.lib.stride_tricks.as_strided(packed, shape=shape, strides=strides, writeable=False)
-
-
-def leaf_feeds(struct_view: StructView, bound: Mapping[str, Leaf]) -> tuple[dict[str, Feed], list[TensorProto]]:
-    """Feeds for the non-constant bound leaves, and the constant leaves as named TensorProtos."""
-    feeds: dict[str, Feed] = {}
-    constants: list[TensorProto] = []
-    data = struct_view.buffer
-    for name, leaf in bound.items():
-        if leaf.kind == "constant":
-            constants.append(constant_tensor(leaf, name))
-            continue
-        elem_type = onnx_elem_type(leaf)
-        if elem_type in PACKED_TYPES and leaf.kind == "tensor":
-            packed = packed_rows(data, leaf)
-            if packed is not None:
-                feeds[name] = Feed(elem_type, leaf.shape, packed=packed)
-                continue
-        feeds[name] = Feed(elem_type, leaf.shape, array=struct_view[leaf.path])
-    return feeds, constants
 
 
 def _trailing_reshape(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[int, ...] | None]:
@@ -383,23 +298,6 @@ def _first_line(error: BaseException) -> str:
     return text.splitlines()[0] if text else type(error).__name__
 
 
-def ortvalue_to_numpy(value) -> np.ndarray:
-    """An output OrtValue as numpy: zero-copy for numpy's own types; a copy of the bytes viewed as
-    the ml_dtypes type (unpacked for sub-byte types) for the others."""
-    elem_type = value.element_type()
-    dtype = dtypes.np_dtype(elem_type)
-    if dtype.type.__module__ == "numpy" and elem_type not in PACKED_TYPES:
-        return value.numpy()
-    shape = tuple(value.shape())
-    nbytes = value.tensor_size_in_bytes()
-    raw = np.empty(nbytes, dtype=np.uint8)
-    if nbytes:
-        ctypes.memmove(raw.ctypes.data, value.data_ptr(), nbytes)
-    if elem_type in PACKED_TYPES:
-        raw = unpack_sub_byte(raw, dtypes.bit_width(elem_type), math.prod(shape))
-    return raw.view(dtype).reshape(shape)
-
-
 _cache: collections.OrderedDict[bytes, FunctionRunner] = collections.OrderedDict()
 _cache_lock = threading.Lock()  # guards _cache; held only for lookups and inserts
 # Serializes building runners, so threads missing the cache for one key at once build it once
@@ -463,133 +361,3 @@ def clear_cache() -> None:
 
 def cache_size() -> int:
     return len(_cache)
-
-
-def _check_runtime(runtime: str) -> None:
-    if runtime not in RUNTIMES:
-        raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, not {runtime!r}")
-
-
-# ---------------------------------------------------------------------- decode / encode
-def open_value(
-    value: StructProto | str, model=None, base_dir: str | os.PathLike | None = None
-) -> tuple[StructView, StructTypeProto, str]:
-    """(view, root declaration, the declaration's path) of a StructProto or a named struct value.
-
-    ``model`` is any model form, a list of declarations (resolving ``type`` and ``type_index``),
-    or None. Resolved by :func:`onnx_struct.payload.values.resolve_value`, as check and view do.
-    """
-    resolved = resolve_value(value, model, base_dir)
-    return view_of(resolved), resolved.declaration, resolved.declaration_path
-
-
-def decode(
-    value: StructProto | str,
-    model=None,
-    *,
-    base_dir: str | os.PathLike | None = None,
-    runtime: str = "onnxruntime",
-) -> np.ndarray:
-    """The logical value of a struct value: its root declaration's decoder run on its leaves.
-
-    ``value`` is a StructProto or the name of a struct value in ``model`` (any model form).
-    The decoder runs in onnxruntime with the leaves as run-time inputs (``runtime="reference"``
-    forces onnx's reference evaluator); a session is reused across calls with the same decoder
-    and leaf types. A root without a decoder is a ValidationError.
-
-    >>> decode("weight", "model.onnx").shape
-    (128,)
-    """
-    _check_runtime(runtime)
-    struct_view, declaration, where = open_value(value, model, base_dir)
-    if not declaration.HasField("decoder"):
-        raise ValidationError(
-            where, "the root declaration has no decoder, so the value has no logical value", code="no_decoder"
-        )
-    decoder = declaration.decoder
-    decoder_path = bindings.function_label(f"{where}.decoder", decoder)
-    bound = bindings.bind_decoder(decoder, struct_view.layout, f"{where}.decoder")
-    external.refuse_external_tensors(decoder, decoder_path, bound.values())  # never resolved against the cwd
-    feeds, constants = leaf_feeds(struct_view, bound)
-    inputs = [(name, tensor_type(feed.elem_type, feed.shape)) for name, feed in feeds.items()]
-    # What check_model applies to this declaration, before any session is built or range split.
-    decoder_policy.check_sizes(decoder, inputs, constants, decoder_path)
-    if runtime == "onnxruntime":
-        result = parallel.decode_block_ranges(
-            declaration,
-            decoder,
-            decoder_path,
-            feeds,
-            constants,
-            intra_op_threads=INTRA_OP_THREADS,
-            cached_runner=cached_runner,
-        )
-        if result is not None:
-            return result
-    runner = cached_runner(decoder, decoder_path, inputs, constants, runtime)
-    return runner.run(feeds)[0]
-
-
-def encode(
-    array,
-    struct_type: StructTypeProto | int,
-    model=None,
-    *,
-    name: str = "",
-    runtime: str = "onnxruntime",
-) -> StructProto:
-    """A StructProto holding ``array`` encoded by the declaration's encoder.
-
-    ``struct_type`` is a declaration (the value gets it inline, type -1) or an index into
-    ``model``'s struct_types. The encoder's outputs are packed into their leaves; non-constant
-    leaves it does not produce are zero bits. ``decode(encode(x))`` is whatever the format's
-    decoder makes of the encoded leaves (exactly x only for lossless formats).
-    """
-    _check_runtime(runtime)
-    declarations = load_declarations(model, None)[1]
-    table = TypeTable(declarations)
-    declaration, where = declaration_or_index(struct_type, table)
-    if not declaration.HasField("encoder"):
-        raise ValidationError(where, "the declaration has no encoder", code="no_encoder")
-    encoder = declaration.encoder
-    encoder_path = bindings.function_label(f"{where}.encoder", encoder)
-    layout = table.leaves(declaration, where)
-    bound = bindings.bind_encoder(encoder, layout, f"{where}.encoder")
-    external.refuse_external_tensors(encoder, encoder_path)  # never resolved against the cwd
-    x = np.asarray(array)
-    try:
-        elem_type = helper.np_dtype_to_tensor_dtype(x.dtype)
-    except (KeyError, ValueError, TypeError):
-        raise ValidationError(
-            encoder_path, f"input dtype {x.dtype} has no ONNX element type", code="unknown_element_type"
-        ) from None
-    if x.dtype.hasobject:
-        raise ValidationError(
-            encoder_path, f"input dtype {x.dtype} has no ONNX element type", code="unknown_element_type"
-        )
-    feed = Feed(elem_type, x.shape, array=x)
-    # The policy's budget also counts the payload the encoder writes.
-    written = table.size(declaration, where) // 8
-    runner = cached_runner(
-        encoder,
-        encoder_path,
-        [(encoder.input[0], tensor_type(elem_type, x.shape))],
-        [],
-        runtime,
-        allowance_bytes=written,
-    )
-    outputs = runner.run({encoder.input[0]: feed})
-    leaves = {}
-    for (output_name, leaf), result in zip(bound.items(), outputs, strict=True):
-        if result.shape != leaf.shape:
-            raise ValidationError(
-                encoder_path,
-                f"output {output_name!r} has shape {result.shape}; leaf {leaf.path!r} is {leaf.shape}",
-                code="shape_mismatch",
-            )
-        leaves[leaf.path] = result
-    try:
-        payload = pack(leaves, declaration, declarations)
-    except ValidationError as error:
-        raise ValidationError(encoder_path, f"output does not fit its leaf: {error}", code="leaf_value") from None
-    return make_struct_value(name, struct_type if isinstance(struct_type, int) else declaration, payload)

@@ -133,20 +133,33 @@ def graph_parts(proto) -> tuple[list, list]:
     return graphs, struct_type_protos
 
 
-def walk_graphs(graph: onnx.GraphProto, path: str = "graph") -> Iterator[tuple[str, onnx.GraphProto]]:
-    """``(path, graph)`` for a stock graph and every graph in its node attributes, depth first.
+def walk_graphs(
+    graph: onnx.GraphProto, path: str = "graph", *, by_index: bool = False
+) -> Iterator[tuple[str, onnx.GraphProto]]:
+    """``(path, graph)`` for a stock graph (or function) and every graph in its node attributes,
+    depth first, in document order.
 
     Paths name the attribute: ``graph.node[3].attribute ('body')`` and, for a ``graphs`` list,
-    ``graph.node[3].attribute ('branches')[1]``.
+    ``graph.node[3].attribute ('branches')[1]``; ``by_index=True`` spells the fields instead, as
+    the tensor paths of :mod:`onnx_struct.payload.external` do: ``graph.node[3].attribute[0].g``,
+    ``graph.node[3].attribute[0].graphs[1]``. Iterative, so nesting depth costs no stack.
     """
-    yield path, graph
-    for i, node in enumerate(graph.node):
-        for attribute in node.attribute:
-            where = f"{path}.node[{i}].attribute ({attribute.name!r})"
-            if attribute.HasField("g"):
-                yield from walk_graphs(attribute.g, where)
-            for j, sub in enumerate(attribute.graphs):
-                yield from walk_graphs(sub, f"{where}[{j}]")
+    stack = [(path, graph)]
+    while stack:
+        where, current = stack.pop()
+        yield where, current
+        children = []
+        for i, node in enumerate(current.node):
+            for k, attribute in enumerate(node.attribute):
+                if by_index:
+                    at = f"{where}.node[{i}].attribute[{k}]"
+                    single, listed = f"{at}.g", f"{at}.graphs"
+                else:
+                    single = listed = f"{where}.node[{i}].attribute ({attribute.name!r})"
+                if attribute.HasField("g"):
+                    children.append((single, attribute.g))
+                children.extend((f"{listed}[{j}]", sub) for j, sub in enumerate(attribute.graphs))
+        stack.extend(reversed(children))
 
 
 def walk_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:

@@ -18,7 +18,7 @@ from onnx import helper as oh
 
 from onnx_struct import add_struct_values
 from onnx_struct.layout.table import TypeTable
-from onnx_struct.runtime.runners import decode, encode
+from onnx_struct.runtime.codec import decode, encode
 from support.models import base_model
 
 

@@ -27,6 +27,7 @@ from collections.abc import Callable
 import numpy as np
 import onnx
 
+from onnx_struct import formats
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.function_builder import OPSET
 from onnx_struct.formats.gguf.validate import check_gguf_bytes
@@ -194,8 +195,6 @@ def _location(source: pathlib.Path, model_dir: str | os.PathLike | None) -> str:
 
 
 def _root_index(model, type_name, shape, n_bytes, roots, keep_unknown, gguf, where) -> int:
-    from onnx_struct import formats  # noqa: PLC0415 - the registry loads the family modules lazily
-
     key = (type_name, shape)
     if key in roots:
         return roots[key]

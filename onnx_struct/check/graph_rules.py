@@ -1,0 +1,152 @@
+"""The checker's rules for struct types in graphs: where a declaration may appear, static struct
+types by reference (byte-aligned), a struct value or input keeping its type where it is declared
+again, and no node consuming a struct without a decoder."""
+
+from __future__ import annotations
+
+from onnx_struct.check.declaration_rules import CONCRETE_KINDS, DeclarationRules
+from onnx_struct.errors import ValidationError
+from onnx_struct.layout.table import element_label
+from onnx_struct.schema.model import StructTypeProto
+from onnx_struct.schema.walk import locate
+
+
+class GraphRules(DeclarationRules):
+    """Needs, besides :class:`DeclarationRules`' attributes, ``self.graphs`` and
+    ``self.struct_type_protos`` (from :func:`onnx_struct.schema.walk.graph_parts`), ``self.values``
+    (the struct values) and ``self.value_names`` (name -> declaration, filled by the value rules)."""
+
+    graphs: list
+    struct_type_protos: list
+    values: list
+    value_names: dict[str, StructTypeProto | None]
+
+    def check_graph_types(self) -> None:
+        for path, _, message in self.struct_type_protos:
+            struct_type = message.struct_type
+            where = f"{path}.struct_type"
+            kind = struct_type.WhichOneof("kind")
+            if kind in CONCRETE_KINDS:
+                self.report(
+                    ValidationError(
+                        where,
+                        "a concrete declaration may only appear in ModelProto.struct_types or StructProto.struct_type; "
+                        "use type_index or the unconstrained category here",
+                        code="misplaced_declaration",
+                    )
+                )
+                continue
+            self.check_static_form(struct_type, where)
+            if kind == "type_index" and 0 <= struct_type.type_index < len(self.table.declarations):
+                size = self.attempt(self.table.size_of_index, struct_type.type_index, f"{where}.type_index")
+                if size is not None and size % 8:
+                    self.report(
+                        ValidationError(
+                            where,
+                            f"referenced declaration is {size} bits, not a whole number of bytes",
+                            code="not_byte_aligned",
+                            size_bits=size,
+                        )
+                    )
+
+    def struct_signatures(self) -> list[tuple[str, str, int, object, StructTypeProto]]:
+        """Every struct-typed ValueInfoProto of a graph: (its path, graph field, index, the
+        ValueInfoProto, the struct TypeProto's StructTypeProto); ``graph field`` is input, output
+        or value_info, and the struct type may be nested in a sequence/map/optional."""
+        out = []
+        for path, locator, message in self.struct_type_protos:
+            for k in range(len(locator) - 1, 0, -1):
+                field, index = locator[k - 1]
+                if locator[k] == ("type", None) and field in ("input", "output", "value_info") and index is not None:
+                    holder = locate(self.proto, locator[: k - 1])
+                    if holder.DESCRIPTOR.name == "GraphProto":
+                        info = getattr(holder, field)[index]
+                        suffix = sum(len(name) + 1 for name, _ in locator[k:])
+                        nested = len(locator) - k - 1  # steps from the ValueInfo's type to this one
+                        out.append((path[: len(path) - suffix], field, locator, info, message.struct_type, nested))
+                    break
+        return out
+
+    def struct_inputs(self) -> dict[str, StructTypeProto]:
+        """Main-graph inputs typed directly by a struct type: name -> that static type."""
+        return {
+            info.name: struct_type
+            for _, field, locator, info, struct_type, nested in self.struct_signatures()
+            if field == "input" and len(locator) == 3 and locator[0] == ("graph", None) and not nested
+        }
+
+    def check_struct_references(self) -> None:
+        """A struct value or struct input keeps its type wherever it is declared again (graph
+        output, value_info): an exact reference must name the same declaration."""
+        targets = [entry for entry in self.struct_signatures() if entry[1] != "input"]
+        if not targets:  # nothing declared again (the common case): no pass over the values
+            return
+        wanted = {entry[3].name for entry in targets}
+        sources: dict[str, tuple[int | None, StructTypeProto | None]] = {}
+        for value in self.values:
+            if value.name in wanted and value.name in self.value_names:
+                inline = value.struct_type if value.HasField("struct_type") else None
+                sources.setdefault(value.name, (None if inline is not None else value.type, inline))
+        for name, struct_type in self.struct_inputs().items():
+            if struct_type.WhichOneof("kind") == "type_index":
+                sources.setdefault(name, (struct_type.type_index, None))
+        if not sources:
+            return
+        for path, _, _, info, struct_type, nested in targets:
+            if info.name not in sources:
+                continue  # an input defines its name; other names are not known struct values
+            index, inline = sources[info.name]
+            what = f"struct_types[{index}]" if inline is None else "an inline declaration"
+            if nested:
+                self.report(
+                    ValidationError(
+                        path, f"{info.name!r} is a struct of {what}, not a container of structs", code="type_mismatch"
+                    )
+                )
+            elif struct_type.WhichOneof("kind") == "type_index" and not self.same_declaration(
+                index, inline, struct_type.type_index
+            ):
+                self.report(
+                    ValidationError(
+                        path,
+                        f"declared as struct_types[{struct_type.type_index}], but {info.name!r} is of {what}",
+                        code="type_mismatch",
+                    )
+                )
+
+    def same_declaration(self, index: int | None, inline: StructTypeProto | None, declared: int) -> bool:
+        if index == declared:
+            return True
+        table = self.table.declarations
+        if not 0 <= declared < len(table) or (index is not None and not 0 <= index < len(table)):
+            return True  # an index out of range is reported where it is declared
+        source = inline if inline is not None else table[index]
+        return source.SerializeToString(deterministic=True) == table[declared].SerializeToString(deterministic=True)
+
+    def check_consumers(self) -> None:
+        used = self.value_names.values()
+        declarations = dict(zip(map(id, used), used, strict=True))  # a few distinct ones, at C speed
+        undecoded_inputs = set()
+        for name, struct_type in self.struct_inputs().items():
+            if struct_type.WhichOneof("kind") == "type_index":
+                index = struct_type.type_index
+                table = self.table.declarations
+                if 0 <= index < len(table) and not table[index].HasField("decoder"):
+                    undecoded_inputs.add(name)
+        if not undecoded_inputs and all(d is None or d.HasField("decoder") for d in declarations.values()):
+            return
+        undecoded = {name for name, d in self.value_names.items() if d is not None and not d.HasField("decoder")}
+        undecoded |= undecoded_inputs
+        for path, graph in self.graphs:
+            for i, node in enumerate(graph.node):
+                for j, name in enumerate(node.input):
+                    if name in undecoded:
+                        where = element_label(f"{path}.node[{i}]", node.name)
+                        self.report(
+                            ValidationError(
+                                f"{where}.input[{j}]",
+                                f"consumes struct {'input' if name in undecoded_inputs else 'value'} {name!r}, "
+                                "whose type has no decoder to define its logical value",
+                                code="no_decoder",
+                            )
+                        )

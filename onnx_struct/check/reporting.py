@@ -1,0 +1,28 @@
+"""The checker's collecting of diagnostics, shared by its rule sets: a rule reports a
+ValidationError and the check goes on, so ``validate`` returns every finding."""
+
+from __future__ import annotations
+
+from onnx_struct.errors import ValidationError
+
+
+class Reporter:
+    """Collects diagnostics: each distinct message once, in the order found."""
+
+    def __init__(self) -> None:
+        self.diagnostics: list[ValidationError] = []
+        self._messages: set[str] = set()
+
+    def report(self, error: ValidationError) -> None:
+        if str(error) not in self._messages:  # one cause reached from several places, once
+            self._messages.add(str(error))
+            self.diagnostics.append(error)
+
+    def attempt(self, function, *args):
+        try:
+            return function(*args)
+        except ValidationError as error:
+            self.report(error)
+        except RecursionError:
+            self.report(ValidationError(str(args[-1]), "nesting is too deep", code="nesting_too_deep"))
+        return None
