@@ -108,6 +108,10 @@ def assert_close_product(actual: np.ndarray, x: np.ndarray, w: np.ndarray, bias=
     assert np.all(np.abs(actual - expected) <= RTOL * bound + 1e-30), np.max(np.abs(actual - expected) / bound)
 
 
+def x_at(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64) @ w.astype(np.float64).T
+
+
 def assert_quantized(lowered: onnx.ModelProto) -> None:
     """No decoder, codes as 4/8-bit integers, float initializers no bigger than one per 16 codes."""
     assert not lowered.functions
@@ -206,13 +210,19 @@ def test_inference_session_runs_quantized_by_default(tmp_path):
     value.external_data.add(key="location", value="w.bin")  # read and repacked from the file
     path = tmp_path / "m.onnx"
     path.write_bytes(overlay.SerializeToString())
-    session = S.InferenceSession(str(path))
+    session = S.InferenceSession(str(path), accuracy_level=0)
     assert_quantized(session.lowered)
     inputs = feeds(np.random.default_rng(SEED))
     y, z, e = session.run(None, inputs)
     w = oracle("Q6_K", payload, (N, K))
     assert_close_product(y, inputs["x"], w)
     np.testing.assert_array_equal(e, w[inputs["idx"]])
+    # onnxruntime's default accuracy level quantizes activations to int8 per block of 32: the
+    # products are approximate (a loose bound, 2 % of |x| @ |W|^T), the gathered rows exact.
+    y4, _, e4 = S.InferenceSession(str(path)).run(None, inputs)
+    bound = np.abs(inputs["x"].astype(np.float64)) @ np.abs(w.astype(np.float64)).T
+    assert np.all(np.abs(y4 - x_at(inputs["x"], w)) <= 0.02 * bound)
+    np.testing.assert_array_equal(e4, e)
     reference = S.InferenceSession(str(path), execution="decode")
     assert any(n.domain == FORMAT_DOMAIN for n in reference.lowered.graph.node)
     np.testing.assert_array_equal(reference.run(None, inputs)[2], e)

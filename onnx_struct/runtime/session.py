@@ -33,9 +33,10 @@ class InferenceSession:
     ``model_or_path`` is any model form :func:`onnx_struct.model.load` accepts; ``compact`` is
     :func:`onnx_struct.lower`'s (keep 4-bit weights compact in memory, decode on every run);
     ``execution`` is :func:`onnx_struct.lower`'s, "quantized" by default: MatMul/Gemm/Gather
-    weights of a registered block format run quantized (docs/execution.md), at onnxruntime's
-    MatMulNBits ``accuracy_level`` (0: float32 activations, the default here; 4: int8, faster;
-    None: leave ``session.qdq_matmulnbits_accuracy_level`` as the options have it);
+    weights of a registered block format run quantized (docs/execution.md) at MatMulNBits'
+    ``accuracy_level``: None (default) leaves onnxruntime's choice (4: activations quantized to
+    int8 per block, the fastest, ~5e-3 relative error); 0 multiplies float32 activations (error
+    ~1e-6, but 8-bit codes take a slow path there: docs/execution.md);
     ``sess_options``, ``providers`` and ``**ort_kwargs`` go to ``onnxruntime.InferenceSession``.
     External payloads are read from the model's directory (or ``base_dir``).
 
@@ -52,7 +53,7 @@ class InferenceSession:
         compact: bool = False,
         base_dir: str | os.PathLike | None = None,
         execution: str = "quantized",
-        accuracy_level: int | None = 0,
+        accuracy_level: int | None = None,
         **ort_kwargs: Any,
     ) -> None:
         ort = load_onnxruntime()

@@ -142,6 +142,7 @@ def rewrite_for_execution(loaded: LoadedModel) -> tuple[LoadedModel, ExecutionRe
                 removed.add(j)
                 consumers[name].remove((j, slot))
                 done.append(f"Gather {node.name!r}")
+        forms.pop(name, None)  # this value's codes are repacked: free them before the next value's
         if done:
             report.rewritten[name] = done
         if consumers.get(name) or name in pinned:
@@ -165,8 +166,8 @@ def rewrite_for_execution(loaded: LoadedModel) -> tuple[LoadedModel, ExecutionRe
     del graph.node[:]
     for data in nodes:
         graph.node.add().ParseFromString(data)
-    for tensor in emitter.initializers:
-        graph.initializer.add().ParseFromString(tensor.SerializeToString())
+    while emitter.initializers:  # one tensor in two forms at a time, not all of them
+        graph.initializer.add().ParseFromString(emitter.initializers.pop(0).SerializeToString())
     dropped = set(report.dropped)
     for i in reversed(range(len(graph.struct_initializer))):
         if graph.struct_initializer[i].name in dropped:

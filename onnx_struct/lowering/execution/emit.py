@@ -76,11 +76,16 @@ class Emitter:
     def matmul_weight(self, base: str, form: AffineForm) -> tuple[list[str], str | None]:
         """Initializers of a weight stored ``[N, K]`` (blocks along K) as ``[K, N]``: the inputs
         of its ``DequantizeLinear`` and the minimum ``[K/bs, N]`` (or None)."""
-        codes = self.add(code_tensor(self.fresh(f"{base}::codes"), form.codes.T, form.bits))
+        codes, zero_point = form.codes, form.zero_point
+        if form.bits == 4 and zero_point is not None and np.all(zero_point == 8):
+            # Q4_0 and the like: uint4 - 8 is exactly int4 without a zero point, onnxruntime's
+            # symmetric MatMulNBits, faster than its zero-point variant (docs/execution.md).
+            codes, zero_point = (codes.view(np.int8) - np.int8(8)), None
+        codes = self.add(code_tensor(self.fresh(f"{base}::codes"), codes.T, form.bits))
         scale = self.add(numpy_helper.from_array(np.ascontiguousarray(form.scale.T), self.fresh(f"{base}::scale")))
         inputs = [codes, scale]
-        if form.zero_point is not None:
-            inputs.append(self.add(code_tensor(self.fresh(f"{base}::zero_point"), form.zero_point.T, form.bits)))
+        if zero_point is not None:
+            inputs.append(self.add(code_tensor(self.fresh(f"{base}::zero_point"), zero_point.T, form.bits)))
         minimum = None
         if form.minimum is not None:
             minimum = self.add(
