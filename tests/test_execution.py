@@ -244,3 +244,27 @@ def test_older_opset_is_raised_when_the_graph_means_the_same(tmp_path):
     loaded, report = rewrite_for_execution(load(model))
     assert report.dropped == ["W"]
     assert {o.domain: o.version for o in loaded.proto.opset_import}[""] == 21
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "Q8_0"])
+def test_odd_output_count_packs_across_rows(name, tmp_path):
+    """N odd: ONNX packs the flattened [K, N] codes, so nibble pairs straddle rows."""
+    n = 7
+    payload = random_payload(name, (n, K), SEED, sane=True)
+    model = weight_model(name, b"")
+    del model.graph.node[2:]
+    del model.graph.output[1:]
+    del model.graph.input[1:]
+    model.graph.output[0].type.tensor_type.shape.dim[1].dim_value = n
+    overlay = S.from_onnx(model)
+    del overlay.graph.struct_initializer[:]
+    del overlay.struct_types[-1]
+    S.add_struct_values(overlay, formats.get(name).make_value(overlay, "W", (n, K), payload))
+    lowered = S.lower(overlay, execution="quantized")
+    assert not lowered.functions
+    x = np.random.default_rng(SEED).standard_normal((ROWS, K)).astype(np.float32)
+    (y,), ops = run_ort(lowered, {"x": x}, tmp_path)
+    assert "MatMulNBits" in ops
+    assert_close_product(y, x, oracle(name, payload, (n, K)))
+    (y,) = ReferenceEvaluator(lowered).run(None, {"x": x})
+    assert_close_product(y, x, oracle(name, payload, (n, K)))

@@ -31,6 +31,29 @@ def pack_nibbles(codes: np.ndarray) -> bytes:
     return ((flat[0::2] & 0x0F) | ((flat[1::2] & 0x0F) << 4)).astype(np.uint8).tobytes()
 
 
+def transposed_code_tensor(name: str, codes: np.ndarray, bits: int, xor: int = 0) -> TensorProto:
+    """``code_tensor(name, codes.T, bits)`` for 2-D ``codes [N, K]`` with fewer temporaries:
+    with N even, the nibble pairs of ``[K, N]`` are rows ``2j`` and ``2j+1`` of ``codes``, packed
+    at half size before the one transposing copy. ``xor=8``: 4-bit unsigned codes stored as the
+    signed ``q - 8`` (INT4), which is ``q ^ 8`` as a nibble."""
+    n, k = codes.shape
+    if bits != 4 or n % 2:
+        if xor:  # the 4-bit code q becomes the signed q - 8, which q ^ 8 is as a nibble
+            codes = (codes.view(np.uint8).astype(np.int16) - 8).astype(np.int8)
+        return code_tensor(name, codes.T, bits)
+    raw = codes.view(np.uint8)
+    packed = raw[0::2] & np.uint8(0x0F)
+    high = raw[1::2] << np.uint8(4)  # uint8 arithmetic drops the code's upper nibble
+    packed |= high
+    del high
+    if xor:
+        packed ^= np.uint8((xor & 0x0F) * 0x11)
+    elem = TensorProto.INT4 if codes.dtype == np.int8 or xor else TensorProto.UINT4
+    tensor = TensorProto(name=name, data_type=elem, dims=(k, n))
+    tensor.raw_data = np.ascontiguousarray(packed.T).tobytes()
+    return tensor
+
+
 def code_tensor(name: str, codes: np.ndarray, bits: int) -> TensorProto:
     """An INT4/UINT4/INT8/UINT8 initializer of ``codes`` (int8/uint8, any shape)."""
     signed = codes.dtype == np.int8
@@ -76,12 +99,12 @@ class Emitter:
     def matmul_weight(self, base: str, form: AffineForm) -> tuple[list[str], str | None]:
         """Initializers of a weight stored ``[N, K]`` (blocks along K) as ``[K, N]``: the inputs
         of its ``DequantizeLinear`` and the minimum ``[K/bs, N]`` (or None)."""
-        codes, zero_point = form.codes, form.zero_point
+        codes, zero_point, xor = form.codes, form.zero_point, 0
         if form.bits == 4 and zero_point is not None and np.all(zero_point == 8):
             # Q4_0 and the like: uint4 - 8 is exactly int4 without a zero point, onnxruntime's
             # symmetric MatMulNBits, faster than its zero-point variant (docs/execution.md).
-            codes, zero_point = (codes.view(np.int8) - np.int8(8)), None
-        codes = self.add(code_tensor(self.fresh(f"{base}::codes"), codes.T, form.bits))
+            zero_point, xor = None, 8
+        codes = self.add(transposed_code_tensor(self.fresh(f"{base}::codes"), codes, form.bits, xor))
         scale = self.add(numpy_helper.from_array(np.ascontiguousarray(form.scale.T), self.fresh(f"{base}::scale")))
         inputs = [codes, scale]
         if zero_point is not None:
