@@ -83,3 +83,19 @@ def test_a_dead_peer_is_an_error_and_closing_it_is_not(peer_module):
         peer.time("numpy:sum", "anything")
     peer.close()
     assert not peer._process.is_alive()
+
+
+def test_bench_execution_reports_ratios():
+    command = [sys.executable, str(BENCHMARKS / "bench_execution.py"), "--shapes", "512x256", "--layers", "1"]
+    result = subprocess.run(
+        [*command, "--formats", "Q4_K", "--repeat", "1", "--no-rss"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    (row,) = [line for line in result.stdout.splitlines() if line.startswith("| Q4_K")]
+    cells = [c.strip() for c in row.strip().strip("|").split("|")]
+    assert cells[:3] == ["Q4_K", "512x256", "4"], row
+    assert sum(c.endswith("x") and float(c[:-1]) > 0 for c in cells) >= 2, row  # float32 / ours at 1 and 32 rows
+    assert float(cells[-4]) < 1e-5, row  # error at accuracy level 0

@@ -27,12 +27,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="also list leaf initializers as graph inputs so onnxruntime does not constant-fold the decoders",
     )
+    parser.add_argument(
+        "--execution",
+        choices=("decode", "quantized"),
+        default="decode",
+        help="quantized: MatMul/Gemm/Gather weights in a registered block format stay quantized "
+        "(DequantizeLinear -> MatMulNBits, GatherBlockQuantized; docs/execution.md); decode (default): "
+        "every struct value through its decoder",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     source, output = pathlib.Path(args.input), pathlib.Path(args.output)
     same_directory = source.resolve().parent == output.resolve().parent
-    model = lower(source, compact=args.compact, keep_external=same_directory)
+    model = lower(source, compact=args.compact, keep_external=same_directory, execution=args.execution)
     if model.ByteSize() > _PROTOBUF_LIMIT:
         onnx.save_model(model, output, save_as_external_data=True, location=f"{output.name}.data")
     else:

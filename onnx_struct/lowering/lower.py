@@ -97,6 +97,7 @@ def lower(
     compact: bool = False,
     base_dir: str | os.PathLike | None = None,
     keep_external: bool = True,
+    execution: str = "decode",
 ) -> onnx.ModelProto:
     """A plain ONNX model computing what ``model`` computes, with decoders as local functions.
 
@@ -107,8 +108,13 @@ def lower(
     ``keep_external``: leaves of external payloads that are contiguous, byte-aligned runs of the
     file are referenced in place (same ``location``, offset and length), others are read into
     ``raw_data``; the lowered model must then be saved next to the original (same directory).
+    ``execution="quantized"``: weights of MatMul/Gemm/Gather in a registered block format stay
+    quantized (standard blocked DequantizeLinear, see docs/execution.md); ``"decode"`` (the
+    default, the reference) decodes every struct value with its own decoder.
     """
-    return lower_model(model, compact=compact, base_dir=base_dir, keep_external=keep_external).model
+    return lower_model(
+        model, compact=compact, base_dir=base_dir, keep_external=keep_external, execution=execution
+    ).model
 
 
 def lower_model(
@@ -117,11 +123,22 @@ def lower_model(
     compact: bool = False,
     base_dir: str | os.PathLike | None = None,
     keep_external: bool = True,
+    execution: str = "decode",
 ) -> Lowering:
     """:func:`lower`, also returning how struct-typed graph inputs map to lowered leaf inputs."""
     loaded = load(model, base_dir)
     check_model(loaded)
+    loaded = _execution_prepass(loaded, execution)
     return _Lowerer(loaded, compact, keep_external, stock_view(loaded), LogicalTypes(loaded)).run()
+
+
+def _execution_prepass(loaded: LoadedModel, execution: str) -> LoadedModel:
+    """The quantized-execution rewrite (onnx_struct.lowering.execution) when asked for."""
+    from onnx_struct.lowering import execution as quantized  # noqa: PLC0415 - only this mode needs it
+
+    if execution not in quantized.EXECUTION_MODES:
+        raise ValueError(f"execution must be one of {quantized.EXECUTION_MODES}, not {execution!r}")
+    return quantized.rewrite_for_execution(loaded)[0] if execution == "quantized" else loaded
 
 
 class _Lowerer:

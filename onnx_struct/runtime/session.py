@@ -32,6 +32,11 @@ class InferenceSession:
 
     ``model_or_path`` is any model form :func:`onnx_struct.model.load` accepts; ``compact`` is
     :func:`onnx_struct.lower`'s (keep 4-bit weights compact in memory, decode on every run);
+    ``execution`` is :func:`onnx_struct.lower`'s, "quantized" by default: MatMul/Gemm/Gather
+    weights of a registered block format run quantized (docs/execution.md) at MatMulNBits'
+    ``accuracy_level``: None (default) leaves onnxruntime's choice (4: activations quantized to
+    int8 per block, the fastest, ~5e-3 relative error); 0 multiplies float32 activations (error
+    ~1e-6, but 8-bit codes take a slow path there: docs/execution.md);
     ``sess_options``, ``providers`` and ``**ort_kwargs`` go to ``onnxruntime.InferenceSession``.
     External payloads are read from the model's directory (or ``base_dir``).
 
@@ -47,11 +52,13 @@ class InferenceSession:
         *,
         compact: bool = False,
         base_dir: str | os.PathLike | None = None,
+        execution: str = "quantized",
+        accuracy_level: int | None = None,
         **ort_kwargs: Any,
     ) -> None:
         ort = load_onnxruntime()
         loaded = load(model_or_path, base_dir)
-        lowering = lower_model(loaded, compact=compact)
+        lowering = lower_model(loaded, compact=compact, execution=execution)
         self._declarations = list(loaded.struct_types)
         self._base_dir = loaded.base_dir
         self._struct_inputs: dict[str, StructInput] = lowering.struct_inputs
@@ -68,6 +75,8 @@ class InferenceSession:
         options = sess_options if sess_options is not None else ort.SessionOptions()
         if sess_options is None:
             options.log_severity_level = 3  # compact lowering makes onnxruntime warn per leaf
+        if execution == "quantized" and accuracy_level is not None:
+            options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", str(int(accuracy_level)))
         if loaded.base_dir is not None:  # external leaves of a model given as bytes
             options.add_session_config_entry(
                 "session.model_external_initializers_file_folder_path", str(loaded.base_dir)

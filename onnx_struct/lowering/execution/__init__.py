@@ -1,0 +1,275 @@
+"""Lowering for execution: quantized weights stay quantized in the lowered model.
+
+``lower(model, execution="quantized")`` runs :func:`rewrite_for_execution` before the ordinary
+lowering. It finds struct values of a registered block format with an affine form (see
+:mod:`.recognize`) that are consumed as
+
+* the weight of ``MatMul`` through ``Transpose(perm=[1, 0])`` (a weight ``W [K, N]`` stored as
+  ``W^T [N, K]``, blocks along K: :mod:`onnx_struct.passes.quantize` and GGUF tensors),
+* the ``B`` of ``Gemm(transB=1)`` (same storage; ``transA=0``, ``alpha=1``),
+* the table of ``Gather(axis=0)`` (an embedding ``[V, D]``, blocks along D),
+
+and replaces those consumers' inputs with the nodes of :mod:`.emit` over initializers holding the
+payload's integer codes (repacked, never decoded to float). A value (or Transpose output) used
+anywhere else too keeps its decoder call for those other uses; a value with no use left is
+dropped. Everything else is then lowered as before. docs/execution.md has the per-format table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+
+import onnx
+from onnx import helper
+
+from onnx_struct.check.inference import LogicalTypes
+from onnx_struct.layout.table import TypeTable, element_label
+from onnx_struct.lowering.execution.emit import MS_DOMAIN, Emitter
+from onnx_struct.lowering.execution.recognize import Recognized, recognize
+from onnx_struct.payload.affine import affine_form
+from onnx_struct.payload.view import view
+from onnx_struct.schema.model import LoadedModel
+
+EXECUTION_MODES = ("decode", "quantized")
+# DequantizeLinear's block_size attribute and INT4/UINT4 inputs exist from opset 21.
+MIN_OPSET = 21
+
+
+@dataclasses.dataclass
+class ExecutionReport:
+    """What :func:`rewrite_for_execution` did: consumers rewritten per value, values dropped, and
+    why a recognized value still has a decoder call (``kept``: value -> reason)."""
+
+    rewritten: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # value -> "MatMul 'node'", ...
+    dropped: list[str] = dataclasses.field(default_factory=list)
+    kept: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+def rewrite_for_execution(loaded: LoadedModel) -> tuple[LoadedModel, ExecutionReport]:
+    """A copy of ``loaded`` (a checked model) whose eligible weight consumers read quantized
+    codes, and a report. Returns ``loaded`` itself when nothing is eligible."""
+    report = ExecutionReport()
+    graph = loaded.proto.graph
+    opset = next((o.version for o in loaded.proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+    candidates = _candidates(loaded, report)
+    if not candidates:
+        return loaded, report
+    proto = type(loaded.proto)()
+    proto.CopyFrom(loaded.proto)
+    graph = proto.graph
+    consumers, pinned = _uses(graph)
+    taken = _names(graph)
+    counter = itertools.count()
+
+    def fresh(prefix: str) -> str:
+        name = prefix
+        while name in taken:
+            name = f"{prefix}_{next(counter)}"
+        taken.add(name)
+        return name
+
+    emitter = Emitter(fresh)
+    before: dict[int, list] = {}  # node index -> nodes emitted just before it
+    removed: set[int] = set()
+    forms: dict[str, object] = {}
+
+    def form_of(name: str):
+        if name not in forms:
+            value, recognized = candidates[name]
+            forms[name] = affine_form(recognized.format, view(value, loaded).buffer, recognized.shape)
+        return forms[name]
+
+    def emit_at(index: int, action) -> None:
+        start = len(emitter.nodes)
+        action()
+        before.setdefault(index, []).extend(emitter.nodes[start:])
+        del emitter.nodes[start:]
+
+    for name, (_, recognized) in candidates.items():
+        rows, cols = recognized.shape
+        done = []
+
+        def as_matmul(j: int, node, done=done, name=name, cols=cols, recognized=recognized) -> None:
+            """MatMul(x, W^T) or Gemm(x, W^T): W stored [N, K] = [rows, cols]."""
+            # Initializers per consumer: onnxruntime fuses a DequantizeLinear into MatMulNBits
+            # only when its weight feeds nothing else (a tied weight is repacked twice).
+            inputs, minimum = emitter.matmul_weight(name, form_of(name))
+            bs = form_of(name).block_size
+            weight = emitter.dequantize(name, inputs, bs)
+            if node.op_type == "MatMul" and minimum is None:
+                node.input[1] = weight
+            elif node.op_type == "MatMul":
+                emitter.matmul(node.input[0], weight, minimum, cols, bs, node.output[0])
+                removed.add(j)
+            else:  # Gemm(A, B, C?) with transA=0, alpha=1: MatMul, then + beta * C
+                has_bias = len(node.input) > 2 and node.input[2]
+                product = fresh(f"{node.output[0]}::product") if has_bias else node.output[0]
+                emitter.matmul(node.input[0], weight, minimum, cols, bs, product)
+                if has_bias:
+                    bias = node.input[2]
+                    beta = _attribute(node, "beta", 1.0)
+                    if beta != 1.0:
+                        bias = emitter.node("Mul", [bias, emitter.constant([beta], "float32")], f"{bias}::scaled")
+                    emitter.nodes.append(
+                        helper.make_node("Sum", [product, bias], [node.output[0]], name=fresh("gemm::add"))
+                    )
+                removed.add(j)
+            done.append(f"{node.op_type} {node.name!r}")
+
+        for j, slot in list(consumers.get(name, [])):
+            node = graph.node[j]
+            if node.op_type == "Transpose" and list(_attribute(node, "perm", [])) == [1, 0]:
+                t = node.output[0]
+                if t in pinned:
+                    continue
+                for k, tslot in list(consumers.get(t, [])):
+                    consumer = graph.node[k]
+                    if tslot == 1 and _matmul_like(consumer, trans_b=0):
+                        emit_at(k, lambda k=k, consumer=consumer: as_matmul(k, consumer))
+                        consumers[t].remove((k, tslot))
+                if not consumers.get(t):
+                    removed.add(j)
+                    consumers[name].remove((j, slot))
+            elif slot == 1 and _matmul_like(node, trans_b=1) and node.op_type == "Gemm":
+                emit_at(j, lambda j=j, node=node: as_matmul(j, node))
+                consumers[name].remove((j, slot))
+            elif slot == 0 and node.op_type == "Gather" and _attribute(node, "axis", 0) in (0, -len(recognized.shape)):
+                emit_at(
+                    j,
+                    lambda node=node, name=name: emitter.gather(name, form_of(name), node.input[1], node.output[0]),
+                )
+                removed.add(j)
+                consumers[name].remove((j, slot))
+                done.append(f"Gather {node.name!r}")
+        forms.pop(name, None)  # this value's codes are repacked: free them before the next value's
+        if done:
+            report.rewritten[name] = done
+        if consumers.get(name) or name in pinned:
+            report.kept[name] = "also consumed by other nodes, a subgraph or a graph output"
+        elif done:
+            report.dropped.append(name)
+
+    if not report.rewritten:
+        return loaded, report
+    kept_nodes = [node for j, node in enumerate(graph.node) if j not in removed]
+    changed = _differing_ops(kept_nodes, opset, MIN_OPSET) if opset < MIN_OPSET else []
+    if changed:  # the graph's own operators would change meaning at opset 21: decode instead
+        reason = f"the graph imports opset {opset} and its operators {', '.join(changed)} differ at {MIN_OPSET}"
+        return loaded, ExecutionReport(kept=dict.fromkeys(candidates, reason))
+    # The overlay's messages are not onnx's classes: emitted protos go in through their bytes.
+    nodes = []
+    for j, node in enumerate(graph.node):
+        nodes.extend(n.SerializeToString() for n in before.get(j, []))
+        if j not in removed:
+            nodes.append(node.SerializeToString())
+    del graph.node[:]
+    for data in nodes:
+        graph.node.add().ParseFromString(data)
+    while emitter.initializers:  # one tensor in two forms at a time, not all of them
+        graph.initializer.add().ParseFromString(emitter.initializers.pop(0).SerializeToString())
+    dropped = set(report.dropped)
+    for i in reversed(range(len(graph.struct_initializer))):
+        if graph.struct_initializer[i].name in dropped:
+            del graph.struct_initializer[i]
+    _set_opset(proto, "", max(opset, MIN_OPSET))
+    if any(n.domain == MS_DOMAIN for n in graph.node):
+        _set_opset(proto, MS_DOMAIN, 1)
+    return LoadedModel(proto, loaded.base_dir), report
+
+
+def _candidates(loaded: LoadedModel, report: ExecutionReport) -> dict[str, tuple[object, Recognized]]:
+    """Struct values of a recognized format with a float32 [rows, cols] logical value."""
+    table = TypeTable(loaded.struct_types)
+    types = LogicalTypes(loaded)
+    found = {}
+    for k, value in enumerate(loaded.struct_values):
+        where = element_label(f"graph.struct_initializer[{k}]", value.name)
+        declaration = value.struct_type if value.HasField("struct_type") else table.declaration(value.type, where)
+        recognized = recognize(declaration, table, where)
+        if recognized is None:
+            continue
+        logical = types.of_value(value, where)
+        if logical is None or logical.tensor_type.elem_type != onnx.TensorProto.FLOAT:
+            report.kept[value.name] = "its logical value is not float32"
+            continue
+        found[value.name] = (value, recognized)
+    return found
+
+
+def _uses(graph) -> tuple[dict[str, list[tuple[int, int]]], set[str]]:
+    """Main-graph consumers of each name (node index, input slot), and the names a subgraph or a
+    graph output uses (those keep their value whatever happens to the main graph's consumers)."""
+    consumers: dict[str, list[tuple[int, int]]] = {}
+    pinned = {o.name for o in graph.output}
+    for j, node in enumerate(graph.node):
+        for slot, name in enumerate(node.input):
+            consumers.setdefault(name, []).append((j, slot))
+        for attribute in node.attribute:
+            for sub in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+                pinned |= _all_inputs(sub)
+    return consumers, pinned
+
+
+def _all_inputs(graph) -> set[str]:
+    names = {o.name for o in graph.output}
+    for node in graph.node:
+        names.update(node.input)
+        for attribute in node.attribute:
+            for sub in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
+                names |= _all_inputs(sub)
+    return names
+
+
+def _names(graph) -> set[str]:
+    names = (
+        {t.name for t in graph.initializer} | {i.name for i in graph.input} | {v.name for v in graph.struct_initializer}
+    )
+    names |= {n.name for n in graph.node}
+    names |= _all_inputs(graph)
+    for node in graph.node:
+        names.update(node.output)
+    return names
+
+
+def _attribute(node, name: str, default):
+    for attribute in node.attribute:
+        if attribute.name == name:
+            return helper.get_attribute_value(attribute)
+    return default
+
+
+def _matmul_like(node, trans_b: int) -> bool:
+    """MatMul (only when the weight arrives transposed: trans_b=0), or a Gemm with transA=0,
+    alpha=1 and the given transB."""
+    if node.op_type == "MatMul" and node.domain in ("", "ai.onnx"):
+        return trans_b == 0
+    return (
+        node.op_type == "Gemm"
+        and node.domain in ("", "ai.onnx")
+        and _attribute(node, "transA", 0) == 0
+        and _attribute(node, "transB", 0) == trans_b
+        and _attribute(node, "alpha", 1.0) == 1.0
+    )
+
+
+def _differing_ops(nodes, have: int, want: int) -> list[str]:
+    changed = set()
+    for op in {n.op_type for n in nodes if n.domain in ("", "ai.onnx")}:
+        try:
+            if onnx.defs.get_schema(op, have).since_version != onnx.defs.get_schema(op, want).since_version:
+                changed.add(op)
+        except onnx.defs.SchemaError:
+            continue
+    return sorted(changed)
+
+
+def _set_opset(proto, domain: str, version: int) -> None:
+    for opset in proto.opset_import:
+        if opset.domain == domain or (domain == "" and opset.domain == "ai.onnx"):
+            opset.version = max(opset.version, version)
+            return
+    proto.opset_import.add(domain=domain, version=version)
+
+
+__all__ = ["EXECUTION_MODES", "ExecutionReport", "rewrite_for_execution"]

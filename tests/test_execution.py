@@ -1,0 +1,270 @@
+"""Lowering for execution (``lower(model, execution="quantized")``) against independent oracles.
+
+Each test model reads one weight ``W`` (a struct value of a registered block format, stored
+``[N, K]`` with blocks along K as GGUF and ``quantize`` store it) three ways: ``x @
+Transpose(W)``, ``Gemm(x, W, C, transB=1, beta=0.5)`` and ``Gather(W, idx)``. The lowered model
+must hold integer codes and no decoder, onnxruntime must fuse the weights into ``MatMulNBits``
+(checked in the optimized model it writes), and outputs must match ``x @ dequantize(W)^T`` in
+float64, where ``dequantize`` is gguf-py / ml_dtypes / numpy (tests/test_affine.py's oracles),
+not this package. Tolerance: at accuracy level 0 MatMulNBits accumulates float32 products, so
+each output may differ from the float64 sum by a few float32 roundings of ``|x| @ |W|^T``
+(``RTOL`` of that bound); gathered rows are exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto
+from onnx import helper as oh
+from onnx.reference import ReferenceEvaluator
+from test_affine import oracle, random_payload
+
+import onnx_struct as S
+from onnx_struct import formats
+from onnx_struct.cli import main
+from onnx_struct.formats.base import FORMAT_DOMAIN
+from onnx_struct.lowering.execution import rewrite_for_execution
+from onnx_struct.schema.model import load
+
+pytest.importorskip("gguf")
+
+# Q4_K and Q2_K carry a minimum, Q4_0 / Q3_K / UINT4 a zero point, the rest signed codes; block
+# sizes 16 (Q6_K, Q2_K, Q3_K), 32, 256 (TQ2_0); INT4_B32_F16 is a linear INT4 format.
+FORMATS = [
+    "Q4_0",
+    "Q8_0",
+    "Q4_K",
+    "Q6_K",
+    "IQ4_XS",
+    "MXFP4",
+    "INT4_B32_F16",
+    "UINT4_B32_F16_ZP",
+    "Q2_K",
+    "Q3_K",
+    "Q5_1",
+    "TQ2_0",
+]
+N, K, ROWS = 48, 512, 3
+RTOL = 1e-5
+SEED = 7
+
+
+def weight_model(name: str, payload: bytes, extra_nodes=(), extra_outputs=(), opset: int = 21) -> onnx.ModelProto:
+    nodes = [
+        oh.make_node("Transpose", ["W"], ["Wt"], perm=[1, 0]),
+        oh.make_node("MatMul", ["x", "Wt"], ["y"], name="matmul"),
+        oh.make_node("Gemm", ["x", "W", "c"], ["z"], transB=1, beta=0.5, name="gemm"),
+        oh.make_node("Gather", ["W", "idx"], ["e"], axis=0, name="embed"),
+        *extra_nodes,
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        [
+            oh.make_tensor_value_info("x", TensorProto.FLOAT, [ROWS, K]),
+            oh.make_tensor_value_info("c", TensorProto.FLOAT, [N]),
+            oh.make_tensor_value_info("idx", TensorProto.INT64, [2, 2]),
+        ],
+        [
+            oh.make_tensor_value_info("y", TensorProto.FLOAT, [ROWS, N]),
+            oh.make_tensor_value_info("z", TensorProto.FLOAT, [ROWS, N]),
+            oh.make_tensor_value_info("e", TensorProto.FLOAT, [2, 2, K]),
+            *extra_outputs,
+        ],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", opset)], ir_version=10)
+    S.add_struct_values(model, formats.get(name).make_value(model, "W", (N, K), payload))
+    return model
+
+
+def feeds(rng) -> dict[str, np.ndarray]:
+    return {
+        "x": rng.standard_normal((ROWS, K)).astype(np.float32),
+        "c": rng.standard_normal(N).astype(np.float32),
+        "idx": np.array([[0, N - 1], [5, 5]], np.int64),
+    }
+
+
+def run_ort(model: onnx.ModelProto, inputs, tmp_path) -> tuple[list[np.ndarray], list[str]]:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", "0")
+    options.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    outputs = session.run(None, inputs)
+    return outputs, [n.op_type for n in onnx.load(tmp_path / "optimized.onnx").graph.node]
+
+
+def assert_close_product(actual: np.ndarray, x: np.ndarray, w: np.ndarray, bias=None) -> None:
+    """``actual`` vs ``x @ w.T (+ bias)`` in float64, within RTOL of ``|x| @ |w|.T``."""
+    expected = x.astype(np.float64) @ w.astype(np.float64).T
+    bound = np.abs(x.astype(np.float64)) @ np.abs(w.astype(np.float64)).T
+    if bias is not None:
+        expected = expected + bias
+        bound = bound + np.abs(bias)
+    assert np.all(np.abs(actual - expected) <= RTOL * bound + 1e-30), np.max(np.abs(actual - expected) / bound)
+
+
+def x_at(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    return x.astype(np.float64) @ w.astype(np.float64).T
+
+
+def assert_quantized(lowered: onnx.ModelProto) -> None:
+    """No decoder, codes as 4/8-bit integers, float initializers no bigger than one per 16 codes."""
+    assert not lowered.functions
+    assert all(n.domain != FORMAT_DOMAIN for n in lowered.graph.node)
+    bits = {TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.INT8: 8, TensorProto.UINT8: 8}
+    # Code tensors: at least 4 bits per weight element (GatherBlockQuantized's are uint8 pairs).
+    codes = [t for t in lowered.graph.initializer if bits.get(t.data_type, 0) * np.prod(t.dims) >= 4 * N * K]
+    assert len(codes) == 3  # one copy per consumer (onnxruntime fuses only a weight with one consumer)
+    for t in lowered.graph.initializer:
+        if t.data_type == TensorProto.FLOAT:
+            assert int(np.prod(t.dims)) <= N * K // 16, t.name
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_quantized_lowering_matches_the_oracle(name, tmp_path):
+    rng = np.random.default_rng(SEED)
+    payload = random_payload(name, (N, K), SEED, sane=True)
+    lowered = S.lower(weight_model(name, payload), execution="quantized")
+    assert_quantized(lowered)
+    inputs = feeds(rng)
+    (y, z, e), ops = run_ort(lowered, inputs, tmp_path)
+    assert ops.count("MatMulNBits") == 2 and "DequantizeLinear" not in ops  # fused: nothing decoded per run
+    w = oracle(name, payload, (N, K))
+    assert_close_product(y, inputs["x"], w)
+    assert_close_product(z, inputs["x"], w, bias=0.5 * inputs["c"].astype(np.float64))
+    np.testing.assert_array_equal(e, w[inputs["idx"]])
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "Q6_K", "INT4_B32_F16"])
+def test_reference_evaluator_runs_the_standard_qdq_graph(name):
+    """A second runtime: onnx's reference evaluator runs the MatMul path (standard ops only)."""
+    payload = random_payload(name, (N, K), SEED, sane=True)
+    model = weight_model(name, payload)
+    del model.graph.node[2:]  # Gemm and Gather dropped (GatherBlockQuantized is onnxruntime's)
+    del model.graph.output[1:]
+    model.graph.input[1].name, model.graph.input[2].name = "unused_c", "unused_idx"
+    del model.graph.input[1:]
+    lowered = S.lower(model, execution="quantized")
+    assert {n.op_type for n in lowered.graph.node} >= {"DequantizeLinear", "MatMul"}
+    x = np.random.default_rng(SEED).standard_normal((ROWS, K)).astype(np.float32)
+    (y,) = ReferenceEvaluator(lowered).run(None, {"x": x})
+    assert_close_product(y, x, oracle(name, payload, (N, K)))
+
+
+def test_a_value_consumed_elsewhere_keeps_its_decoder(tmp_path):
+    payload = random_payload("Q4_K", (N, K), SEED, sane=True)
+    extra = [oh.make_node("ReduceSum", ["W"], ["total"], keepdims=0)]
+    model = weight_model("Q4_K", payload, extra, [oh.make_tensor_value_info("total", TensorProto.FLOAT, [])])
+    loaded, report = rewrite_for_execution(load(model))
+    assert sorted(report.rewritten["W"]) == ["Gather 'embed'", "Gemm 'gemm'", "MatMul 'matmul'"]
+    assert "W" in report.kept and report.dropped == []
+    lowered = S.lower(model, execution="quantized")
+    decoders = [n for n in lowered.graph.node if n.domain == FORMAT_DOMAIN]
+    assert [n.output[0] for n in decoders] == ["W"]  # only ReduceSum reads the decoded W
+    assert [n.op_type for n in lowered.graph.node if "W" in n.input] == ["ReduceSum"]
+    inputs = feeds(np.random.default_rng(SEED))
+    (y, _, _, total), _ = run_ort(lowered, inputs, tmp_path)
+    w = oracle("Q4_K", payload, (N, K))
+    assert_close_product(y, inputs["x"], w)
+    np.testing.assert_allclose(total, w.astype(np.float64).sum(), rtol=1e-5)
+
+
+def test_untransposed_weight_and_foreign_declarations_keep_the_decoder():
+    """W [K, N] read directly as MatMul's B has blocks along N: not MatMulNBits' layout. A
+    declaration renamed away from the registry's name is not trusted either."""
+    payload = random_payload("Q4_0", (N, K), SEED, sane=True)
+    model = weight_model("Q4_0", payload)
+    model.graph.node[1].input[1] = "W"  # x [3, K] @ W [N, K]: shapes disagree, only lowering is checked
+    del model.graph.node[0]
+    loaded, report = rewrite_for_execution(load(model))
+    assert sorted(report.rewritten["W"]) == ["Gather 'embed'", "Gemm 'gemm'"] and "W" in report.kept
+
+    renamed = weight_model("Q4_0", payload)
+    overlay = S.from_onnx(renamed)
+    overlay.struct_types[-1].name = "my_weight"
+    _, report = rewrite_for_execution(load(overlay))
+    assert report.rewritten == {}
+    lowered = S.lower(overlay, execution="quantized")
+    assert [n.output[0] for n in lowered.graph.node if n.domain == FORMAT_DOMAIN] == ["W"]
+
+
+def test_decode_stays_the_default_of_lower():
+    payload = random_payload("Q4_0", (N, K), SEED, sane=True)
+    lowered = S.lower(weight_model("Q4_0", payload))
+    assert [n.output[0] for n in lowered.graph.node if n.domain == FORMAT_DOMAIN] == ["W"]
+    with pytest.raises(ValueError, match="execution must be one of"):
+        S.lower(weight_model("Q4_0", payload), execution="fast")
+
+
+def test_inference_session_runs_quantized_by_default(tmp_path):
+    payload = random_payload("Q6_K", (N, K), SEED, sane=True)
+    (tmp_path / "w.bin").write_bytes(payload)
+    overlay = S.from_onnx(weight_model("Q6_K", payload))
+    value = overlay.graph.struct_initializer[0]
+    value.ClearField("raw_data")
+    value.external_data.add(key="location", value="w.bin")  # read and repacked from the file
+    path = tmp_path / "m.onnx"
+    path.write_bytes(overlay.SerializeToString())
+    session = S.InferenceSession(str(path), accuracy_level=0)
+    assert_quantized(session.lowered)
+    inputs = feeds(np.random.default_rng(SEED))
+    y, z, e = session.run(None, inputs)
+    w = oracle("Q6_K", payload, (N, K))
+    assert_close_product(y, inputs["x"], w)
+    np.testing.assert_array_equal(e, w[inputs["idx"]])
+    # onnxruntime's default accuracy level quantizes activations to int8 per block of 32: the
+    # products are approximate (a loose bound, 2 % of |x| @ |W|^T), the gathered rows exact.
+    y4, _, e4 = S.InferenceSession(str(path)).run(None, inputs)
+    bound = np.abs(inputs["x"].astype(np.float64)) @ np.abs(w.astype(np.float64)).T
+    assert np.all(np.abs(y4 - x_at(inputs["x"], w)) <= 0.02 * bound)
+    np.testing.assert_array_equal(e4, e)
+    reference = S.InferenceSession(str(path), execution="decode")
+    assert any(n.domain == FORMAT_DOMAIN for n in reference.lowered.graph.node)
+    np.testing.assert_array_equal(reference.run(None, inputs)[2], e)
+
+
+def test_cli_flag(tmp_path, capsys):
+    payload = random_payload("Q8_0", (N, K), SEED, sane=True)
+    source, out = tmp_path / "m.onnx", tmp_path / "plain.onnx"
+    onnx.save(weight_model("Q8_0", payload), source)
+    assert main(["lower", str(source), str(out), "--execution", "quantized"]) == 0
+    assert "0 decoder functions" in capsys.readouterr().out
+    assert_quantized(onnx.load(out))
+
+
+def test_older_opset_is_raised_when_the_graph_means_the_same(tmp_path):
+    """Opset 17 (Gemm, Gather, MatMul unchanged up to 21; the Transpose is folded away)."""
+    payload = random_payload("Q4_0", (N, K), SEED, sane=True)
+    model = weight_model("Q4_0", payload, opset=17)
+    loaded, report = rewrite_for_execution(load(model))
+    assert report.dropped == ["W"]
+    assert {o.domain: o.version for o in loaded.proto.opset_import}[""] == 21
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "Q8_0"])
+def test_odd_output_count_packs_across_rows(name, tmp_path):
+    """N odd: ONNX packs the flattened [K, N] codes, so nibble pairs straddle rows."""
+    n = 7
+    payload = random_payload(name, (n, K), SEED, sane=True)
+    model = weight_model(name, b"")
+    del model.graph.node[2:]
+    del model.graph.output[1:]
+    del model.graph.input[1:]
+    model.graph.output[0].type.tensor_type.shape.dim[1].dim_value = n
+    overlay = S.from_onnx(model)
+    del overlay.graph.struct_initializer[:]
+    del overlay.struct_types[-1]
+    S.add_struct_values(overlay, formats.get(name).make_value(overlay, "W", (n, K), payload))
+    lowered = S.lower(overlay, execution="quantized")
+    assert not lowered.functions
+    x = np.random.default_rng(SEED).standard_normal((ROWS, K)).astype(np.float32)
+    (y,), ops = run_ort(lowered, {"x": x}, tmp_path)
+    assert "MatMulNBits" in ops
+    assert_close_product(y, x, oracle(name, payload, (n, K)))
+    (y,) = ReferenceEvaluator(lowered).run(None, {"x": x})
+    assert_close_product(y, x, oracle(name, payload, (n, K)))
