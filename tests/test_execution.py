@@ -175,8 +175,9 @@ def test_a_value_consumed_elsewhere_keeps_its_decoder(tmp_path):
 
 
 def test_untransposed_weight_and_foreign_declarations_keep_the_decoder():
-    """W [K, N] read directly as MatMul's B has blocks along N: not MatMulNBits' layout. A
-    declaration renamed away from the registry's name is not trusted either."""
+    """W [K, N] read directly as MatMul's B has blocks along N: not MatMulNBits' layout. The
+    declaration's name plays no part (it is free text): a renamed root with the registry's exact
+    decoder is still the format; a root with the registry's name and another decoder is not."""
     payload = random_payload("Q4_0", (N, K), SEED, sane=True)
     model = weight_model("Q4_0", payload)
     model.graph.node[1].input[1] = "W"  # x [3, K] @ W [N, K]: shapes disagree, only lowering is checked
@@ -184,12 +185,19 @@ def test_untransposed_weight_and_foreign_declarations_keep_the_decoder():
     loaded, report = rewrite_for_execution(load(model))
     assert sorted(report.rewritten["W"]) == ["Gather 'embed'", "Gemm 'gemm'"] and "W" in report.kept
 
-    renamed = weight_model("Q4_0", payload)
-    overlay = S.from_onnx(renamed)
-    overlay.struct_types[-1].name = "my_weight"
-    _, report = rewrite_for_execution(load(overlay))
+    renamed = S.from_onnx(weight_model("Q4_0", payload))
+    renamed.struct_types[-1].name = "my_weight"
+    _, report = rewrite_for_execution(load(renamed))
+    assert sorted(report.rewritten["W"]) == ["Gather 'embed'", "Gemm 'gemm'", "MatMul 'matmul'"]
+
+    foreign = S.from_onnx(weight_model("Q4_0", payload))
+    decoder = foreign.struct_types[-1].decoder
+    output = decoder.output[0]  # one more final node, an Identity: same values, not the registry's bytes
+    decoder.node[-1].output[0] = output + "_before"
+    decoder.node.add(op_type="Identity", input=[output + "_before"], output=[output])
+    _, report = rewrite_for_execution(load(foreign))
     assert report.rewritten == {}
-    lowered = S.lower(overlay, execution="quantized")
+    lowered = S.lower(foreign, execution="quantized")
     assert [n.output[0] for n in lowered.graph.node if n.domain == FORMAT_DOMAIN] == ["W"]
 
 

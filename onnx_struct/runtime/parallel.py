@@ -26,7 +26,6 @@ run, and ``runtime="reference"``. The split changes no bit of the result.
 from __future__ import annotations
 
 import concurrent.futures
-import functools
 import itertools
 import math
 import os
@@ -35,11 +34,10 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from onnx_struct import formats  # the registry loads its family modules on first use
 from onnx_struct.check.function_models import tensor_type
-from onnx_struct.formats.base import FORMAT_DOMAIN
+from onnx_struct.formats.recognize import final_shape, registered_decoder, registry_decoder
 from onnx_struct.payload import buffer_pool
 from onnx_struct.runtime import runners
 from onnx_struct.runtime.feeds import Feed
@@ -113,7 +111,13 @@ def decode_block_ranges(
         if part_shape not in by_shape:
             inputs = [(name, tensor_type(f.elem_type, f.shape)) for name, f in part_feeds.items()]
             runner = runners.cached_runner(
-                _decoder(fmt.name, part_shape), where, inputs, constants, "onnxruntime", threads=1, fallback=False
+                registry_decoder(fmt.name, part_shape),
+                where,
+                inputs,
+                constants,
+                "onnxruntime",
+                threads=1,
+                fallback=False,
             )
             output_shape = runner.output_shape()
             if output_shape is None or math.prod(output_shape) != math.prod(part_shape):
@@ -165,43 +169,16 @@ def _registered_format(declaration: StructTypeProto, decoder: onnx.FunctionProto
     """(format, logical shape) when ``decoder`` is exactly the registry's decoder of a block-wise
     format for a shape of the ``n_blocks`` blocks the leaves hold; else None. Nothing is built for
     a shape the payload does not have."""
-    if declaration.WhichOneof("kind") != "array" or decoder.domain != _format_domain():
+    if declaration.WhichOneof("kind") != "array":
         return None
+    shape = final_shape(decoder)
     fmt = formats.format_of_decoder(decoder.domain, decoder.name)
-    shape = _final_shape(decoder)
-    if fmt is None or not fmt.block_ranges or shape is None:
+    if shape is None or fmt is None or not fmt.block_ranges:
         return None
     count = math.prod(shape)
     if count < MIN_ELEMENTS or shape[-1] % fmt.block_size or count // fmt.block_size != n_blocks:
-        return None
-    if decoder.SerializeToString(deterministic=True) != _decoder_bytes(fmt.name, shape):
-        return None
-    return fmt, shape
-
-
-def _final_shape(decoder: onnx.FunctionProto) -> tuple[int, ...] | None:
-    """The shape a decoder ends with: the 1-D int64 Constant its last node, a Reshape producing its
-    one output, reshapes to (how :meth:`FunctionBuilder.finish` ends every registered decoder);
-    None for any other ending. Only a candidate: the caller compares the whole decoder."""
-    if len(decoder.output) != 1 or not decoder.node:
-        return None
-    last = decoder.node[-1]
-    if last.op_type != "Reshape" or last.domain not in ("", "ai.onnx") or list(last.output) != list(decoder.output):
-        return None
-    if len(last.input) != 2:
-        return None
-    for node in decoder.node:
-        if node.op_type == "Constant" and list(node.output) == [last.input[1]] and len(node.attribute) == 1:
-            attribute = node.attribute[0]
-            if (
-                attribute.name != "value"
-                or attribute.t.data_type != onnx.TensorProto.INT64
-                or len(attribute.t.dims) != 1
-            ):
-                return None
-            shape = tuple(int(d) for d in numpy_helper.to_array(attribute.t))
-            return shape if shape and all(d > 0 for d in shape) else None
-    return None
+        return None  # checked before the registry builds a decoder for the shape
+    return registered_decoder(decoder)
 
 
 def _row_ranges(shape: tuple[int, ...], block_size: int, count: int) -> list[tuple[tuple[int, ...], int, int]]:
@@ -218,20 +195,6 @@ def _row_ranges(shape: tuple[int, ...], block_size: int, count: int) -> list[tup
             part = (end - start) * block_size if len(shape) == 1 else end - start
             ranges.append(((part, *shape[1:]), start * blocks_per_unit, end * blocks_per_unit))
     return ranges
-
-
-@functools.lru_cache(maxsize=64)
-def _decoder(format_name: str, shape: tuple[int, ...]) -> onnx.FunctionProto:
-    return formats.get(format_name).decoder(shape)
-
-
-@functools.lru_cache(maxsize=64)
-def _decoder_bytes(format_name: str, shape: tuple[int, ...]) -> bytes:
-    return _decoder(format_name, shape).SerializeToString(deterministic=True)
-
-
-def _format_domain() -> str:
-    return FORMAT_DOMAIN
 
 
 def _executor() -> concurrent.futures.ThreadPoolExecutor:

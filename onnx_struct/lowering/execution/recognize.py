@@ -1,27 +1,22 @@
 """Which registered format a struct value holds, trusted only when its declaration is the registry's.
 
-A struct value's root declaration names its format and logical shape (``"Q4_K[4096,4096]"``, as
-:meth:`BlockFormat.root_declaration` names it), but a name is free text. The quantized execution
+The decoder is recognized by :func:`onnx_struct.formats.recognize.registered_decoder` (its exact
+identity and bytes; a declaration's name is free text and is not read). The quantized execution
 path reads the payload through the *format's* declaration and rule, so it is taken only when the
-value's declaration reads the same bytes as the same leaves (every leaf's path, type, width,
-shape, strides and offset) and its decoder is byte-identical to the registry's for that shape:
-then the registry's affine form and the value's own decoder compute the same tensor. Anything
-else keeps its decoder call. This is the one place that recognition happens, so it can follow
-the registry's lookup if that changes.
+value's declaration also reads the same bytes as the same leaves (every leaf's path, type, width,
+shape, strides and offset): then the registry's affine form and the value's own decoder compute
+the same tensor. Anything else keeps its decoder call.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import re
 
-from onnx_struct import formats
 from onnx_struct.formats.affine import AffineSpec, affine_spec
 from onnx_struct.formats.base import BlockFormat
+from onnx_struct.formats.recognize import registered_decoder
 from onnx_struct.layout.table import Leaf, TypeTable
 from onnx_struct.schema.model import StructTypeProto
-
-_ROOT_NAME = re.compile(r"(?P<format>[^\[\]]+)\[(?P<shape>\d+(?:,\d+)*)\]")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,20 +46,14 @@ def _leaf_key(leaf: Leaf) -> tuple:
 def recognize(declaration: StructTypeProto, table: TypeTable, where: str) -> Recognized | None:
     """The registered format with an affine form that ``declaration`` (a root in ``table``) is
     exactly, or None."""
-    match = _ROOT_NAME.fullmatch(declaration.name)
-    if match is None or not declaration.HasField("decoder"):
+    if not declaration.HasField("decoder"):
         return None
-    try:
-        fmt = formats.get(match["format"])
-    except KeyError:
+    registered = registered_decoder(declaration.decoder)
+    if registered is None:
         return None
+    fmt, shape = registered
     spec = affine_spec(fmt)
-    shape = tuple(int(d) for d in match["shape"].split(","))
-    if spec is None or len(shape) != 2 or shape[-1] % fmt.block_size:
-        return None
-    if declaration.decoder.SerializeToString(deterministic=True) != fmt.decoder(shape).SerializeToString(
-        deterministic=True
-    ):
+    if spec is None or len(shape) != 2:
         return None
     reference = TypeTable([fmt.block_declaration()])
     expected = reference.leaves(fmt.root_declaration(shape, 0), f"{fmt.name} (registry)")
