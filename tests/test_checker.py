@@ -580,3 +580,46 @@ def test_subgraphs_see_struct_values_of_the_main_graph(consumed, as_form):
         assert messages == []
     else:
         assert len(messages) == 1 and "'nosuch'" in messages[0], messages
+
+
+def _local(name: str, calls: str | None) -> onnx.FunctionProto:
+    from onnx import helper as oh
+
+    node = oh.make_node(calls, ["x"], ["y"], domain="local") if calls else oh.make_node("Identity", ["x"], ["y"])
+    return oh.make_function("local", name, ["x"], ["y"], [node], [oh.make_opsetid("", 21), oh.make_opsetid("local", 1)])
+
+
+@pytest.mark.parametrize(
+    "functions, where, cycle",
+    [
+        ([("F", None), ("R", "R")], "functions[1] ('R')", "local::R -> local::R"),
+        ([("A", "B"), ("B", "C"), ("C", "A")], "functions[0] ('A')", "local::A -> local::B -> local::C -> local::A"),
+    ],
+)
+def test_recursive_model_local_functions_below_ir_8(functions, where, cycle):
+    """onnx's checker ignores model-local functions below IR 8 (found by the fuzzer: an unused
+    self-recursive function passed, and lower() then wrote a model onnx refuses)."""
+    from support.models import linear_model
+
+    model = linear_model(bytes(64))
+    model.functions.extend(_local(name, calls) for name, calls in functions)
+    model.opset_import.append(onnx.helper.make_opsetid("local", 1))
+    model.ir_version = 3
+    (diagnostic,) = S.validate(model)
+    assert str(diagnostic) == f"{where}: model-local functions must not be recursive: {cycle}"
+    assert diagnostic.code == "invalid_function"
+    with pytest.raises(S.ValidationError, match="must not be recursive"):
+        S.lower(model)
+    model.ir_version = 10  # onnx's own finding, reported once
+    (diagnostic,) = S.validate(model)
+    assert "Cycle detected in model-local function references" in str(diagnostic)
+
+
+def test_an_acyclic_call_chain_of_local_functions_below_ir_8_passes():
+    from support.models import linear_model
+
+    model = linear_model(bytes(64))
+    model.functions.extend([_local("A", "B"), _local("B", None)])
+    model.opset_import.append(onnx.helper.make_opsetid("local", 1))
+    model.ir_version = 3
+    assert S.validate(model) == []

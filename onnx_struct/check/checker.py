@@ -65,6 +65,7 @@ class _Checker(GraphRules):
         self.check_graph_types()
         self.check_struct_references()
         self.check_consumers()
+        self.check_local_function_recursion()
         if not self.diagnostics:  # onnx's findings only count on a model that follows the proposal
             self.check_stock(full_check)
         return self.diagnostics

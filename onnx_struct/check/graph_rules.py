@@ -150,3 +150,47 @@ class GraphRules(DeclarationRules):
                                 code="no_decoder",
                             )
                         )
+
+    def check_local_function_recursion(self) -> None:
+        """Model-local functions must not call each other in a cycle. onnx's checker says so from IR
+        version 8 on (where model-local functions exist); below it, it ignores them, yet ``lower``
+        raises the IR version for its own functions and would keep a model-local cycle that onnx
+        then refuses. So the rule is checked here for those IR versions (at 8 and later, onnx's own
+        finding is reported instead, once)."""
+        if self.proto.ir_version >= 8 or not len(self.proto.functions):
+            return
+        functions = {(f.domain, f.name): i for i, f in enumerate(self.proto.functions)}
+        calls = {
+            key: [(n.domain, n.op_type) for n in self.proto.functions[i].node if (n.domain, n.op_type) in functions]
+            for key, i in functions.items()
+        }
+        state: dict[tuple[str, str], int] = {}  # 1: on the current path, 2: done
+        for start in functions:
+            stack = [(start, iter(calls[start]))]
+            path = [start]
+            state[start] = state.get(start, 0) or 1
+            if state[start] == 2:
+                continue
+            while stack:
+                key, pending = stack[-1]
+                callee = next(pending, None)
+                if callee is None:
+                    state[key] = 2
+                    stack.pop()
+                    path.pop()
+                elif state.get(callee) == 1:
+                    cycle = path[path.index(callee) :] + [callee]
+                    i = functions[callee]
+                    self.report(
+                        ValidationError(
+                            element_label(f"functions[{i}]", self.proto.functions[i].name),
+                            "model-local functions must not be recursive: "
+                            + " -> ".join(f"{d}::{n}" for d, n in cycle),
+                            code="invalid_function",
+                        )
+                    )
+                    return
+                elif not state.get(callee):
+                    state[callee] = 1
+                    stack.append((callee, iter(calls[callee])))
+                    path.append(callee)
