@@ -121,3 +121,27 @@ def test_lowered_model_onnxruntime_cannot_load_is_a_validation_error():
     S.add_struct_values(model, S.make_struct_value("v", index, raw_data=bytes(4)))
     with pytest.raises(S.ValidationError, match="cannot load the lowered model"):
         S.InferenceSession(model)
+
+
+@pytest.mark.parametrize("how", ["onnx_struct", "onnx"])
+def test_stock_initializers_in_external_files_survive_lowering(tmp_path, rng, how):
+    """A stock initializer saved as external data (by save_with_external_data's default or by
+    onnx's own save_as_external_data) stays an initializer of the lowered model (it was dropped)."""
+    payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
+    model = linear_model(payload)
+    bias = rng.standard_normal(128).astype(np.float32)
+    model.graph.initializer.append(onnx.numpy_helper.from_array(bias, "bias"))
+    model.graph.node[1].input[0] = "biased"
+    model.graph.node.insert(1, oh.make_node("Add", ["sum", "bias"], ["biased"]))
+    path = tmp_path / "m.onnx"
+    if how == "onnx_struct":
+        S.save_with_external_data(model, path, size_threshold=0)
+    else:
+        onnx.save(model, path, save_as_external_data=True, all_tensors_to_one_file=True, size_threshold=0)
+    assert onnx.load(path, load_external_data=False).graph.initializer[0].data_location == TensorProto.EXTERNAL
+    lowered = S.lower(str(path))
+    assert "bias" in {t.name for t in lowered.graph.initializer}
+    x = rng.standard_normal(128).astype(np.float32)
+    (y,) = S.InferenceSession(str(path)).run(None, {"X": x})
+    expected = np.maximum(x + int4_oracle(payload) * np.float32(0.125) + bias, 0)  # scale 0.125, zero point 0
+    np.testing.assert_allclose(y, expected, rtol=1e-6, atol=1e-6)

@@ -129,7 +129,9 @@ def lower_model(
     loaded = load(model, base_dir)
     check_model(loaded)
     loaded = _execution_prepass(loaded, execution)
-    return _Lowerer(loaded, compact, keep_external, stock_view(loaded), LogicalTypes(loaded)).run()
+    return _Lowerer(
+        loaded, compact, keep_external, stock_view(loaded, external_initializers=False), LogicalTypes(loaded)
+    ).run()
 
 
 def _execution_prepass(loaded: LoadedModel, execution: str) -> LoadedModel:

@@ -33,12 +33,17 @@ from onnx_struct.schema.walk import graph_parts, locate
 VALUES_DOMAIN = "onnx_struct.values"
 
 
-def stock_view(loaded: LoadedModel, struct_type_protos: list | None = None) -> onnx.ModelProto:
+def stock_view(
+    loaded: LoadedModel, struct_type_protos: list | None = None, *, external_initializers: bool = True
+) -> onnx.ModelProto:
     """The model as stock onnx can check it: struct types shown as Opaque types, struct values as
-    Opaque graph inputs, struct parts dropped. Built by one parse, not by deep copies."""
+    Opaque graph inputs, struct parts dropped. Built by one parse, not by deep copies.
+
+    ``external_initializers``: show stock initializers with external data as graph inputs (what
+    the checker and shape inference need, see below); ``lower`` keeps them as initializers."""
     if struct_type_protos is None:
         struct_type_protos = graph_parts(loaded.proto)[1]
-    view = _stock_types_view(loaded, struct_type_protos, external_initializers=True)
+    view = _stock_types_view(loaded, struct_type_protos, external_initializers=external_initializers)
     view.DiscardUnknownFields()  # the struct parts (only in the view)
     # Struct values become Opaque graph inputs, appended as one serialized fragment.
     typed: dict[int, bytes] = {}
