@@ -464,3 +464,40 @@ def test_weights_seen_outside_the_main_graph_nodes_are_kept():
     planned = plan(model, "Q8_0")
     assert not planned.weights
     assert planned.skipped == {"Wsub": "a subgraph uses it", "Wout": "it is also a graph input or output"}
+
+
+def test_conv_kernels_grouped_along_the_output_axis():
+    model = conv_model()
+    quantized = quantize(model, "Q8_0", op_types=("Conv",), min_elements=1024, group_axis="output")
+    (value,) = S.get_struct_values(quantized)
+    w = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "W"))
+    stored = np.ascontiguousarray(w.reshape(32, 144).T)  # [I*kh*kw, O]: blocks of 32 output channels
+    assert value.name == "W_T_2d" and value.raw_data == gguf.quants.quantize(stored, Q.Q8_0).tobytes()
+    assert [n.op_type for n in quantized.graph.node[:2]] == ["Transpose", "Reshape"]
+    reference = onnx.ModelProto()
+    reference.CopyFrom(model)
+    for tensor in reference.graph.initializer:
+        if tensor.name == "W":
+            q = gguf_roundtrip(stored, Q.Q8_0).T.reshape(w.shape)
+            tensor.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(q), "W"))
+    np.testing.assert_allclose(run_conv(S.lower(quantized)), run_conv(reference), rtol=1e-5, atol=1e-5)
+
+
+def test_gather_tables_with_rows_not_a_multiple_of_the_block_are_padded():
+    table = (RNG.standard_normal((100, 48)) * 0.3).astype(np.float32)
+    graph = oh.make_graph(
+        [oh.make_node("Gather", ["table", "ids"], ["E"])],
+        "lookup",
+        [oh.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+        [oh.make_tensor_value_info("E", TensorProto.FLOAT, [3, 48])],
+        [numpy_helper.from_array(table, "table")],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+    quantized = quantize(model, "Q8_0", op_types=("Gather",))
+    (value,) = S.get_struct_values(quantized)
+    assert value.name == "table_padded"
+    assert value.raw_data == gguf.quants.quantize(np.pad(table, [(0, 0), (0, 16)]), Q.Q8_0).tobytes()
+    ids = np.array([0, 99, 7], np.int64)
+    session = ort.InferenceSession(S.lower(quantized).SerializeToString(), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"ids": ids})
+    np.testing.assert_allclose(got, gguf_roundtrip(table, Q.Q8_0)[ids], rtol=1e-6, atol=1e-6)
