@@ -501,3 +501,26 @@ def test_gather_tables_with_rows_not_a_multiple_of_the_block_are_padded():
     session = ort.InferenceSession(S.lower(quantized).SerializeToString(), providers=["CPUExecutionProvider"])
     (got,) = session.run(None, {"ids": ids})
     np.testing.assert_allclose(got, gguf_roundtrip(table, Q.Q8_0)[ids], rtol=1e-6, atol=1e-6)
+
+
+def test_a_padded_gemm_weight_keeps_the_flipped_trans_b():
+    w = (RNG.standard_normal((48, 64)) * 0.2).astype(np.float32)  # Gemm(transB=0): K = 48
+    graph = oh.make_graph(
+        [oh.make_node("Gemm", ["X", "W"], ["Y"])],
+        "gemm",
+        [oh.make_tensor_value_info("X", TensorProto.FLOAT, [3, 48])],
+        [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [3, 64])],
+        [numpy_helper.from_array(w, "W")],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+    quantized = quantize(model, "Q8_0", min_elements=1)
+    (value,) = S.get_struct_values(quantized)
+    stored = np.pad(np.ascontiguousarray(w.T), [(0, 0), (0, 16)])  # W^T [64, 48] -> [64, 64]
+    assert value.name == "W_padded" and value.raw_data == gguf.quants.quantize(stored, Q.Q8_0).tobytes()
+    slice_node, gemm = quantized.graph.node
+    assert (slice_node.op_type, list(slice_node.output)) == ("Slice", ["W"])
+    assert oh.get_attribute_value(next(a for a in gemm.attribute if a.name == "transB")) == 1
+    x = RNG.standard_normal((3, 48)).astype(np.float32)
+    session = ort.InferenceSession(S.lower(quantized).SerializeToString(), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"X": x})
+    np.testing.assert_allclose(got, x @ gguf_roundtrip(np.ascontiguousarray(w.T), Q.Q8_0).T, rtol=1e-5, atol=1e-5)
