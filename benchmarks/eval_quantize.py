@@ -186,17 +186,21 @@ def gguf_oracle(source: onnx.ModelProto, planned, name: str) -> onnx.ModelProto 
         return None
     from onnx import numpy_helper  # noqa: PLC0415
 
-    replaced = {w.name: w.transpose != "none" for w in planned.weights}
+    replaced = {w.name: w for w in planned.weights}
     oracle = onnx.ModelProto()
     oracle.CopyFrom(source)
     for tensor in oracle.graph.initializer:
         if tensor.name in replaced:
+            planned_weight = replaced[tensor.name]
             w = numpy_helper.to_array(tensor)
-            stored = np.ascontiguousarray(w.T if replaced[tensor.name] else w)
-            q = gguf.quants.dequantize(gguf.quants.quantize(stored, qtype), qtype).reshape(stored.shape)
-            tensor.CopyFrom(
-                numpy_helper.from_array(np.ascontiguousarray(q.T if replaced[tensor.name] else q), tensor.name)
-            )
+            w2 = w.reshape(w.shape[0], -1) if planned_weight.reshape else w  # a Conv kernel, flattened
+            transposed = planned_weight.transpose != "none"
+            stored = np.ascontiguousarray(w2.T if transposed else w2)
+            width = stored.shape[-1]
+            stored = np.pad(stored, [(0, 0)] * (stored.ndim - 1) + [(0, planned_weight.pad)])
+            q = gguf.quants.dequantize(gguf.quants.quantize(stored, qtype), qtype).reshape(stored.shape)[..., :width]
+            q = (q.T if transposed else q).reshape(w.shape)
+            tensor.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(q), tensor.name))
     return oracle
 
 

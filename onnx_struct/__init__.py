@@ -46,6 +46,8 @@ from onnx_struct.schema.model import (  # the proposal's messages, generated fro
     get_struct_types,
     get_struct_values,
     load_model,
+    set_struct_types,
+    set_struct_values,
     to_onnx,
 )
 
@@ -98,6 +100,8 @@ __all__ = [
     "add_value_infos",
     "get_struct_types",
     "get_struct_values",
+    "set_struct_types",
+    "set_struct_values",
     "LoadedModel",
     "load_model",
     "from_onnx",

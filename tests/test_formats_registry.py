@@ -65,3 +65,14 @@ def test_every_registered_decoder_has_its_own_identity():
         decoder = fmt.decoder((fmt.block_size,))
         assert formats.format_of_decoder(decoder.domain, decoder.name) is fmt, name
     assert formats.format_of_decoder(formats.FORMAT_DOMAIN, "decode_NO_SUCH_FORMAT") is None
+
+
+def test_format_names_match_case_insensitively():
+    from onnx_struct import formats
+
+    names = formats.names()
+    assert len({n.casefold() for n in names}) == len(names)  # no two differ only in case
+    assert formats.get("q4_k") is formats.get("Q4_K")
+    assert formats.get("ocp_mxfp4") is formats.get("OCP_MXFP4")
+    with pytest.raises(KeyError, match="unknown format 'q4_z'"):
+        formats.get("q4_z")

@@ -43,11 +43,43 @@ def test_golden_components():
     assert pack({"a": [1, 7], "b": [2, 31], "c": [3, 15]}, packing) == bytes([0x11, 0xF3, 0xFF])
 
 
-def test_golden_float16_at_bit_4_and_missing_leaves_are_zero():
+def test_golden_float16_at_bit_4_and_missing_leaves_are_zero_on_request():
     types, root = padded(T.FLOAT16, [], 4)
-    assert pack({"x": np.float16(1.0)}, root, types) == bytes([0x00, 0xC0, 0x03])
+    assert pack({"x": np.float16(1.0)}, root, types, fill_missing=True) == bytes([0x00, 0xC0, 0x03])
     assert pack({"x": np.float16(1.0), "lead.bits": [0xA], "trail.bits": [5]}, root, types) == bytes([0x0A, 0xC0, 0x53])
-    assert pack({}, root, types) == bytes(3)
+    assert pack({}, root, types, fill_missing=True) == bytes(3)
+
+
+def test_missing_leaves_are_an_error_by_default():
+    types, root = padded(T.FLOAT16, [], 4)
+    with pytest.raises(
+        ValidationError, match=r"^struct_type: no value given for leaf 'lead.bits', 'trail.bits'; "
+    ) as info:
+        pack({"x": np.float16(1.0)}, root, types)
+    assert info.value.code == "missing_leaf"
+    with pytest.raises(ValidationError, match="fill_missing=True") as info:
+        onnx_struct.make_struct_value_from_leaves("v", {"x": np.float16(1.0)}, root, types)
+    value = onnx_struct.make_struct_value_from_leaves("v", {"x": np.float16(1.0)}, root, types, fill_missing=True)
+    assert value.raw_data == bytes([0x00, 0xC0, 0x03])
+
+
+def test_cast_round_rounds_a_float32_into_a_float16_leaf():
+    root = make_structure([make_field("d", T.FLOAT16)])
+    with pytest.raises(ValidationError, match=r"0.10000000149011612 at index \(\).*pass cast='round'"):
+        pack({"d": np.float32(0.1)}, root)
+    # 0.1 rounds to the float16 0x2E66 (0.0999755859375), the nearest representable value
+    assert pack({"d": np.float32(0.1)}, root, cast="round") == bytes([0x66, 0x2E])
+    assert np.float16(0.1).tobytes() == bytes([0x66, 0x2E])
+    # rounding never turns a finite value into infinity
+    with pytest.raises(
+        ValidationError, match=r"1000000.0 at index \(\); float16 holds finite values in \[-65504.0, 65504.0\]"
+    ):
+        pack({"d": np.float32(1e6)}, root, cast="round")
+    # integers are never rounded
+    with pytest.raises(ValidationError, match="1.5 at index 0"):
+        pack({"q": [1.5]}, make_structure([make_field("q", make_tensor_type(T.INT8, [1]))]), cast="round")
+    with pytest.raises(ValueError, match="cast must be"):
+        pack({"d": 0.5}, root, cast="unsafe")
 
 
 def test_golden_int4_and_proposal_example():
@@ -74,10 +106,21 @@ def test_golden_int4_and_proposal_example():
         ({"nope": [1]}, r"unknown leaf; leaves are: 'a', 'q', 'k', 'h.c', 'h.d'"),
         ({"a": [1, 2]}, r"leaf 'a': shape \(2,\) differs from the leaf's shape \(\)"),
         ({"a": np.float32(0.1)}, "leaf 'a': dtype float32 does not convert to float16 without loss"),
-        ({"q": [1, 2, 8]}, "leaf 'q': dtype int64 does not convert to int4 without loss"),
-        ({"q": [1.5, 2, 3]}, "leaf 'q': dtype float64 does not convert to int4 without loss"),
-        ({"h.c": [8, 1]}, "leaf 'h.c': value 8 does not fit in 3 bits"),
-        ({"h.c": [-1, 1]}, "leaf 'h.c': dtype int64 does not convert to uint8 without loss"),
+        (
+            {"q": [1, 2, 8]},
+            r"leaf 'q': dtype int64 does not convert to int4 without loss: the first value that does not is "
+            r"8 at index 2; int4 holds integers in \[-8, 7\]$",
+        ),
+        ({"q": [-9, 2, 3]}, r"leaf 'q': .* is -9 at index 0; int4 holds integers in \[-8, 7\]$"),
+        ({"q": [1.5, 2, 3]}, "leaf 'q': dtype float64 does not convert to int4 without loss: .* is 1.5 at index 0"),
+        (
+            {"h.c": [1, 8]},
+            r"leaf 'h.c': value 8 does not fit in 3 bits: the first out of range is 8 at index 1; the range is \[0, 7\]$",
+        ),
+        (
+            {"h.c": [-1, 1]},
+            r"leaf 'h.c': dtype int64 does not convert to uint8 without loss: .* is -1 at index 0; .*\[0, 7\]$",
+        ),
         ({"k": 3}, "leaf 'k': is a constant and must equal 2"),
         ({"k": [2]}, "leaf 'k': is a constant"),
     ],

@@ -20,6 +20,7 @@ PUBLIC = {
     "view", "view_buffer", "StructView", "pack", "make_struct_value_from_leaves",
     "save_with_external_data", "load_with_external_data",
     "add_struct_types", "add_struct_values", "add_value_infos", "get_struct_types", "get_struct_values",
+    "set_struct_types", "set_struct_values",
     "LoadedModel", "load_model", "from_onnx", "to_onnx",
 }  # fmt: skip
 # FormatSpec / register_formats: the one registration style (a table row per format);

@@ -7,6 +7,9 @@ package's encoder, decoder or lowering.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import onnx
 import onnxruntime as ort
@@ -16,7 +19,6 @@ from onnx import helper as oh
 
 import onnx_struct as S
 from onnx_struct import formats
-from onnx_struct.cli import main
 from onnx_struct.passes.quantize import plan, quantize
 
 gguf = pytest.importorskip("gguf")
@@ -77,18 +79,21 @@ def run(model: onnx.ModelProto) -> list[np.ndarray]:
 
 
 def gguf_roundtrip(array: np.ndarray, qtype) -> np.ndarray:
-    """gguf-py's quantize then dequantize, blocks along the last axis."""
-    return gguf.quants.dequantize(gguf.quants.quantize(array, qtype), qtype).reshape(array.shape)
+    """gguf-py's quantize then dequantize, blocks along the last axis; a last axis that is not a
+    multiple of the block is padded with zeros first and sliced back after (onnxruntime's
+    quantizer pads the last block the same way)."""
+    block = gguf.constants.GGML_QUANT_SIZES[qtype][0]
+    width = array.shape[-1]
+    padded = np.pad(array, [(0, 0)] * (array.ndim - 1) + [(0, -width % block)])
+    return gguf.quants.dequantize(gguf.quants.quantize(padded, qtype), qtype).reshape(padded.shape)[..., :width]
 
 
 def oracle(model: onnx.ModelProto, qtype, group_axis: str) -> list[np.ndarray]:
-    """The float model with W1, W2, W3 (and W6 when grouped along the output axis) replaced by gguf-py's
-    round trip, grouped along the input axis K (W^T for MatMul / Gemm(transB=0)) or the output axis."""
+    """The float model with W1, W2, W3 and W6 replaced by gguf-py's round trip, grouped along the
+    input axis K (W^T for MatMul / Gemm(transB=0); W6's K of 48 padded to 64) or the output axis."""
     reference = onnx.ModelProto()
     reference.CopyFrom(model)
     k_last = {"W1": False, "W2": True, "W3": False, "W6": False}  # is K already the last axis?
-    if group_axis == "input":
-        del k_last["W6"]
     for tensor in reference.graph.initializer:
         if tensor.name in k_last:
             w = numpy_helper.to_array(tensor)
@@ -108,10 +113,17 @@ def test_weights_are_replaced_and_lowered_model_matches_gguf_oracle(model, fmt):
     quantized = quantize(model, fmt)
     S.check_model(quantized)
     values = {v.name: v for v in S.get_struct_values(quantized)}
-    assert set(values) == {"W1_T", "W2", "W3"}  # W1 needs a Transpose node; W3's Gemm gets transB=1
+    # W1 needs a Transpose node; W3's Gemm gets transB=1; W6's K (48) is padded to 64, then sliced
+    assert set(values) == {"W1_T", "W2", "W3", "W6_T_padded"}
     remaining = {t.name for t in quantized.graph.initializer}
-    assert remaining == {"b2", "W4", "W5", "W6", "starts", "ends", "axes"}
-    assert [n.op_type for n in quantized.graph.node[:1]] == ["Transpose"]
+    assert remaining == {"b2", "W4", "W5", "starts", "ends", "axes", "W6/starts", "W6/ends", "W6/axes"}
+    assert [(n.op_type, list(n.input), list(n.output)) for n in quantized.graph.node[:3]] == [
+        ("Transpose", ["W1_T"], ["W1"]),
+        ("Slice", ["W6_T_padded", "W6/starts", "W6/ends", "W6/axes"], ["W6/Slice_out"]),
+        ("Transpose", ["W6/Slice_out"], ["W6"]),
+    ]
+    constants = {t.name: numpy_helper.to_array(t).tolist() for t in quantized.graph.initializer if "/" in t.name}
+    assert constants == {"W6/starts": [0], "W6/ends": [48], "W6/axes": [-1]}
     gemm3 = next(n for n in quantized.graph.node if n.input[:2] == ["H2", "W3"])
     assert oh.get_attribute_value(next(a for a in gemm3.attribute if a.name == "transB")) == 1
 
@@ -135,13 +147,19 @@ def test_payload_bytes_equal_gguf_quantize(model, fmt):
     assert values["W1_T"].raw_data == gguf.quants.quantize(np.ascontiguousarray(w["W1"].T), Q[fmt]).tobytes()
     assert values["W2"].raw_data == gguf.quants.quantize(w["W2"], Q[fmt]).tobytes()
     assert values["W3"].raw_data == gguf.quants.quantize(np.ascontiguousarray(w["W3"].T), Q[fmt]).tobytes()
+    # W6^T [128, 48], padded with zeros to [128, 64]: the bytes of the padded tensor
+    padded = np.pad(w["W6"].T, [(0, 0), (0, 16)])
+    assert values["W6_T_padded"].raw_data == gguf.quants.quantize(padded, Q[fmt]).tobytes()
+    decoded = S.decode("W6_T_padded", quantized)
+    assert decoded.shape == (128, 64)
+    np.testing.assert_array_equal(decoded, gguf.quants.dequantize(gguf.quants.quantize(padded, Q[fmt]), Q[fmt]))
 
 
 def test_group_along_output_axis_stores_weights_as_they_are(model):
     quantized = quantize(model, "Q4_0", group_axis="output")
     S.check_model(quantized)
     values = {v.name: v for v in S.get_struct_values(quantized)}
-    assert set(values) == {"W1", "W2", "W3", "W6"}  # W6's output axis (128) is a multiple of 32
+    assert set(values) == {"W1", "W2", "W3", "W6"}  # W6's output axis (128) is a multiple of 32: no padding
     assert not any(n.op_type == "Transpose" for n in quantized.graph.node)
     w = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     assert values["W1"].raw_data == gguf.quants.quantize(w["W1"], Q.Q4_0).tobytes()
@@ -152,17 +170,26 @@ def test_group_along_output_axis_stores_weights_as_they_are(model):
 
 def test_ineligible_weights_are_untouched_and_explained(model):
     planned = plan(model, "Q4_0")
-    assert [w.name for w in planned.weights] == ["W1", "W2", "W3"]
-    assert set(planned.skipped) == {"W4", "W5", "W6"}
-    assert "fewer than min_elements=4096" in planned.skipped["W4"]
-    assert "'ReduceSum' uses it as input 0" in planned.skipped["W5"]
-    assert "not a multiple of the block size 32" in planned.skipped["W6"]
-    quantized = quantize(model, "Q4_0")
+    assert [w.name for w in planned.weights] == ["W1", "W2", "W3", "W6"]
+    assert planned.skipped == {
+        "W4": "it has 2048 elements, fewer than min_elements=4096",
+        "W5": "node 'ReduceSum' uses it as input 0, not as an eligible weight",
+    }
+    assert planned.other == {"b2": "not a weight: read by Gemm (input 2)"}
+    # 64*128 + 96*128 + 96*64 + 48*128 quantized, of those plus W4 (2048), W5 (4096) and b2 (96)
+    assert planned.coverage() == (32768, 32768 + 2048 + 4096 + 96)
+    assert planned.not_quantized_by_op() == {"MatMul": 2048 + 4096, "Gemm": 96}
+    unpadded = plan(model, "Q4_0", pad=False)
+    assert [w.name for w in unpadded.weights] == ["W1", "W2", "W3"]
+    assert unpadded.skipped["W6"] == (
+        "its input axis (48) is not a multiple of the block size 32 (pad=True stores it padded with zeros)"
+    )
+    quantized = quantize(model, "Q4_0", pad=False)
     before = {t.name: t.SerializeToString() for t in model.graph.initializer}
     for tensor in quantized.graph.initializer:
         assert tensor.SerializeToString() == before[tensor.name]
     # min_elements and op_types narrow the selection.
-    assert [w.name for w in plan(model, "Q4_0", min_elements=1).weights] == ["W1", "W2", "W3", "W4"]
+    assert [w.name for w in plan(model, "Q4_0", min_elements=1).weights] == ["W1", "W2", "W3", "W4", "W6"]
     assert [w.name for w in plan(model, "Q4_0", op_types=("Gemm",)).weights] == ["W2", "W3"]
 
 
@@ -178,10 +205,10 @@ def test_nothing_eligible_returns_an_equal_copy(model):
 
 
 def test_bad_arguments(model):
-    with pytest.raises(KeyError, match="unknown format"):
+    with pytest.raises(KeyError, match="unknown format 'NOT_A_FORMAT'; quantize can write: BF16, F16"):
         quantize(model, "NOT_A_FORMAT")
     with pytest.raises(ValueError, match="not supported"):
-        quantize(model, "Q8_0", op_types=("Conv",))
+        quantize(model, "Q8_0", op_types=("ConvTranspose",))
     with pytest.raises(ValueError, match="group_axis"):
         quantize(model, "Q8_0", group_axis="rows")
 
@@ -192,22 +219,185 @@ def test_format_without_encoder_is_refused(model):
     no_encoder = dataclasses.replace(formats.get("Q8_0"), encoder=None)
     with pytest.raises(ValueError, match="has no encoder"):
         quantize(model, no_encoder)
+    # by name: the message lists only the formats quantize can write (Q4_K and the IQ types cannot)
+    with pytest.raises(ValueError, match="format Q4_K has no encoder: it can be read and decoded") as info:
+        quantize(model, "q4_k")
+    listed = str(info.value).split("quantize can write: ")[1].split(", ")
+    assert listed == [n for n in formats.names() if formats.get(n).encoder is not None]
+    assert "Q4_0" in listed and not any(n.startswith("IQ") or n.endswith("_K") for n in listed)
 
 
-def test_cli_quantize(model, tmp_path, capsys):
+def test_format_names_are_case_insensitive(model):
+    assert quantize(model, "q8_0").SerializeToString() == quantize(model, "Q8_0").SerializeToString()
+
+
+def cli(*args) -> subprocess.CompletedProcess:
+    """``onnx-struct ARGS`` in a fresh interpreter (the package this suite imports)."""
+    return subprocess.run([sys.executable, "-m", "onnx_struct", *map(str, args)], capture_output=True, text=True)
+
+
+def test_cli_quantize(model, tmp_path):
     source = tmp_path / "float.onnx"
     onnx.save(model, source)
     out = tmp_path / "q.onnx"
-    assert main(["quantize", str(source), str(out), "--format", "Q8_0"]) == 0
-    err = capsys.readouterr().err
-    assert "3 weights in Q8_0" in err and "kept W4" in err
+    result = cli("quantize", source, out, "--format", "q8_0")  # names are case-insensitive
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert lines == [
+        "quantized W1 [64, 128]: stored as [128, 64]",
+        "quantized W2 [96, 128]: stored as [96, 128]",
+        "quantized W3 [96, 64]: stored as [64, 96]",
+        "quantized W6 [48, 128]: stored as [128, 64], its grouped axis padded from 48 to 64 with zeros",
+        "kept W4: it has 2048 elements, fewer than min_elements=4096",
+        "kept W5: node 'ReduceSum' uses it as input 0, not as an eligible weight",
+        "not considered b2: not a weight: read by Gemm (input 2)",
+        "coverage: 32768 of 39008 float initializer elements quantized (84%)",
+        "not quantized: MatMul (16% of the float elements)",
+        "not quantized: Gemm (0.25% of the float elements)",
+        f"{out}: 4 weights in Q8_0, 2 kept, {out.stat().st_size} bytes",
+    ]
     S.check_model(out)
+    assert {v.name for v in S.get_struct_values(out)} == {"W1_T", "W2", "W3", "W6_T_padded"}
+    for got, want in zip(run(S.lower(onnx.load(out))), oracle(model, Q.Q8_0, "input"), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # --no-pad keeps W6 as float and says why
+    result = cli("quantize", source, out, "--format", "Q8_0", "--no-pad")
+    assert (
+        result.returncode == 0
+        and "kept W6: its input axis (48) is not a multiple of the block size 32" in result.stderr
+    )
     assert {v.name for v in S.get_struct_values(out)} == {"W1_T", "W2", "W3"}
-    assert main(["quantize", str(source), str(out), "--format", "NOPE"]) == 2
+
+
+def test_cli_quantize_refusals(model, tmp_path):
+    source = tmp_path / "float.onnx"
+    onnx.save(model, source)
+    out = tmp_path / "q.onnx"
+    result = cli("quantize", source, out, "--format", "NOPE")
+    assert result.returncode == 2 and "--format: unknown format 'NOPE'; quantize can write: BF16, F16" in result.stderr
+    result = cli("quantize", source, out, "--format", "Q4_K")
+    assert result.returncode == 2
+    assert "--format: format Q4_K has no encoder: it can be read and decoded" in result.stderr
+    assert "IQ" not in result.stderr and "Q4_K," not in result.stderr  # only formats it can write are offered
+    result = cli("quantize", source, out, "--format", "Q8_0", "--op-types", "MatMul,ConvTranspose")
+    assert result.returncode == 2 and "--op-types ['ConvTranspose'] are not supported" in result.stderr
+    assert not out.exists()
     bogus = tmp_path / "bogus.onnx"
     bogus.write_bytes(b"\xff" * 10)
-    assert main(["quantize", str(bogus), str(out), "--format", "Q8_0"]) == 1  # invalid content, as in `check`
-    assert main(["quantize", str(tmp_path / "missing.onnx"), str(out), "--format", "Q8_0"]) == 2
+    assert cli("quantize", bogus, out, "--format", "Q8_0").returncode == 1  # invalid content, as in `check`
+    assert cli("quantize", tmp_path / "missing.onnx", out, "--format", "Q8_0").returncode == 2
+    assert not out.exists()
+
+
+def test_a_format_onnxruntime_cannot_run_is_refused_unless_allowed(model, tmp_path):
+    # OCP_MXFP4's decoder casts to FLOAT4E2M1, which onnxruntime 1.32 has no CPU Cast kernel for
+    with pytest.raises(
+        S.ValidationError, match="onnxruntime cannot run the model quantized to OCP_MXFP4: .*Cast"
+    ) as info:
+        quantize(model, "OCP_MXFP4")
+    assert info.value.code == "not_runnable" and "allow_reference_only=True" in str(info.value)
+    assert "formats onnxruntime runs: BF16," in str(info.value) and "OCP_MXFP4," not in str(info.value)
+    with pytest.warns(RuntimeWarning, match="using onnx.reference.ReferenceEvaluator"):  # its encoder too
+        allowed = quantize(model, "OCP_MXFP4", allow_reference_only=True)
+    S.check_model(allowed)
+    assert {v.name for v in S.get_struct_values(allowed)} == {"W1_T", "W2", "W3", "W6_T_padded"}
+    with pytest.raises(Exception, match="Cast"):  # the refusal was true: onnxruntime does refuse it
+        ort.InferenceSession(S.lower(allowed).SerializeToString(), providers=["CPUExecutionProvider"])
+
+    source = tmp_path / "float.onnx"
+    onnx.save(model, source)
+    out = tmp_path / "q.onnx"
+    result = cli("quantize", source, out, "--format", "ocp_mxfp4")
+    assert result.returncode == 1 and "onnxruntime cannot run the model quantized to OCP_MXFP4" in result.stderr
+    assert "--allow-reference-only" in result.stderr and not out.exists()
+    result = cli("quantize", source, out, "--format", "OCP_MXFP4", "--allow-reference-only")
+    assert result.returncode == 0, result.stderr
+    S.check_model(out)
+
+
+def conv_model() -> onnx.ModelProto:
+    """X[1,16,10,10] -Conv W[32,16,3,3] + b-> GlobalAveragePool -> Flatten -MatMul M[32,32]-> Y: the Conv
+    kernel holds 81% of the float weights, and its input axis I*kh*kw = 144 is not a multiple of 32."""
+    graph = oh.make_graph(
+        [
+            oh.make_node("Conv", ["X", "W", "b"], ["C"], pads=[1, 1, 1, 1]),
+            oh.make_node("GlobalAveragePool", ["C"], ["P"]),
+            oh.make_node("Flatten", ["P"], ["F"]),
+            oh.make_node("MatMul", ["F", "M"], ["Y"]),
+        ],
+        "conv",
+        [oh.make_tensor_value_info("X", TensorProto.FLOAT, [1, 16, 10, 10])],
+        [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 32])],
+        [weight("W", (32, 16, 3, 3)), weight("b", (32,)), weight("M", (32, 32))],
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+
+
+CONV_X = RNG.standard_normal((1, 16, 10, 10)).astype(np.float32)
+
+
+def run_conv(model: onnx.ModelProto) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, {"X": CONV_X})[0]
+
+
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0"])
+def test_conv_kernels_quantize_along_the_flattened_input_axis(fmt):
+    model = conv_model()
+    assert plan(model, fmt, min_elements=1024).other["W"] == "a Conv weight; Conv is not in op_types"
+    quantized = quantize(model, fmt, op_types=("MatMul", "Conv"), min_elements=1024)
+    S.check_model(quantized)
+    values = {v.name: v for v in S.get_struct_values(quantized)}
+    assert set(values) == {"W_padded_2d", "M_T"}
+    w = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "W"))
+    # [32, 16, 3, 3] -> [32, 144] -> padded with zeros to [32, 160]: exactly the bytes gguf-py writes for it
+    padded = np.pad(w.reshape(32, 144), [(0, 0), (0, 16)])
+    assert values["W_padded_2d"].raw_data == gguf.quants.quantize(padded, Q[fmt]).tobytes()
+    assert [n.op_type for n in quantized.graph.node[:2]] == ["Slice", "Reshape"]
+    # the oracle: the float model with W replaced by gguf-py's round trip of the flattened kernel
+    reference = onnx.ModelProto()
+    reference.CopyFrom(model)
+    for tensor in reference.graph.initializer:
+        a = numpy_helper.to_array(tensor)
+        if tensor.name == "W":
+            q = gguf_roundtrip(a.reshape(32, 144), Q[fmt]).reshape(a.shape)
+        elif tensor.name == "M":
+            q = gguf_roundtrip(np.ascontiguousarray(a.T), Q[fmt]).T
+        else:
+            continue
+        tensor.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(q, dtype=np.float32), tensor.name))
+    got = run_conv(S.lower(quantized))
+    np.testing.assert_allclose(got, run_conv(reference), rtol=1e-5, atol=1e-5)
+    floats = run_conv(model)
+    relative = np.linalg.norm(got - floats) / np.linalg.norm(floats)
+    assert 0 < relative < {"Q8_0": 0.01, "Q4_0": 0.15}[fmt]
+
+
+def test_cli_reports_conv_coverage(tmp_path):
+    source = tmp_path / "conv.onnx"
+    onnx.save(conv_model(), source)
+    out = tmp_path / "q.onnx"
+    result = cli("quantize", source, out, "--format", "Q8_0", "--min-elements", "1024")
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert "not considered W: a Conv weight; Conv is not in op_types" in lines
+    # 4608 Conv + 32 bias of 5664 float elements
+    assert (
+        "not quantized: Conv (82% of the float elements): Conv is not in --op-types (add it: --op-types MatMul,Gemm,Conv)"
+        in lines
+    )
+    assert "coverage: 1024 of 5664 float initializer elements quantized (18%)" in lines
+    result = cli(
+        "quantize", source, out, "--format", "Q8_0", "--min-elements", "1024", "--op-types", "MatMul,Gemm,conv"
+    )
+    assert result.returncode == 0, result.stderr
+    assert (
+        "quantized W [32, 16, 3, 3]: stored as [32, 160], its grouped axis padded from 144 to 160 with zeros"
+        in result.stderr
+    )
+    assert "coverage: 5632 of 5664 float initializer elements quantized (99%)" in result.stderr
+    S.check_model(out)
+    assert run_conv(S.lower(onnx.load(out))).shape == (1, 32)
 
 
 def test_gather_tables_quantize_along_rows():
@@ -274,3 +464,63 @@ def test_weights_seen_outside_the_main_graph_nodes_are_kept():
     planned = plan(model, "Q8_0")
     assert not planned.weights
     assert planned.skipped == {"Wsub": "a subgraph uses it", "Wout": "it is also a graph input or output"}
+
+
+def test_conv_kernels_grouped_along_the_output_axis():
+    model = conv_model()
+    quantized = quantize(model, "Q8_0", op_types=("Conv",), min_elements=1024, group_axis="output")
+    (value,) = S.get_struct_values(quantized)
+    w = numpy_helper.to_array(next(t for t in model.graph.initializer if t.name == "W"))
+    stored = np.ascontiguousarray(w.reshape(32, 144).T)  # [I*kh*kw, O]: blocks of 32 output channels
+    assert value.name == "W_T_2d" and value.raw_data == gguf.quants.quantize(stored, Q.Q8_0).tobytes()
+    assert [n.op_type for n in quantized.graph.node[:2]] == ["Transpose", "Reshape"]
+    reference = onnx.ModelProto()
+    reference.CopyFrom(model)
+    for tensor in reference.graph.initializer:
+        if tensor.name == "W":
+            q = gguf_roundtrip(stored, Q.Q8_0).T.reshape(w.shape)
+            tensor.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(q), "W"))
+    np.testing.assert_allclose(run_conv(S.lower(quantized)), run_conv(reference), rtol=1e-5, atol=1e-5)
+
+
+def test_gather_tables_with_rows_not_a_multiple_of_the_block_are_padded():
+    table = (RNG.standard_normal((100, 48)) * 0.3).astype(np.float32)
+    graph = oh.make_graph(
+        [oh.make_node("Gather", ["table", "ids"], ["E"])],
+        "lookup",
+        [oh.make_tensor_value_info("ids", TensorProto.INT64, [3])],
+        [oh.make_tensor_value_info("E", TensorProto.FLOAT, [3, 48])],
+        [numpy_helper.from_array(table, "table")],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+    quantized = quantize(model, "Q8_0", op_types=("Gather",))
+    (value,) = S.get_struct_values(quantized)
+    assert value.name == "table_padded"
+    assert value.raw_data == gguf.quants.quantize(np.pad(table, [(0, 0), (0, 16)]), Q.Q8_0).tobytes()
+    ids = np.array([0, 99, 7], np.int64)
+    session = ort.InferenceSession(S.lower(quantized).SerializeToString(), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"ids": ids})
+    np.testing.assert_allclose(got, gguf_roundtrip(table, Q.Q8_0)[ids], rtol=1e-6, atol=1e-6)
+
+
+def test_a_padded_gemm_weight_keeps_the_flipped_trans_b():
+    w = (RNG.standard_normal((48, 64)) * 0.2).astype(np.float32)  # Gemm(transB=0): K = 48
+    graph = oh.make_graph(
+        [oh.make_node("Gemm", ["X", "W"], ["Y"])],
+        "gemm",
+        [oh.make_tensor_value_info("X", TensorProto.FLOAT, [3, 48])],
+        [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [3, 64])],
+        [numpy_helper.from_array(w, "W")],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+    quantized = quantize(model, "Q8_0", min_elements=1)
+    (value,) = S.get_struct_values(quantized)
+    stored = np.pad(np.ascontiguousarray(w.T), [(0, 0), (0, 16)])  # W^T [64, 48] -> [64, 64]
+    assert value.name == "W_padded" and value.raw_data == gguf.quants.quantize(stored, Q.Q8_0).tobytes()
+    slice_node, gemm = quantized.graph.node
+    assert (slice_node.op_type, list(slice_node.output)) == ("Slice", ["W"])
+    assert oh.get_attribute_value(next(a for a in gemm.attribute if a.name == "transB")) == 1
+    x = RNG.standard_normal((3, 48)).astype(np.float32)
+    session = ort.InferenceSession(S.lower(quantized).SerializeToString(), providers=["CPUExecutionProvider"])
+    (got,) = session.run(None, {"X": x})
+    np.testing.assert_allclose(got, x @ gguf_roundtrip(np.ascontiguousarray(w.T), Q.Q8_0).T, rtol=1e-5, atol=1e-5)

@@ -12,11 +12,11 @@ import pathlib
 import onnx
 
 from onnx_struct.cli import EXIT_OK
+from onnx_struct.limits import PROTOBUF_LIMIT
 from onnx_struct.lowering.lower import lower
 
 INPUT = "input"
 HELP = "lower struct values to leaf initializers + decoder calls (exit 0 ok, 1 invalid, 2 usage/I-O)"
-_PROTOBUF_LIMIT = 2**31 - 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     source, output = pathlib.Path(args.input), pathlib.Path(args.output)
     same_directory = source.resolve().parent == output.resolve().parent
     model = lower(source, compact=args.compact, keep_external=same_directory, execution=args.execution)
-    if model.ByteSize() > _PROTOBUF_LIMIT:
+    if model.ByteSize() > PROTOBUF_LIMIT:
         onnx.save_model(model, output, save_as_external_data=True, location=f"{output.name}.data")
     else:
         output.write_bytes(model.SerializeToString())

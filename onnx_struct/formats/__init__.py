@@ -34,12 +34,15 @@ def _load_families() -> None:
 
 
 def get(name: str) -> BlockFormat:
-    """The format registered as ``name`` (e.g. "Q4_K", "OCP_MXFP6_E2M3", "NF4")."""
+    """The format registered as ``name`` (e.g. "Q4_K", "OCP_MXFP6_E2M3", "NF4"); names match
+    case-insensitively (``"q4_k"``), as no two registered names differ only in case."""
     _load_families()
-    try:
+    if name in _REGISTRY:
         return _REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown format {name!r}; known: {', '.join(sorted(_REGISTRY))}") from None
+    folded = {key.casefold(): fmt for key, fmt in _REGISTRY.items()}
+    if isinstance(name, str) and name.casefold() in folded:
+        return folded[name.casefold()]
+    raise KeyError(f"unknown format {name!r}; known: {', '.join(sorted(_REGISTRY))}")
 
 
 def format_of_decoder(domain: str, name: str) -> BlockFormat | None:

@@ -1,4 +1,5 @@
-"""Quantize the MatMul/Gemm weights of an ONNX model into a block format: ``quantize(model, "Q4_0")``.
+"""Quantize the MatMul/Gemm (and on request Gather, Conv) weights of an ONNX model into a block format:
+``quantize(model, "Q4_0")``.
 
 Each eligible float32 weight initializer is replaced by a struct value of the chosen format whose
 bytes come from the format's own encoder (an ONNX function run by :func:`onnx_struct.encode`), so
@@ -13,93 +14,94 @@ adds one ``Transpose`` (or, for a Gemm, flips ``transB``), so each block holds c
 weights of one output channel (the bytes are then exactly a GGUF tensor's). ``group_axis="output"``
 stores ``W`` as is, with no extra node; each block then shares one scale across a block of output
 channels for one input channel. docs/formats.md compares the two on a real model. Embedding
-tables read by ``Gather`` are quantized on request, blocks along each row.
+tables read by ``Gather`` are quantized on request, blocks along each row, and so are Conv
+kernels ``[O, I, kh, kw]``, stored as ``[O, I*kh*kw]`` (blocks along the flattened input axis)
+with one ``Reshape`` restoring them.
+
+A grouped axis that is not a multiple of the block size is padded with zeros up to one in the
+stored tensor (as onnxruntime's own quantizer pads the last block), and one ``Slice`` after the
+decoder drops the padding, so the model computes exactly what it computed with the unpadded
+weight's quantization. The result must load in onnxruntime (lowered): a format whose decoder
+onnxruntime cannot run is refused unless ``allow_reference_only=True``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
+import functools
 import math
 import os
-from collections.abc import Iterable, Sequence
-from typing import Literal
+from collections.abc import Iterable
 
 import numpy as np
 import onnx
-from google.protobuf.message import DecodeError
 from onnx import numpy_helper
 
-from onnx_struct import formats
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.base import BlockFormat
+from onnx_struct.lowering.lower import lower
 from onnx_struct.lowering.opsets import OpsetConversionError, convert_default_opset
-from onnx_struct.payload.external_io import load_with_external_data
+from onnx_struct.passes.quantize_plan import (
+    DEFAULT_OP_TYPES,
+    WEIGHT_INPUT,
+    GroupAxis,
+    Plan,
+    PlannedWeight,
+    build_plan,
+    encodable_names,
+    plan,
+    read_model,
+    resolve_format,
+    unique_name,
+)
 from onnx_struct.runtime.codec import encode
+from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
 from onnx_struct.schema.model import add_struct_values, from_onnx, load, to_onnx
-from onnx_struct.schema.walk import walk_graphs
 
-GroupAxis = Literal["input", "output"]
-# The input position of the weight, per supported op type (Gather: the table of an embedding lookup).
-WEIGHT_INPUT = {"MatMul": 1, "Gemm": 1, "Gather": 0}
-
-
-@dataclasses.dataclass(frozen=True)
-class PlannedWeight:
-    """One weight :func:`quantize` replaces (see :func:`plan`)."""
-
-    name: str  # the initializer replaced
-    value_name: str  # the struct value holding it (``name`` unless a Transpose node restores it)
-    shape: tuple[int, ...]  # the logical weight
-    stored_shape: tuple[int, ...]  # the tensor encoded (blocks along its last dimension)
-    transpose: Literal["none", "node", "transB"]  # how the consumers see the original orientation
-
-
-@dataclasses.dataclass
-class Plan:
-    """What :func:`quantize` will do: the weights it replaces and why others are left alone."""
-
-    format: BlockFormat
-    weights: list[PlannedWeight]
-    skipped: dict[str, str]  # initializer consumed by an eligible op -> reason it is kept as is
-
-
-def plan(
-    model: onnx.ModelProto | str | os.PathLike,
-    format: str | BlockFormat,
-    *,
-    op_types: Iterable[str] = ("MatMul", "Gemm"),
-    min_elements: int = 4096,
-    group_axis: GroupAxis = "input",
-) -> Plan:
-    """Decide which weights :func:`quantize` replaces, without encoding anything."""
-    return _plan(read_model(model), _format(format), tuple(op_types), min_elements, group_axis)
+__all__ = [
+    "WEIGHT_INPUT",
+    "Plan",
+    "PlannedWeight",
+    "encodable_names",
+    "plan",
+    "quantize",
+    "read_model",
+    "runnable_names",
+    "runtime_error",
+]
 
 
 def quantize(
     model: onnx.ModelProto | str | os.PathLike,
     format: str | BlockFormat,
     *,
-    op_types: Iterable[str] = ("MatMul", "Gemm"),
+    op_types: Iterable[str] = DEFAULT_OP_TYPES,
     min_elements: int = 4096,
     group_axis: GroupAxis = "input",
+    pad: bool = True,
+    allow_reference_only: bool = False,
 ) -> onnx.ModelProto:
     """A copy of ``model`` whose eligible weights are struct values in ``format``.
 
-    A weight is eligible when it is a float32 2-D initializer with at least ``min_elements``
-    elements, consumed only as the weight input (B) of nodes in ``op_types`` of the main graph
-    (not a graph input or output, not used by a subgraph), and its grouped axis is a multiple of
-    the format's block size. ``group_axis`` chooses that axis: "input" (K of ``X @ W``, as GGUF
-    and MatMulNBits group) or "output" (N); see the module docstring for the trade-off. Adding
-    "Gather" to ``op_types`` also quantizes embedding tables read by ``Gather(axis=0)``, with
-    blocks along each row (the embedding vector), as GGUF stores ``token_embd``.
+    ``format`` is a BlockFormat or a registered name (case-insensitive) of a format with an
+    encoder. A weight is eligible when it is a FLOAT initializer with at least ``min_elements``
+    elements, consumed only as the weight input of nodes in ``op_types`` of the main graph (not
+    a graph input or output, not used by a subgraph): 2-D for MatMul, Gemm and Gather, a 3-D to
+    5-D kernel for Conv. ``group_axis`` chooses the axis the blocks run along: "input" (K of
+    ``X @ W``, as GGUF and MatMulNBits group; ``I*kh*kw`` of a Conv kernel) or "output" (N); see
+    the module docstring for the trade-off. Adding "Gather" to ``op_types`` also quantizes
+    embedding tables read by ``Gather(axis=0)``, with blocks along each row, as GGUF stores
+    ``token_embd``. A grouped axis that is not a multiple of the block size is padded with zeros
+    (``pad=False``: such a weight is kept as float instead).
 
     An opset older than the decoder's is raised first with onnx's version converter, since
     onnxruntime resolves the decoder's operators at the model's opset.
 
     The payload is produced by the format's encoder in onnxruntime (:func:`onnx_struct.encode`);
     the result passes :func:`onnx_struct.check_model`, and :func:`onnx_struct.lower` turns it into
-    a plain model onnxruntime runs.
+    a plain model. That model is loaded into an onnxruntime session before it is returned: a
+    ValidationError (code ``not_runnable``) if onnxruntime refuses it (e.g. OCP_MXFP4, whose
+    decoder casts to FLOAT4E2M1), unless ``allow_reference_only=True`` (the model is then valid
+    but only a reference decoder can run it).
 
     Example::
 
@@ -108,14 +110,15 @@ def quantize(
         session = onnxruntime.InferenceSession(onnx_struct.lower(q).SerializeToString())
     """
     stock = read_model(model)
-    fmt = _format(format)
-    if fmt.encoder is None:
-        raise ValueError(f"format {fmt.name} has no encoder; quantizing needs one")
-    planned = _plan(stock, fmt, tuple(op_types), min_elements, group_axis)
+    fmt = resolve_format(format)
+    planned = build_plan(stock, fmt, tuple(op_types), min_elements, group_axis, pad)
     result = onnx.ModelProto()
     result.CopyFrom(stock)
     if not planned.weights:
         return result
+    if not allow_reference_only:
+        # one block through the decoder first: a format onnxruntime cannot decode is refused before encoding
+        _refuse_if(runtime_error(_probe_model(fmt, planned.weights[0].stored_shape[-1])), fmt)
     result = _upgrade_opset(result, fmt, planned.weights[0].stored_shape)
     graph = result.graph
     weights = {w.name: w for w in planned.weights}
@@ -128,20 +131,14 @@ def quantize(
     kept_infos = [v for v in graph.value_info if v.name not in weights]
     del graph.value_info[:]
     graph.value_info.extend(kept_infos)
-    transposes = []
     for node in graph.node:
         weight = weights.get(node.input[1]) if node.op_type == "Gemm" and len(node.input) > 1 else None
         if weight is not None and weight.transpose == "transB":
             _flip_trans_b(node)
-    for weight in planned.weights:
-        if weight.transpose == "node":
-            transposes.append(
-                onnx.helper.make_node(
-                    "Transpose", [weight.value_name], [weight.name], name=f"{weight.value_name}/Transpose", perm=[1, 0]
-                )
-            )
-    # The Transposes read only struct values, so they may run first; keep the graph sorted.
-    nodes = transposes + list(graph.node)
+    taken = _names(graph) | {v.name for v in load(stock).struct_values} | {w.value_name for w in planned.weights}
+    restoring = [node for weight in planned.weights for node in _restore_nodes(weight, graph, taken)]
+    # The restoring nodes read only struct values and constants, so they may run first; keep the graph sorted.
+    nodes = restoring + list(graph.node)
     del graph.node[:]
     graph.node.extend(nodes)
 
@@ -149,13 +146,116 @@ def quantize(
     roots: dict[tuple[int, ...], int] = {}  # stored shape -> root declaration, shared by same-shape weights
     values = []
     for weight in planned.weights:
-        array = arrays[weight.name]
-        stored = np.ascontiguousarray(array.T if weight.transpose != "none" else array)
+        stored = stored_array(arrays[weight.name], weight)
         if weight.stored_shape not in roots:
             roots[weight.stored_shape] = fmt.add_to_model(overlay, weight.stored_shape)
         values.append(encode_array(stored, roots[weight.stored_shape], overlay, weight.value_name))
     add_struct_values(overlay, *values)
+    quantized = to_onnx(overlay)
+    if not allow_reference_only:
+        _refuse_if(runtime_error(quantized), fmt)
+    return quantized
+
+
+def _refuse_if(problem: str, fmt: BlockFormat) -> None:
+    if problem:
+        raise ValidationError(
+            "",
+            f"onnxruntime cannot run the model quantized to {fmt.name}: {problem} "
+            f"(allow_reference_only=True, or --allow-reference-only, writes it anyway; formats onnxruntime "
+            f"runs: {', '.join(runnable_names())})",
+            code="not_runnable",
+        )
+
+
+@functools.cache
+def runnable_names() -> tuple[str, ...]:
+    """The formats with an encoder whose decoder onnxruntime runs (one block of each is tried)."""
+    names = []
+    for name in encodable_names():
+        fmt = resolve_format(name)
+        if not runtime_error(_probe_model(fmt, fmt.block_size)):
+            names.append(name)
+    return tuple(names)
+
+
+def _probe_model(fmt: BlockFormat, width: int) -> onnx.ModelProto:
+    """A model decoding one zero row of ``width`` (a multiple of the block size) in ``fmt``."""
+    opset = max((o.version for o in fmt.decoder((width,)).opset_import if o.domain in ("", "ai.onnx")), default=21)
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("Identity", ["w"], ["y"])],
+        "probe",
+        [],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [width])],
+    )
+    overlay = from_onnx(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)]))
+    size = fmt.num_blocks((width,)) * fmt.bytes_per_block
+    add_struct_values(overlay, fmt.make_value(overlay, "w", (width,), bytes(size)))
     return to_onnx(overlay)
+
+
+def stored_array(array: np.ndarray, weight: PlannedWeight) -> np.ndarray:
+    """The tensor encoded for ``weight``: flattened (Conv), transposed, padded with zeros."""
+    stored = array.reshape(weight.shape[0], -1) if weight.reshape else array
+    stored = stored.T if weight.transpose != "none" else stored
+    if weight.pad:
+        stored = np.pad(stored, [(0, 0)] * (stored.ndim - 1) + [(0, weight.pad)])
+    return np.ascontiguousarray(stored, dtype=np.float32)
+
+
+def _restore_nodes(weight: PlannedWeight, graph: onnx.GraphProto, taken: set[str]) -> list[onnx.NodeProto]:
+    """Nodes turning the decoded ``weight.value_name`` back into ``weight.name`` (in the orientation
+    its consumers read: transposed for a flipped ``transB``)."""
+    steps = []
+    if weight.pad:
+        steps.append("Slice")
+    if weight.transpose == "node":
+        steps.append("Transpose")
+    if weight.reshape:
+        steps.append("Reshape")
+    nodes, source = [], weight.value_name
+    for i, op in enumerate(steps):
+        target = weight.name if i == len(steps) - 1 else unique_name(f"{weight.name}/{op}_out", taken)
+        node_name = unique_name(f"{weight.name}/{op}", taken)
+        if op == "Slice":
+            kept = weight.stored_shape[-1] - weight.pad
+            constants = [
+                _constant(graph, taken, f"{weight.name}/{part}", value)
+                for part, value in (("starts", 0), ("ends", kept), ("axes", -1))
+            ]
+            nodes.append(onnx.helper.make_node("Slice", [source, *constants], [target], name=node_name))
+        elif op == "Transpose":
+            nodes.append(onnx.helper.make_node("Transpose", [source], [target], name=node_name, perm=[1, 0]))
+        else:
+            shape = _constant(graph, taken, f"{weight.name}/shape", list(weight.shape))
+            nodes.append(onnx.helper.make_node("Reshape", [source, shape], [target], name=node_name))
+        source = target
+    return nodes
+
+
+def _constant(graph: onnx.GraphProto, taken: set[str], name: str, value) -> str:
+    name = unique_name(name, taken)
+    graph.initializer.append(numpy_helper.from_array(np.atleast_1d(np.asarray(value, dtype=np.int64)), name))
+    return name
+
+
+def runtime_error(model: onnx.ModelProto) -> str:
+    """ "" when onnxruntime loads ``model`` lowered into a session, else why not (its first line)."""
+    ort = load_onnxruntime()
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # its refusal is reported here; its warnings on the way are noise
+    try:
+        lowered = lower(model)
+        if lowered.ByteSize() >= 2**31:
+            # one protobuf cannot hold it: the caller's decoder probe is the check (it ran one block)
+            return ""
+        ort.InferenceSession(lowered.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    except ValidationError as error:
+        return str(error)
+    except ort_errors() as error:
+        first = str(error).strip().splitlines()[0]
+        return first if len(first) <= 300 else first[:297] + "..."
+    return ""
 
 
 def encode_array(array: np.ndarray, root_index: int, model, name: str):
@@ -190,28 +290,6 @@ def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, .
     return converted
 
 
-# ---------------------------------------------------------------------------------- planning
-
-
-def read_model(model: onnx.ModelProto | bytes | str | os.PathLike) -> onnx.ModelProto:
-    """``model`` as an ``onnx.ModelProto`` with its external initializers loaded; bytes that are not
-    a model, or external data onnx refuses, are a ValidationError."""
-    if isinstance(model, onnx.ModelProto):
-        return model
-    origin = "<bytes>" if isinstance(model, (bytes, bytearray)) else os.fspath(model)
-    try:
-        if isinstance(model, (bytes, bytearray)):
-            return onnx.load_from_string(bytes(model))
-        # onnx_struct's file rules: a FIFO is refused unopened, external tensors stay in the model's directory
-        return load_with_external_data(os.fspath(model))
-    except DecodeError as error:
-        raise ValidationError("", f"{origin} is not an ONNX model: {error}", code="not_parsable") from None
-    except onnx.checker.ValidationError as error:  # onnx's checks of external data locations
-        if isinstance(error, ValidationError):
-            raise
-        raise ValidationError("graph.initializer", f"external data: {error}") from None
-
-
 def _weight_array(tensor: onnx.TensorProto, index: int) -> np.ndarray:
     """The float32 weight, once its data is known to hold exactly as many values as its dims say
     (numpy_helper.to_array would raise a bare ValueError)."""
@@ -227,101 +305,6 @@ def _weight_array(tensor: onnx.TensorProto, index: int) -> np.ndarray:
     return numpy_helper.to_array(tensor)
 
 
-def _format(format: str | BlockFormat) -> BlockFormat:
-    if isinstance(format, BlockFormat):
-        return format
-    return formats.get(format)
-
-
-def _plan(
-    stock: onnx.ModelProto, fmt: BlockFormat, op_types: Sequence[str], min_elements: int, group_axis: str
-) -> Plan:
-    unknown = [op for op in op_types if op not in WEIGHT_INPUT]
-    if unknown:
-        raise ValueError(f"op_types {unknown} are not supported; the weight input is known for {sorted(WEIGHT_INPUT)}")
-    if group_axis not in ("input", "output"):
-        raise ValueError(f"group_axis must be 'input' or 'output', not {group_axis!r}")
-    graph = stock.graph
-    uses: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
-    for node in graph.node:
-        for position, name in enumerate(node.input):
-            uses.setdefault(name, []).append((node, position))
-    in_subgraphs = _names_used_in_subgraphs(graph)
-    interface = {v.name for v in graph.input} | {v.name for v in graph.output}
-    taken = _all_names(graph) | {v.name for v in load(stock).struct_values}
-
-    weights: list[PlannedWeight] = []
-    skipped: dict[str, str] = {}
-    for tensor in graph.initializer:
-        consumers = uses.get(tensor.name, [])
-        if not any(node.op_type in op_types and position == WEIGHT_INPUT[node.op_type] for node, position in consumers):
-            continue  # not a weight of an eligible op: nothing to report
-        reason = _ineligible(tensor, consumers, op_types, min_elements, interface, in_subgraphs)
-        if reason:
-            skipped[tensor.name] = reason
-            continue
-        shape = tuple(int(d) for d in tensor.dims)
-        # The reduction axis K of each consumer: axis 0 of W for MatMul and Gemm(transB=0), 1 for transB=1;
-        # a Gather(axis=0) table keeps its rows (each block is part of one embedding vector).
-        k_axes = {_k_axis(node) for node, _ in consumers}
-        if len(k_axes) != 1:
-            skipped[tensor.name] = "its consumers disagree on which axis is the input axis"
-            continue
-        (k_axis,) = k_axes
-        if k_axis == "rows":
-            transposed = False
-        else:
-            grouped_axis = k_axis if group_axis == "input" else 1 - k_axis
-            transposed = grouped_axis == 0  # blocks run along the last stored dimension
-        stored_shape = shape[::-1] if transposed else shape
-        if stored_shape[-1] % fmt.block_size:
-            skipped[tensor.name] = (
-                f"its {group_axis} axis ({stored_shape[-1]}) is not a multiple of the block size {fmt.block_size}"
-            )
-            continue
-        if not transposed:
-            how, value_name = "none", tensor.name
-        elif all(node.op_type == "Gemm" for node, _ in consumers):
-            how, value_name = "transB", tensor.name
-        else:
-            how, value_name = "node", _unique(f"{tensor.name}_T", taken)
-        weights.append(PlannedWeight(tensor.name, value_name, shape, stored_shape, how))
-    return Plan(fmt, weights, skipped)
-
-
-def _ineligible(tensor, consumers, op_types, min_elements, interface, in_subgraphs) -> str:
-    if tensor.data_location == onnx.TensorProto.EXTERNAL:
-        return "its data is external and not loaded (pass a path, or onnx.load the model with its data)"
-    if tensor.data_type != onnx.TensorProto.FLOAT:
-        return f"its element type is {onnx.TensorProto.DataType.Name(tensor.data_type)}, not FLOAT"
-    if len(tensor.dims) != 2:
-        return f"it is {len(tensor.dims)}-D, not 2-D"
-    if any(d < 0 for d in tensor.dims):
-        return f"its dims {list(tensor.dims)} are negative"
-    if math.prod(tensor.dims) < min_elements:  # math.prod: numpy's product would wrap around
-        return f"it has {math.prod(tensor.dims)} elements, fewer than min_elements={min_elements}"
-    if tensor.name in interface:
-        return "it is also a graph input or output"
-    if tensor.name in in_subgraphs:
-        return "a subgraph uses it"
-    for node, position in consumers:
-        if node.op_type not in op_types or position != WEIGHT_INPUT[node.op_type]:
-            return f"node {node.name or node.op_type!r} uses it as input {position}, not as an eligible weight"
-        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-        if node.op_type == "Gather" and axis not in (0, -2):
-            return f"node {node.name or node.op_type!r} gathers along axis {axis}, not rows"
-    return ""
-
-
-def _k_axis(node: onnx.NodeProto) -> int | str:
-    if node.op_type == "Gather":
-        return "rows"
-    if node.op_type == "Gemm":
-        trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
-        return 1 if trans_b else 0
-    return 0
-
-
 def _flip_trans_b(node: onnx.NodeProto) -> None:
     for attribute in node.attribute:
         if attribute.name == "transB":
@@ -330,26 +313,9 @@ def _flip_trans_b(node: onnx.NodeProto) -> None:
     node.attribute.append(onnx.helper.make_attribute("transB", 1))
 
 
-def _names_used_in_subgraphs(graph: onnx.GraphProto) -> set[str]:
-    names: set[str] = set()
-    for _, sub in itertools.islice(walk_graphs(graph), 1, None):  # every graph but ``graph`` itself
-        for node in sub.node:
-            names.update(node.input)
-        names.update(o.name for o in sub.output)
-    return names
-
-
-def _all_names(graph: onnx.GraphProto) -> set[str]:
+def _names(graph: onnx.GraphProto) -> set[str]:
     names = {t.name for t in graph.initializer} | {v.name for v in graph.input} | {v.name for v in graph.output}
     for node in graph.node:
         names.update(node.input)
         names.update(node.output)
     return names
-
-
-def _unique(name: str, taken: set[str]) -> str:
-    candidate, k = name, 1
-    while candidate in taken:
-        candidate, k = f"{name}_{k}", k + 1
-    taken.add(candidate)
-    return candidate

@@ -8,12 +8,16 @@ Accepted leaf values (checked before anything is written, errors name the leaf):
 * the shape must equal the leaf's shape exactly (no broadcasting);
 * the dtype is the leaf's dtype, or anything numpy converts to it **without loss**: converting
   back gives the same values (so Python ints in [-8, 7] are fine for INT4, 0.1 for FLOAT16 is
-  not, 300 for UINT8 is not); a component's values must be integers below ``2**bit_width``;
+  not, 300 for UINT8 is not); a component's values must be integers below ``2**bit_width``. The
+  error names the leaf, the first offending index and value, and the leaf's range.
+  ``cast="round"`` rounds floating values to a floating leaf's dtype (a float32 scale into a
+  FLOAT16 leaf) instead of refusing; a value that would overflow to infinity is still refused;
 * a constant leaf may be omitted; if given it must equal the constant;
-* unknown paths are errors; **missing non-constant leaves are written as zero bits** (an encoder
-  that does not produce a leaf, padding components) - encoders rely on this; but the zero-filled
-  bytes may exceed the given leaves' bytes by at most ``MAX_PACK_ZERO_FILL_BYTES`` (256 MiB), so a
-  declaration's stated size alone never makes ``pack`` allocate.
+* unknown paths are errors, and so is a missing non-constant leaf unless ``fill_missing=True``,
+  which writes it as zero bits (an encoder that does not produce a leaf, padding components -
+  the encoder runner passes it); the zero-filled bytes may then exceed the given leaves' bytes by
+  at most ``MAX_PACK_ZERO_FILL_BYTES`` (256 MiB), so a declaration's stated size alone never
+  makes ``pack`` allocate.
 
 Writing is vectorized (:func:`onnx_struct.layout.bit_writes.write_leaf`): full-width byte-aligned leaves
 by strided assignment, contiguous 1/2/4-bit rows by packing whole rows, everything else by
@@ -25,7 +29,9 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
+from typing import Literal
 
+import ml_dtypes
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -41,16 +47,30 @@ from onnx_struct.schema.model import StructProto, StructTypeProto
 __all__ = ["pack", "make_struct_value_from_leaves", "coerce_leaf"]
 
 
-def pack(leaves: Mapping[str, ArrayLike], struct_type: StructTypeProto | int, model=None) -> bytes:
+Cast = Literal["exact", "round"]
+
+
+def pack(
+    leaves: Mapping[str, ArrayLike],
+    struct_type: StructTypeProto | int,
+    model=None,
+    *,
+    fill_missing: bool = False,
+    cast: Cast = "exact",
+) -> bytes:
     """Payload bytes of ``struct_type`` holding ``leaves`` (``{path: array-like}``).
 
     ``struct_type`` is a declaration or an index into ``model``'s ``struct_types`` (``model``:
     any model form or a list of declarations, also resolving ``type_index``). The result is
-    exactly ``size_in_bits / 8`` bytes; bits of omitted leaves and padding are zero.
+    exactly ``size_in_bits / 8`` bytes. Every non-constant leaf must be given, unless
+    ``fill_missing=True`` (then omitted leaves are zero bits). ``cast="round"`` rounds floating
+    values into a narrower floating leaf (float32 -> FLOAT16) instead of refusing the loss.
 
     >>> pack({"a": [5], "b": [17]}, make_bit_packing([("a", 3), ("b", 5)], 1))
     b'\\x8d'
     """
+    if cast not in ("exact", "round"):
+        raise ValueError(f"cast must be 'exact' or 'round', not {cast!r}")
     table = TypeTable(load_declarations(model, None)[1])
     declaration, _ = declaration_or_index(struct_type, table)
     layout, nbytes = layout_and_size(table, declaration, "struct_type")
@@ -61,9 +81,20 @@ def pack(leaves: Mapping[str, ArrayLike], struct_type: StructTypeProto | int, mo
         if leaf is None:
             known = ", ".join(repr(p) for p in by_path) or "none"
             raise LeafNotFoundError(f"leaf {path!r}", f"unknown leaf; leaves are: {known}", leaf=path)
-        array = coerce_leaf(value, leaf)
+        array = coerce_leaf(value, leaf, cast=cast)
         if leaf.kind != "constant":
             arrays.append((leaf, array))
+    if not fill_missing:
+        missing = [p for p, leaf in by_path.items() if leaf.kind != "constant" and p not in leaves]
+        if missing:
+            shown = ", ".join(repr(p) for p in missing[:10]) + (
+                f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+            )
+            raise ValidationError(
+                "struct_type",
+                f"no value given for leaf {shown}; pass every non-constant leaf, or fill_missing=True to write zeros",
+                code="missing_leaf",
+            )
     check_zero_fill(nbytes, arrays, "struct_type")
     out = np.zeros(nbytes, dtype=np.uint8)
     for leaf, array in arrays:
@@ -94,14 +125,19 @@ def make_struct_value_from_leaves(
     model=None,
     *,
     doc_string: str = "",
+    fill_missing: bool = False,
+    cast: Cast = "exact",
 ) -> StructProto:
     """A StructProto named ``name`` with the inline payload :func:`pack` builds from ``leaves``
-    (``struct_type``: an inline declaration, type -1, or an index into ``model``)."""
-    return make_struct_value(name, struct_type, pack(leaves, struct_type, model), doc_string=doc_string)
+    (``struct_type``: an inline declaration, type -1, or an index into ``model``; ``fill_missing``
+    and ``cast`` as for :func:`pack`)."""
+    payload = pack(leaves, struct_type, model, fill_missing=fill_missing, cast=cast)
+    return make_struct_value(name, struct_type, payload, doc_string=doc_string)
 
 
-def coerce_leaf(value: ArrayLike, leaf: Leaf) -> np.ndarray:
-    """``value`` as an array of the leaf's dtype and shape, or a ValidationError naming the leaf."""
+def coerce_leaf(value: ArrayLike, leaf: Leaf, *, cast: Cast = "exact") -> np.ndarray:
+    """``value`` as an array of the leaf's dtype and shape, or a ValidationError naming the leaf,
+    the first offending index and value, and the leaf's range."""
     where = f"leaf {leaf.path!r}"
     try:
         array = np.asarray(value)
@@ -120,23 +156,93 @@ def coerce_leaf(value: ArrayLike, leaf: Leaf) -> np.ndarray:
         )
     target = leaf.dtype
     if array.dtype != target:
+        converted = None
         try:
             with warnings.catch_warnings(), np.errstate(all="ignore"):
                 warnings.simplefilter("ignore")
                 converted = array.astype(target)
-                exact = _same_values(converted.astype(array.dtype), array)
+                back = converted.astype(array.dtype)
+            lost = ~_equal_elements(back, array)
+            if cast == "round" and _is_float(target) and _is_float(array.dtype):
+                # rounding is asked for; only a finite value that became infinite is still a loss
+                lost = np.isinf(back.astype(np.float64)) & ~np.isinf(array.astype(np.float64))
         except (TypeError, ValueError, OverflowError):
-            exact = False
-        if not exact:
-            raise ValidationError(
-                where, f"dtype {array.dtype} does not convert to {target} without loss", code="leaf_value"
-            )
+            lost = None
+        if lost is None or lost.any():
+            bits = leaf.bit_width if leaf.kind == "component" else None
+            raise ValidationError(where, _loss_reason(array, target, lost, cast, bits), code="leaf_value")
         array = converted
     if leaf.kind == "component" and leaf.bit_width < 64 and array.size and int(array.max()) >> leaf.bit_width:
+        index = _first(array.astype(np.uint64) >> np.uint64(leaf.bit_width) != 0)
         raise ValidationError(
-            where, f"value {int(array.max())} does not fit in {leaf.bit_width} bits", code="leaf_value"
+            where,
+            f"value {int(array.max())} does not fit in {leaf.bit_width} bits: the first out of range is "
+            f"{array[index].item()!r} at index {_index(index)}; the range is [0, {2**leaf.bit_width - 1}]",
+            code="leaf_value",
         )
     return array
+
+
+def _loss_reason(array: np.ndarray, target: np.dtype, lost: np.ndarray | None, cast: str, bits: int | None) -> str:
+    reason = f"dtype {array.dtype} does not convert to {target} without loss"
+    if lost is None or not lost.any():
+        return reason
+    index = _first(lost)
+    reason += f": the first value that does not is {array[index].item()!r} at index {_index(index)}"
+    limits = _range(target) if bits is None else (0, 2**bits - 1)  # a component: its bit width bounds it
+    if limits is not None:
+        reason += (
+            f"; {target} holds {'integers in' if _is_int(target) else 'finite values in'} [{limits[0]}, {limits[1]}]"
+        )
+    if _is_float(target) and _is_float(array.dtype) and cast != "round":
+        reason += "; pass cast='round' to round to the nearest representable value"
+    return reason
+
+
+def _first(mask: np.ndarray) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.argwhere(mask)[0]) if mask.ndim else ()
+
+
+def _index(index: tuple[int, ...]) -> str:
+    return "()" if not index else str(index[0]) if len(index) == 1 else str(index)
+
+
+def _is_float(dtype: np.dtype) -> bool:
+    return dtype.kind == "f" or (dtype.kind == "V" and _finfo(dtype) is not None)
+
+
+def _is_int(dtype: np.dtype) -> bool:
+    return dtype.kind in "iu" or (dtype.kind == "V" and _iinfo(dtype) is not None)
+
+
+def _finfo(dtype):
+    try:
+        return ml_dtypes.finfo(dtype)
+    except (TypeError, ValueError):
+        return None
+
+
+def _iinfo(dtype):
+    try:
+        return ml_dtypes.iinfo(dtype)
+    except (TypeError, ValueError):
+        return None
+
+
+def _range(dtype: np.dtype) -> tuple[object, object] | None:
+    if dtype.kind == "b":
+        return None
+    info = _iinfo(dtype) if _is_int(dtype) else _finfo(dtype) if _is_float(dtype) else None
+    if info is None:
+        return None
+    return (info.min, info.max) if _is_int(dtype) else (float(info.min), float(info.max))
+
+
+def _equal_elements(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    try:
+        return np.asarray((a == b) | (np.isnan(a) & np.isnan(b)))
+    except TypeError:  # no NaN for this dtype
+        return np.asarray(a == b)
 
 
 def _same_values(a: np.ndarray, b: np.ndarray) -> bool:

@@ -153,7 +153,7 @@ def encode(
             )
         leaves[leaf.path] = result
     try:
-        payload = pack(leaves, declaration, declarations)
+        payload = pack(leaves, declaration, declarations, fill_missing=True)  # leaves it does not produce are zero
     except ValidationError as error:
         raise ValidationError(encoder_path, f"output does not fit its leaf: {error}", code="leaf_value") from None
     return make_struct_value(name, struct_type if isinstance(struct_type, int) else declaration, payload)

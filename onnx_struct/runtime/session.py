@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 
 from onnx_struct.errors import ValidationError
+from onnx_struct.limits import PROTOBUF_LIMIT
 from onnx_struct.lowering.lower import StructInput, lower_model
 from onnx_struct.payload.view import StructView, view, view_buffer
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
@@ -24,7 +25,6 @@ from onnx_struct.runtime.runners import Feed, leaf_feeds, ortvalue_to_numpy
 from onnx_struct.schema.model import ModelLike, StructProto, load
 
 # protobuf refuses to serialize a message of 2 GiB or more.
-_PROTOBUF_LIMIT = 2**31 - 1
 
 
 class InferenceSession:
@@ -63,14 +63,14 @@ class InferenceSession:
         self._base_dir = loaded.base_dir
         self._struct_inputs: dict[str, StructInput] = lowering.struct_inputs
         self.lowered: onnx.ModelProto = lowering.model
-        if lowering.model.ByteSize() > _PROTOBUF_LIMIT:
+        if lowering.model.ByteSize() > PROTOBUF_LIMIT:
             raise ValidationError(
                 "",
                 "the lowered model exceeds protobuf's 2 GiB limit; store the struct payloads externally "
                 "(save_with_external_data) so that their leaves are referenced, not copied",
                 code="limit_exceeded",
                 actual=lowering.model.ByteSize(),
-                limit=_PROTOBUF_LIMIT,
+                limit=PROTOBUF_LIMIT,
             )
         options = sess_options if sess_options is not None else ort.SessionOptions()
         if sess_options is None:

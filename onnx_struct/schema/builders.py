@@ -71,8 +71,25 @@ def make_struct_value_info(name: str, type_index: int | None = None, doc_string:
     return make_value_info(name, make_struct_type_proto(type_index), doc_string)
 
 
+class NestedDeclarationError(TypeError):
+    """A declaration (StructTypeProto) passed where a field or element type is expected: nested
+    declarations are references to model-level ones, never inline (docs/semantics.md)."""
+
+
 def _element(element: ElementType) -> pb.TypeProto:
-    return make_tensor_type(element) if isinstance(element, int) else element
+    if isinstance(element, pb.StructTypeProto):
+        kind = element.WhichOneof("kind") or "declaration"
+        raise NestedDeclarationError(
+            f"a {kind} declaration cannot be nested inline as a field or element type: add it to the "
+            "model with add_struct_types(model, declaration), which returns its index, and reference "
+            "it with make_type_reference(index)"
+        )
+    if isinstance(element, (bool, np.bool_)) or not isinstance(element, (int, np.integer, pb.TypeProto)):
+        raise TypeError(
+            f"expected an ONNX element type (an int such as TensorProto.FLOAT), a TypeProto from "
+            f"make_tensor_type or make_type_reference, got {type(element).__name__}"
+        )
+    return make_tensor_type(int(element)) if isinstance(element, (int, np.integer)) else element
 
 
 def _root(

@@ -204,13 +204,64 @@ def to_onnx(model: pb.ModelProto) -> onnx.ModelProto:
 
 
 def get_struct_types(model: ModelLike) -> list[StructTypeProto]:
-    """The model-level declarations ``ModelProto.struct_types``, in index order."""
+    """The model-level declarations ``ModelProto.struct_types``, in index order.
+
+    **A snapshot, not a live view**: for an ``onnx.ModelProto`` (where the struct parts are
+    unknown fields), bytes or a path the list holds parsed copies, so editing them changes
+    nothing in ``model``. To write edits back, pass the edited list to :func:`set_struct_types`.
+    """
     return list(load(model).struct_types)
 
 
 def get_struct_values(model: ModelLike) -> list[StructProto]:
-    """The struct values of the main graph (``GraphProto.struct_initializer``)."""
+    """The struct values of the main graph (``GraphProto.struct_initializer``), in order.
+
+    **A snapshot, not a live view**: for an ``onnx.ModelProto`` (where the struct parts are
+    unknown fields), bytes or a path the list holds parsed copies, so editing them changes
+    nothing in ``model``. To write edits back, pass the edited list to :func:`set_struct_values`.
+
+    >>> values = get_struct_values(model)
+    >>> values[0].name = "renamed"
+    >>> set_struct_values(model, values)
+    """
     return list(load(model).struct_values)
+
+
+def set_struct_types(model: onnx.ModelProto | pb.ModelProto, declarations: Iterable[StructTypeProto]) -> None:
+    """Replace ``model.struct_types`` in place by ``declarations`` (e.g. an edited
+    :func:`get_struct_types` list). Indices are positions: references keep their numbers."""
+    declarations = list(declarations)
+    _replace(model, "struct_types", lambda proto: proto.struct_types, declarations)
+
+
+def set_struct_values(model: onnx.ModelProto | pb.ModelProto, values: Iterable[StructProto]) -> None:
+    """Replace the main graph's struct values in place by ``values`` (e.g. an edited
+    :func:`get_struct_values` list); the rest of the model is left as it was."""
+    values = list(values)
+    _replace(model, "struct values", lambda proto: proto.graph.struct_initializer, values)
+
+
+def _replace(model, what: str, field, items: list) -> None:
+    if not isinstance(model, (onnx.ModelProto, pb.ModelProto)):
+        raise TypeError(f"set {what}: expected an in-memory ModelProto, got {type(model).__name__}")
+    if isinstance(model, pb.ModelProto):
+        target = field(model)
+        items = [_copy(item) for item in items]  # the list may hold the very messages being cleared
+        del target[:]
+        target.extend(items)
+        return
+    # onnx.ModelProto holds struct parts as unknown fields: rebuild them through the overlay.
+    overlay = from_onnx(model)
+    target = field(overlay)
+    del target[:]
+    target.extend(items)
+    model.CopyFrom(to_onnx(overlay))
+
+
+def _copy(message):
+    fresh = type(message)()
+    fresh.CopyFrom(message)
+    return fresh
 
 
 def add_struct_types(model: onnx.ModelProto | pb.ModelProto, *declarations: StructTypeProto) -> list[int]:

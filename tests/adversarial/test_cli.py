@@ -157,12 +157,12 @@ def test_quantize_checks_options_before_content(tmp_path, hostile):
     garbage, _ = hostile["garbage"]
     runs = {
         "format": ["quantize", garbage, str(tmp_path / "q.onnx"), "--format", "NOPE"],
-        "op-types": ["quantize", garbage, str(tmp_path / "q.onnx"), "--format", "Q8_0", "--op-types", "Conv"],
+        "op-types": ["quantize", garbage, str(tmp_path / "q.onnx"), "--format", "Q8_0", "--op-types", "ConvTranspose"],
     }
     report = _run_all(tmp_path, runs)
     for name, got in report.items():
         _assert_one_line(name, got, 2)
-    assert "unknown format 'NOPE'" in report["format"][1] and "Conv" in report["op-types"][1]
+    assert "unknown format 'NOPE'" in report["format"][1] and "ConvTranspose" in report["op-types"][1]
 
 
 def test_from_gguf_refuses_a_fifo_without_blocking(tmp_path):

@@ -30,9 +30,9 @@ def huge_padded() -> S.StructTypeProto:
 
 
 CASES = {
-    "pack": "S.pack({}, 0, ARG)",
-    "pack_some": "S.pack({'x': np.uint8(1)}, 0, ARG)",
-    "make_struct_value_from_leaves": "S.make_struct_value_from_leaves('w', {'x': 1}, 0, ARG)",
+    "pack": "S.pack({}, 0, ARG, fill_missing=True)",
+    "pack_some": "S.pack({'x': np.uint8(1)}, 0, ARG, fill_missing=True)",
+    "make_struct_value_from_leaves": "S.make_struct_value_from_leaves('w', {'x': 1}, 0, ARG, fill_missing=True)",
     "encode": "S.encode(np.array(3, dtype=np.uint8), 0, ARG)",
 }
 
@@ -50,5 +50,5 @@ def test_padding_as_large_as_the_given_leaves_is_still_written():
     # {a: 4 bits, pad: 4 bits} x 2^20 records: half the payload is zero-filled padding, the
     # encoders' common case, and must keep working without passing the padding.
     declaration = S.make_bit_packing([("a", 4), ("pad", 4)], 1 << 20)
-    payload = S.pack({"a": [15] * (1 << 20)}, declaration)
+    payload = S.pack({"a": [15] * (1 << 20)}, declaration, fill_missing=True)
     assert payload == b"\x0f" * (1 << 20)

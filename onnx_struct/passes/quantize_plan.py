@@ -1,0 +1,287 @@
+"""Which weights :func:`onnx_struct.passes.quantize.quantize` replaces, how each is stored, and
+why every other float initializer is left alone: :func:`plan`, without encoding anything.
+
+A weight's stored tensor has the blocks along its last axis; how the logical weight is restored
+from the decoded one is part of the plan (``PlannedWeight.steps``): a ``Slice`` dropping the
+zeros that padded the grouped axis up to a multiple of the block size, a ``Transpose`` (or a
+flipped ``transB``) when the blocks group the first axis, a ``Reshape`` back to a Conv kernel
+whose ``[O, I, kh, kw]`` was stored as ``[O, I*kh*kw]``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import os
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from onnx_struct import formats
+from onnx_struct.errors import ValidationError
+from onnx_struct.formats.base import BlockFormat
+from onnx_struct.payload.external_io import load_with_external_data
+from onnx_struct.schema.model import load
+from onnx_struct.schema.walk import walk_graphs
+
+GroupAxis = Literal["input", "output"]
+# The input position of the weight, per supported op type (Gather: the table of an embedding lookup).
+WEIGHT_INPUT = {"MatMul": 1, "Gemm": 1, "Gather": 0, "Conv": 1}
+DEFAULT_OP_TYPES = ("MatMul", "Gemm")
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedWeight:
+    """One weight :func:`quantize` replaces (see :func:`plan`)."""
+
+    name: str  # the initializer replaced
+    value_name: str  # the struct value holding it (``name`` when no node restores it)
+    shape: tuple[int, ...]  # the logical weight
+    stored_shape: tuple[int, ...]  # the tensor encoded (blocks along its last dimension, padded)
+    transpose: Literal["none", "node", "transB"]  # how the consumers see the original orientation
+    pad: int = 0  # zeros appended to the stored tensor's last axis (sliced off after decoding)
+    reshape: bool = False  # a Conv kernel stored as [O, I*kh*kw] (Reshape restores it)
+
+
+@dataclasses.dataclass
+class Plan:
+    """What :func:`quantize` will do: the weights it replaces and why others are left alone.
+
+    ``skipped``: weights of the chosen op types kept as they are, with the reason; ``other``:
+    every other FLOAT initializer, with the reason it was not considered (another op type, not a
+    weight); ``elements``: element counts of every FLOAT initializer, for coverage figures.
+    """
+
+    format: BlockFormat
+    weights: list[PlannedWeight]
+    skipped: dict[str, str]
+    other: dict[str, str] = dataclasses.field(default_factory=dict)
+    elements: dict[str, int] = dataclasses.field(default_factory=dict)
+    unquantized_ops: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> its consumers' op type
+
+    def coverage(self) -> tuple[int, int]:
+        """(elements quantized, elements of all FLOAT initializers)."""
+        return sum(math.prod(w.shape) for w in self.weights), sum(self.elements.values())
+
+    def not_quantized_by_op(self) -> dict[str, int]:
+        """Elements left as float, by the op type that reads them ("-" for none), largest first."""
+        totals: dict[str, int] = {}
+        for name in itertools.chain(self.skipped, self.other):
+            op = self.unquantized_ops.get(name, "-")
+            totals[op] = totals.get(op, 0) + self.elements.get(name, 0)
+        return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
+def plan(
+    model: onnx.ModelProto | str | os.PathLike,
+    format: str | BlockFormat,
+    *,
+    op_types: Iterable[str] = DEFAULT_OP_TYPES,
+    min_elements: int = 4096,
+    group_axis: GroupAxis = "input",
+    pad: bool = True,
+) -> Plan:
+    """Decide which weights :func:`quantize` replaces, without encoding anything."""
+    return build_plan(read_model(model), resolve_format(format), tuple(op_types), min_elements, group_axis, pad)
+
+
+def encodable_names() -> list[str]:
+    """The registered formats :func:`quantize` can write (those with an encoder)."""
+    return [name for name in formats.names() if formats.get(name).encoder is not None]
+
+
+def resolve_format(format: str | BlockFormat) -> BlockFormat:
+    """The format named ``format`` (case-insensitive), refused unless it has an encoder: a
+    KeyError for an unknown name, a ValueError for a format quantize cannot write; both list
+    only the names it can."""
+    if isinstance(format, BlockFormat):
+        if format.encoder is None:
+            raise ValueError(f"format {format.name} has no encoder; quantizing needs one")
+        return format
+    by_folded = {name.casefold(): name for name in formats.names()}
+    name = by_folded.get(str(format).casefold())
+    usable = ", ".join(encodable_names())
+    if name is None:
+        raise KeyError(f"unknown format {format!r}; quantize can write: {usable}")
+    fmt = formats.get(name)
+    if fmt.encoder is None:
+        raise ValueError(
+            f"format {name} has no encoder: it can be read and decoded (e.g. from a GGUF file) but not "
+            f"produced; quantize can write: {usable}"
+        )
+    return fmt
+
+
+def read_model(model: onnx.ModelProto | bytes | str | os.PathLike) -> onnx.ModelProto:
+    """``model`` as an ``onnx.ModelProto`` with its external initializers loaded; bytes that are not
+    a model, or external data onnx refuses, are a ValidationError."""
+    if isinstance(model, onnx.ModelProto):
+        return model
+    origin = "<bytes>" if isinstance(model, (bytes, bytearray)) else os.fspath(model)
+    try:
+        if isinstance(model, (bytes, bytearray)):
+            return onnx.load_from_string(bytes(model))
+        # onnx_struct's file rules: a FIFO is refused unopened, external tensors stay in the model's directory
+        return load_with_external_data(os.fspath(model))
+    except DecodeError as error:
+        raise ValidationError("", f"{origin} is not an ONNX model: {error}", code="not_parsable") from None
+    except onnx.checker.ValidationError as error:  # onnx's checks of external data locations
+        if isinstance(error, ValidationError):
+            raise
+        raise ValidationError("graph.initializer", f"external data: {error}") from None
+
+
+def build_plan(
+    stock: onnx.ModelProto, fmt: BlockFormat, op_types: Sequence[str], min_elements: int, group_axis: str, pad: bool
+) -> Plan:
+    unknown = [op for op in op_types if op not in WEIGHT_INPUT]
+    if unknown:
+        raise ValueError(f"op_types {unknown} are not supported; the weight input is known for {sorted(WEIGHT_INPUT)}")
+    if group_axis not in ("input", "output"):
+        raise ValueError(f"group_axis must be 'input' or 'output', not {group_axis!r}")
+    graph = stock.graph
+    uses: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in graph.node:
+        for position, name in enumerate(node.input):
+            uses.setdefault(name, []).append((node, position))
+    in_subgraphs = _names_used_in_subgraphs(graph)
+    interface = {v.name for v in graph.input} | {v.name for v in graph.output}
+    taken = _all_names(graph) | {v.name for v in load(stock).struct_values}
+
+    result = Plan(fmt, [], {})
+    for tensor in graph.initializer:
+        consumers = uses.get(tensor.name, [])
+        if tensor.data_type == onnx.TensorProto.FLOAT:
+            result.elements[tensor.name] = math.prod(tensor.dims)
+            weight_ops = [n.op_type for n, p in consumers if WEIGHT_INPUT.get(n.op_type) == p]
+            result.unquantized_ops[tensor.name] = (weight_ops or [n.op_type for n, _ in consumers] or ["-"])[0]
+        if not any(node.op_type in op_types and position == WEIGHT_INPUT[node.op_type] for node, position in consumers):
+            if tensor.data_type == onnx.TensorProto.FLOAT:
+                result.other[tensor.name] = _why_not_considered(consumers, op_types)
+            continue
+        reason = _ineligible(tensor, consumers, op_types, min_elements, interface, in_subgraphs)
+        if not reason:
+            reason, weight = _planned(tensor, consumers, fmt, group_axis, pad, taken)
+            if weight is not None:
+                result.weights.append(weight)
+                result.unquantized_ops.pop(tensor.name, None)
+                continue
+        result.skipped[tensor.name] = reason
+    return result
+
+
+def _planned(tensor, consumers, fmt: BlockFormat, group_axis: str, pad: bool, taken: set[str]):
+    shape = tuple(int(d) for d in tensor.dims)
+    # The reduction axis K of each consumer: axis 0 of W for MatMul and Gemm(transB=0), 1 for transB=1;
+    # a Gather(axis=0) table keeps its rows (each block is part of one embedding vector); a Conv
+    # kernel [O, I, kh, kw] is flattened to [O, I*kh*kw], whose axis 1 is K.
+    k_axes = {_k_axis(node) for node, _ in consumers}
+    if len(k_axes) != 1:
+        return "its consumers disagree on which axis is the input axis", None
+    (k_axis,) = k_axes
+    reshape = k_axis == "conv"
+    base = (shape[0], math.prod(shape[1:])) if reshape else shape
+    if k_axis == "rows":
+        transposed = False
+    else:
+        k = 1 if reshape else k_axis
+        grouped_axis = k if group_axis == "input" else 1 - k
+        transposed = grouped_axis == 0  # blocks run along the last stored dimension
+    unpadded = base[::-1] if transposed else base
+    extra = -unpadded[-1] % fmt.block_size
+    if extra and not pad:
+        return (
+            f"its {group_axis} axis ({unpadded[-1]}) is not a multiple of the block size {fmt.block_size} "
+            "(pad=True stores it padded with zeros)"
+        ), None
+    stored_shape = (*unpadded[:-1], unpadded[-1] + extra)
+    if not transposed:
+        how = "none"
+    elif all(node.op_type == "Gemm" for node, _ in consumers):
+        how = "transB"
+    else:
+        how = "node"
+    suffix = ("_T" if how == "node" else "") + ("_padded" if extra else "") + ("_2d" if reshape else "")
+    value_name = _unique(tensor.name + suffix, taken) if suffix else tensor.name
+    return "", PlannedWeight(tensor.name, value_name, shape, stored_shape, how, extra, reshape)
+
+
+def _why_not_considered(consumers, op_types: Sequence[str]) -> str:
+    weight_of = sorted({n.op_type for n, p in consumers if WEIGHT_INPUT.get(n.op_type) == p} - set(op_types))
+    if weight_of:
+        return f"a {'/'.join(weight_of)} weight; {'/'.join(weight_of)} is not in op_types"
+    if not consumers:
+        return "no node of the main graph reads it"
+    ops = sorted({f"{n.op_type} (input {p})" for n, p in consumers})
+    return f"not a weight: read by {', '.join(ops)}"
+
+
+def _ineligible(tensor, consumers, op_types, min_elements, interface, in_subgraphs) -> str:
+    if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return "its data is external and not loaded (pass a path, or onnx.load the model with its data)"
+    if tensor.data_type != onnx.TensorProto.FLOAT:
+        return f"its element type is {onnx.TensorProto.DataType.Name(tensor.data_type)}, not FLOAT"
+    conv = any(node.op_type == "Conv" for node, _ in consumers)
+    if conv and not 3 <= len(tensor.dims) <= 5:
+        return f"it is {len(tensor.dims)}-D, not a 3-D to 5-D Conv kernel"
+    if not conv and len(tensor.dims) != 2:
+        return f"it is {len(tensor.dims)}-D, not 2-D"
+    if any(d < 0 for d in tensor.dims):
+        return f"its dims {list(tensor.dims)} are negative"
+    if math.prod(tensor.dims) < min_elements:  # math.prod: numpy's product would wrap around
+        return f"it has {math.prod(tensor.dims)} elements, fewer than min_elements={min_elements}"
+    if tensor.name in interface:
+        return "it is also a graph input or output"
+    if tensor.name in in_subgraphs:
+        return "a subgraph uses it"
+    for node, position in consumers:
+        if node.op_type not in op_types or position != WEIGHT_INPUT[node.op_type]:
+            return f"node {node.name or node.op_type!r} uses it as input {position}, not as an eligible weight"
+        axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
+        if node.op_type == "Gather" and axis not in (0, -2):
+            return f"node {node.name or node.op_type!r} gathers along axis {axis}, not rows"
+    return ""
+
+
+def _k_axis(node: onnx.NodeProto) -> int | str:
+    if node.op_type == "Gather":
+        return "rows"
+    if node.op_type == "Conv":
+        return "conv"
+    if node.op_type == "Gemm":
+        trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
+        return 1 if trans_b else 0
+    return 0
+
+
+def _names_used_in_subgraphs(graph: onnx.GraphProto) -> set[str]:
+    names: set[str] = set()
+    for _, sub in itertools.islice(walk_graphs(graph), 1, None):  # every graph but ``graph`` itself
+        for node in sub.node:
+            names.update(node.input)
+        names.update(o.name for o in sub.output)
+    return names
+
+
+def _all_names(graph: onnx.GraphProto) -> set[str]:
+    names = {t.name for t in graph.initializer} | {v.name for v in graph.input} | {v.name for v in graph.output}
+    for node in graph.node:
+        names.update(node.input)
+        names.update(node.output)
+    return names
+
+
+def unique_name(name: str, taken: set[str]) -> str:
+    """``name``, or ``name_1``, ``name_2``... whichever is not in ``taken`` (then added to it)."""
+    return _unique(name, taken)
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    candidate, k = name, 1
+    while candidate in taken:
+        candidate, k = f"{name}_{k}", k + 1
+    taken.add(candidate)
+    return candidate
