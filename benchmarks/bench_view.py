@@ -182,7 +182,7 @@ def bench_six_bit(rows: list[str]) -> None:
     rows.append(
         row(
             "pack of the 6-bit components (16 MiB)",
-            best_of(lambda: S.pack(leaves, root), 3),
+            best_of(lambda: S.pack(leaves, root, fill_missing=True), 3),
             "numpy copy of buffer",
             copy,
         )

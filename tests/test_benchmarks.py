@@ -27,6 +27,20 @@ def test_bench_formats_reports_a_ratio_per_format():
     assert "| format | encode (ms)" in result.stdout  # Q4_0 has a gguf-py quantizer
 
 
+@pytest.mark.parametrize("script", ["bench_view.py", "bench_check.py", "bench_decode.py"])
+def test_the_quick_benchmarks_run_and_print_a_table(script):
+    """These run at their real sizes in a few seconds: an API change that breaks one (as pack's
+    fill_missing once did for bench_view) fails here, not in the next benchmark run."""
+    if script == "bench_view.py":  # its peers come with the bench extra
+        pytest.importorskip("construct")
+        pytest.importorskip("bitstruct")
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / script)], capture_output=True, text=True, timeout=600, cwd=BENCHMARKS
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "|---" in result.stdout.replace(" ", "") or "| ---" in result.stdout, result.stdout[-2000:]
+
+
 @pytest.fixture
 def peer_module(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCHMARKS))  # the spawned child gets this sys.path too
