@@ -46,6 +46,7 @@ from _peer import PeerProcess, Timing
 import onnx_struct as S
 from onnx_struct import formats
 from onnx_struct.check import decoder_inputs as bindings
+from onnx_struct.check.function_models import tensor_type
 from onnx_struct.runtime import runners as runtime
 from onnx_struct.runtime.codec import decode, encode, open_value
 from onnx_struct.runtime.feeds import leaf_feeds
@@ -81,7 +82,7 @@ def decoder_only(value, model):
     struct_view, declaration, where = open_value(value, model)
     bound = bindings.bind_decoder(declaration.decoder, struct_view.layout, where)
     feeds, constants = leaf_feeds(struct_view, bound)
-    inputs = [(name, runtime.tensor_type(feed.elem_type, feed.shape)) for name, feed in feeds.items()]
+    inputs = [(name, tensor_type(feed.elem_type, feed.shape)) for name, feed in feeds.items()]
     runner = runtime.cached_runner(declaration.decoder, where, inputs, constants, "onnxruntime")
     return lambda: runner.run(feeds)
 

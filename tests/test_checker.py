@@ -504,8 +504,8 @@ def test_stock_checker_sees_struct_values_as_defined_names(path, as_form):
 
 
 def test_checker_view_is_the_model_plus_one_node(as_form):
-    from onnx_struct.check.checker import VALUES_DOMAIN, checker_view
     from onnx_struct.schema.model import load
+    from onnx_struct.schema.projections import VALUES_DOMAIN, checker_view
 
     model = decoded_values_model()
     S.add_struct_values(model, value("second"))

@@ -21,8 +21,9 @@ from support.models import (
 from support.oracles import bitpack_oracle, int4_oracle, q4_oracle, q4_payload
 
 import onnx_struct as S
+from onnx_struct.check.function_models import PRIVATE_DOMAIN
 from onnx_struct.layout.table import TypeTable
-from onnx_struct.lowering.lower import PRIVATE_DOMAIN, dense_byte_run
+from onnx_struct.lowering.leaf_tensors import dense_byte_run
 from onnx_struct.runtime import runners as runtime
 
 

@@ -23,6 +23,7 @@ from onnx import helper as oh
 from support.models import base_model
 
 from onnx_struct import add_struct_values, formats
+from onnx_struct.check import function_models
 from onnx_struct.errors import ValidationError
 from onnx_struct.payload import buffer_pool
 from onnx_struct.runtime import parallel
@@ -324,7 +325,7 @@ def test_a_runner_without_fallback_refuses_to_run():
 
     b = FunctionBuilder("to_float6_and_back", ["x"], opset=28)
     function = b.build(b.cast(b.cast("x", onnx.TensorProto.FLOAT6E2M3), onnx.TensorProto.FLOAT, out="y"))
-    inputs = [("x", runtime.tensor_type(onnx.TensorProto.FLOAT, (4,)))]
+    inputs = [("x", function_models.tensor_type(onnx.TensorProto.FLOAT, (4,)))]
     runner = runtime.cached_runner(function, "f", inputs, [], "onnxruntime", threads=1, fallback=False)
     if runner.runtime == "onnxruntime":
         pytest.skip("this onnxruntime runs FLOAT6 casts")

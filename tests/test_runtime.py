@@ -28,7 +28,9 @@ from support.models import (
 from support.oracles import bitpack_oracle, int4_oracle, q4_oracle, q4_payload
 
 import onnx_struct as S
+from onnx_struct.check import function_models
 from onnx_struct.layout import bits
+from onnx_struct.runtime import feeds as runtime_feeds
 from onnx_struct.runtime import runners as runtime
 
 RUNTIMES = ["onnxruntime", "reference"]
@@ -157,7 +159,7 @@ def test_int4_leaf_of_a_contiguous_value_is_fed_straight_from_the_payload(rng):
     payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
     value = S.make_struct_value("weight", linear_int4_128(decoder=linear_decoder()), payload)
     struct_view = S.view(value)
-    feeds, constants = runtime.leaf_feeds(struct_view, {"values": struct_view.leaf("values")})
+    feeds, constants = runtime_feeds.leaf_feeds(struct_view, {"values": struct_view.leaf("values")})
     assert feeds["values"].packed.ctypes.data == struct_view.buffer.ctypes.data  # no copy at all
     assert constants == []
 
@@ -416,12 +418,12 @@ def test_nested_declaration_decoders_are_not_composed(rng):
 def test_contiguous_copies_strided_rows_exactly(rng):
     payload = rng.integers(0, 256, 18 * 7, dtype=np.uint8)
     rows = np.lib.stride_tricks.as_strided(payload[2:], (7, 16), (18, 1))
-    np.testing.assert_array_equal(runtime.contiguous(rows), payload.reshape(7, 18)[:, 2:])
-    assert runtime.contiguous(rows).flags.c_contiguous
+    np.testing.assert_array_equal(function_models.contiguous(rows), payload.reshape(7, 18)[:, 2:])
+    assert function_models.contiguous(rows).flags.c_contiguous
     halves = np.ndarray((7, 2, 4), dtype="<u2", buffer=payload, offset=2, strides=(18, 8, 2))
-    np.testing.assert_array_equal(runtime.contiguous(halves), halves.copy())
+    np.testing.assert_array_equal(function_models.contiguous(halves), halves.copy())
     columns = payload.reshape(7, 18)[:, ::3]  # not row-contiguous: the plain copy
-    np.testing.assert_array_equal(runtime.contiguous(columns), columns.copy())
+    np.testing.assert_array_equal(function_models.contiguous(columns), columns.copy())
 
 
 def test_decode_of_something_that_is_not_a_value_is_a_type_error():

@@ -21,9 +21,7 @@ from onnx_struct.payload import external
 from onnx_struct.payload import values as resolver
 from onnx_struct.schema import wire
 from onnx_struct.schema.model import LoadedModel, ModelLike, StructTypeProto, load
-from onnx_struct.schema.opaque import OPAQUE_DOMAIN  # noqa: F401 - kept importable from here
-from onnx_struct.schema.projections import (  # noqa: F401 - VALUES_DOMAIN kept importable from here
-    VALUES_DOMAIN,
+from onnx_struct.schema.projections import (
     checker_view,
     name_field_size,
     plain_value_size,

@@ -36,10 +36,8 @@ import onnx.shape_inference
 from onnx import TensorProto, helper
 
 from onnx_struct import limits
-from onnx_struct.check.decoder_structure import (  # noqa: F401 - the policy's names, importable from here
-    ALLOWED_OPERATORS,
+from onnx_struct.check.decoder_structure import (
     ELEMENT_TYPES,
-    STANDARD_DOMAINS,
     check_structure,
     first_line,
 )

@@ -27,7 +27,6 @@ from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.payload.values import constant_tensor
 from onnx_struct.schema.model import LoadedModel, ModelLike, StructProto, StructTypeProto, load, to_onnx
-from onnx_struct.schema.opaque import OPAQUE_DOMAIN  # noqa: F401 - kept importable from here
 from onnx_struct.schema.projections import retyped_view, stock_view
 
 # Captured at import, before hooks.install() (which imports this module first) can replace it.

@@ -12,9 +12,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 
 from onnx_struct.errors import ValidationError
-
-# Leaf, read_constant, element_label, type_size, UINT64_MAX: also importable from here, where
-# they were first defined (their modules are layout/leaves.py and layout/sizes.py).
 from onnx_struct.layout.leaves import (
     Leaf,
     LeafShape,

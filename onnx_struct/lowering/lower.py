@@ -35,11 +35,10 @@ from onnx_struct.payload import external
 from onnx_struct.payload.values import constant_tensor, resolve_value, value_declaration
 from onnx_struct.payload.view import StructView, view_of
 from onnx_struct.schema.model import LoadedModel, ModelLike, StructTypeProto, load
+from onnx_struct.schema.opaque import exact_index as _exact_index
 from onnx_struct.schema.opaque import (
-    OPAQUE_DOMAIN,  # noqa: F401 - kept importable from here
     innermost_type,
 )
-from onnx_struct.schema.opaque import exact_index as _exact_index
 from onnx_struct.schema.opaque import opaque_inside as _opaque_inside
 from onnx_struct.schema.projections import stock_view
 from onnx_struct.schema.walk import walk_graphs, walk_nodes

@@ -18,7 +18,7 @@ from onnx_struct.errors import LeafNotFoundError
 from onnx_struct.layout.bits import read_leaf
 from onnx_struct.layout.leaves import Leaf
 from onnx_struct.layout.table import TypeTable
-from onnx_struct.payload.values import (  # noqa: F401 - load_declarations, value_declaration re-exported
+from onnx_struct.payload.values import (
     ExternalPayload,
     ResolvedValue,
     declaration_or_index,

@@ -29,25 +29,13 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from onnx_struct.check import decoder_policy
-
-# The function models live in check/function_models.py (no onnxruntime there); they are also
-# reachable here, where they were first defined.
-from onnx_struct.check.function_models import (  # noqa: F401 - re-exported
-    PACKED_TYPES,
-    PRIVATE_DOMAIN,
-    contiguous,
+from onnx_struct.check.function_models import (
     function_model,
-    onnx_elem_type,
-    packed_rows,
-    registered_function,
-    tensor_type,
 )
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import dtypes
 from onnx_struct.payload import buffer_pool
-
-# Feeds were first defined here; runtime/session.py imports them from here.
-from onnx_struct.runtime.feeds import Feed, leaf_feeds, ortvalue_to_numpy  # noqa: F401 - re-exported
+from onnx_struct.runtime.feeds import Feed, ortvalue_to_numpy
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors, ort_limits, ort_version
 
 # Sessions kept alive at once; each holds its function model's kernels and arena, so the bound

@@ -20,8 +20,8 @@ from onnx_struct.errors import ValidationError
 from onnx_struct.limits import PROTOBUF_LIMIT
 from onnx_struct.lowering.lower import StructInput, lower_model
 from onnx_struct.payload.view import StructView, view, view_buffer
+from onnx_struct.runtime.feeds import Feed, leaf_feeds, ortvalue_to_numpy
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
-from onnx_struct.runtime.runners import Feed, leaf_feeds, ortvalue_to_numpy
 from onnx_struct.schema.model import ModelLike, StructProto, load
 
 # protobuf refuses to serialize a message of 2 GiB or more.
