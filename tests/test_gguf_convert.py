@@ -18,8 +18,8 @@ import onnx_struct as S
 from onnx_struct import formats
 from onnx_struct.cli import main
 from onnx_struct.cli.from_gguf import ProgressBar
-from onnx_struct.formats.gguf import convert
-from onnx_struct.formats.gguf.convert import VALUE_TYPES_KEY, decode_metadata
+from onnx_struct.formats.gguf import convert, decode_metadata
+from onnx_struct.formats.gguf.conversion import VALUE_TYPES_KEY
 
 gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType
@@ -181,6 +181,31 @@ def test_metadata_is_kept_as_documented(tiny):
             assert decoded[key] == value
 
 
+def test_decode_metadata_takes_the_model_or_its_metadata_props_as_documented(tiny, tmp_path):
+    source, _ = tiny
+    path = _save(convert(source), tmp_path / "tiny.onnx")
+    model = onnx.load(path)
+    model.metadata_props.add(key="added.later", value="7")  # not from the GGUF file: not decoded
+    from_model, from_props = decode_metadata(model), decode_metadata(model.metadata_props)
+    assert from_model == from_props
+    assert from_model["llama.block_count"] == 2 and from_model["general.flag"] is True
+    assert from_model["tokenizer.ggml.tokens"] == ["<s>", "é", 'a "quoted" token']
+    assert "added.later" not in from_model and VALUE_TYPES_KEY not in from_model
+    assert decode_metadata(onnx.ModelProto()) == {}
+    # The documented attribute path works: the package's `convert` is the function, and the
+    # metadata reader sits beside it (the module is `conversion`).
+    assert S.formats.gguf.decode_metadata is decode_metadata
+
+
+def test_progress_bar_shows_a_stage_before_the_tensor_count_is_known():
+    terminal = _Terminal()
+    bar = ProgressBar(terminal, width=10)
+    bar(0, 0, "reading x")  # total unknown: the label alone, no bar claiming to be full
+    assert terminal.getvalue().startswith("\rreading x") and "[" not in terminal.getvalue()
+    bar(1, 2, "a")
+    assert "[#####.....] 1/2 a" in terminal.getvalue()
+
+
 @pytest.fixture
 def q8_unknown(monkeypatch):
     """Pretend the package does not know Q8_0 (the registry raises KeyError, as for any new type)."""
@@ -266,7 +291,9 @@ def test_progress_is_reported_per_tensor(tiny):
     source, _ = tiny
     calls = []
     convert(source, progress=lambda done, total, name: calls.append((done, total, name)))
-    assert calls == [(i + 1, len(TENSORS), name) for i, name in enumerate(TENSORS)]
+    # First a stage before gguf-py reads the file (seconds for a big vocabulary), then each tensor.
+    assert calls[0] == (0, 0, f"reading the header and metadata of {source.name}")
+    assert calls[1:] == [(i + 1, len(TENSORS), name) for i, name in enumerate(TENSORS)]
 
 
 # ---------------------------------------------------------------------------------- CLI

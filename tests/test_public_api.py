@@ -78,7 +78,8 @@ def test_formats_api():
     from onnx_struct.formats import gguf
 
     assert callable(formats.get) and callable(formats.names) and callable(formats.quantize)
-    assert callable(gguf.convert)
+    assert callable(gguf.convert) and callable(gguf.decode_metadata)
+    assert gguf.__all__ == ["convert", "decode_metadata"]
     assert formats.get("Q4_0").name == "Q4_0"
 
 

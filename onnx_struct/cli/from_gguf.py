@@ -15,7 +15,7 @@ from typing import TextIO
 
 from onnx_struct.check.checker import check_model
 from onnx_struct.cli import EXIT_OK, UsageError
-from onnx_struct.formats.gguf.convert import convert
+from onnx_struct.formats.gguf.conversion import convert
 from onnx_struct.payload.external import require_regular_file
 
 INPUT = "input"
@@ -47,9 +47,12 @@ class ProgressBar:
     def __call__(self, done: int, total: int, label: str) -> None:
         if not self.enabled:
             return
-        filled = self.width * done // total if total else self.width
-        bar = "#" * filled + "." * (self.width - filled)
-        self.stream.write(f"\r[{bar}] {done}/{total} {label[:40]:<40}")
+        if total == 0:  # a stage before the tensor count is known (opening the file): no bar yet
+            line = f"{label[: self.width + 50]:<{self.width + 50}}"
+        else:
+            filled = self.width * done // total
+            line = f"[{'#' * filled}{'.' * (self.width - filled)}] {done}/{total} {label[:40]:<40}"
+        self.stream.write(f"\r{line}")
         self.stream.flush()
         self.shown = True
         self.last = (done, total)

@@ -22,7 +22,7 @@ import mmap
 import os
 import pathlib
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 import onnx
@@ -41,7 +41,8 @@ RESERVED_PREFIX = "onnx_struct."  # GGUF keys may not collide with the entries a
 # Inline payloads above this cannot be serialized (protobuf messages are limited to 2 GiB).
 INLINE_LIMIT = 2**31 - 2**24
 
-Progress = Callable[[int, int, str], None]  # (tensors done, tensors in total, current tensor name)
+# (tensors done, tensors in total, current tensor name); total 0: a stage before the count is known
+Progress = Callable[[int, int, str], None]
 
 
 def _gguf():
@@ -74,7 +75,8 @@ def convert(
             declaration's metadata_props) instead of raising.
         model_dir: the directory the model will be saved in; only used with ``reference``.
             Defaults to the .gguf's own directory.
-        progress: called as ``progress(done, total, tensor_name)`` after each tensor.
+        progress: called as ``progress(done, total, tensor_name)`` after each tensor, and once
+            before the file is opened as ``progress(0, 0, label)`` (total unknown yet).
 
     Raises:
         ValidationError: the file is not a readable little-endian GGUF file whose counts,
@@ -91,6 +93,8 @@ def convert(
     """
     gguf = _gguf()
     source = pathlib.Path(path)
+    if progress is not None:  # gguf-py reads every metadata item on open: a big vocabulary takes seconds
+        progress(0, 0, f"reading the header and metadata of {source.name}")
     reader = _open(gguf, source)
     location = _location(source, model_dir) if reference else None
 
@@ -304,8 +308,24 @@ def _json_numbers(items: np.ndarray) -> str:
     return "[" + ",".join(texts.tolist()) + "]"
 
 
-def decode_metadata(props: dict[str, str]) -> dict[str, object]:
-    """The inverse of :func:`metadata_props`: GGUF key -> Python value (str, int, float, bool, list)."""
+def decode_metadata(
+    props: onnx.ModelProto | Mapping[str, str] | Iterable[onnx.StringStringEntryProto],
+) -> dict[str, object]:
+    """The inverse of :func:`metadata_props`: GGUF key -> Python value (str, int, float, bool, list).
+
+    ``props`` is a converted model, its ``metadata_props`` as they are (``model.metadata_props``),
+    or a ``{key: value}`` mapping. Entries that did not come from the GGUF file (no value type
+    recorded for them) are left out; a model that was not converted from GGUF gives ``{}``.
+
+    Example::
+
+        model = onnx.load("tiny.onnx")
+        decode_metadata(model)["llama.block_count"]  # 2, an int
+    """
+    if isinstance(props, onnx.ModelProto):
+        props = props.metadata_props
+    if not isinstance(props, Mapping):
+        props = {entry.key: entry.value for entry in props}
     types = json.loads(props.get(VALUE_TYPES_KEY, "{}"))
     out: dict[str, object] = {}
     for key, label in types.items():
