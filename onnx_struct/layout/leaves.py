@@ -116,26 +116,24 @@ def checked_leaf_shape(declaration: StructTypeProto, path: str, shape_of_index) 
         raise ValidationError(
             path, "declaration has no kind: the unconstrained category has no leaves", code="not_concrete"
         )
-    refusals = (
-        (path, shape.count, MAX_LEAVES, f"declaration has more than {MAX_LEAVES} leaves ({shape.count})"),
-        (
-            path,
-            shape.chars,
-            MAX_LEAF_PATH_CHARS,
-            f"its leaf paths total more than {MAX_LEAF_PATH_CHARS} characters ({shape.chars})",
-        ),
-        (where, shape.rank, MAX_LEAF_RANK, f"a leaf would have more than {MAX_LEAF_RANK} dimensions ({shape.rank})"),
-        (
-            where,
-            shape.span,
-            MAX_LEAF_SPAN,
+    # Messages are formatted only for a refusal: this runs once per declaration, 20,000 times
+    # for the largest models the limits allow.
+    if shape.count > MAX_LEAVES:
+        raise limit_exceeded(
+            path, f"declaration has more than {MAX_LEAVES} leaves ({shape.count})", shape.count, MAX_LEAVES
+        )
+    if shape.chars > MAX_LEAF_PATH_CHARS:
+        reason = f"its leaf paths total more than {MAX_LEAF_PATH_CHARS} characters ({shape.chars})"
+        raise limit_exceeded(path, reason, shape.chars, MAX_LEAF_PATH_CHARS)
+    if shape.rank > MAX_LEAF_RANK:
+        reason = f"a leaf would have more than {MAX_LEAF_RANK} dimensions ({shape.rank})"
+        raise limit_exceeded(where, reason, shape.rank, MAX_LEAF_RANK)
+    if shape.span > MAX_LEAF_SPAN:
+        reason = (
             "a leaf would have more elements than numpy can describe (its dimensions, a zero one counted "
-            f"as 1, times its element's bytes exceed {MAX_LEAF_SPAN})",
-        ),
-    )
-    for at, actual, limit, reason in refusals:
-        if actual > limit:
-            raise limit_exceeded(at, reason, actual, limit)
+            f"as 1, times its element's bytes exceed {MAX_LEAF_SPAN})"
+        )
+        raise limit_exceeded(where, reason, shape.span, MAX_LEAF_SPAN)
     return shape
 
 
