@@ -276,3 +276,67 @@ def test_odd_output_count_packs_across_rows(name, tmp_path):
     assert_close_product(y, x, oracle(name, payload, (n, K)))
     (y,) = ReferenceEvaluator(lowered).run(None, {"x": x})
     assert_close_product(y, x, oracle(name, payload, (n, K)))
+
+
+def saved_weight_model(name: str, payload: bytes, tmp_path, n: int = N):
+    """weight_model with ``n`` outputs, its payload in an external file next to the model."""
+    (tmp_path / "w.bin").write_bytes(payload)
+    model = weight_model(name, b"")
+    overlay = S.from_onnx(model)
+    del overlay.graph.struct_initializer[:]
+    del overlay.struct_types[-1]
+    S.add_struct_values(overlay, formats.get(name).make_value(overlay, "W", (n, K), b""))
+    value = overlay.graph.struct_initializer[0]
+    value.ClearField("raw_data")
+    value.external_data.add(key="location", value="w.bin")
+    for info in list(overlay.graph.output[:2]) + [overlay.graph.input[1]]:
+        dims = info.type.tensor_type.shape.dim
+        dims[len(dims) - 1].dim_value = n
+    path = tmp_path / "m.onnx"
+    path.write_bytes(overlay.SerializeToString())
+    return str(path)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+@pytest.mark.parametrize("level", [0, None])
+def test_session_emits_matmulnbits_with_the_fused_bytes(name, level, tmp_path):
+    """Without sess_options the session emits MatMulNBits over arrays handed to onnxruntime in
+    memory; outputs are bit for bit those of the standard lowering that onnxruntime fuses (the
+    route a caller's SessionOptions takes), at accuracy level 0 and at onnxruntime's default."""
+    from onnx_struct.lowering.execution.emit import IN_MEMORY_LOCATION  # noqa: PLC0415
+
+    n = 7 if name in ("Q4_0", "Q4_K", "Q8_0") else N  # odd N: 4-bit codes packed across rows
+    path = saved_weight_model(name, random_payload(name, (n, K), SEED, sane=True), tmp_path, n)
+    in_memory = S.InferenceSession(path, accuracy_level=level)
+    standard = S.InferenceSession(path, ort.SessionOptions(), accuracy_level=level)
+    ops = [node.op_type for node in in_memory.lowered.graph.node]
+    assert ops.count("MatMulNBits") == 2 and "DequantizeLinear" not in ops
+    assert "DequantizeLinear" in [node.op_type for node in standard.lowered.graph.node]
+    big = [t for t in in_memory.lowered.graph.initializer if np.prod(t.dims) >= 64]
+    assert big and all(t.external_data[0].value == IN_MEMORY_LOCATION and not t.raw_data for t in big)
+    inputs = feeds(np.random.default_rng(SEED))
+    inputs["c"] = inputs["c"][:n]
+    inputs["idx"] = np.minimum(inputs["idx"], n - 1)
+    for actual, expected in zip(in_memory.run(None, inputs), standard.run(None, inputs), strict=True):
+        np.testing.assert_array_equal(actual, expected)
+    with pytest.raises(NotImplementedError, match="providers"):
+        in_memory.set_providers(["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_repacking_by_row_ranges_changes_no_byte(name, monkeypatch):
+    """The weights are repacked a range of rows at a time: two-row ranges give the same lowered
+    model, byte for byte, as one range."""
+    from onnx_struct.lowering.execution import repack  # noqa: PLC0415
+
+    for n in (N, 7):
+        model = weight_model(name, b"")
+        overlay = S.from_onnx(model)
+        del overlay.graph.struct_initializer[:]
+        del overlay.struct_types[-1]
+        payload = random_payload(name, (n, K), SEED, sane=True)
+        S.add_struct_values(overlay, formats.get(name).make_value(overlay, "W", (n, K), payload))
+        whole = S.lower(overlay, execution="quantized").SerializeToString()
+        monkeypatch.setattr(repack, "ROW_RANGE_BYTES", 1)
+        assert S.lower(overlay, execution="quantized").SerializeToString() == whole
+        monkeypatch.undo()

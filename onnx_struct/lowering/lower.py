@@ -123,23 +123,32 @@ def lower_model(
     base_dir: str | os.PathLike | None = None,
     keep_external: bool = True,
     execution: str = "decode",
+    accuracy_level: int | None = None,
+    arrays: dict | None = None,
 ) -> Lowering:
-    """:func:`lower`, also returning how struct-typed graph inputs map to lowered leaf inputs."""
+    """:func:`lower`, also returning how struct-typed graph inputs map to lowered leaf inputs.
+
+    For ``execution="quantized"`` only, what :class:`onnx_struct.InferenceSession` asks for:
+    ``accuracy_level`` emits onnxruntime's ``MatMulNBits`` directly, and ``arrays`` (a dict)
+    receives the repacked arrays, the model holding placeholders for them
+    (:func:`onnx_struct.lowering.execution.rewrite_for_execution`)."""
     loaded = load(model, base_dir)
     check_model(loaded)
-    loaded = _execution_prepass(loaded, execution)
+    loaded = _execution_prepass(loaded, execution, accuracy_level, arrays)
     return _Lowerer(
         loaded, compact, keep_external, stock_view(loaded, external_initializers=False), LogicalTypes(loaded)
     ).run()
 
 
-def _execution_prepass(loaded: LoadedModel, execution: str) -> LoadedModel:
+def _execution_prepass(loaded: LoadedModel, execution: str, accuracy_level, arrays) -> LoadedModel:
     """The quantized-execution rewrite (onnx_struct.lowering.execution) when asked for."""
     from onnx_struct.lowering import execution as quantized  # noqa: PLC0415 - only this mode needs it
 
     if execution not in quantized.EXECUTION_MODES:
         raise ValueError(f"execution must be one of {quantized.EXECUTION_MODES}, not {execution!r}")
-    return quantized.rewrite_for_execution(loaded)[0] if execution == "quantized" else loaded
+    if execution != "quantized":
+        return loaded
+    return quantized.rewrite_for_execution(loaded, accuracy_level=accuracy_level, arrays=arrays)[0]
 
 
 class _Lowerer:

@@ -9,6 +9,7 @@ created: their leaves (hence the lowered graph's inputs) are unknown until run t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,7 +23,7 @@ from onnx_struct.lowering.lower import StructInput, lower_model
 from onnx_struct.payload.view import StructView, view, view_buffer
 from onnx_struct.runtime.feeds import Feed, leaf_feeds, ortvalue_to_numpy
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
-from onnx_struct.schema.model import ModelLike, StructProto, load
+from onnx_struct.schema.model import ModelLike, StructProto, StructTypeProto, load
 
 # protobuf refuses to serialize a message of 2 GiB or more.
 
@@ -39,6 +40,14 @@ class InferenceSession:
     ~1e-6, but 8-bit codes take a slow path there: docs/execution.md);
     ``sess_options``, ``providers`` and ``**ort_kwargs`` go to ``onnxruntime.InferenceSession``.
     External payloads are read from the model's directory (or ``base_dir``).
+
+    Memory: without ``sess_options`` (the session then owns its options), quantized weights are
+    repacked range by range straight into ``com.microsoft.MatMulNBits``' inputs and handed to
+    onnxruntime in memory (``add_external_initializers``), so the model bytes stay small and the
+    Python copies are freed once onnxruntime holds its own; ``lowered`` then shows those
+    initializers as placeholders (external data at ``onnx_struct.in_memory``). With
+    ``sess_options`` the weights travel inside the lowered model as ``DequantizeLinear`` inputs
+    (the caller's options object is not given arrays it would keep). docs/execution.md, "Memory".
 
     >>> session = InferenceSession("model.onnx")
     >>> session.run(None, {"X": x, "W": struct_value_or_payload_bytes})
@@ -58,10 +67,32 @@ class InferenceSession:
     ) -> None:
         ort = load_onnxruntime()
         loaded = load(model_or_path, base_dir)
-        lowering = lower_model(loaded, compact=compact, execution=execution)
-        self._declarations = list(loaded.struct_types)
+        # Without sess_options the session owns its options: the quantized weights' MatMulNBits
+        # nodes are emitted directly (what onnxruntime's fusion would make of DequantizeLinear +
+        # MatMul, at its default accuracy level 4) and their repacked arrays handed to onnxruntime
+        # in memory, never serialized into the model (docs/execution.md, "Memory"). A caller's
+        # options object is left without external initializers (they would stay in it, pointing
+        # at freed arrays, and clash with the next session's): the standard lowering then.
+        in_memory = execution == "quantized" and sess_options is None
+        arrays: dict[str, np.ndarray] = {}
+        lowering = lower_model(
+            loaded,
+            compact=compact,
+            execution=execution,
+            accuracy_level=(4 if accuracy_level is None else int(accuracy_level)) if in_memory else None,
+            arrays=arrays if in_memory else None,
+        )
+        # Standalone copies: a message parsed with the model keeps the whole parse (inline payloads
+        # included) alive for as long as it is referenced.
+        self._declarations = [StructTypeProto.FromString(d.SerializeToString()) for d in loaded.struct_types]
         self._base_dir = loaded.base_dir
-        self._struct_inputs: dict[str, StructInput] = lowering.struct_inputs
+        del loaded  # a model read from a file holds its bytes and inline payloads: not needed any more
+        self._struct_inputs: dict[str, StructInput] = {
+            name: dataclasses.replace(
+                info, declaration=StructTypeProto.FromString(info.declaration.SerializeToString())
+            )
+            for name, info in lowering.struct_inputs.items()
+        }
         self.lowered: onnx.ModelProto = lowering.model
         if lowering.model.ByteSize() > PROTOBUF_LIMIT:
             raise ValidationError(
@@ -75,12 +106,16 @@ class InferenceSession:
         options = sess_options if sess_options is not None else ort.SessionOptions()
         if sess_options is None:
             options.log_severity_level = 3  # compact lowering makes onnxruntime warn per leaf
-        if execution == "quantized" and accuracy_level is not None:
+        if execution == "quantized" and accuracy_level is not None and not in_memory:
             options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", str(int(accuracy_level)))
-        if loaded.base_dir is not None:  # external leaves of a model given as bytes
+        if self._base_dir is not None:  # external leaves of a model given as bytes
             options.add_session_config_entry(
-                "session.model_external_initializers_file_folder_path", str(loaded.base_dir)
+                "session.model_external_initializers_file_folder_path", str(self._base_dir)
             )
+        self._handed_over = bool(arrays)
+        if arrays:  # onnxruntime copies them while it loads the model (OrtApi::AddExternalInitializers)
+            names = list(arrays)
+            options.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(arrays[n]) for n in names])
         try:
             self._session = ort.InferenceSession(
                 lowering.model.SerializeToString(),
@@ -96,6 +131,25 @@ class InferenceSession:
                 "(onnx_struct.decode falls back to onnx's reference evaluator for such decoders)",
                 code="runtime_failure",
             ) from None
+        finally:
+            arrays.clear()  # the Python copies go now; only onnxruntime's remain
+        if self._handed_over:
+            # The options still name the freed arrays: onnxruntime must not create a session from
+            # them again (its run-time provider fallback and set_providers would); without them a
+            # re-creation fails cleanly on the placeholders instead.
+            self._session.disable_fallback()
+            self._session._sess_options_initial = None  # noqa: SLF001
+
+    def set_providers(self, providers=None, provider_options=None) -> None:
+        """onnxruntime's, except for a session whose repacked weights were handed to onnxruntime
+        in memory (they exist only inside it): create a new InferenceSession with
+        ``providers=...`` instead."""
+        if self._handed_over:
+            raise NotImplementedError(
+                "this onnx_struct.InferenceSession handed its repacked weights to onnxruntime and cannot "
+                "re-create its session; create a new one with providers=..."
+            )
+        self._session.set_providers(providers, provider_options)
 
     @property
     def struct_inputs(self) -> dict[str, list[str]]:

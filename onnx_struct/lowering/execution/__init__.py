@@ -20,15 +20,17 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+import numpy as np
 import onnx
+from google.protobuf.unknown_fields import UnknownFieldSet
 from onnx import helper
 
 from onnx_struct.check.inference import LogicalTypes
 from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.lowering.execution.emit import MS_DOMAIN, Emitter
 from onnx_struct.lowering.execution.recognize import Recognized, recognize
-from onnx_struct.payload.affine import affine_form
-from onnx_struct.payload.view import view
+from onnx_struct.lowering.execution.repack import GatherLayout, row_forms
+from onnx_struct.payload.values import resolve_value
 from onnx_struct.schema.model import LoadedModel
 
 EXECUTION_MODES = ("decode", "quantized")
@@ -46,20 +48,30 @@ class ExecutionReport:
     kept: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def rewrite_for_execution(loaded: LoadedModel) -> tuple[LoadedModel, ExecutionReport]:
+def rewrite_for_execution(
+    loaded: LoadedModel, *, accuracy_level: int | None = None, arrays: dict[str, np.ndarray] | None = None
+) -> tuple[LoadedModel, ExecutionReport]:
     """A copy of ``loaded`` (a checked model) whose eligible weight consumers read quantized
-    codes, and a report. Returns ``loaded`` itself when nothing is eligible."""
+    codes, and a report. Returns ``loaded`` itself when nothing is eligible.
+
+    ``accuracy_level``: emit onnxruntime's ``MatMulNBits`` (that ``accuracy_level``) directly
+    instead of the standard ``DequantizeLinear`` + ``MatMul`` it would fuse them into.
+    ``arrays``: the repacked arrays go to this dict, and the model holds placeholders for them
+    (:data:`.emit.IN_MEMORY_LOCATION`), to be handed to onnxruntime in memory. Each weight is read
+    and repacked range of rows by range of rows (:mod:`.repack`), once for all its consumers."""
+    if arrays is not None and accuracy_level is None:  # INT4 codes have no numpy array onnxruntime takes
+        raise ValueError("arrays (repacked weights handed over in memory) needs accuracy_level (MatMulNBits)")
     report = ExecutionReport()
-    graph = loaded.proto.graph
     opset = next((o.version for o in loaded.proto.opset_import if o.domain in ("", "ai.onnx")), 1)
     candidates = _candidates(loaded, report)
     if not candidates:
         return loaded, report
-    proto = type(loaded.proto)()
-    proto.CopyFrom(loaded.proto)
+    # A copy without the struct values: an inline payload is not copied (the kept ones come back
+    # at the end).
+    proto = _copy_without_struct_values(loaded.proto)
     graph = proto.graph
     consumers, pinned = _uses(graph)
-    taken = _names(graph)
+    taken = _names(loaded.proto.graph)
     counter = itertools.count()
 
     def fresh(prefix: str) -> str:
@@ -69,16 +81,9 @@ def rewrite_for_execution(loaded: LoadedModel) -> tuple[LoadedModel, ExecutionRe
         taken.add(name)
         return name
 
-    emitter = Emitter(fresh)
+    emitter = Emitter(fresh, arrays=arrays, accuracy_level=accuracy_level)
     before: dict[int, list] = {}  # node index -> nodes emitted just before it
     removed: set[int] = set()
-    forms: dict[str, object] = {}
-
-    def form_of(name: str):
-        if name not in forms:
-            value, recognized = candidates[name]
-            forms[name] = affine_form(recognized.format, view(value, loaded).buffer, recognized.shape)
-        return forms[name]
 
     def emit_at(index: int, action) -> None:
         start = len(emitter.nodes)
@@ -86,36 +91,49 @@ def rewrite_for_execution(loaded: LoadedModel) -> tuple[LoadedModel, ExecutionRe
         before.setdefault(index, []).extend(emitter.nodes[start:])
         del emitter.nodes[start:]
 
-    for name, (_, recognized) in candidates.items():
+    for name, (value, recognized) in candidates.items():
         rows, cols = recognized.shape
         done = []
+        pending: list[tuple[int, str, object]] = []  # (node index, "matmul" or "gather", action)
+        layouts: dict[str, object] = {}
 
-        def as_matmul(j: int, node, done=done, name=name, cols=cols, recognized=recognized) -> None:
+        def as_matmul(j: int, node, done=done, name=name, cols=cols, layouts=layouts) -> None:
             """MatMul(x, W^T) or Gemm(x, W^T): W stored [N, K] = [rows, cols]."""
             # Initializers per consumer: onnxruntime fuses a DequantizeLinear into MatMulNBits
             # only when its weight feeds nothing else (a tied weight is repacked twice).
-            inputs, minimum = emitter.matmul_weight(name, form_of(name))
-            bs = form_of(name).block_size
-            weight = emitter.dequantize(name, inputs, bs)
-            if node.op_type == "MatMul" and minimum is None:
+            layout = layouts["matmul"]
+            inputs, minimum = emitter.matmul_weight(name, layout)
+            bs = layout.spec.block_size
+            nbits = emitter.emits_nbits
+            weight = None if nbits else emitter.dequantize(name, inputs, bs)
+            has_bias = node.op_type == "Gemm" and len(node.input) > 2 and node.input[2]
+            if node.op_type == "MatMul" and minimum is None and not nbits:
                 node.input[1] = weight
-            elif node.op_type == "MatMul":
-                emitter.matmul(node.input[0], weight, minimum, cols, bs, node.output[0])
+            elif node.op_type == "MatMul" or not has_bias:
+                if nbits:
+                    emitter.matmul_nbits(node.input[0], inputs, minimum, layout, node.output[0], node.name)
+                else:
+                    emitter.matmul(node.input[0], weight, minimum, cols, bs, node.output[0])
                 removed.add(j)
-            else:  # Gemm(A, B, C?) with transA=0, alpha=1: MatMul, then + beta * C
-                has_bias = len(node.input) > 2 and node.input[2]
-                product = fresh(f"{node.output[0]}::product") if has_bias else node.output[0]
-                emitter.matmul(node.input[0], weight, minimum, cols, bs, product)
-                if has_bias:
-                    bias = node.input[2]
-                    beta = _attribute(node, "beta", 1.0)
-                    if beta != 1.0:
-                        bias = emitter.node("Mul", [bias, emitter.constant([beta], "float32")], f"{bias}::scaled")
-                    emitter.nodes.append(
-                        helper.make_node("Sum", [product, bias], [node.output[0]], name=fresh("gemm::add"))
-                    )
+            else:  # Gemm(A, B, C) with transA=0, alpha=1: the product, then + beta * C
+                product = fresh(f"{node.output[0]}::product")
+                if nbits:
+                    emitter.matmul_nbits(node.input[0], inputs, minimum, layout, product)
+                else:
+                    emitter.matmul(node.input[0], weight, minimum, cols, bs, product)
+                bias = node.input[2]
+                beta = _attribute(node, "beta", 1.0)
+                if beta != 1.0:
+                    bias = emitter.node("Mul", [bias, emitter.constant([beta], "float32")], f"{bias}::scaled")
+                emitter.nodes.append(
+                    helper.make_node("Sum", [product, bias], [node.output[0]], name=fresh("gemm::add"))
+                )
                 removed.add(j)
             done.append(f"{node.op_type} {node.name!r}")
+
+        def as_gather(node, done=done, name=name, layouts=layouts) -> None:
+            emitter.gather(name, layouts["gather"], node.input[1], node.output[0])
+            done.append(f"Gather {node.name!r}")
 
         for j, slot in list(consumers.get(name, [])):
             node = graph.node[j]
@@ -126,23 +144,34 @@ def rewrite_for_execution(loaded: LoadedModel) -> tuple[LoadedModel, ExecutionRe
                 for k, tslot in list(consumers.get(t, [])):
                     consumer = graph.node[k]
                     if tslot == 1 and _matmul_like(consumer, trans_b=0):
-                        emit_at(k, lambda k=k, consumer=consumer: as_matmul(k, consumer))
+                        pending.append((k, "matmul", lambda k=k, consumer=consumer, f=as_matmul: f(k, consumer)))
                         consumers[t].remove((k, tslot))
                 if not consumers.get(t):
                     removed.add(j)
                     consumers[name].remove((j, slot))
             elif slot == 1 and _matmul_like(node, trans_b=1) and node.op_type == "Gemm":
-                emit_at(j, lambda j=j, node=node: as_matmul(j, node))
+                pending.append((j, "matmul", lambda j=j, node=node, f=as_matmul: f(j, node)))
                 consumers[name].remove((j, slot))
             elif slot == 0 and node.op_type == "Gather" and _attribute(node, "axis", 0) in (0, -len(recognized.shape)):
-                emit_at(
-                    j,
-                    lambda node=node, name=name: emitter.gather(name, form_of(name), node.input[1], node.output[0]),
-                )
+                pending.append((j, "gather", lambda node=node, f=as_gather: f(node)))
                 removed.add(j)
                 consumers[name].remove((j, slot))
-                done.append(f"Gather {node.name!r}")
-        forms.pop(name, None)  # this value's codes are repacked: free them before the next value's
+        if pending:  # one pass over the payload fills every layout this value's consumers read
+            kinds = {kind for _, kind, _ in pending}
+            if "matmul" in kinds:
+                layouts["matmul"] = emitter.matmul_layout(recognized.spec, recognized.shape)
+            if "gather" in kinds:
+                layouts["gather"] = GatherLayout(recognized.spec, recognized.shape)
+            resolved = resolve_value(value, loaded)
+            whole = any(getattr(layout, "whole", False) for layout in layouts.values())
+            for r0, r1, form in row_forms(
+                recognized.format, recognized.shape, resolved.payload, resolved.where, whole=whole
+            ):
+                for layout in layouts.values():
+                    layout.write(r0, r1, form)
+            for index, _, action in pending:
+                emit_at(index, action)
+            layouts.clear()  # copied into initializers (or handed to ``arrays``): freed before the next value
         if done:
             report.rewritten[name] = done
         if consumers.get(name) or name in pinned:
@@ -155,6 +184,8 @@ def rewrite_for_execution(loaded: LoadedModel) -> tuple[LoadedModel, ExecutionRe
     kept_nodes = [node for j, node in enumerate(graph.node) if j not in removed]
     changed = _differing_ops(kept_nodes, opset, MIN_OPSET) if opset < MIN_OPSET else []
     if changed:  # the graph's own operators would change meaning at opset 21: decode instead
+        if arrays is not None:
+            arrays.clear()
         reason = f"the graph imports opset {opset} and its operators {', '.join(changed)} differ at {MIN_OPSET}"
         return loaded, ExecutionReport(kept=dict.fromkeys(candidates, reason))
     # The overlay's messages are not onnx's classes: emitted protos go in through their bytes.
@@ -169,13 +200,35 @@ def rewrite_for_execution(loaded: LoadedModel) -> tuple[LoadedModel, ExecutionRe
     while emitter.initializers:  # one tensor in two forms at a time, not all of them
         graph.initializer.add().ParseFromString(emitter.initializers.pop(0).SerializeToString())
     dropped = set(report.dropped)
-    for i in reversed(range(len(graph.struct_initializer))):
-        if graph.struct_initializer[i].name in dropped:
-            del graph.struct_initializer[i]
+    graph.struct_initializer.extend(v for v in loaded.proto.graph.struct_initializer if v.name not in dropped)
     _set_opset(proto, "", max(opset, MIN_OPSET))
     if any(n.domain == MS_DOMAIN for n in graph.node):
         _set_opset(proto, MS_DOMAIN, 1)
     return LoadedModel(proto, loaded.base_dir), report
+
+
+def _copy_without_struct_values(model):
+    """A copy of the overlay ``model`` without its graph's struct values, field by field so that
+    no inline payload is copied; a model or graph with unknown fields is copied whole instead
+    (and its struct values then deleted), which keeps those fields as they are."""
+    copy = type(model)()
+    if len(UnknownFieldSet(model)) or len(UnknownFieldSet(model.graph)):
+        copy.CopyFrom(model)
+        del copy.graph.struct_initializer[:]
+        return copy
+    for target, source, skip in ((copy, model, "graph"), (copy.graph, model.graph, "struct_initializer")):
+        for field, value in source.ListFields():
+            if field.name == skip:
+                continue
+            if field.is_repeated:
+                getattr(target, field.name).extend(value)
+            elif field.message_type is not None:
+                getattr(target, field.name).CopyFrom(value)
+            else:
+                setattr(target, field.name, value)
+    if model.HasField("graph"):
+        copy.graph.SetInParent()
+    return copy
 
 
 def _candidates(loaded: LoadedModel, report: ExecutionReport) -> dict[str, tuple[object, Recognized]]:

@@ -7,9 +7,19 @@ A per-block additive minimum ``m`` cannot ride in ``DequantizeLinear`` without a
 (``MatMulNBits``' slow path), so it is a second, small product:
 ``x @ (d*q + m) = x @ (d*q) + blocksum(x) @ m`` with ``blocksum(x)``: ``[..., K/bs]``.
 
+With ``accuracy_level`` set (what :class:`onnx_struct.InferenceSession` asks for), the product is
+``com.microsoft.MatMulNBits`` itself, over the inputs onnxruntime's fusion would derive (same
+bytes, same node, so the same results) without the fusion's copy of every weight at session
+creation.
+
 ``Gather`` (axis 0, an embedding table ``[V, D]`` blocked along D): onnxruntime's
 ``com.microsoft.GatherBlockQuantized`` over uint8 codes (two 4-bit codes per byte, low nibble
 first), which dequantizes only the gathered rows; a minimum is gathered and added per block.
+
+The arrays come from :mod:`.repack`'s layouts. With ``arrays`` (a dict) the emitted initializers
+are placeholders (external data at :data:`IN_MEMORY_LOCATION`) and their arrays go to the dict:
+the caller hands them to onnxruntime (``SessionOptions.add_external_initializers``) instead of
+copying them into the model's bytes.
 """
 
 from __future__ import annotations
@@ -17,66 +27,34 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_struct.formats.affine import AffineForm
+from onnx_struct.lowering.execution.repack import DequantizeLayout, GatherLayout, MatMulNBitsLayout, Part
 
 MS_DOMAIN = "com.microsoft"
-
-
-def pack_nibbles(codes: np.ndarray) -> bytes:
-    """ONNX's INT4/UINT4 packing of a C-order array: element 2i in the low nibble of byte i,
-    element 2i+1 in the high nibble (an odd count pads the last high nibble with zero)."""
-    flat = codes.reshape(-1).view(np.uint8)
-    if flat.size % 2:
-        flat = np.concatenate([flat, np.zeros(1, np.uint8)])
-    return ((flat[0::2] & 0x0F) | ((flat[1::2] & 0x0F) << 4)).astype(np.uint8).tobytes()
-
-
-def transposed_code_tensor(name: str, codes: np.ndarray, bits: int, xor: int = 0) -> TensorProto:
-    """``code_tensor(name, codes.T, bits)`` for 2-D ``codes [N, K]`` with fewer temporaries:
-    with N even, the nibble pairs of ``[K, N]`` are rows ``2j`` and ``2j+1`` of ``codes``, packed
-    at half size before the one transposing copy. ``xor=8``: 4-bit unsigned codes stored as the
-    signed ``q - 8`` (INT4), which is ``q ^ 8`` as a nibble."""
-    n, k = codes.shape
-    if bits != 4 or n % 2:
-        if xor:  # the 4-bit code q becomes the signed q - 8, which q ^ 8 is as a nibble
-            codes = (codes.view(np.uint8).astype(np.int16) - 8).astype(np.int8)
-        return code_tensor(name, codes.T, bits)
-    raw = codes.view(np.uint8)
-    packed = raw[0::2] & np.uint8(0x0F)
-    high = raw[1::2] << np.uint8(4)  # uint8 arithmetic drops the code's upper nibble
-    packed |= high
-    del high
-    if xor:
-        packed ^= np.uint8((xor & 0x0F) * 0x11)
-    elem = TensorProto.INT4 if codes.dtype == np.int8 or xor else TensorProto.UINT4
-    tensor = TensorProto(name=name, data_type=elem, dims=(k, n))
-    tensor.raw_data = np.ascontiguousarray(packed.T).tobytes()
-    return tensor
-
-
-def code_tensor(name: str, codes: np.ndarray, bits: int) -> TensorProto:
-    """An INT4/UINT4/INT8/UINT8 initializer of ``codes`` (int8/uint8, any shape)."""
-    signed = codes.dtype == np.int8
-    if bits == 4:
-        elem = TensorProto.INT4 if signed else TensorProto.UINT4
-        data = pack_nibbles(codes)
-    else:
-        elem = TensorProto.INT8 if signed else TensorProto.UINT8
-        data = np.ascontiguousarray(codes).tobytes()
-    tensor = TensorProto(name=name, data_type=elem, dims=codes.shape)
-    tensor.raw_data = data
-    return tensor
+# The external-data location of an initializer whose array is handed to onnxruntime in memory.
+IN_MEMORY_LOCATION = "onnx_struct.in_memory"
 
 
 class Emitter:
-    """Collects the initializers and nodes of the rewritten consumers; ``fresh`` gives unused names."""
+    """Collects the initializers and nodes of the rewritten consumers; ``fresh`` gives unused names.
 
-    def __init__(self, fresh) -> None:
+    ``arrays``: a dict to receive the repacked arrays (the initializers become placeholders);
+    ``accuracy_level``: emit ``MatMulNBits`` (with that attribute) instead of DequantizeLinear."""
+
+    def __init__(self, fresh, *, arrays: dict[str, np.ndarray] | None = None, accuracy_level: int | None = None):
         self.fresh = fresh
+        self.arrays = arrays
+        self.accuracy_level = accuracy_level
         self.initializers: list[TensorProto] = []
         self.nodes: list = []
         self._blocksums: dict[tuple[str, int], str] = {}
         self._constants: dict[tuple, str] = {}
+
+    @property
+    def emits_nbits(self) -> bool:
+        return self.accuracy_level is not None
+
+    def matmul_layout(self, spec, shape) -> DequantizeLayout | MatMulNBitsLayout:
+        return (MatMulNBitsLayout if self.emits_nbits else DequantizeLayout)(spec, shape)
 
     def constant(self, values, dtype=np.int64) -> str:
         key = (np.dtype(dtype).str, tuple(np.asarray(values).reshape(-1).tolist()))
@@ -91,30 +69,30 @@ class Emitter:
         self.nodes.append(helper.make_node(op, inputs, [out], name=out, domain=domain, **attrs))
         return out
 
-    def add(self, tensor: TensorProto) -> str:
+    def part(self, prefix: str, part: Part) -> str:
+        """An initializer of ``part`` named ``fresh(prefix)`` (a placeholder when collecting arrays)."""
+        name = self.fresh(prefix)
+        tensor = TensorProto(name=name, data_type=part.data_type, dims=part.dims)
+        if self.arrays is None:
+            tensor.raw_data = part.array.tobytes()
+        else:
+            tensor.data_location = TensorProto.EXTERNAL
+            for key, text in (("location", IN_MEMORY_LOCATION), ("offset", 0), ("length", part.array.nbytes)):
+                tensor.external_data.add(key=key, value=str(text))
+            self.arrays[name] = part.array
         self.initializers.append(tensor)
-        return tensor.name
+        return name
 
     # ------------------------------------------------------------------ MatMul
-    def matmul_weight(self, base: str, form: AffineForm) -> tuple[list[str], str | None]:
-        """Initializers of a weight stored ``[N, K]`` (blocks along K) as ``[K, N]``: the inputs
-        of its ``DequantizeLinear`` and the minimum ``[K/bs, N]`` (or None)."""
-        codes, zero_point, xor = form.codes, form.zero_point, 0
-        if form.bits == 4 and zero_point is not None and np.all(zero_point == 8):
-            # Q4_0 and the like: uint4 - 8 is exactly int4 without a zero point, onnxruntime's
-            # symmetric MatMulNBits, faster than its zero-point variant (docs/execution.md).
-            zero_point, xor = None, 8
-        codes = self.add(transposed_code_tensor(self.fresh(f"{base}::codes"), codes, form.bits, xor))
-        scale = self.add(numpy_helper.from_array(np.ascontiguousarray(form.scale.T), self.fresh(f"{base}::scale")))
-        inputs = [codes, scale]
+    def matmul_weight(self, base: str, layout: DequantizeLayout | MatMulNBitsLayout) -> tuple[list[str], str | None]:
+        """Initializers of a weight stored ``[N, K]`` (blocks along K): the weight inputs of its
+        ``DequantizeLinear`` (codes, scale, zero point) or ``MatMulNBits`` (B, scales, zero
+        points), and the minimum ``[K/bs, N]`` (or None)."""
+        codes, scale, zero_point, minimum = layout.parts()
+        inputs = [self.part(f"{base}::codes", codes), self.part(f"{base}::scale", scale)]
         if zero_point is not None:
-            inputs.append(self.add(code_tensor(self.fresh(f"{base}::zero_point"), zero_point.T, form.bits)))
-        minimum = None
-        if form.minimum is not None:
-            minimum = self.add(
-                numpy_helper.from_array(np.ascontiguousarray(form.minimum.T), self.fresh(f"{base}::minimum"))
-            )
-        return inputs, minimum
+            inputs.append(self.part(f"{base}::zero_point", zero_point))
+        return inputs, (self.part(f"{base}::minimum", minimum) if minimum is not None else None)
 
     def dequantize(self, base: str, inputs: list[str], block_size: int) -> str:
         """The ``DequantizeLinear`` of one consumer."""
@@ -139,28 +117,39 @@ class Emitter:
             self.nodes.append(helper.make_node("MatMul", [x, weight], [output], name=self.fresh(f"{output}::matmul")))
             return
         main = self.node("MatMul", [x, weight], f"{output}::main")
+        self._add_minimum(x, main, minimum, k, block_size, output)
+
+    def matmul_nbits(
+        self, x: str, inputs: list[str], minimum: str | None, layout: MatMulNBitsLayout, output: str, name: str = ""
+    ) -> None:
+        """``output = MatMulNBits(x, *inputs) (+ blocksum(x) @ minimum)``; ``name``: the node's."""
+        spec = layout.spec
+        attrs = dict(
+            K=layout.k, N=layout.n, bits=spec.bits, block_size=spec.block_size, accuracy_level=self.accuracy_level
+        )
+        if minimum is None:
+            node_name = name or self.fresh(f"{output}::matmul")
+            self.nodes.append(
+                helper.make_node("MatMulNBits", [x, *inputs], [output], name=node_name, domain=MS_DOMAIN, **attrs)
+            )
+            return
+        main = self.node("MatMulNBits", [x, *inputs], f"{output}::main", domain=MS_DOMAIN, **attrs)
+        self._add_minimum(x, main, minimum, layout.k, spec.block_size, output)
+
+    def _add_minimum(self, x: str, main: str, minimum: str, k: int, block_size: int, output: str) -> None:
         correction = self.node("MatMul", [self.blocksum(x, k, block_size), minimum], f"{output}::minimum")
         self.nodes.append(helper.make_node("Sum", [main, correction], [output], name=self.fresh(f"{output}::add")))
 
     # ------------------------------------------------------------------ Gather
-    def gather(self, base: str, form: AffineForm, indices: str, output: str) -> None:
+    def gather(self, base: str, layout: GatherLayout, indices: str, output: str) -> None:
         """``output = Gather(decode(table), indices, axis=0)`` through GatherBlockQuantized."""
-        offset = 1 << (form.bits - 1)
-        codes = form.codes
-        if form.signed:  # uint8 data only: c + 2^(bits-1) with the operator's default zero point
-            codes = (codes.astype(np.int16) + offset).astype(np.uint8)
-        zero_point = form.zero_point
-        if zero_point is not None and form.signed:
-            zero_point = (zero_point.astype(np.int16) + offset).astype(np.uint8)
-        elif zero_point is None and not form.signed:
-            zero_point = np.zeros(form.scale_shape, np.uint8)  # the default would be 2^(bits-1)
-        data = self.add(self._uint8(self.fresh(f"{base}::codes"), codes, form.bits))
-        scale = self.add(numpy_helper.from_array(np.ascontiguousarray(form.scale), self.fresh(f"{base}::scale")))
-        inputs = [data, indices, scale]
+        data, scale, zero_point, minimum = layout.parts()
+        inputs = [self.part(f"{base}::codes", data), indices, self.part(f"{base}::scale", scale)]
         if zero_point is not None:
-            inputs.append(self.add(self._uint8(self.fresh(f"{base}::zero_point"), zero_point, form.bits)))
-        attrs = dict(gather_axis=0, quantize_axis=1, block_size=form.block_size, bits=form.bits)
-        if form.minimum is None:
+            inputs.append(self.part(f"{base}::zero_point", zero_point))
+        spec = layout.spec
+        attrs = dict(gather_axis=0, quantize_axis=1, block_size=spec.block_size, bits=spec.bits)
+        if minimum is None:
             self.nodes.append(
                 helper.make_node(
                     "GatherBlockQuantized",
@@ -173,10 +162,10 @@ class Emitter:
             )
             return
         rows = self.node("GatherBlockQuantized", inputs, f"{output}::rows", domain=MS_DOMAIN, **attrs)
-        table = self.add(numpy_helper.from_array(np.ascontiguousarray(form.minimum), self.fresh(f"{base}::minimum")))
+        table = self.part(f"{base}::minimum", minimum)
         minimum = self.node("Gather", [table, indices], f"{output}::minimum", axis=0)
         lead = self.node("Shape", [indices], f"{output}::lead")
-        d, bs = form.shape[1], form.block_size
+        d, bs = layout.shape[1], spec.block_size
         blocked = self.node("Concat", [lead, self.constant([d // bs, bs])], f"{output}::blocked", axis=0)
         grouped = self.node("Reshape", [rows, blocked], f"{output}::blocks")
         shifted = self.node(
@@ -184,15 +173,3 @@ class Emitter:
         )
         flat = self.node("Concat", [lead, self.constant([d])], f"{output}::flat", axis=0)
         self.nodes.append(helper.make_node("Reshape", [shifted, flat], [output], name=self.fresh(f"{output}::reshape")))
-
-    @staticmethod
-    def _uint8(name: str, codes: np.ndarray, bits: int) -> TensorProto:
-        """uint8 ``[rows, cols]`` for GatherBlockQuantized: 4-bit codes packed two per byte along
-        the last axis (low nibble first), i.e. ``[rows, cols / 2]``."""
-        codes = np.ascontiguousarray(codes.view(np.uint8))
-        if bits == 4:
-            rows, cols = codes.shape
-            if cols % 2:
-                codes = np.concatenate([codes, np.zeros((rows, 1), np.uint8)], axis=1)
-            codes = (codes[:, 0::2] & 0x0F) | ((codes[:, 1::2] & 0x0F) << 4)
-        return numpy_helper.from_array(np.ascontiguousarray(codes, dtype=np.uint8), name)

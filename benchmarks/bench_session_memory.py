@@ -1,0 +1,233 @@
+"""Peak RSS of ``onnx_struct.InferenceSession`` over quantized weights, and where it goes.
+
+For each format, weight shape ``K x N`` and layer count the struct model is ``y = sum_i x @ W_i``
+(each ``W_i`` a struct value ``W_i^T [N, K]`` + ``Transpose``, random blocks with finite scales,
+as bench_execution.py builds them), its payloads in an external file (``ext``) or inline
+(``inline``). Two fresh processes per case:
+
+* **session**: imports numpy, onnxruntime and onnx_struct (``imports``: the baseline the goal's
+  100 MiB is for), then ``onnx_struct.InferenceSession(path)``; reports VmHWM after it
+  (``peak``) and VmRSS (``after``: what the session keeps). Goal (issue 12): ``peak <= 1.5 x
+  quantized bytes + 100 MiB``.
+* **steps**: the same session creation taken apart, the peak of each phase measured on its own
+  (VmHWM reset through ``/proc/self/clear_refs`` before each): ``load`` (the struct model as
+  read), ``lower`` (check, repack into MatMulNBits arrays, the lowered model), ``ort`` (the
+  onnxruntime session with the arrays handed over by ``add_external_initializers``: its copy,
+  then prepacking), and the RSS once the Python arrays are freed (``ort kept``). With ``--trace``
+  also tracemalloc's peak of Python allocations during ``lower`` (slower).
+
+``--file-route`` adds a third process: the repacked arrays written to an external-data file that
+onnxruntime maps, instead of handed over in memory (what that alternative would reach; it is not
+what InferenceSession does, see docs/execution.md, "Memory").
+
+Run: ``python benchmarks/bench_session_memory.py [--formats Q4_0,Q4_K,Q8_0] [--cases 4096x4096x2,4096x11008x4]
+[--inline Q4_0] [--trace] [--file-route]``; numbers in MiB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+from onnx import TensorProto
+from onnx import helper as oh
+
+F16_OFFSETS = {"Q4_0": (0,), "Q4_1": (0, 2), "Q8_0": (0,), "Q4_K": (0, 2), "Q6_K": (208,), "IQ4_XS": (0,)}
+
+
+def status() -> dict[str, float]:
+    with open("/proc/self/status") as file:
+        return {line[:5]: int(line.split()[1]) / 1024 for line in file if line.startswith(("VmHWM", "VmRSS"))}
+
+
+def reset_peak() -> bool:
+    try:
+        with open("/proc/self/clear_refs", "w") as file:
+            file.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+        return True
+    except OSError:
+        return False
+
+
+def payload(fmt, shape: tuple[int, int], seed: int) -> bytes:
+    rng = np.random.default_rng(seed)
+    blocks = rng.integers(0, 256, (fmt.num_blocks(shape), fmt.bytes_per_block), dtype=np.uint8)
+    for offset in F16_OFFSETS.get(fmt.name, ()):
+        scales = (rng.standard_normal(len(blocks)) * 0.01).astype(np.float16)
+        blocks[:, offset : offset + 2] = scales.view(np.uint8).reshape(-1, 2)
+    return blocks.tobytes()
+
+
+def build(name: str, k: int, n: int, layers: int, directory: str, inline: bool) -> tuple[str, int]:
+    """(model path, quantized bytes)."""
+    import onnx_struct as S  # noqa: PLC0415
+    from onnx_struct import formats  # noqa: PLC0415
+
+    fmt = formats.get(name)
+    nodes = []
+    for i in range(layers):
+        nodes += [
+            oh.make_node("Transpose", [f"W{i}"], [f"W{i}t"], perm=[1, 0]),
+            oh.make_node("MatMul", ["x", f"W{i}t"], [f"y{i}"]),
+        ]
+    nodes.append(oh.make_node("Sum", [f"y{i}" for i in range(layers)], ["y"]))
+    graph = oh.make_graph(
+        nodes,
+        "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", k])],
+        [oh.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", n])],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+    total = 0
+    with open(os.path.join(directory, "weights.bin"), "wb") as file:
+        for i in range(layers):
+            data = payload(fmt, (n, k), i)
+            value = fmt.make_value(model, f"W{i}", (n, k), data if inline else b"")
+            if not inline:
+                value.ClearField("raw_data")
+                for key, text in (("location", "weights.bin"), ("offset", total), ("length", len(data))):
+                    value.external_data.add(key=key, value=str(text))
+                file.write(data)
+            S.add_struct_values(model, value)
+            total += len(data)
+    path = os.path.join(directory, "model.onnx")
+    with open(path, "wb") as file:
+        file.write(model.SerializeToString())
+    return path, total
+
+
+# ---------------------------------------------------------------------------------- children
+def child_session(path: str) -> dict:
+    import onnxruntime  # noqa: F401, PLC0415
+
+    import onnx_struct  # noqa: PLC0415
+
+    report = {"imports": status()["VmHWM"]}
+    session = onnx_struct.InferenceSession(path)
+    report["peak"], report["after"] = status()["VmHWM"], status()["VmRSS"]
+    del session
+    return report
+
+
+def child_steps(path: str, trace: bool, file_route: bool) -> dict:
+    import onnxruntime as ort  # noqa: PLC0415
+
+    from onnx_struct.lowering.execution.emit import IN_MEMORY_LOCATION  # noqa: PLC0415
+    from onnx_struct.lowering.lower import lower_model  # noqa: PLC0415
+    from onnx_struct.schema.model import load  # noqa: PLC0415
+
+    report = {"imports": status()["VmHWM"], "phases": reset_peak()}
+
+    def phase(label: str) -> None:
+        now = status()
+        report[label], report[f"{label} rss"] = now["VmHWM"], now["VmRSS"]
+        reset_peak()
+
+    loaded = load(path)
+    phase("load")
+    if trace:
+        import tracemalloc  # noqa: PLC0415
+
+        tracemalloc.start()
+    arrays: dict = {}
+    lowering = lower_model(loaded, execution="quantized", accuracy_level=4, arrays=arrays)
+    if trace:
+        report["lower python peak"] = tracemalloc.get_traced_memory()[1] / 2**20
+        tracemalloc.stop()
+    report["arrays"] = sum({id(a): a.nbytes for a in arrays.values()}.values()) / 2**20
+    report["lowered bytes"] = lowering.model.ByteSize() / 2**20
+    base_dir = loaded.base_dir
+    del loaded
+    phase("lower")
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base_dir))
+    if file_route:
+        directory = tempfile.mkdtemp()
+        offset = 0
+        with open(os.path.join(directory, "repacked.bin"), "wb") as file:
+            for tensor in lowering.model.graph.initializer:
+                if tensor.external_data and tensor.external_data[0].value == IN_MEMORY_LOCATION:
+                    array = arrays.pop(tensor.name)
+                    pad = -offset % 65536
+                    file.write(b"\0" * pad)
+                    offset += pad
+                    del tensor.external_data[:]
+                    for key, text in (("location", "repacked.bin"), ("offset", offset), ("length", array.nbytes)):
+                        tensor.external_data.add(key=key, value=str(text))
+                    file.write(array.tobytes())
+                    offset += array.nbytes
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", directory)
+        phase("written")
+    else:
+        names = list(arrays)
+        options.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(arrays[n]) for n in names])
+    session = ort.InferenceSession(lowering.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    phase("ort")
+    arrays.clear()
+    report["ort kept"] = status()["VmRSS"]
+    del session
+    return report
+
+
+# ---------------------------------------------------------------------------------- driver
+def run_child(*args: str) -> dict:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=True
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--formats", default="Q4_0,Q4_K,Q8_0")
+    parser.add_argument("--cases", default="4096x4096x2,4096x11008x4", help="KxNxLAYERS,...")
+    parser.add_argument("--inline", default="Q4_0", help="formats also measured with inline payloads")
+    parser.add_argument("--trace", action="store_true")
+    parser.add_argument("--file-route", action="store_true")
+    parser.add_argument("--no-steps", action="store_true", help="the session process only (any onnx_struct version)")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        kind, path = args.child[:2]
+        if kind == "session":
+            print(json.dumps(child_session(path)))
+        else:
+            print(json.dumps(child_steps(path, "trace" in args.child, kind == "file")))
+        return
+    header = "| format | K x N x layers | payload | MiB | imports | peak | goal | peak/goal | after |"
+    header += " load | lower | arrays | ort | ort kept |" + (" python peak |" if args.trace else "")
+    header += " file-route ort |" if args.file_route else ""
+    print(header)
+    print("|" + "---|" * (header.count("|") - 1))
+    inline = set(filter(None, args.inline.split(",")))
+    for case in args.cases.split(","):
+        k, n, layers = (int(v) for v in case.split("x"))
+        for name in args.formats.split(","):
+            for where in ("ext", "inline") if name in inline else ("ext",):
+                with tempfile.TemporaryDirectory() as directory:
+                    path, nbytes = build(name, k, n, layers, directory, where == "inline")
+                    mib = nbytes / 2**20
+                    headline = run_child("session", path)
+                    steps = {} if args.no_steps else run_child("steps", path, *(["trace"] if args.trace else []))
+                    goal = 1.5 * mib + 100
+                    cells = [name, f"{k}x{n}x{layers}", where, f"{mib:.1f}", f"{headline['imports']:.0f}"]
+                    cells += [f"{headline['peak']:.0f}", f"{goal:.0f}", f"{headline['peak'] / goal:.2f}"]
+                    cells.append(f"{headline['after']:.0f}")
+                    for key in ("load", "lower", "arrays", "ort", "ort kept"):
+                        cells.append(f"{steps[key]:.0f}" if key in steps else "-")
+                    if args.trace and steps:
+                        cells.append(f"{steps['lower python peak']:.0f}")
+                    if args.file_route:
+                        file_route = run_child("file", path)
+                        cells.append(f"{file_route['ort']:.0f} (from {file_route['written rss']:.0f})")
+                    print("| " + " | ".join(cells) + " |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""A quantized weight's codes repacked range of rows by range of rows, never whole, never as float.
+
+:func:`row_forms` reads a struct value's payload in ranges of whole rows (blocks run along the last
+axis, so rows ``[r0, r1)`` are one contiguous byte range: an external payload is read range by
+range, an inline one is sliced) and yields the affine form of each range. A *layout* collects
+those forms into the arrays one emitted node reads, allocated once at their final size:
+
+* :class:`DequantizeLayout`: ``DequantizeLinear`` over ``W [K, N]`` for a weight stored ``[N, K]``
+  (codes transposed, INT4/UINT4 packed as ONNX packs them);
+* :class:`MatMulNBitsLayout`: ``com.microsoft.MatMulNBits``' ``B``, ``scales`` and
+  ``zero_points``, exactly as onnxruntime's DequantizeLinear + MatMul fusion writes them from
+  the DequantizeLayout (``B [N, K/bs, bs*bits/8]``: unsigned codes, low nibble first);
+* :class:`GatherLayout`: ``com.microsoft.GatherBlockQuantized`` over the stored ``[V, D]``.
+
+A weight then costs its repacked arrays plus one range's temporaries (about
+:data:`ROW_RANGE_BYTES` of payload and a few bytes per element of it), instead of its whole
+payload, one byte per element of codes, and their packed and transposed copies at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import numpy as np
+from onnx import TensorProto
+
+from onnx_struct.formats.affine import AffineForm, AffineSpec
+from onnx_struct.formats.base import BlockFormat
+from onnx_struct.payload import external
+from onnx_struct.payload.affine import affine_form
+from onnx_struct.payload.values import ExternalPayload
+
+# Payload bytes per range of rows: small enough that a range's temporaries stay a few MiB, large
+# enough that the per-range work (a view, numpy calls) is noise next to the arithmetic.
+ROW_RANGE_BYTES = 1 << 20
+
+_NIBBLE = np.uint8(0x0F)
+_FOUR = np.uint8(4)
+
+
+@dataclasses.dataclass(frozen=True)
+class Part:
+    """One initializer's data: ``array``'s bytes (C order) are the tensor's raw_data."""
+
+    array: np.ndarray
+    data_type: int
+    dims: tuple[int, ...]
+
+
+def row_forms(
+    fmt: BlockFormat, shape: tuple[int, int], payload, where: str, *, whole: bool = False
+) -> Iterator[tuple[int, int, AffineForm]]:
+    """``(r0, r1, affine form of rows [r0, r1))`` over a ``[rows, cols]`` value's payload (inline
+    bytes, or an :class:`ExternalPayload` read one range at a time). Ranges hold an even number
+    of rows (but the last); ``whole``: one range."""
+    rows, cols = shape
+    row_bytes = cols // fmt.block_size * fmt.bytes_per_block
+    step = rows if whole else max(2, ROW_RANGE_BYTES // max(row_bytes, 1) // 2 * 2)
+    for r0 in range(0, rows, step):
+        r1 = min(rows, r0 + step)
+        data = _read(payload, r0 * row_bytes, (r1 - r0) * row_bytes, where)
+        yield r0, r1, affine_form(fmt, data, (r1 - r0, cols))
+
+
+def _read(payload, offset: int, length: int, where: str):
+    if isinstance(payload, ExternalPayload):
+        return external.read_range(payload.file, payload.offset + offset, length, f"{where}.external_data")
+    return memoryview(payload).cast("B")[offset : offset + length]
+
+
+def _pack_pairs(codes: np.ndarray) -> np.ndarray:
+    """uint8 ``[..., 2m]`` -> ``[..., m]``: element 2i in the low nibble, 2i+1 in the high one."""
+    packed = codes[..., 0::2] & _NIBBLE
+    packed |= codes[..., 1::2] << _FOUR  # uint8 arithmetic drops the upper nibble
+    return packed
+
+
+def _pack_rows(codes: np.ndarray) -> np.ndarray:
+    """uint8 ``[2m, c]`` -> ``[m, c]``: row 2i in the low nibbles, row 2i+1 in the high ones."""
+    packed = codes[0::2] & _NIBBLE
+    packed |= codes[1::2] << _FOUR
+    return packed
+
+
+def _pack_pairs_padded(codes: np.ndarray) -> np.ndarray:
+    """:func:`_pack_pairs` along the last axis, an odd last element paired with a zero."""
+    if codes.shape[-1] % 2 == 0:
+        return _pack_pairs(codes)
+    pad = np.zeros((*codes.shape[:-1], 1), np.uint8)
+    return _pack_pairs(np.concatenate([codes, pad], axis=-1))
+
+
+def _unsigned(codes: np.ndarray, bits: int) -> np.ndarray:
+    """int8 codes of ``bits`` as the unsigned ``c + 2^(bits-1)`` (uint8 in the low ``bits``);
+    uint8 codes as they are."""
+    raw = codes.view(np.uint8)
+    if codes.dtype != np.int8:
+        return raw
+    return raw ^ np.uint8(1 << (bits - 1))  # two's complement: c ^ 2^(b-1) is c + 2^(b-1) mod 2^b
+
+
+class DequantizeLayout:
+    """``DequantizeLinear(codes [K, N], scale [K/bs, N], zero_point, axis=0, block_size=bs)`` and
+    the minimum ``[K/bs, N]`` of a weight stored ``[N, K]``. Unsigned 4-bit codes whose zero point
+    is 8 everywhere (Q4_0) become INT4 without a zero point (``q ^ 8`` is ``q - 8`` as a nibble):
+    onnxruntime's symmetric MatMulNBits, faster than its zero-point variant (docs/execution.md)."""
+
+    def __init__(self, spec: AffineSpec, shape: tuple[int, int]) -> None:
+        n, k = shape
+        self.spec, self.n, self.k = spec, n, k
+        kb = k // spec.block_size
+        # 4-bit codes pack along N: an odd N packs pairs across rows of [K, N], one range only.
+        self.whole = spec.bits == 4 and n % 2 == 1
+        columns = n // 2 if spec.bits == 4 and not self.whole else n
+        self.codes = np.empty((k, columns), np.uint8) if not self.whole else None
+        self.scale = np.empty((kb, n), np.float32)
+        self.zero_point = np.empty((kb, columns), np.uint8) if spec.zero_point else None
+        self.minimum = np.empty((kb, n), np.float32) if spec.minimum else None
+        self.all_eight = spec.bits == 4 and spec.zero_point and not spec.signed
+        self.flipped = False
+
+    def write(self, r0: int, r1: int, form: AffineForm) -> None:
+        raw = form.codes.view(np.uint8)
+        zero_point = form.zero_point.view(np.uint8) if form.zero_point is not None else None
+        if zero_point is not None and self.all_eight:
+            self.all_eight = bool(np.all(zero_point == 8))
+        if self.whole:  # the whole tensor: flattened [K, N] nibble pairs
+            self.codes = _pack_pairs_padded(np.ascontiguousarray(raw.T).reshape(-1))
+            if zero_point is not None:
+                self.zero_point = _pack_pairs_padded(np.ascontiguousarray(zero_point.T).reshape(-1))
+        elif self.spec.bits == 4:  # rows 2j, 2j+1 of [N, K] are byte column j of [K, N / 2]
+            self.codes[:, r0 // 2 : r1 // 2] = _pack_rows(raw).T
+            if zero_point is not None:
+                self.zero_point[:, r0 // 2 : r1 // 2] = _pack_rows(zero_point).T
+        else:
+            self.codes[:, r0:r1] = raw.T
+            if zero_point is not None:
+                self.zero_point[:, r0:r1] = zero_point.T
+        self.scale[:, r0:r1] = form.scale.T
+        if self.minimum is not None:
+            self.minimum[:, r0:r1] = form.minimum.T
+
+    def parts(self) -> tuple[Part, Part, Part | None, Part | None]:
+        """(codes, scale, zero point or None, minimum or None)."""
+        spec, dims = self.spec, (self.k, self.n)
+        signed = spec.signed or self.all_eight
+        if self.all_eight and not self.flipped:  # once, however many consumers read the parts
+            self.codes ^= np.uint8(0x88)
+            self.flipped = True
+        if spec.bits == 4:
+            elem = TensorProto.INT4 if signed else TensorProto.UINT4
+        else:
+            elem = TensorProto.INT8 if signed else TensorProto.UINT8
+        codes = Part(self.codes, elem, dims)
+        scale = Part(self.scale, TensorProto.FLOAT, self.scale.shape)
+        zero_point = None
+        if self.zero_point is not None and not self.all_eight:
+            zero_point = Part(self.zero_point, elem, (self.k // spec.block_size, self.n))
+        minimum = Part(self.minimum, TensorProto.FLOAT, self.minimum.shape) if self.minimum is not None else None
+        return codes, scale, zero_point, minimum
+
+
+class MatMulNBitsLayout:
+    """``MatMulNBits(A, B, scales, zero_points)`` of a weight stored ``[N, K]``, with the inputs
+    onnxruntime's fusion derives from :class:`DequantizeLayout`'s, byte for byte: unsigned codes
+    (a signed code plus ``2^(bits-1)``, the kernel's default zero point, so no zero point input);
+    unsigned codes without a zero point get explicit zeros; 4-bit zero points are packed two per
+    byte along each row's blocks; scales and zero points are 1-D. The minimum is as above."""
+
+    def __init__(self, spec: AffineSpec, shape: tuple[int, int]) -> None:
+        n, k = shape
+        self.spec, self.n, self.k = spec, n, k
+        self.kb = k // spec.block_size
+        self.b = np.empty((n, self.kb, spec.block_size * spec.bits // 8), np.uint8)
+        self.scales = np.empty((n, self.kb), np.float32)
+        self.zero_points = None
+        if spec.zero_point or not spec.signed:
+            self.zero_points = np.zeros((n, -(-self.kb // 2) if spec.bits == 4 else self.kb), np.uint8)
+        self.minimum = np.empty((self.kb, n), np.float32) if spec.minimum else None
+        self.all_eight = spec.bits == 4 and spec.zero_point and not spec.signed
+
+    def write(self, r0: int, r1: int, form: AffineForm) -> None:
+        bits = self.spec.bits
+        codes = _unsigned(form.codes, bits)
+        blocks = self.b[r0:r1]
+        if bits == 4:
+            blocks[...] = _pack_pairs(codes).reshape(blocks.shape)
+        else:
+            blocks[...] = codes.reshape(blocks.shape)
+        self.scales[r0:r1] = form.scale
+        if form.zero_point is not None:
+            zero_point = _unsigned(form.zero_point, bits)
+            if self.all_eight:
+                self.all_eight = bool(np.all(zero_point == 8))
+            self.zero_points[r0:r1] = _pack_pairs_padded(zero_point) if bits == 4 else zero_point
+        if self.minimum is not None:
+            self.minimum[:, r0:r1] = form.minimum.T
+
+    def parts(self) -> tuple[Part, Part, Part | None, Part | None]:
+        """(B, scales, zero_points or None, minimum or None)."""
+        b = Part(self.b, TensorProto.UINT8, self.b.shape)
+        scales = Part(self.scales.reshape(-1), TensorProto.FLOAT, (self.scales.size,))
+        zero_points = None
+        if self.zero_points is not None and not self.all_eight:
+            zero_points = Part(self.zero_points.reshape(-1), TensorProto.UINT8, (self.zero_points.size,))
+        minimum = Part(self.minimum, TensorProto.FLOAT, self.minimum.shape) if self.minimum is not None else None
+        return b, scales, zero_points, minimum
+
+
+class GatherLayout:
+    """``GatherBlockQuantized(data, indices, scales, zero_points)`` over an embedding stored
+    ``[V, D]`` (blocks along D): uint8 data (4-bit codes two per byte along D, low nibble first;
+    a signed code plus ``2^(bits-1)``, the operator's default zero point for uint8 data), unsigned
+    codes without a zero point get explicit zeros (the default would be ``2^(bits-1)``), zero
+    points packed like the data. The minimum is ``[V, D/bs]``, gathered and added per block."""
+
+    def __init__(self, spec: AffineSpec, shape: tuple[int, int]) -> None:
+        rows, cols = shape
+        self.spec, self.shape = spec, shape
+        nb = cols // spec.block_size
+        self.data = np.empty((rows, -(-cols // 2) if spec.bits == 4 else cols), np.uint8)
+        self.scale = np.empty((rows, nb), np.float32)
+        self.zero_point = None
+        if spec.zero_point or not spec.signed:
+            self.zero_point = np.zeros((rows, -(-nb // 2) if spec.bits == 4 else nb), np.uint8)
+        self.minimum = np.empty((rows, nb), np.float32) if spec.minimum else None
+
+    def write(self, r0: int, r1: int, form: AffineForm) -> None:
+        bits = self.spec.bits
+        codes = _unsigned(form.codes, bits)
+        self.data[r0:r1] = _pack_pairs_padded(codes) if bits == 4 else codes
+        self.scale[r0:r1] = form.scale
+        if form.zero_point is not None:
+            zero_point = _unsigned(form.zero_point, bits)
+            self.zero_point[r0:r1] = _pack_pairs_padded(zero_point) if bits == 4 else zero_point
+        if self.minimum is not None:
+            self.minimum[r0:r1] = form.minimum
+
+    def parts(self) -> tuple[Part, Part, Part | None, Part | None]:
+        """(data, scales, zero_points or None, minimum or None)."""
+
+        def part(array, elem):
+            return None if array is None else Part(array, elem, array.shape)
+
+        return (
+            part(self.data, TensorProto.UINT8),
+            part(self.scale, TensorProto.FLOAT),
+            part(self.zero_point, TensorProto.UINT8),
+            part(self.minimum, TensorProto.FLOAT),
+        )
+
+
+__all__ = ["DequantizeLayout", "GatherLayout", "MatMulNBitsLayout", "Part", "ROW_RANGE_BYTES", "row_forms"]
