@@ -115,7 +115,9 @@ def ort_quantized(plain, bits: int, level: int):
     logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)  # one INFO line per node
     for handler in logging.getLogger().handlers:
         handler.setLevel(logging.WARNING)
-    quantizer = MatMulNBitsQuantizer(plain, bits=bits, block_size=32, is_symmetric=True, accuracy_level=level)
+    copy = type(plain)()  # the quantizer rewrites the model it is given, in place
+    copy.CopyFrom(plain)
+    quantizer = MatMulNBitsQuantizer(copy, bits=bits, block_size=32, is_symmetric=True, accuracy_level=level)
     quantizer.process()
     return quantizer.model.model
 

