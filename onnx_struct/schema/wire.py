@@ -111,7 +111,9 @@ def _probe(plan: _Plan):
     ``attribute``); a message where it finds nothing is skipped whole, at C speed."""
     tags = {t for t, a in plan.actions.items() if isinstance(a, tuple)}
     tags |= {number << 3 | wire_type for number in plan.checked for wire_type in range(8)}
-    first = {(t & 0x7F) | (0x80 if t >= 0x80 else 0) for t in tags}
+    # A tag below 0x80 may also come in a longer varint form (0xaa 0x00 for 0x2a), which protobuf
+    # reads as the same tag: its first byte is the tag's with the continuation bit set.
+    first = {t & 0x7F | 0x80 for t in tags} | {t for t in tags if t < 0x80}
     if not first or len(first) > 6:
         return None
     return re.compile(b"[" + b"".join(re.escape(bytes([b])) for b in sorted(first)) + b"]")
