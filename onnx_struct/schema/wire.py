@@ -13,14 +13,15 @@ the bytes themselves and reports the first such problem as a ValidationError wit
 in every *overlay* message (``schemas/onnx_struct.proto``: the proposal's messages and the copies
 of onnx's messages on a path to them). onnx's own messages (tensors, decoders, shapes) keep stock
 protobuf semantics, as in stock onnx, and are skipped by their length without being read, so the
-scan costs one step per field of the overlay messages, whatever the payload sizes. It is iterative
-(no recursion on hostile depth) and reads every byte at most once.
+scan costs one step per field of the overlay messages, whatever the payload sizes (and less in the
+main graph, where runs of nodes without attributes and of plain struct values are stepped over with
+a few byte reads each). It is iterative (no recursion on hostile depth) and reads every byte at most
+twice (the node probe searches ahead of the scan).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Container
 
 import onnx
 from google.protobuf.descriptor import FieldDescriptor
@@ -30,7 +31,7 @@ from onnx_struct.errors import ValidationError
 
 _VARINT, _I64, _LEN, _START_GROUP, _END_GROUP, _I32 = range(6)
 # Actions of fields that are neither overlay messages nor oneof members: skipped by their length.
-_SKIP_LEN, _SKIP_SCALAR = 0, 1
+_SKIP_LEN, _SKIP_SCALAR = object(), object()  # compared by identity in the hot loop
 
 _WIRE_TYPES = {
     FieldDescriptor.TYPE_DOUBLE: _I64,
@@ -121,7 +122,19 @@ def _probe(plan: _Plan):
 
 _MODEL_PLAN = _build_plans(pb.ModelProto.DESCRIPTOR)
 _GRAPH_PLAN = _MODEL_PLAN.actions[pb.ModelProto.DESCRIPTOR.fields_by_name["graph"].number << 3 | _LEN][0]
-_VALUE_PLAN = _GRAPH_PLAN.actions[pb.GraphProto.DESCRIPTOR.fields_by_name["struct_initializer"].number << 3 | _LEN][0]
+_NODE_TAG = pb.GraphProto.DESCRIPTOR.fields_by_name["node"].number << 3 | _LEN  # one byte
+_NODE_PLAN = _GRAPH_PLAN.actions[_NODE_TAG][0]
+_VALUE_NUMBER = pb.GraphProto.DESCRIPTOR.fields_by_name["struct_initializer"].number
+_VALUE_PLAN = _GRAPH_PLAN.actions[_VALUE_NUMBER << 3 | _LEN][0]
+# The wire form of a plain struct value: GraphProto.struct_initializer = 17 (a two-byte tag), then
+# StructProto.type = 1 (varint), raw_data = 3 and name = 5 (length-delimited), one-byte tags.
+_VALUE_TAG = bytes((_VALUE_NUMBER << 3 | _LEN | 0x80, _VALUE_NUMBER << 3 >> 7))
+_TYPE_TAG, _RAW_DATA_TAG, _NAME_TAG = (
+    pb.StructProto.DESCRIPTOR.fields_by_name[name].number << 3 | wire_type
+    for name, wire_type in (("type", _VARINT), ("raw_data", _LEN), ("name", _LEN))
+)
+_VALUE_TAG0 = _VALUE_TAG[0]
+assert _NODE_PLAN.probe is not None and 16 <= _VALUE_NUMBER < 2048 and max(_TYPE_TAG, _RAW_DATA_TAG, _NAME_TAG) < 0x80
 
 
 def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -141,20 +154,38 @@ class _Malformed(Exception):
         self.pos = pos
 
 
-def scan_model(data: bytes, plain_values: Container[int] = ()) -> ValidationError | None:
-    """The first wire-level problem of a serialized (overlay) ModelProto, or None.
+class Scan:
+    """What one scan found: ``error``, the first problem (or None), and, when there is none, facts
+    for the checker's fast paths, in the main graph (the ``graph`` of the model, all occurrences):
 
-    ``plain_values``: indices of main-graph struct values that the parse shows to hold exactly
-    ``type``, ``raw_data`` and ``name`` and no unknown field (the checker proves it from their
-    serialized size); their bytes can hold nothing to report, so they are skipped unread.
+    - ``values``: per struct value, in parsed order, ``(type, payload bytes, name bytes)`` when its
+      bytes are exactly ``type``, ``raw_data`` and ``name``, once each, in field order (as every
+      protobuf library writes such a value): nothing else is in it, not even an unknown field, and
+      nothing in it can be a problem. None for any other value (its fields were scanned);
+    - ``nodes``: the indices of the nodes that may have attributes (of ``node_count``); every other
+      node holds no byte that can start an attribute field.
     """
+
+    __slots__ = ("error", "values", "nodes", "node_count")
+
+    def __init__(self, error: ValidationError | None, values=None, nodes=None, node_count: int = 0) -> None:
+        self.error = error
+        self.values: list | None = values
+        self.nodes: list[int] | None = nodes
+        self.node_count = node_count
+
+
+def scan_model(data: bytes) -> Scan:
+    """The first wire-level problem of a serialized (overlay) ModelProto, or the main graph's facts."""
     try:
-        return _scan(data, plain_values)
+        return _scan(data)
     except _Malformed as error:
-        return ValidationError("", f"the model is not well-formed protobuf at byte {error.pos}", code="not_parsable")
+        return Scan(
+            ValidationError("", f"the model is not well-formed protobuf at byte {error.pos}", code="not_parsable")
+        )
 
 
-def _scan(data: bytes, plain_values: Container[int]) -> ValidationError | None:
+def _scan(data: bytes) -> Scan:
     # The message being read is (plan, start, end, field number in its parent, state); its
     # ancestors are on ``stack``. ``state`` (created on first need) maps a oneof's index to the
     # first member seen, and ``~number`` to the state of the singular message field ``number``:
@@ -163,16 +194,33 @@ def _scan(data: bytes, plain_values: Container[int]) -> ValidationError | None:
     plan, start, end, field, state = _MODEL_PLAN, 0, len(data), 0, None
     actions = plan.actions
     pos = 0
-    value_index = -1  # of the main graph's struct values, in wire order (= parsed order)
+    main = False  # reading the main graph: its node and value records come in long runs
+    values: list = []  # Scan.values; its length is the index of the next struct value, in wire order
+    nodes: list[int] = []
+    node_count = 0
+    mark = -1  # see _bare_nodes
     while True:
         if pos >= end:
             if pos > end:
                 raise _Malformed(end)
             if not stack:
-                return None
+                return Scan(None, values, nodes, node_count)
             plan, start, end, field, state = stack.pop()
             actions = plan.actions
+            main = plan is _GRAPH_PLAN and len(stack) == 1
             continue
+        if main:  # runs of records stepped over with a few byte reads each, back here when one is not
+            first = data[pos]
+            if first == _NODE_TAG:
+                after, count, mark = _bare_nodes(data, pos, end, mark)
+                if count:
+                    pos, node_count = after, node_count + count
+                    continue
+            elif first == _VALUE_TAG0:
+                after = _plain_values(data, pos, end, values)
+                if after != pos:
+                    pos = after
+                    continue
         tag = data[pos]
         if tag < 0x80:
             pos += 1
@@ -182,7 +230,7 @@ def _scan(data: bytes, plain_values: Container[int]) -> ValidationError | None:
         else:
             tag, pos = _varint(data, pos, end)
         action = actions.get(tag)
-        if action == _SKIP_LEN:  # the common case: a string, bytes or onnx message, skipped whole
+        if action is _SKIP_LEN:  # the common case: a string, bytes or onnx message, skipped whole
             length = data[pos] if pos < end else 0x80
             if length < 0x80:
                 pos += 1 + length
@@ -194,10 +242,10 @@ def _scan(data: bytes, plain_values: Container[int]) -> ValidationError | None:
             number = tag >> 3
             if number in plan.checked:
                 frames = [*stack, (plan, start, end, field, state)]
-                return _problem(data, frames, number, f"has wire type {tag & 7}, not the one its type requires")
+                return Scan(_problem(data, frames, number, f"has wire type {tag & 7}, not the one its type requires"))
             pos = _skip(data, pos, end, tag)
             continue
-        if action == _SKIP_SCALAR:
+        if action is _SKIP_SCALAR:
             pos = _skip(data, pos, end, tag)
             continue
         child, oneof, number, repeated = action
@@ -208,12 +256,14 @@ def _scan(data: bytes, plain_values: Container[int]) -> ValidationError | None:
             if first != number:
                 names = plan.names
                 frames = [*stack, (plan, start, end, field, state)]
-                return _problem(
-                    data,
-                    frames,
-                    None,
-                    f"oneof {plan.descriptor.oneofs[oneof].name!r} has two members on the wire "
-                    f"({names[first]!r} and {names[number]!r}); protobuf would keep only the last",
+                return Scan(
+                    _problem(
+                        data,
+                        frames,
+                        None,
+                        f"oneof {plan.descriptor.oneofs[oneof].name!r} has two members on the wire "
+                        f"({names[first]!r} and {names[number]!r}); protobuf would keep only the last",
+                    )
                 )
         if child is None:
             pos = _skip(data, pos, end, tag)
@@ -225,16 +275,16 @@ def _scan(data: bytes, plain_values: Container[int]) -> ValidationError | None:
             length, pos = _varint(data, pos, end)
         if pos + length > end:
             raise _Malformed(end)
+        if main:
+            if child is _NODE_PLAN:
+                nodes.append(node_count)
+                node_count += 1
+            elif child is _VALUE_PLAN:
+                values.append(None)
         probe = child.probe
-        if probe is not None:
-            if probe.search(data, pos, pos + length) is None:
-                pos += length  # nothing in it to check (e.g. a node without attributes)
-                continue
-        elif child is _VALUE_PLAN and len(stack) == 1:  # a struct value of the main graph
-            value_index += 1
-            if value_index in plain_values:
-                pos += length
-                continue
+        if probe is not None and probe.search(data, pos, pos + length) is None:
+            pos += length  # nothing in it to check (e.g. a node without attributes)
+            continue
         if repeated:
             child_state = None
         else:
@@ -246,6 +296,80 @@ def _scan(data: bytes, plain_values: Container[int]) -> ValidationError | None:
         stack.append((plan, start, end, field, state))
         plan, start, end, field, state = child, pos, pos + length, number, child_state
         actions = plan.actions
+        main = plan is _GRAPH_PLAN and len(stack) == 1
+
+
+def _bare_nodes(data: bytes, pos: int, end: int, mark: int) -> tuple[int, int, int]:
+    """Past the node records at ``pos`` in which no byte can start an attribute field (the only
+    field of a node the scan reads): (the position after them, how many, ``mark``).
+
+    ``mark`` is where the node probe found such a byte, at or after an earlier node's start, or
+    ``end`` (-1: not searched yet): one C-speed search serves every node before it.
+    """
+    search = _NODE_PLAN.probe.search
+    count = 0
+    while pos + 1 < end and data[pos] == _NODE_TAG:
+        length = data[pos + 1]
+        body = pos + 2
+        if length >= 0x80:  # a node of 128 bytes or more: a two-byte length (longer ones go the usual way)
+            if body >= end or data[body] >= 0x80:
+                break
+            length = length & 0x7F | data[body] << 7
+            body += 1
+        stop = body + length
+        if stop > end:
+            break
+        if mark < body:
+            found = search(data, body, end)
+            mark = found.start() if found is not None else end
+        if mark < stop:
+            break
+        pos = stop
+        count += 1
+    return pos, count, mark
+
+
+def _plain_values(data: bytes, pos: int, end: int, values: list) -> int:
+    """Past the struct value records at ``pos`` whose bytes are exactly ``type``, ``raw_data`` and
+    ``name``, once each, in this order (one-byte tags; a type of one or two bytes): appends
+    ``(type, payload bytes, name bytes)`` for each, and returns the position after them."""
+    tag0, tag1 = _VALUE_TAG
+    try:
+        while pos + 2 < end and data[pos] == tag0 and data[pos + 1] == tag1:
+            length = data[pos + 2]
+            body = pos + 3
+            if length >= 0x80:
+                length, body = _varint(data, body - 1, end)
+            stop = body + length
+            if stop > end or length < 6 or data[body] != _TYPE_TAG:  # 6 bytes: the shortest such value
+                break
+            type_index = data[body + 1]
+            at = body + 2
+            if type_index >= 0x80:
+                if data[at] >= 0x80:
+                    break
+                type_index = type_index & 0x7F | data[at] << 7
+                at += 1
+            if at + 1 >= stop or data[at] != _RAW_DATA_TAG:
+                break
+            payload = data[at + 1]
+            at += 2
+            if payload >= 0x80:
+                payload, at = _varint(data, at - 1, stop)
+            at += payload
+            if at + 1 >= stop or data[at] != _NAME_TAG:
+                break
+            name_length = data[at + 1]
+            at += 2
+            if name_length >= 0x80:
+                name_length, at = _varint(data, at - 1, stop)
+            if at + name_length != stop:
+                break
+            values.append((type_index, payload, data[at:stop]))
+            pos = stop
+    except _Malformed:  # left to the usual way, which reports it
+        pass
+    return pos
 
 
 def _skip(data: bytes, pos: int, end: int, tag: int) -> int:
