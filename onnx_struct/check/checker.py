@@ -53,9 +53,9 @@ class _Checker(GraphRules):
         if data is None:  # an overlay object: a oneof's lost member is gone, wrong wire types are not
             data = self.proto.SerializeToString()
         self.scan = wire.scan_model(data)
-        main_nodes = self.scan.nodes if self.scan.node_count == len(graph.node) else None
+        self.main_nodes = self.scan.nodes if self.scan.node_count == len(graph.node) else None
         # One walk collects every place a struct part can be below the model-level ones.
-        self.graphs, self.struct_type_protos = graph_parts(self.proto, main_nodes)
+        self.graphs, self.struct_type_protos = graph_parts(self.proto, self.main_nodes)
         external = onnx.TensorProto.EXTERNAL
         self.external_initializers = [i for i, t in enumerate(graph.initializer) if t.data_location == external]
 
@@ -85,12 +85,11 @@ class _Checker(GraphRules):
         defined = {t.name for t in graph.initializer}
         defined |= {t.values.name for t in graph.sparse_initializer}
         defined |= {i.name for i in graph.input}
-        plain = self.scan.values
-        if plain is not None and len(plain) != len(graph.struct_initializer):
-            plain = None  # cannot happen (the scan counts what the parse holds), but costs nothing to rule out
+        # The scan's facts about each value (its count is the parse's: checked, as it costs nothing).
+        facts = self.scan.error is None and len(self.scan.value_types) == len(graph.struct_initializer)
         payloads = self.plain_payloads()
-        if plain is None or not self.all_plain(plain, payloads, defined):
-            self.check_each_value(plain, payloads, defined)
+        if not (facts and self.all_plain(payloads, defined)):
+            self.check_each_value(payloads, defined, facts)
         for path, subgraph in self.graphs:
             if path != "graph" and len(subgraph.struct_initializer):
                 self.report(
@@ -101,40 +100,47 @@ class _Checker(GraphRules):
                     )
                 )
 
-    def all_plain(self, plain: list, payloads: dict[int, int], defined: set[str]) -> bool:
+    def all_plain(self, payloads: dict[int, int], defined: set[str]) -> bool:
         """The common case at C speed: every value holds exactly type, raw_data and name (the scan
         read it in its bytes), of a valid byte-aligned declaration with as many payload bytes, under
         a valid, new name. Then nothing is to report and ``value_names`` is filled; else False."""
-        if None in plain:
-            return False
-        if not plain:
+        types, sizes = self.scan.value_types, self.scan.value_payloads
+        if not types:
             return True
-        types, sizes, raw_names = zip(*plain, strict=True)
-        if any(payloads.get(t) != size for t, size in set(zip(types, sizes, strict=True))):
+        if types.count(types[0]) == len(types) and sizes.count(sizes[0]) == len(sizes):
+            kinds = {(types[0], sizes[0])}  # one declaration (the common case): no pass over pairs
+        else:
+            kinds = set(zip(types, sizes, strict=True))
+        if any(payloads.get(t) != size for t, size in kinds):  # None: a value of another shape
             return False
-        names = _decoded(raw_names)
-        if names is None or not all(names) or len(set(names)) != len(names) or not defined.isdisjoint(names):
+        names = _decoded(self.scan.value_names)
+        if names is None:
             return False
         declarations = self.table.declarations
-        self.value_names = dict(zip(names, map(declarations.__getitem__, types), strict=True))
+        if len(kinds) == 1:
+            value_names = dict.fromkeys(names, declarations[types[0]])
+        else:
+            value_names = dict(zip(names, map(declarations.__getitem__, types), strict=True))
+        if len(value_names) != len(names) or "" in value_names or not value_names.keys().isdisjoint(defined):
+            return False  # a name twice, an empty one, one of an initializer or input: reported one by one
+        self.value_names = value_names
         return True
 
-    def check_each_value(self, plain: list | None, payloads: dict[int, int], defined: set[str]) -> None:
+    def check_each_value(self, payloads: dict[int, int], defined: set[str], facts: bool) -> None:
         declarations = self.table.declarations
         value_names = self.value_names
+        types, sizes, raw_names = self.scan.value_types, self.scan.value_payloads, self.scan.value_names
         for k in range(len(self.proto.graph.struct_initializer)):
-            fact = plain[k] if plain is not None else None
-            if fact is not None:  # exactly type, raw_data and name (read in the bytes by the scan)
-                type_index, size, raw_name = fact
-                name = _decoded([raw_name])
+            if facts and types[k] is not None:  # exactly type, raw_data and name (read in its bytes)
+                name = _decoded([raw_names[k]])
                 if (
                     name is not None
                     and name[0]
-                    and payloads.get(type_index) == size
+                    and payloads.get(types[k]) == sizes[k]
                     and name[0] not in value_names
                     and name[0] not in defined
                 ):
-                    value_names[name[0]] = declarations[type_index]
+                    value_names[name[0]] = declarations[types[k]]
                     continue
             value = self.values[k]
             where = element_label(f"graph.struct_initializer[{k}]", value.name)

@@ -65,8 +65,7 @@ def iter_overlay(message, path: str = "", *, into_struct_parts: bool = False, ma
                     continue
                 may_hold = _struct_part_probe(items[0].DESCRIPTOR, into_struct_parts)
                 if main_nodes is not None and locator == _MAIN_GRAPH and name == "node":
-                    holders = [(i, items[i]) for i in main_nodes]
-                    holders = [(i, item) for i, item in holders if _holds(item, may_hold)]
+                    holders = [(i, item) for i, item in picked(items, main_nodes) if _holds(item, may_hold)]
                 elif isinstance(may_hold, str):  # the hot case, nodes: one repeated field read inline
                     holders = [(i, item) for i, item in enumerate(items) if getattr(item, may_hold)]
                 else:
@@ -172,6 +171,11 @@ def walk_graphs(
                     children.append((single, attribute.g))
                 children.extend((f"{listed}[{j}]", sub) for j, sub in enumerate(attribute.graphs))
         stack.extend(reversed(children))
+
+
+def picked(items, indices) -> list[tuple[int, object]]:
+    """``(index, item)`` for the given indices of a list or repeated field, as ``enumerate`` gives them."""
+    return [(i, items[i]) for i in indices]
 
 
 def walk_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:

@@ -28,6 +28,7 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
 from onnx_struct.errors import ValidationError
+from onnx_struct.schema import wire_runs
 
 _VARINT, _I64, _LEN, _START_GROUP, _END_GROUP, _I32 = range(6)
 # Actions of fields that are neither overlay messages nor oneof members: skipped by their length.
@@ -51,7 +52,7 @@ class _Plan:
     """How to read one overlay message type: an action per valid tag, the field numbers whose
     wire type is checked, and a probe that proves a message holds nothing to check."""
 
-    __slots__ = ("descriptor", "actions", "names", "checked", "probe")
+    __slots__ = ("descriptor", "actions", "names", "checked", "probe", "probe_bytes")
 
     def __init__(self, descriptor) -> None:
         self.descriptor = descriptor
@@ -59,7 +60,7 @@ class _Plan:
         self.actions: dict = {}
         self.names = {f.number: f.name for f in descriptor.fields}
         self.checked = {f.number for f in descriptor.fields if f.number not in _stock_numbers(descriptor)}
-        self.probe = None
+        self.probe = self.probe_bytes = None
 
 
 def _stock_numbers(descriptor) -> set[int]:
@@ -102,14 +103,17 @@ def _build_plans(root) -> _Plan:
         plan.actions = {
             t: (plans[a[0]] if a[0] else None, *a[1:]) if isinstance(a, tuple) else a for t, a in plan.actions.items()
         }
-        plan.probe = _probe(plan)
+        plan.probe_bytes = _probe_bytes(plan)
+        if plan.probe_bytes is not None:
+            plan.probe = re.compile(b"[" + b"".join(re.escape(bytes([b])) for b in sorted(plan.probe_bytes)) + b"]")
     return plans[root.full_name]
 
 
-def _probe(plan: _Plan):
-    """A regex finding any byte that can start an interesting tag (a field to descend into, a oneof
-    member, or a checked field of any wire type) when there are few such bytes (NodeProto has one:
-    ``attribute``); a message where it finds nothing is skipped whole, at C speed."""
+def _probe_bytes(plan: _Plan) -> frozenset[int] | None:
+    """The bytes that can start an interesting tag (a field to descend into, a oneof member, or a
+    checked field of any wire type) when there are few such bytes (NodeProto: those of one tag,
+    ``attribute``): the plan's ``probe`` searches them, and a message where it finds none is skipped
+    whole, at C speed."""
     tags = {t for t, a in plan.actions.items() if isinstance(a, tuple)}
     tags |= {number << 3 | wire_type for number in plan.checked for wire_type in range(8)}
     # A tag below 0x80 may also come in a longer varint form (0xaa 0x00 for 0x2a), which protobuf
@@ -117,7 +121,7 @@ def _probe(plan: _Plan):
     first = {t & 0x7F | 0x80 for t in tags} | {t for t in tags if t < 0x80}
     if not first or len(first) > 6:
         return None
-    return re.compile(b"[" + b"".join(re.escape(bytes([b])) for b in sorted(first)) + b"]")
+    return frozenset(first)
 
 
 _MODEL_PLAN = _build_plans(pb.ModelProto.DESCRIPTOR)
@@ -134,6 +138,8 @@ _TYPE_TAG, _RAW_DATA_TAG, _NAME_TAG = (
     for name, wire_type in (("type", _VARINT), ("raw_data", _LEN), ("name", _LEN))
 )
 _VALUE_TAG0 = _VALUE_TAG[0]
+_FIELD_TAGS = bytes((_TYPE_TAG, _RAW_DATA_TAG, _NAME_TAG))
+_NODE_PROBE = bytes(sorted(_NODE_PLAN.probe_bytes))
 assert _NODE_PLAN.probe is not None and 16 <= _VALUE_NUMBER < 2048 and max(_TYPE_TAG, _RAW_DATA_TAG, _NAME_TAG) < 0x80
 
 
@@ -156,23 +162,26 @@ class _Malformed(Exception):
 
 class Scan:
     """What one scan found: ``error``, the first problem (or None), and, when there is none, facts
-    for the checker's fast paths, in the main graph (the ``graph`` of the model, all occurrences):
+    for the checker's fast paths about the main graph (the model's ``graph``, all occurrences):
 
-    - ``values``: per struct value, in parsed order, ``(type, payload bytes, name bytes)`` when its
-      bytes are exactly ``type``, ``raw_data`` and ``name``, once each, in field order (as every
-      protobuf library writes such a value): nothing else is in it, not even an unknown field, and
-      nothing in it can be a problem. None for any other value (its fields were scanned);
-    - ``nodes``: the indices of the nodes that may have attributes (of ``node_count``); every other
-      node holds no byte that can start an attribute field.
+    - per struct value, in parsed order: ``value_types``, ``value_payloads`` and ``value_names``
+      hold its type, payload bytes and name (bytes) when its bytes are exactly ``type``,
+      ``raw_data`` and ``name``, once each, in field order (as every protobuf library writes such a
+      value): nothing else is in it, not even an unknown field, and nothing in it can be a
+      problem. Its type is None for any other value (whose fields were scanned);
+    - ``nodes``: the indices of the nodes that may have attributes (of ``node_count``); every
+      other node holds no byte that can start an attribute field.
     """
 
-    __slots__ = ("error", "values", "nodes", "node_count")
+    __slots__ = ("error", "value_types", "value_payloads", "value_names", "nodes", "node_count")
 
-    def __init__(self, error: ValidationError | None, values=None, nodes=None, node_count: int = 0) -> None:
+    def __init__(self, error: ValidationError | None) -> None:
         self.error = error
-        self.values: list | None = values
-        self.nodes: list[int] | None = nodes
-        self.node_count = node_count
+        self.value_types: list[int | None] = []
+        self.value_payloads: list[int] = []
+        self.value_names: list[bytes] = []
+        self.nodes: list[int] | None = None if error else []
+        self.node_count = 0
 
 
 def scan_model(data: bytes) -> Scan:
@@ -194,32 +203,36 @@ def _scan(data: bytes) -> Scan:
     plan, start, end, field, state = _MODEL_PLAN, 0, len(data), 0, None
     actions = plan.actions
     pos = 0
-    main = False  # reading the main graph: its node and value records come in long runs
-    values: list = []  # Scan.values; its length is the index of the next struct value, in wire order
-    nodes: list[int] = []
+    found = Scan(None)
+    types, payloads, names, nodes = found.value_types, found.value_payloads, found.value_names, found.nodes
     node_count = 0
-    mark = -1  # see _bare_nodes
+    main = False  # reading the main graph: its node and value records come in long runs
+    runs = wire_runs.Runs(data, _NODE_TAG, _NODE_PROBE, _VALUE_TAG, _FIELD_TAGS)
     while True:
         if pos >= end:
             if pos > end:
                 raise _Malformed(end)
             if not stack:
-                return Scan(None, values, nodes, node_count)
+                found.node_count = node_count
+                return found
             plan, start, end, field, state = stack.pop()
             actions = plan.actions
             main = plan is _GRAPH_PLAN and len(stack) == 1
             continue
-        if main:  # runs of records stepped over with a few byte reads each, back here when one is not
+        if main:  # runs of records read at C speed; the record that ends a run is read below
             first = data[pos]
             if first == _NODE_TAG:
-                after, count, mark = _bare_nodes(data, pos, end, mark)
+                after, count = runs.bare_nodes(pos, end)
                 if count:
                     pos, node_count = after, node_count + count
                     continue
             elif first == _VALUE_TAG0:
-                after = _plain_values(data, pos, end, values)
-                if after != pos:
-                    pos = after
+                run = runs.plain_values(pos, end) or _plain_value(data, pos, end)
+                if run is not None:
+                    pos = run[0]
+                    types += run[1]
+                    payloads += run[2]
+                    names += run[3]
                     continue
         tag = data[pos]
         if tag < 0x80:
@@ -254,7 +267,7 @@ def _scan(data: bytes) -> Scan:
                 state = {}
             first = state.setdefault(oneof, number)
             if first != number:
-                names = plan.names
+                field_names = plan.names
                 frames = [*stack, (plan, start, end, field, state)]
                 return Scan(
                     _problem(
@@ -262,7 +275,7 @@ def _scan(data: bytes) -> Scan:
                         frames,
                         None,
                         f"oneof {plan.descriptor.oneofs[oneof].name!r} has two members on the wire "
-                        f"({names[first]!r} and {names[number]!r}); protobuf would keep only the last",
+                        f"({field_names[first]!r} and {field_names[number]!r}); protobuf would keep only the last",
                     )
                 )
         if child is None:
@@ -280,7 +293,9 @@ def _scan(data: bytes) -> Scan:
                 nodes.append(node_count)
                 node_count += 1
             elif child is _VALUE_PLAN:
-                values.append(None)
+                types.append(None)
+                payloads.append(0)
+                names.append(b"")
         probe = child.probe
         if probe is not None and probe.search(data, pos, pos + length) is None:
             pos += length  # nothing in it to check (e.g. a node without attributes)
@@ -299,77 +314,28 @@ def _scan(data: bytes) -> Scan:
         main = plan is _GRAPH_PLAN and len(stack) == 1
 
 
-def _bare_nodes(data: bytes, pos: int, end: int, mark: int) -> tuple[int, int, int]:
-    """Past the node records at ``pos`` in which no byte can start an attribute field (the only
-    field of a node the scan reads): (the position after them, how many, ``mark``).
-
-    ``mark`` is where the node probe found such a byte, at or after an earlier node's start, or
-    ``end`` (-1: not searched yet): one C-speed search serves every node before it.
-    """
-    search = _NODE_PLAN.probe.search
-    count = 0
-    while pos + 1 < end and data[pos] == _NODE_TAG:
-        length = data[pos + 1]
-        body = pos + 2
-        if length >= 0x80:  # a node of 128 bytes or more: a two-byte length (longer ones go the usual way)
-            if body >= end or data[body] >= 0x80:
-                break
-            length = length & 0x7F | data[body] << 7
-            body += 1
-        stop = body + length
-        if stop > end:
-            break
-        if mark < body:
-            found = search(data, body, end)
-            mark = found.start() if found is not None else end
-        if mark < stop:
-            break
-        pos = stop
-        count += 1
-    return pos, count, mark
-
-
-def _plain_values(data: bytes, pos: int, end: int, values: list) -> int:
-    """Past the struct value records at ``pos`` whose bytes are exactly ``type``, ``raw_data`` and
-    ``name``, once each, in this order (one-byte tags; a type of one or two bytes): appends
-    ``(type, payload bytes, name bytes)`` for each, and returns the position after them."""
-    tag0, tag1 = _VALUE_TAG
+def _plain_value(data: bytes, pos: int, end: int) -> tuple[int, list[int], list[int], list[bytes]] | None:
+    """The struct value record at ``pos`` if its bytes are exactly ``type``, ``raw_data`` and
+    ``name``, once each, in this order (for one too large for a numpy window): (position after it,
+    [type], [payload size], [name]), else None."""
     try:
-        while pos + 2 < end and data[pos] == tag0 and data[pos + 1] == tag1:
-            length = data[pos + 2]
-            body = pos + 3
-            if length >= 0x80:
-                length, body = _varint(data, body - 1, end)
-            stop = body + length
-            if stop > end or length < 6 or data[body] != _TYPE_TAG:  # 6 bytes: the shortest such value
-                break
-            type_index = data[body + 1]
-            at = body + 2
-            if type_index >= 0x80:
-                if data[at] >= 0x80:
-                    break
-                type_index = type_index & 0x7F | data[at] << 7
-                at += 1
-            if at + 1 >= stop or data[at] != _RAW_DATA_TAG:
-                break
-            payload = data[at + 1]
-            at += 2
-            if payload >= 0x80:
-                payload, at = _varint(data, at - 1, stop)
-            at += payload
-            if at + 1 >= stop or data[at] != _NAME_TAG:
-                break
-            name_length = data[at + 1]
-            at += 2
-            if name_length >= 0x80:
-                name_length, at = _varint(data, at - 1, stop)
-            if at + name_length != stop:
-                break
-            values.append((type_index, payload, data[at:stop]))
-            pos = stop
+        length, body = _varint(data, pos + 2, end)
+        stop = body + length
+        if stop > end or length < 6 or data[body] != _TYPE_TAG:
+            return None
+        type_index, at = _varint(data, body + 1, stop)
+        if at + 1 >= stop or data[at] != _RAW_DATA_TAG or type_index >= 1 << 31:
+            return None
+        payload, at = _varint(data, at + 1, stop)
+        at += payload
+        if at + 1 >= stop or data[at] != _NAME_TAG:
+            return None
+        name_length, at = _varint(data, at + 1, stop)
     except _Malformed:  # left to the usual way, which reports it
-        pass
-    return pos
+        return None
+    if at + name_length != stop:
+        return None
+    return stop, [type_index], [payload], [data[at:stop]]
 
 
 def _skip(data: bytes, pos: int, end: int, tag: int) -> int:
