@@ -179,10 +179,10 @@ class _Checker(GraphRules):
     def check_external_tensors(self) -> None:
         """Every external stock tensor (initializers and node attributes of every graph, model
         function and training graph) by the rules used for struct payloads (tensors inside types
-        are refused by check_constant and check_functions)."""
-        if not external.may_hold_external_tensors(self.proto, self.loaded.serialized):
-            return  # no tensor anywhere has data_location = EXTERNAL: skip the walk over nodes
-        for where, tensor in external.model_tensors(self.proto):
+        are refused by check_constant and check_functions). In the main graph only the initializers
+        the parse shows as external and the nodes the scan shows may have attributes are read."""
+        tensors = external.model_tensors(self.proto, initializers=self.external_initializers, nodes=self.main_nodes)
+        for where, tensor in tensors:
             if external.is_external(tensor):
                 self.attempt(external.check_tensor, tensor, self.loaded.base_dir, where)
 

@@ -145,7 +145,7 @@ def graph_parts(proto, main_nodes=None) -> tuple[list, list]:
 
 
 def walk_graphs(
-    graph: onnx.GraphProto, path: str = "graph", *, by_index: bool = False
+    graph: onnx.GraphProto, path: str = "graph", *, by_index: bool = False, nodes=None
 ) -> Iterator[tuple[str, onnx.GraphProto]]:
     """``(path, graph)`` for a stock graph (or function) and every graph in its node attributes,
     depth first, in document order.
@@ -154,22 +154,25 @@ def walk_graphs(
     ``graph.node[3].attribute ('branches')[1]``; ``by_index=True`` spells the fields instead, as
     the tensor paths of :mod:`onnx_struct.payload.external` do: ``graph.node[3].attribute[0].g``,
     ``graph.node[3].attribute[0].graphs[1]``. Iterative, so nesting depth costs no stack.
+    ``nodes``: the indices of the only nodes of ``graph`` itself that may have attributes (see
+    :func:`iter_overlay`); the others are not read.
     """
     stack = [(path, graph)]
     while stack:
         where, current = stack.pop()
         yield where, current
         children = []
-        for i, node in enumerate(current.node):
+        listed = enumerate(current.node) if nodes is None or current is not graph else picked(current.node, nodes)
+        for i, node in listed:
             for k, attribute in enumerate(node.attribute):
                 if by_index:
                     at = f"{where}.node[{i}].attribute[{k}]"
-                    single, listed = f"{at}.g", f"{at}.graphs"
+                    single, several = f"{at}.g", f"{at}.graphs"
                 else:
-                    single = listed = f"{where}.node[{i}].attribute ({attribute.name!r})"
+                    single = several = f"{where}.node[{i}].attribute ({attribute.name!r})"
                 if attribute.HasField("g"):
                     children.append((single, attribute.g))
-                children.extend((f"{listed}[{j}]", sub) for j, sub in enumerate(attribute.graphs))
+                children.extend((f"{several}[{j}]", sub) for j, sub in enumerate(attribute.graphs))
         stack.extend(reversed(children))
 
 
