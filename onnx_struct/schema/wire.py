@@ -318,6 +318,8 @@ def _plain_value(data: bytes, pos: int, end: int) -> tuple[int, list[int], list[
     """The struct value record at ``pos`` if its bytes are exactly ``type``, ``raw_data`` and
     ``name``, once each, in this order (for one too large for a numpy window): (position after it,
     [type], [payload size], [name]), else None."""
+    if pos + 1 >= end or data[pos + 1] != _VALUE_TAG[1]:
+        return None
     try:
         length, body = _varint(data, pos + 2, end)
         stop = body + length

@@ -43,9 +43,10 @@ def _varints(w: np.ndarray, at: np.ndarray, max_bytes: int) -> tuple[np.ndarray,
 
 
 def _chain(starts: np.ndarray, stops: np.ndarray, valid: np.ndarray) -> np.ndarray:
-    """Indices of the candidates chained from the first: each starts where the one before stops."""
+    """Indices of the candidates chained from the one at the window's start (none if there is none
+    there): each starts where the one before stops."""
     m = len(starts)
-    if not m or not valid[0]:
+    if not m or starts[0] != 0 or not valid[0]:
         return np.zeros(0, np.int64)
     j = np.searchsorted(starts, stops)
     clipped = np.minimum(j, m - 1)
