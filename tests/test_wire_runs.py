@@ -65,19 +65,27 @@ def plain_model(**changes) -> tuple[list[bytes], list[bytes]]:
     return nodes, values
 
 
-def scans(data: bytes, monkeypatch) -> tuple[wire.Scan, wire.Scan]:
-    """(with numpy runs, every record in Python)."""
-    fast = wire.scan_model(data)
+def scans(data: bytes, monkeypatch) -> tuple[wire.Scan, wire.Scan, wire.Scan]:
+    """(numpy runs from the first record, numpy runs after some records in Python, every record
+    in Python)."""
+    first = wire.scan_model(data, (1 << 20, 1 << 20))  # as for counts from a parse of long runs
+    later = wire.scan_model(data)
     with monkeypatch.context() as patch:
         patch.setattr(wire_runs, "_PATIENCE", 1 << 62)
         slow = wire.scan_model(data)
-    return fast, slow
+    return first, later, slow
 
 
 def assert_same_scan(data: bytes, monkeypatch) -> wire.Scan:
-    fast, slow = scans(data, monkeypatch)
-    assert str(fast.error) == str(slow.error)
+    first, fast, slow = scans(data, monkeypatch)
+    assert str(first.error) == str(fast.error) == str(slow.error)
     if fast.error is None:
+        assert (first.value_types, first.value_payloads, first.value_names) == (
+            slow.value_types,
+            slow.value_payloads,
+            slow.value_names,
+        )
+        assert first.node_count == slow.node_count and set(first.nodes) <= set(slow.nodes)
         assert (fast.value_types, fast.value_payloads, fast.value_names) == (
             slow.value_types,
             slow.value_payloads,
@@ -90,7 +98,7 @@ def assert_same_scan(data: bytes, monkeypatch) -> wire.Scan:
         except S.ValidationError:
             return fast
         with_attributes = {i for i, n in enumerate(parsed.node) if len(n.attribute)}
-        assert with_attributes <= set(fast.nodes)
+        assert with_attributes <= set(fast.nodes) and with_attributes <= set(first.nodes)
         assert fast.node_count == len(parsed.node) and len(fast.value_types) == len(parsed.struct_initializer)
     return fast
 

@@ -52,7 +52,7 @@ class _Checker(GraphRules):
         data = loaded.serialized
         if data is None:  # an overlay object: a oneof's lost member is gone, wrong wire types are not
             data = self.proto.SerializeToString()
-        self.scan = wire.scan_model(data)
+        self.scan = wire.scan_model(data, (len(graph.node), len(graph.struct_initializer)))
         self.main_nodes = self.scan.nodes if self.scan.node_count == len(graph.node) else None
         # One walk collects every place a struct part can be below the model-level ones.
         self.graphs, self.struct_type_protos = graph_parts(self.proto, self.main_nodes)

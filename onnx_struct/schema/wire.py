@@ -184,17 +184,19 @@ class Scan:
         self.node_count = 0
 
 
-def scan_model(data: bytes) -> Scan:
-    """The first wire-level problem of a serialized (overlay) ModelProto, or the main graph's facts."""
+def scan_model(data: bytes, counts: tuple[int, int] | None = None) -> Scan:
+    """The first wire-level problem of a serialized (overlay) ModelProto, or the main graph's facts.
+    ``counts``: how many nodes and struct values the parse of ``data`` holds in its main graph, if
+    known (they only decide how runs are read, never what is found)."""
     try:
-        return _scan(data)
+        return _scan(data, counts)
     except _Malformed as error:
         return Scan(
             ValidationError("", f"the model is not well-formed protobuf at byte {error.pos}", code="not_parsable")
         )
 
 
-def _scan(data: bytes) -> Scan:
+def _scan(data: bytes, counts: tuple[int, int] | None) -> Scan:
     # The message being read is (plan, start, end, field number in its parent, state); its
     # ancestors are on ``stack``. ``state`` (created on first need) maps a oneof's index to the
     # first member seen, and ``~number`` to the state of the singular message field ``number``:
@@ -207,7 +209,7 @@ def _scan(data: bytes) -> Scan:
     types, payloads, names, nodes = found.value_types, found.value_payloads, found.value_names, found.nodes
     node_count = 0
     main = False  # reading the main graph: its node and value records come in long runs
-    runs = wire_runs.Runs(data, _NODE_TAG, _NODE_PROBE, _VALUE_TAG, _FIELD_TAGS)
+    runs = wire_runs.Runs(data, _NODE_TAG, _NODE_PROBE, _VALUE_TAG, _FIELD_TAGS, counts)
     while True:
         if pos >= end:
             if pos > end:

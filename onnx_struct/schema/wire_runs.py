@@ -23,6 +23,7 @@ _LAST_WINDOW = 1 << 22
 # Records of a kind read the usual way before numpy is tried (again, after a short run): a numpy
 # pass costs as much as a few hundred records read in Python, so short runs stay in Python.
 _PATIENCE = 64
+_LONG_RUN = 256  # records of a kind the parse holds from which numpy reads them from the first one
 
 
 def _varints(w: np.ndarray, at: np.ndarray, max_bytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -66,12 +67,19 @@ class Runs:
     current run of nodes (a node with attributes interrupts it: the scan reads that node, then
     resumes here at the next one)."""
 
-    def __init__(self, data: bytes, node_tag: int, probe: bytes, value_tag: bytes, field_tags: bytes) -> None:
+    def __init__(
+        self, data: bytes, node_tag: int, probe: bytes, value_tag: bytes, field_tags: bytes, counts=None
+    ) -> None:
+        """``counts``: how many nodes and struct values the parse holds, if known: numpy reads a
+        kind from its first record when there are many, never when there are few."""
         self.buf = np.frombuffer(data, np.uint8)
         self.node_tag, self.probe = node_tag, probe
         self.value_tag, self.field_tags = value_tag, field_tags
         self.windows = {"node": _FIRST_WINDOW, "value": _FIRST_WINDOW}
         self.patience = {"node": _PATIENCE, "value": _PATIENCE}
+        if counts is not None:
+            for kind, count in zip(("node", "value"), counts, strict=True):
+                self.patience[kind] = 0 if count >= _LONG_RUN else count
         self.starts = self.stops = np.zeros(0, np.int64)
         self.flagged: list[int] = []  # indices of the run's nodes whose bodies hold a probe byte
         self.cursor = self.flag = 0  # the next node of the run, the next flagged one
