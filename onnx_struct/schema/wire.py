@@ -13,10 +13,11 @@ the bytes themselves and reports the first such problem as a ValidationError wit
 in every *overlay* message (``schemas/onnx_struct.proto``: the proposal's messages and the copies
 of onnx's messages on a path to them). onnx's own messages (tensors, decoders, shapes) keep stock
 protobuf semantics, as in stock onnx, and are skipped by their length without being read, so the
-scan costs one step per field of the overlay messages, whatever the payload sizes (and less in the
-main graph, where runs of nodes without attributes and of plain struct values are stepped over with
-a few byte reads each). It is iterative (no recursion on hostile depth) and reads every byte at most
-twice (the node probe searches ahead of the scan).
+scan costs one step per field of the overlay messages, whatever the payload sizes. It is iterative
+(no recursion on hostile depth). In the main graph, runs of node records and of struct value
+records are read with numpy instead (``wire_runs.py``); what the scan learns there (which nodes may
+have attributes, which values hold exactly ``type``, ``raw_data`` and ``name``) is handed to the
+checker (:class:`Scan`), so that it reads neither kind one message at a time.
 """
 
 from __future__ import annotations

@@ -10,20 +10,22 @@ look like a tag are never reached, so the chain is exactly what protobuf reads. 
 the first record that is not a candidate (another field, a length of more than two bytes, a record
 crossing the window's end, a struct value of another shape): the scan reads that one its usual way.
 
-A pass costs as much as a few hundred records read in Python: the first records of a kind, and
-those after a short run, are left to the scan; windows double while runs fill them.
+A pass costs about as much as a hundred records read in Python, so short runs are left to the
+scan, and windows double while runs fill them.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+# Windows, in bytes: the last one bounds the temporary arrays (some int64 per candidate start).
 _FIRST_WINDOW = 1 << 16
-_LAST_WINDOW = 1 << 22
-# Records of a kind read the usual way before numpy is tried (again, after a short run): a numpy
-# pass costs as much as a few hundred records read in Python, so short runs stay in Python.
+_LAST_WINDOW = 1 << 20
+# A numpy pass has a fixed cost of about a hundred records read in Python (docs/benchmarks.md):
+# records of a kind read the usual way before numpy is tried (again, after a short run), and the
+# number of records of a kind (as the parse counts them) from which numpy reads from the first.
 _PATIENCE = 64
-_LONG_RUN = 256  # records of a kind the parse holds from which numpy reads them from the first one
+_LONG_RUN = 128
 
 
 def _varints(w: np.ndarray, at: np.ndarray, max_bytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
