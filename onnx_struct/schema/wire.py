@@ -293,7 +293,6 @@ def _scan(data: bytes, counts: tuple[int, int] | None) -> Scan:
             raise _Malformed(end)
         if main:
             if child is _NODE_PLAN:
-                nodes.append(node_count)
                 node_count += 1
             elif child is _VALUE_PLAN:
                 types.append(None)
@@ -303,6 +302,8 @@ def _scan(data: bytes, counts: tuple[int, int] | None) -> Scan:
         if probe is not None and probe.search(data, pos, pos + length) is None:
             pos += length  # nothing in it to check (e.g. a node without attributes)
             continue
+        if main and child is _NODE_PLAN:
+            nodes.append(node_count - 1)  # it may have attributes
         if repeated:
             child_state = None
         else:
@@ -319,23 +320,35 @@ def _scan(data: bytes, counts: tuple[int, int] | None) -> Scan:
 
 def _plain_value(data: bytes, pos: int, end: int) -> tuple[int, list[int], list[int], list[bytes]] | None:
     """The struct value record at ``pos`` if its bytes are exactly ``type``, ``raw_data`` and
-    ``name``, once each, in this order (for one too large for a numpy window): (position after it,
-    [type], [payload size], [name]), else None."""
-    if pos + 1 >= end or data[pos + 1] != _VALUE_TAG[1]:
+    ``name``, once each, in this order (for one numpy does not read): (position after it, [type],
+    [payload size], [name]), else None. One-byte varints are read inline (the common case)."""
+    if pos + 8 >= end or data[pos + 1] != _VALUE_TAG[1]:
         return None
     try:
-        length, body = _varint(data, pos + 2, end)
+        length = data[pos + 2]
+        body = pos + 3
+        if length >= 0x80:
+            length, body = _varint(data, pos + 2, end)
         stop = body + length
         if stop > end or length < 6 or data[body] != _TYPE_TAG:
             return None
-        type_index, at = _varint(data, body + 1, stop)
+        type_index = data[body + 1]
+        at = body + 2
+        if type_index >= 0x80:
+            type_index, at = _varint(data, body + 1, stop)
         if at + 1 >= stop or data[at] != _RAW_DATA_TAG or type_index >= 1 << 31:
             return None
-        payload, at = _varint(data, at + 1, stop)
+        payload = data[at + 1]
+        at += 2
+        if payload >= 0x80:
+            payload, at = _varint(data, at - 1, stop)
         at += payload
         if at + 1 >= stop or data[at] != _NAME_TAG:
             return None
-        name_length, at = _varint(data, at + 1, stop)
+        name_length = data[at + 1]
+        at += 2
+        if name_length >= 0x80:
+            name_length, at = _varint(data, at - 1, stop)
     except _Malformed:  # left to the usual way, which reports it
         return None
     if at + name_length != stop:

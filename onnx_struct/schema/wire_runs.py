@@ -82,16 +82,10 @@ class Runs:
         if counts is not None:
             for kind, count in zip(("node", "value"), counts, strict=True):
                 self.patience[kind] = 0 if count >= _LONG_RUN else count
-        self.starts = self.stops = np.zeros(0, np.int64)
+        self.starts: list[int] = []  # the current run of nodes: where each starts and stops
+        self.stops: list[int] = []
         self.flagged: list[int] = []  # indices of the run's nodes whose bodies hold a probe byte
         self.cursor = self.flag = 0  # the next node of the run, the next flagged one
-
-    def _waiting(self, kind: str) -> bool:
-        """Whether this record of ``kind`` is to be read the usual way (see ``_PATIENCE``)."""
-        if self.patience[kind]:
-            self.patience[kind] -= 1
-            return True
-        return False
 
     def _window(self, kind: str, pos: int, end: int) -> np.ndarray:
         return self.buf[pos : min(end, pos + self.windows[kind])]
@@ -110,7 +104,8 @@ class Runs:
         node at ``pos`` has one, or is not in a run (the scan then reads it the usual way)."""
         i = self.cursor
         if not (i < len(self.starts) and self.starts[i] == pos):
-            if self._waiting("node"):
+            if self.patience["node"]:  # see _PATIENCE
+                self.patience["node"] -= 1
                 return pos, 0
             self._node_run(pos, end)
             i = 0
@@ -123,7 +118,7 @@ class Runs:
             self.cursor = i + 1
             return pos, 0
         self.cursor = j
-        return int(self.stops[j - 1]), j - i
+        return self.stops[j - 1], j - i
 
     def _node_run(self, pos: int, end: int) -> None:
         w = self._window("node", pos, end)
@@ -139,7 +134,8 @@ class Runs:
         hits = np.flatnonzero(hit)
         first = hits[np.minimum(np.searchsorted(hits, bodies), len(hits) - 1)] if len(hits) else stops
         self.flagged = np.flatnonzero((first >= bodies) & (first < stops)).tolist()
-        self.starts, self.stops, self.cursor, self.flag = starts + pos, stops + pos, 0, 0
+        self.starts, self.stops = (starts + pos).tolist(), (stops + pos).tolist()
+        self.cursor = self.flag = 0
         self._fit("node", int(stops[-1]) if len(stops) else 0, len(stops))
 
     def plain_values(self, pos: int, end: int) -> tuple[int, list[int], list[int], list[bytes]] | None:
@@ -147,7 +143,8 @@ class Runs:
         exactly ``type``, ``raw_data`` and ``name``, once each, in this order (one-byte tags; a
         type and a name length of one or two bytes, a payload length of up to three):
         (position after them, their types, payload sizes and names), or None if there is none."""
-        if self._waiting("value"):
+        if self.patience["value"]:  # see _PATIENCE
+            self.patience["value"] -= 1
             return None
         w = self._window("value", pos, end)
         if len(w) < 9:  # the shortest such record
