@@ -243,3 +243,37 @@ def test_runs_longer_than_a_window(monkeypatch):
 def test_a_model_without_graph_or_runs(monkeypatch):
     for data in (b"", onnx.ModelProto(ir_version=10).SerializeToString(), model_bytes([node(0)], [value(0)])):
         assert_same_scan(data, monkeypatch)
+
+
+def test_chain_against_following_the_records_one_by_one():
+    """The numpy chain (a guess checked link by link, else pointer doubling) is the chain of
+    records read one at a time from the window's start: runs of records whose bodies are dense
+    with bytes that look like tags, one byte sometimes changed."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    alphabet = np.array([0x0A, 0x0A, 0x0A, 0x01, 0x02, 0x05, 0x0C, 0x7F, 0x80, 0x81, 0xFF], np.uint8)
+    doubled = 0
+    for case in range(400):
+        records = []
+        for _ in range(rng.integers(1, 60)):
+            body = rng.choice(alphabet, rng.integers(0, 13))
+            records.append(np.concatenate(([0x0A, len(body)], body)).astype(np.uint8))
+        w = np.concatenate(records)
+        if case % 3:
+            w[rng.integers(0, len(w))] = rng.choice(alphabet)
+        starts = np.flatnonzero(w == 0x0A)
+        length, size, ok = wire_runs._varints(w, starts + 1, 2)
+        stops = starts + 1 + size + length
+        valid = ok & (stops <= len(w))
+        by_start = {int(s): (int(e), bool(v)) for s, e, v in zip(starts, stops, valid, strict=True)}
+        expected, at = [], 0
+        while at in by_start and by_start[at][1]:
+            expected.append(at)
+            at = by_start[at][0]
+        assert starts[wire_runs._chain(starts, stops, valid)].tolist() == expected, case
+        if not len(starts):
+            continue
+        reach = np.maximum.accumulate(np.where(valid, stops, 0))
+        doubled += not set(expected) <= set(starts[np.concatenate(([True], starts[1:] >= reach[:-1]))].tolist())
+    assert doubled > 20  # both ways of finding the chain were taken

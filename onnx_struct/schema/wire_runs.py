@@ -54,8 +54,17 @@ def _chain(starts: np.ndarray, stops: np.ndarray, valid: np.ndarray) -> np.ndarr
     j = np.searchsorted(starts, stops)
     clipped = np.minimum(j, m - 1)
     successor = np.where((j < m) & (starts[clipped] == stops) & valid[clipped], clipped, m)
-    if (successor[:-1] == np.arange(1, m)).all():  # the common case: no false candidate
+    if (successor[:-1] == np.arange(1, m)).all():  # no false candidate (struct values, mostly)
         return np.arange(m)
+    # A guess checked link by link: the candidates inside no earlier valid candidate's record (a
+    # false one lies inside the record it was read from). Where a link fails, the chain is known
+    # up to there; it is complete if that member has no successor, else pointer doubling decides.
+    reach = np.maximum.accumulate(np.where(valid, stops, 0))
+    guess = np.flatnonzero(np.concatenate(([True], starts[1:] >= reach[:-1])))
+    links = successor[guess[:-1]] == guess[1:]
+    last = int(np.argmin(links)) if not links.all() else len(links)
+    if successor[guess[last]] == m:
+        return guess[: last + 1]
     jump = np.append(successor, m)  # m: the end, its own successor
     chain = np.zeros(1, np.int64)
     while chain[-1] != m:  # the first 2**k members, then 2**(k+1): log2(run) rounds
