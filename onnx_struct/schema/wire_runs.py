@@ -5,13 +5,14 @@ and its struct values (``struct_initializer``). Stepping over them one Python it
 is most of a scan's time (docs/benchmarks.md); here a window of the buffer is read with a few numpy
 operations instead. Every position holding the field's tag is a candidate start, its length varint
 says where that record stops, and the run is the chain of candidates from the first one, each
-starting where the one before stops, found by pointer doubling: bytes inside a record that only
-look like a tag are never reached, so the chain is exactly what protobuf reads. A run ends before
+starting where the one before stops (guessed, checked link by link, and found by pointer doubling
+where the guess fails): bytes inside a record that only look like a tag are never reached, so the
+chain is exactly what protobuf reads. A run ends before
 the first record that is not a candidate (another field, a length of more than two bytes, a record
 crossing the window's end, a struct value of another shape): the scan reads that one its usual way.
 
-A pass costs about as much as a hundred records read in Python, so short runs are left to the
-scan, and windows double while runs fill them.
+A pass costs about as much as one or two hundred records read in Python, so short runs are left
+to the scan, and windows double while runs fill them.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ import numpy as np
 # Windows, in bytes: the last one bounds the temporary arrays (some int64 per candidate start).
 _FIRST_WINDOW = 1 << 16
 _LAST_WINDOW = 1 << 20
-# A numpy pass has a fixed cost of about a hundred records read in Python (docs/benchmarks.md):
+# A numpy pass costs about as much as one or two hundred records read in Python (docs/benchmarks.md):
 # records of a kind read the usual way before numpy is tried (again, after a short run), and the
 # number of records of a kind (as the parse counts them) from which numpy reads from the first.
 _PATIENCE = 64
-_LONG_RUN = 128
+_LONG_RUN = 200
 
 
 def _varints(w: np.ndarray, at: np.ndarray, max_bytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
