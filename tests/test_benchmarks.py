@@ -41,6 +41,19 @@ def test_the_quick_benchmarks_run_and_print_a_table(script):
     assert "|---" in result.stdout.replace(" ", "") or "| ---" in result.stdout, result.stdout[-2000:]
 
 
+def test_the_check_benchmark_takes_one_call_apart():
+    """``bench_check.py --parts`` follows the checker's internals: a change there breaks it here."""
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_check.py"), "--parts"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=BENCHMARKS,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "| wire scan of the serialized model |" in result.stdout, result.stdout[-2000:]
+
+
 @pytest.fixture
 def peer_module(monkeypatch):
     monkeypatch.syspath_prepend(str(BENCHMARKS))  # the spawned child gets this sys.path too

@@ -7,6 +7,7 @@ of the model it accepts: struct types shown as Opaque types, struct values as de
 
 from __future__ import annotations
 
+import functools
 import os
 
 import onnx
@@ -23,8 +24,6 @@ from onnx_struct.schema import wire
 from onnx_struct.schema.model import LoadedModel, ModelLike, StructTypeProto, load
 from onnx_struct.schema.projections import (
     checker_view,
-    name_field_size,
-    plain_value_size,
     stock_view,
 )
 from onnx_struct.schema.walk import graph_parts
@@ -44,15 +43,25 @@ class _Checker(GraphRules):
         self.proto = loaded.proto
         self.table = TypeTable(loaded.struct_types)
         self.value_names: dict[str, StructTypeProto | None] = {}
-        self.plain_values: set[int] = set()  # struct values proven to hold only type, raw_data, name
-        # One walk collects every place a struct part can be below the model-level ones.
-        self.graphs, self.struct_type_protos = graph_parts(self.proto)
         graph = self.proto.graph
-        # list(): iterating a upb repeated field directly costs more per element (docs/benchmarks.md), and
-        # reusing the element objects makes every later read of them cheaper.
-        self.values = list(graph.struct_initializer)
+        # The wire scan first: besides what the parse hid, it tells which main-graph nodes may have
+        # attributes and which struct values hold exactly type, raw_data and name, so that neither
+        # the walk nor the value rules read the others one message at a time (docs/benchmarks.md).
+        data = loaded.serialized
+        if data is None:  # an overlay object: a oneof's lost member is gone, wrong wire types are not
+            data = self.proto.SerializeToString()
+        self.scan = wire.scan_model(data, (len(graph.node), len(graph.struct_initializer)))
+        self.main_nodes = self.scan.nodes if self.scan.node_count == len(graph.node) else None
+        # One walk collects every place a struct part can be below the model-level ones.
+        self.graphs, self.struct_type_protos = graph_parts(self.proto, self.main_nodes)
         external = onnx.TensorProto.EXTERNAL
         self.external_initializers = [i for i, t in enumerate(graph.initializer) if t.data_location == external]
+
+    @functools.cached_property
+    def values(self) -> list:
+        # list(): iterating a upb repeated field directly costs more per element (docs/benchmarks.md), and
+        # reusing the element objects makes every later read of them cheaper.
+        return list(self.proto.graph.struct_initializer)
 
     def run(self, full_check: bool) -> list[ValidationError]:
         for i, declaration in enumerate(self.proto.struct_types):
@@ -74,34 +83,64 @@ class _Checker(GraphRules):
         defined = {t.name for t in graph.initializer}
         defined |= {t.values.name for t in graph.sparse_initializer}
         defined |= {i.name for i in graph.input}
-        # Fast path for the common case (a valid inline value of a model-level type): four field
-        # reads per value; anything unusual takes the full path below, which builds messages.
-        plain_sizes = self.plain_value_sizes()
+        # The scan's facts about each value (its count is the parse's: checked, as it costs nothing).
+        facts = self.scan.error is None and len(self.scan.value_types) == len(graph.struct_initializer)
+        payloads = self.plain_payloads()
+        if not (facts and self.all_plain(payloads, defined)):
+            self.check_each_value(payloads, defined, facts)
+        for path, subgraph in self.graphs:
+            if path != "graph" and len(subgraph.struct_initializer):
+                self.report(
+                    ValidationError(
+                        f"{path}.struct_initializer",
+                        "struct values are only allowed in the main graph",
+                        code="misplaced_value",
+                    )
+                )
+
+    def all_plain(self, payloads: dict[int, int], defined: set[str]) -> bool:
+        """The common case at C speed: every value holds exactly type, raw_data and name (the scan
+        read it in its bytes), of a valid byte-aligned declaration with as many payload bytes, under
+        a valid, new name. Then nothing is to report and ``value_names`` is filled; else False."""
+        types, sizes = self.scan.value_types, self.scan.value_payloads
+        if not types:
+            return True
+        if types.count(types[0]) == len(types) and sizes.count(sizes[0]) == len(sizes):
+            kinds = {(types[0], sizes[0])}  # one declaration (the common case): no pass over pairs
+        else:
+            kinds = set(zip(types, sizes, strict=True))
+        if any(payloads.get(t) != size for t, size in kinds):  # None: a value of another shape
+            return False
+        names = _decoded(self.scan.value_names)
+        if names is None:
+            return False
+        declarations = self.table.declarations
+        if len(kinds) == 1:
+            value_names = dict.fromkeys(names, declarations[types[0]])
+        else:
+            value_names = dict(zip(names, map(declarations.__getitem__, types), strict=True))
+        if len(value_names) != len(names) or "" in value_names or not value_names.keys().isdisjoint(defined):
+            return False  # a name twice, an empty one, one of an initializer or input: reported one by one
+        self.value_names = value_names
+        return True
+
+    def check_each_value(self, payloads: dict[int, int], defined: set[str], facts: bool) -> None:
         declarations = self.table.declarations
         value_names = self.value_names
-        plain = self.plain_values
-        for k, value in enumerate(self.values):
-            name = value.name
-            type_index = value.type
-            sizes = plain_sizes.get(type_index)
-            if (
-                sizes is not None
-                and type(name) is str  # noqa: E721 - proto2 hands non-UTF-8 strings over as bytes
-                and name
-                and name not in value_names
-                and name not in defined
-                and len(value.raw_data) == sizes[0]
-            ):
-                # The serialized size of exactly type, raw_data and name proves that no other
-                # field (struct_type, external_data, unknown ones) is present: one call, cheaper
-                # than reading external_data alone (docs/benchmarks.md). type is present
-                # when not 0; an absent type 0 could leave room for a 2-byte field.
-                if value.ByteSize() == sizes[1] + name_field_size(len(name.encode())) and (
-                    type_index or value.HasField("type")
+        types, sizes, raw_names = self.scan.value_types, self.scan.value_payloads, self.scan.value_names
+        for k in range(len(self.proto.graph.struct_initializer)):
+            if facts and types[k] is not None:  # exactly type, raw_data and name (read in its bytes)
+                name = _decoded([raw_names[k]])
+                if (
+                    name is not None
+                    and name[0]
+                    and payloads.get(types[k]) == sizes[k]
+                    and name[0] not in value_names
+                    and name[0] not in defined
                 ):
-                    value_names[name] = declarations[type_index]
-                    plain.add(k)
+                    value_names[name[0]] = declarations[types[k]]
                     continue
+            value = self.values[k]
             where = element_label(f"graph.struct_initializer[{k}]", value.name)
             if not isinstance(value.name, str):
                 self.report(ValidationError(where, "struct value name is not valid UTF-8", code="invalid_utf8"))
@@ -125,23 +164,12 @@ class _Checker(GraphRules):
                 size = self.attempt(self.table.size_of_index, value.type, f"{where}.type")
             if size is not None:
                 self.check_payload(value, size, where)
-        for path, subgraph in self.graphs:
-            if path != "graph" and len(subgraph.struct_initializer):
-                self.report(
-                    ValidationError(
-                        f"{path}.struct_initializer",
-                        "struct values are only allowed in the main graph",
-                        code="misplaced_value",
-                    )
-                )
 
     def check_wire(self) -> None:
         """What the parse hid: two members of a oneof, our fields with the wrong wire type
-        (``wire.py``). Reported first: the parsed model does not say what its bytes say."""
-        data = self.loaded.serialized
-        if data is None:  # an overlay object: a oneof's lost member is gone, wrong wire types are not
-            data = self.proto.SerializeToString()
-        error = wire.scan_model(data, self.plain_values)
+        (``wire.py``; scanned when the check began). Reported first: the parsed model does not say
+        what its bytes say."""
+        error = self.scan.error
         if error is not None and str(error) not in self._messages:
             self._messages.add(str(error))
             self.diagnostics.insert(0, error)
@@ -149,26 +177,24 @@ class _Checker(GraphRules):
     def check_external_tensors(self) -> None:
         """Every external stock tensor (initializers and node attributes of every graph, model
         function and training graph) by the rules used for struct payloads (tensors inside types
-        are refused by check_constant and check_functions)."""
-        if not external.may_hold_external_tensors(self.proto, self.loaded.serialized):
-            return  # no tensor anywhere has data_location = EXTERNAL: skip the walk over nodes
-        for where, tensor in external.model_tensors(self.proto):
+        are refused by check_constant and check_functions). In the main graph only the initializers
+        the parse shows as external and the nodes the scan shows may have attributes are read."""
+        tensors = external.model_tensors(self.proto, initializers=self.external_initializers, nodes=self.main_nodes)
+        for where, tensor in tensors:
             if external.is_external(tensor):
                 self.attempt(external.check_tensor, tensor, self.loaded.base_dir, where)
 
-    def plain_value_sizes(self) -> dict[int, tuple[int, int]]:
-        """For every valid, byte-aligned model-level declaration (its size is cached): its payload
-        bytes, and the serialized size of a value of it holding only ``type`` and ``raw_data``."""
-        sizes = {}
+    def plain_payloads(self) -> dict[int, int]:
+        """Payload bytes of every valid, byte-aligned model-level declaration (its size is cached)."""
+        payloads = {}
         for index in range(len(self.table.declarations)):
             try:
                 bits = self.table.size_of_index(index)
             except (ValidationError, RecursionError):
                 continue  # reported by check_root; values of this type take the full path
             if bits % 8 == 0 and self.table.declarations[index].WhichOneof("kind") in CONCRETE_KINDS:
-                payload = bits // 8
-                sizes[index] = (payload, plain_value_size(index, payload))
-        return sizes
+                payloads[index] = bits // 8
+        return payloads
 
     def value_declaration(self, value, where: str) -> StructTypeProto | None:
         return self.attempt(resolver.value_declaration, value, self.table, where)
@@ -212,6 +238,18 @@ class _Checker(GraphRules):
                 inference.unknown_element_type(view_graph)
                 or ValidationError("", f"onnx.checker: {error}", code="onnx_checker")
             )
+
+
+def _decoded(raw_names) -> list[str] | None:
+    """The names as str, or None if one is not valid UTF-8: one decode for all of them, joined by a
+    NUL (UTF-8 is valid in pieces joined by an ASCII byte iff it is valid in each piece)."""
+    try:
+        names = b"\0".join(raw_names).decode().split("\0")
+        if len(names) != len(raw_names):  # a name holds a NUL (or there is none)
+            names = [name.decode() for name in raw_names]
+    except UnicodeDecodeError:
+        return None
+    return names
 
 
 def validate(

@@ -112,7 +112,7 @@ class DeclarationRules(Reporter):
             self.attempt(external.refuse_external_tensors, function, where)
             bound = self.attempt(bind, function, leaves, f"{path}.{role}") if leaves is not None else None
             if role == "decoder" and valid and bound is not None:
-                self.attempt(inference.logical_type, declaration, self.table, path)
+                self.attempt(inference.logical_type, declaration, self.table, path, bound)
 
 
 def check_function(function: onnx.FunctionProto, where: str, ir_version: int) -> bool:

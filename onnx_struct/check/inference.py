@@ -60,17 +60,19 @@ class LogicalTypes:
         return self.of_index(value.type)
 
 
-def logical_type(declaration: StructTypeProto, table: TypeTable, where: str) -> onnx.TypeProto:
+def logical_type(declaration: StructTypeProto, table: TypeTable, where: str, bound=None) -> onnx.TypeProto:
     """The type of ``declaration``'s decoder output for its leaves (``where`` names the declaration).
 
     Inferred by the decoder safety policy's static analysis (``decoder_policy.check_sizes``):
     from the leaf shapes and the constant leaves' values, never by materializing a payload-sized
     tensor. Raises ValidationError naming the decoder when the decoder breaks the policy or onnx
-    cannot type it.
+    cannot type it. ``bound``: the decoder's binding to the leaves, if the caller has made it
+    (the checker has: binding again would list every leaf).
     """
     decoder = declaration.decoder
     decoder_path = bindings.function_label(f"{where}.decoder", decoder)
-    bound = bindings.bind_decoder(decoder, table.leaves(declaration, where), f"{where}.decoder")
+    if bound is None:
+        bound = bindings.bind_decoder(decoder, table.leaves(declaration, where), f"{where}.decoder")
     inputs, constants = decoder_inputs(bound)
     return decoder_policy.check_sizes(decoder, inputs, constants, decoder_path)[0]
 

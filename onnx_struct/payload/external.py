@@ -31,7 +31,7 @@ from onnx_struct.layout.table import UINT64_MAX, element_label
 from onnx_struct.limits import MAX_EXTERNAL_DIGITS
 from onnx_struct.payload import buffer_pool
 from onnx_struct.schema.model import install_model_file_reader
-from onnx_struct.schema.walk import walk_graphs
+from onnx_struct.schema.walk import picked, walk_graphs
 
 KNOWN_KEYS = ("location", "offset", "length", "checksum")
 _DECIMAL = re.compile(r"[0-9]+")
@@ -277,20 +277,28 @@ def read_tensor_data(tensor: onnx.TensorProto, base_dir: os.PathLike | str, path
 
 
 # ---------------------------------------------------------------------- tensors of a model
-def graph_tensors(graph, path: str, *, initializers_only: bool = False) -> Iterator[tuple[str, onnx.TensorProto]]:
+def graph_tensors(
+    graph, path: str, *, initializers_only: bool = False, initializers=None, nodes=None
+) -> Iterator[tuple[str, onnx.TensorProto]]:
     """Every TensorProto of a graph or function: initializers, sparse initializers' parts, node
     attributes, and those of subgraphs (overlay or stock messages; the field names agree), graph
     by graph in document order (:func:`onnx_struct.schema.walk.walk_graphs`).
-    ``initializers_only``: the (dense) initializers of the graph and its subgraphs only."""
-    for where, current in walk_graphs(graph, path, by_index=True):
-        for i, tensor in enumerate(getattr(current, "initializer", ())):
+    ``initializers_only``: the (dense) initializers of the graph and its subgraphs only.
+    ``initializers``, ``nodes``: the indices of the only initializers and nodes of ``graph`` itself
+    to read (e.g. the external ones, and those that may have attributes: the checker knows both)."""
+    for where, current in walk_graphs(graph, path, by_index=True, nodes=nodes):
+        tensors = getattr(current, "initializer", ())
+        listed = enumerate(tensors) if initializers is None or current is not graph else picked(tensors, initializers)
+        for i, tensor in listed:
             yield element_label(f"{where}.initializer[{i}]", tensor.name), tensor
         if initializers_only:
             continue
         for i, sparse in enumerate(getattr(current, "sparse_initializer", ())):
             yield f"{where}.sparse_initializer[{i}].values", sparse.values
             yield f"{where}.sparse_initializer[{i}].indices", sparse.indices
-        for j, node in enumerate(current.node):
+        for j, node in (
+            enumerate(current.node) if nodes is None or current is not graph else picked(current.node, nodes)
+        ):
             for k, attribute in enumerate(node.attribute):
                 at = f"{where}.node[{j}].attribute[{k}]"
                 if attribute.HasField("t"):
@@ -305,28 +313,17 @@ def graph_tensors(graph, path: str, *, initializers_only: bool = False) -> Itera
                     yield f"{at}.sparse_tensors[{n}].indices", sparse.indices
 
 
-def model_tensors(model) -> Iterator[tuple[str, onnx.TensorProto]]:
+def model_tensors(model, *, initializers=None, nodes=None) -> Iterator[tuple[str, onnx.TensorProto]]:
     """Every TensorProto of a stock or overlay model outside struct types: the main graph's and
-    training graphs' (with subgraphs), and those of model-local functions."""
-    yield from graph_tensors(model.graph, "graph")
+    training graphs' (with subgraphs), and those of model-local functions (``initializers``,
+    ``nodes``: of the main graph, see :func:`graph_tensors`)."""
+    yield from graph_tensors(model.graph, "graph", initializers=initializers, nodes=nodes)
     for i, function in enumerate(model.functions):
         yield from graph_tensors(function, f"functions[{i}]")
     for i, training in enumerate(model.training_info):
         for name in ("initialization", "algorithm"):
             if training.HasField(name):
                 yield from graph_tensors(getattr(training, name), f"training_info[{i}].{name}")
-
-
-# The canonical serialized form of ``data_location = EXTERNAL`` (TensorProto field 14, varint 1).
-EXTERNAL_MARK = bytes((14 << 3, onnx.TensorProto.EXTERNAL))
-
-
-def may_hold_external_tensors(model, serialized: bytes | None) -> bool:
-    """False only when ``serialized`` (the bytes ``model`` was parsed from) proves that no tensor
-    has ``data_location = EXTERNAL``: the canonical mark is absent, and the bytes are exactly as
-    long as their canonical re-encoding (an overlong varint spelling the field differently would
-    make them longer). This saves a walk over every node (its cost: docs/benchmarks.md)."""
-    return serialized is None or EXTERNAL_MARK in serialized or model.ByteSize() != len(serialized)
 
 
 def is_external(tensor: onnx.TensorProto) -> bool:

@@ -310,11 +310,6 @@ def _varint(value: int) -> bytes:
             return bytes(out)
 
 
-def varint_size(value: int) -> int:
-    """Bytes of the non-negative ``value`` as a protobuf varint."""
-    return max(1, (value.bit_length() + 6) // 7)
-
-
 def length_delimited(field_number: int, payload: bytes) -> bytes:
     """One length-delimited protobuf field (a message, string or bytes), ready to concatenate.
 

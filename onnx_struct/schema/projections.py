@@ -5,10 +5,7 @@
 * :func:`checker_view`: the model's own bytes plus one node defining every struct value name
   (what ``onnx.checker.check_model`` is given when ``full_check`` is off);
 * :func:`retyped_view`: a view whose named values carry given types (the logical view of
-  ``check.inference``, which computes the types);
-* :func:`plain_value_size`, :func:`name_field_size`: the serialized size of a struct value holding
-  only its type, inline payload and name (the checker's fast path proves with it that no other
-  field is present).
+  ``check.inference``, which computes the types).
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ from onnx_struct.schema.model import (
     graph_inputs_fragment,
     length_delimited,
     to_onnx,
-    varint_size,
 )
 from onnx_struct.schema.opaque import exact_index, opaque_type
 from onnx_struct.schema.walk import graph_parts, locate
@@ -152,19 +148,3 @@ def retyped_view(
             if logical is not None:
                 info.type.CopyFrom(logical)
     return out
-
-
-# One-byte tags: StructProto.type = 1 (varint), name = 2 and raw_data = 3 (length-delimited).
-def plain_value_size(type_index: int, payload_bytes: int) -> int:
-    """Serialized bytes of a StructProto holding exactly ``type`` and ``raw_data`` (add
-    :func:`name_field_size` for its name).
-
-    A type of 0 counts as present: the caller checks ``HasField("type")`` for it, because an absent
-    0 (which serializes to nothing) could leave room for another 2-byte field.
-    """
-    return 1 + varint_size(type_index) + 1 + varint_size(payload_bytes) + payload_bytes
-
-
-def name_field_size(name_bytes: int) -> int:
-    """Serialized bytes of a StructProto ``name`` of ``name_bytes`` UTF-8 bytes (tag included)."""
-    return 2 + name_bytes if name_bytes < 128 else 1 + varint_size(name_bytes) + name_bytes

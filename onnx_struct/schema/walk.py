@@ -37,7 +37,7 @@ def _overlay_fields(descriptor) -> tuple:
 _OVERLAY_FIELDS: dict[str, tuple] = {}
 
 
-def iter_overlay(message, path: str = "", *, into_struct_parts: bool = False):
+def iter_overlay(message, path: str = "", *, into_struct_parts: bool = False, main_nodes=None):
     """Yield ``(path, locator, message)`` for ``message`` and the overlay messages below it.
 
     Only fields typed with overlay messages are followed: onnx's own messages (tensors with large
@@ -46,7 +46,9 @@ def iter_overlay(message, path: str = "", *, into_struct_parts: bool = False):
     struct part and is skipped, which keeps a walk over a large graph cheap. ``locator`` is the
     tuple of (field name, index or None) steps from ``message``, valid in stock onnx messages too
     (field names are identical). With ``into_struct_parts=False`` StructTypeProto/StructProto
-    subtrees are not entered.
+    subtrees are not entered. ``main_nodes`` (``message`` being a model): the indices of the only
+    nodes of its main graph that may have attributes (:class:`onnx_struct.schema.wire.Scan` finds
+    them at C speed), so that the others are not read one by one.
     """
     stack = [(path, (), message)]
     while stack:
@@ -62,7 +64,9 @@ def iter_overlay(message, path: str = "", *, into_struct_parts: bool = False):
                 if not len(items):
                     continue
                 may_hold = _struct_part_probe(items[0].DESCRIPTOR, into_struct_parts)
-                if isinstance(may_hold, str):  # the hot case, nodes: one repeated field read inline
+                if main_nodes is not None and locator == _MAIN_GRAPH and name == "node":
+                    holders = [(i, item) for i, item in picked(items, main_nodes) if _holds(item, may_hold)]
+                elif isinstance(may_hold, str):  # the hot case, nodes: one repeated field read inline
                     holders = [(i, item) for i, item in enumerate(items) if getattr(item, may_hold)]
                 else:
                     holders = [(i, item) for i, item in enumerate(items) if may_hold(item)]
@@ -106,6 +110,13 @@ def _struct_part_probe(descriptor, into_struct_parts: bool):
     return probe
 
 
+_MAIN_GRAPH = (("graph", None),)
+
+
+def _holds(message, may_hold) -> bool:
+    return bool(getattr(message, may_hold)) if isinstance(may_hold, str) else may_hold(message)
+
+
 def _always(message) -> bool:
     return True
 
@@ -120,11 +131,11 @@ def locate(message, locator):
     return message
 
 
-def graph_parts(proto) -> tuple[list, list]:
+def graph_parts(proto, main_nodes=None) -> tuple[list, list]:
     """(graphs, struct-typed TypeProtos) below ``proto``, outside struct parts, with paths:
-    ``[(path, GraphProto)]`` and ``[(path, locator, TypeProto)]``."""
+    ``[(path, GraphProto)]`` and ``[(path, locator, TypeProto)]`` (``main_nodes``: see :func:`iter_overlay`)."""
     graphs, struct_type_protos = [], []
-    for path, locator, message in iter_overlay(proto, into_struct_parts=False):
+    for path, locator, message in iter_overlay(proto, into_struct_parts=False, main_nodes=main_nodes):
         name = message.DESCRIPTOR.name
         if name == "GraphProto":
             graphs.append((path, message))
@@ -134,7 +145,7 @@ def graph_parts(proto) -> tuple[list, list]:
 
 
 def walk_graphs(
-    graph: onnx.GraphProto, path: str = "graph", *, by_index: bool = False
+    graph: onnx.GraphProto, path: str = "graph", *, by_index: bool = False, nodes=None
 ) -> Iterator[tuple[str, onnx.GraphProto]]:
     """``(path, graph)`` for a stock graph (or function) and every graph in its node attributes,
     depth first, in document order.
@@ -143,23 +154,31 @@ def walk_graphs(
     ``graph.node[3].attribute ('branches')[1]``; ``by_index=True`` spells the fields instead, as
     the tensor paths of :mod:`onnx_struct.payload.external` do: ``graph.node[3].attribute[0].g``,
     ``graph.node[3].attribute[0].graphs[1]``. Iterative, so nesting depth costs no stack.
+    ``nodes``: the indices of the only nodes of ``graph`` itself that may have attributes (see
+    :func:`iter_overlay`); the others are not read.
     """
     stack = [(path, graph)]
     while stack:
         where, current = stack.pop()
         yield where, current
         children = []
-        for i, node in enumerate(current.node):
+        listed = enumerate(current.node) if nodes is None or current is not graph else picked(current.node, nodes)
+        for i, node in listed:
             for k, attribute in enumerate(node.attribute):
                 if by_index:
                     at = f"{where}.node[{i}].attribute[{k}]"
-                    single, listed = f"{at}.g", f"{at}.graphs"
+                    single, several = f"{at}.g", f"{at}.graphs"
                 else:
-                    single = listed = f"{where}.node[{i}].attribute ({attribute.name!r})"
+                    single = several = f"{where}.node[{i}].attribute ({attribute.name!r})"
                 if attribute.HasField("g"):
                     children.append((single, attribute.g))
-                children.extend((f"{listed}[{j}]", sub) for j, sub in enumerate(attribute.graphs))
+                children.extend((f"{several}[{j}]", sub) for j, sub in enumerate(attribute.graphs))
         stack.extend(reversed(children))
+
+
+def picked(items, indices) -> list[tuple[int, object]]:
+    """``(index, item)`` for the given indices of a list or repeated field, as ``enumerate`` gives them."""
+    return [(i, items[i]) for i in indices]
 
 
 def walk_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:

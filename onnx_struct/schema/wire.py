@@ -14,23 +14,26 @@ in every *overlay* message (``schemas/onnx_struct.proto``: the proposal's messag
 of onnx's messages on a path to them). onnx's own messages (tensors, decoders, shapes) keep stock
 protobuf semantics, as in stock onnx, and are skipped by their length without being read, so the
 scan costs one step per field of the overlay messages, whatever the payload sizes. It is iterative
-(no recursion on hostile depth) and reads every byte at most once.
+(no recursion on hostile depth). In the main graph, runs of node records and of struct value
+records are read with numpy instead (``wire_runs.py``); what the scan learns there (which nodes may
+have attributes, which values hold exactly ``type``, ``raw_data`` and ``name``) is handed to the
+checker (:class:`Scan`), so that it reads neither kind one message at a time.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Container
 
 import onnx
 from google.protobuf.descriptor import FieldDescriptor
 
 from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
 from onnx_struct.errors import ValidationError
+from onnx_struct.schema import wire_runs
 
 _VARINT, _I64, _LEN, _START_GROUP, _END_GROUP, _I32 = range(6)
 # Actions of fields that are neither overlay messages nor oneof members: skipped by their length.
-_SKIP_LEN, _SKIP_SCALAR = 0, 1
+_SKIP_LEN, _SKIP_SCALAR = object(), object()  # compared by identity in the hot loop
 
 _WIRE_TYPES = {
     FieldDescriptor.TYPE_DOUBLE: _I64,
@@ -50,7 +53,7 @@ class _Plan:
     """How to read one overlay message type: an action per valid tag, the field numbers whose
     wire type is checked, and a probe that proves a message holds nothing to check."""
 
-    __slots__ = ("descriptor", "actions", "names", "checked", "probe")
+    __slots__ = ("descriptor", "actions", "names", "checked", "probe", "probe_bytes")
 
     def __init__(self, descriptor) -> None:
         self.descriptor = descriptor
@@ -58,7 +61,7 @@ class _Plan:
         self.actions: dict = {}
         self.names = {f.number: f.name for f in descriptor.fields}
         self.checked = {f.number for f in descriptor.fields if f.number not in _stock_numbers(descriptor)}
-        self.probe = None
+        self.probe = self.probe_bytes = None
 
 
 def _stock_numbers(descriptor) -> set[int]:
@@ -101,25 +104,44 @@ def _build_plans(root) -> _Plan:
         plan.actions = {
             t: (plans[a[0]] if a[0] else None, *a[1:]) if isinstance(a, tuple) else a for t, a in plan.actions.items()
         }
-        plan.probe = _probe(plan)
+        plan.probe_bytes = _probe_bytes(plan)
+        if plan.probe_bytes is not None:
+            plan.probe = re.compile(b"[" + b"".join(re.escape(bytes([b])) for b in sorted(plan.probe_bytes)) + b"]")
     return plans[root.full_name]
 
 
-def _probe(plan: _Plan):
-    """A regex finding any byte that can start an interesting tag (a field to descend into, a oneof
-    member, or a checked field of any wire type) when there are few such bytes (NodeProto has one:
-    ``attribute``); a message where it finds nothing is skipped whole, at C speed."""
+def _probe_bytes(plan: _Plan) -> frozenset[int] | None:
+    """The bytes that can start an interesting tag (a field to descend into, a oneof member, or a
+    checked field of any wire type) when there are few such bytes (NodeProto: those of one tag,
+    ``attribute``): the plan's ``probe`` searches them, and a message where it finds none is skipped
+    whole, at C speed."""
     tags = {t for t, a in plan.actions.items() if isinstance(a, tuple)}
     tags |= {number << 3 | wire_type for number in plan.checked for wire_type in range(8)}
-    first = {(t & 0x7F) | (0x80 if t >= 0x80 else 0) for t in tags}
+    # A tag below 0x80 may also come in a longer varint form (0xaa 0x00 for 0x2a), which protobuf
+    # reads as the same tag: its first byte is the tag's with the continuation bit set.
+    first = {t & 0x7F | 0x80 for t in tags} | {t for t in tags if t < 0x80}
     if not first or len(first) > 6:
         return None
-    return re.compile(b"[" + b"".join(re.escape(bytes([b])) for b in sorted(first)) + b"]")
+    return frozenset(first)
 
 
 _MODEL_PLAN = _build_plans(pb.ModelProto.DESCRIPTOR)
 _GRAPH_PLAN = _MODEL_PLAN.actions[pb.ModelProto.DESCRIPTOR.fields_by_name["graph"].number << 3 | _LEN][0]
-_VALUE_PLAN = _GRAPH_PLAN.actions[pb.GraphProto.DESCRIPTOR.fields_by_name["struct_initializer"].number << 3 | _LEN][0]
+_NODE_TAG = pb.GraphProto.DESCRIPTOR.fields_by_name["node"].number << 3 | _LEN  # one byte
+_NODE_PLAN = _GRAPH_PLAN.actions[_NODE_TAG][0]
+_VALUE_NUMBER = pb.GraphProto.DESCRIPTOR.fields_by_name["struct_initializer"].number
+_VALUE_PLAN = _GRAPH_PLAN.actions[_VALUE_NUMBER << 3 | _LEN][0]
+# The wire form of a plain struct value: GraphProto.struct_initializer = 17 (a two-byte tag), then
+# StructProto.type = 1 (varint), raw_data = 3 and name = 5 (length-delimited), one-byte tags.
+_VALUE_TAG = bytes((_VALUE_NUMBER << 3 | _LEN | 0x80, _VALUE_NUMBER << 3 >> 7))
+_TYPE_TAG, _RAW_DATA_TAG, _NAME_TAG = (
+    pb.StructProto.DESCRIPTOR.fields_by_name[name].number << 3 | wire_type
+    for name, wire_type in (("type", _VARINT), ("raw_data", _LEN), ("name", _LEN))
+)
+_VALUE_TAG0 = _VALUE_TAG[0]
+_FIELD_TAGS = bytes((_TYPE_TAG, _RAW_DATA_TAG, _NAME_TAG))
+_NODE_PROBE = bytes(sorted(_NODE_PLAN.probe_bytes))
+assert _NODE_PLAN.probe is not None and 16 <= _VALUE_NUMBER < 2048 and max(_TYPE_TAG, _RAW_DATA_TAG, _NAME_TAG) < 0x80
 
 
 def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
@@ -139,20 +161,43 @@ class _Malformed(Exception):
         self.pos = pos
 
 
-def scan_model(data: bytes, plain_values: Container[int] = ()) -> ValidationError | None:
-    """The first wire-level problem of a serialized (overlay) ModelProto, or None.
+class Scan:
+    """What one scan found: ``error``, the first problem (or None), and, when there is none, facts
+    for the checker's fast paths about the main graph (the model's ``graph``, all occurrences):
 
-    ``plain_values``: indices of main-graph struct values that the parse shows to hold exactly
-    ``type``, ``raw_data`` and ``name`` and no unknown field (the checker proves it from their
-    serialized size); their bytes can hold nothing to report, so they are skipped unread.
+    - per struct value, in parsed order: ``value_types``, ``value_payloads`` and ``value_names``
+      hold its type, payload bytes and name (bytes) when its bytes are exactly ``type``,
+      ``raw_data`` and ``name``, once each, in field order (as every protobuf library writes such a
+      value): nothing else is in it, not even an unknown field, and nothing in it can be a
+      problem. Its type is None for any other value (whose fields were scanned);
+    - ``nodes``: the indices of the nodes that may have attributes (of ``node_count``); every
+      other node holds no byte that can start an attribute field.
     """
+
+    __slots__ = ("error", "value_types", "value_payloads", "value_names", "nodes", "node_count")
+
+    def __init__(self, error: ValidationError | None) -> None:
+        self.error = error
+        self.value_types: list[int | None] = []
+        self.value_payloads: list[int] = []
+        self.value_names: list[bytes] = []
+        self.nodes: list[int] | None = None if error else []
+        self.node_count = 0
+
+
+def scan_model(data: bytes, counts: tuple[int, int] | None = None) -> Scan:
+    """The first wire-level problem of a serialized (overlay) ModelProto, or the main graph's facts.
+    ``counts``: how many nodes and struct values the parse of ``data`` holds in its main graph, if
+    known (they only decide how runs are read, never what is found)."""
     try:
-        return _scan(data, plain_values)
+        return _scan(data, counts)
     except _Malformed as error:
-        return ValidationError("", f"the model is not well-formed protobuf at byte {error.pos}", code="not_parsable")
+        return Scan(
+            ValidationError("", f"the model is not well-formed protobuf at byte {error.pos}", code="not_parsable")
+        )
 
 
-def _scan(data: bytes, plain_values: Container[int]) -> ValidationError | None:
+def _scan(data: bytes, counts: tuple[int, int] | None) -> Scan:
     # The message being read is (plan, start, end, field number in its parent, state); its
     # ancestors are on ``stack``. ``state`` (created on first need) maps a oneof's index to the
     # first member seen, and ``~number`` to the state of the singular message field ``number``:
@@ -161,16 +206,37 @@ def _scan(data: bytes, plain_values: Container[int]) -> ValidationError | None:
     plan, start, end, field, state = _MODEL_PLAN, 0, len(data), 0, None
     actions = plan.actions
     pos = 0
-    value_index = -1  # of the main graph's struct values, in wire order (= parsed order)
+    found = Scan(None)
+    types, payloads, names, nodes = found.value_types, found.value_payloads, found.value_names, found.nodes
+    node_count = 0
+    main = False  # reading the main graph: its node and value records come in long runs
+    runs = wire_runs.Runs(data, _NODE_TAG, _NODE_PROBE, _VALUE_TAG, _FIELD_TAGS, counts)
     while True:
         if pos >= end:
             if pos > end:
                 raise _Malformed(end)
             if not stack:
-                return None
+                found.node_count = node_count
+                return found
             plan, start, end, field, state = stack.pop()
             actions = plan.actions
+            main = plan is _GRAPH_PLAN and len(stack) == 1
             continue
+        if main:  # runs of records read at C speed; the record that ends a run is read below
+            first = data[pos]
+            if first == _NODE_TAG:
+                after, count = runs.bare_nodes(pos, end)
+                if count:
+                    pos, node_count = after, node_count + count
+                    continue
+            elif first == _VALUE_TAG0:
+                run = runs.plain_values(pos, end) or _plain_value(data, pos, end)
+                if run is not None:
+                    pos = run[0]
+                    types += run[1]
+                    payloads += run[2]
+                    names += run[3]
+                    continue
         tag = data[pos]
         if tag < 0x80:
             pos += 1
@@ -180,7 +246,7 @@ def _scan(data: bytes, plain_values: Container[int]) -> ValidationError | None:
         else:
             tag, pos = _varint(data, pos, end)
         action = actions.get(tag)
-        if action == _SKIP_LEN:  # the common case: a string, bytes or onnx message, skipped whole
+        if action is _SKIP_LEN:  # the common case: a string, bytes or onnx message, skipped whole
             length = data[pos] if pos < end else 0x80
             if length < 0x80:
                 pos += 1 + length
@@ -192,10 +258,10 @@ def _scan(data: bytes, plain_values: Container[int]) -> ValidationError | None:
             number = tag >> 3
             if number in plan.checked:
                 frames = [*stack, (plan, start, end, field, state)]
-                return _problem(data, frames, number, f"has wire type {tag & 7}, not the one its type requires")
+                return Scan(_problem(data, frames, number, f"has wire type {tag & 7}, not the one its type requires"))
             pos = _skip(data, pos, end, tag)
             continue
-        if action == _SKIP_SCALAR:
+        if action is _SKIP_SCALAR:
             pos = _skip(data, pos, end, tag)
             continue
         child, oneof, number, repeated = action
@@ -204,14 +270,16 @@ def _scan(data: bytes, plain_values: Container[int]) -> ValidationError | None:
                 state = {}
             first = state.setdefault(oneof, number)
             if first != number:
-                names = plan.names
+                field_names = plan.names
                 frames = [*stack, (plan, start, end, field, state)]
-                return _problem(
-                    data,
-                    frames,
-                    None,
-                    f"oneof {plan.descriptor.oneofs[oneof].name!r} has two members on the wire "
-                    f"({names[first]!r} and {names[number]!r}); protobuf would keep only the last",
+                return Scan(
+                    _problem(
+                        data,
+                        frames,
+                        None,
+                        f"oneof {plan.descriptor.oneofs[oneof].name!r} has two members on the wire "
+                        f"({field_names[first]!r} and {field_names[number]!r}); protobuf would keep only the last",
+                    )
                 )
         if child is None:
             pos = _skip(data, pos, end, tag)
@@ -223,16 +291,19 @@ def _scan(data: bytes, plain_values: Container[int]) -> ValidationError | None:
             length, pos = _varint(data, pos, end)
         if pos + length > end:
             raise _Malformed(end)
+        if main:
+            if child is _NODE_PLAN:
+                node_count += 1
+            elif child is _VALUE_PLAN:
+                types.append(None)
+                payloads.append(0)
+                names.append(b"")
         probe = child.probe
-        if probe is not None:
-            if probe.search(data, pos, pos + length) is None:
-                pos += length  # nothing in it to check (e.g. a node without attributes)
-                continue
-        elif child is _VALUE_PLAN and len(stack) == 1:  # a struct value of the main graph
-            value_index += 1
-            if value_index in plain_values:
-                pos += length
-                continue
+        if probe is not None and probe.search(data, pos, pos + length) is None:
+            pos += length  # nothing in it to check (e.g. a node without attributes)
+            continue
+        if main and child is _NODE_PLAN:
+            nodes.append(node_count - 1)  # it may have attributes
         if repeated:
             child_state = None
         else:
@@ -244,6 +315,45 @@ def _scan(data: bytes, plain_values: Container[int]) -> ValidationError | None:
         stack.append((plan, start, end, field, state))
         plan, start, end, field, state = child, pos, pos + length, number, child_state
         actions = plan.actions
+        main = plan is _GRAPH_PLAN and len(stack) == 1
+
+
+def _plain_value(data: bytes, pos: int, end: int) -> tuple[int, list[int], list[int], list[bytes]] | None:
+    """The struct value record at ``pos`` if its bytes are exactly ``type``, ``raw_data`` and
+    ``name``, once each, in this order (for one numpy does not read): (position after it, [type],
+    [payload size], [name]), else None. One-byte varints are read inline (the common case)."""
+    if pos + 8 >= end or data[pos + 1] != _VALUE_TAG[1]:
+        return None
+    try:
+        length = data[pos + 2]
+        body = pos + 3
+        if length >= 0x80:
+            length, body = _varint(data, pos + 2, end)
+        stop = body + length
+        if stop > end or length < 6 or data[body] != _TYPE_TAG:
+            return None
+        type_index = data[body + 1]
+        at = body + 2
+        if type_index >= 0x80:
+            type_index, at = _varint(data, body + 1, stop)
+        if at + 1 >= stop or data[at] != _RAW_DATA_TAG or type_index >= 1 << 31:
+            return None
+        payload = data[at + 1]
+        at += 2
+        if payload >= 0x80:
+            payload, at = _varint(data, at - 1, stop)
+        at += payload
+        if at + 1 >= stop or data[at] != _NAME_TAG:
+            return None
+        name_length = data[at + 1]
+        at += 2
+        if name_length >= 0x80:
+            name_length, at = _varint(data, at - 1, stop)
+    except _Malformed:  # left to the usual way, which reports it
+        return None
+    if at + name_length != stop:
+        return None
+    return stop, [type_index], [payload], [data[at:stop]]
 
 
 def _skip(data: bytes, pos: int, end: int, tag: int) -> int:

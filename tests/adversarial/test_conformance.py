@@ -116,6 +116,22 @@ def test_oneof_members_split_over_two_occurrences_of_one_message_are_refused(tmp
     refused(tmp_path, data, "graph.value_info[0] ('Y').type", contains="oneof")
 
 
+def test_an_attribute_whose_tag_has_a_longer_varint_form_is_still_scanned(tmp_path):
+    # protobuf reads the tag 0xaa 0x00 as 0x2a (NodeProto.attribute): the node must not be skipped
+    # as one without attributes, or the TypeProto with two members in its attribute goes unseen.
+    model = model_with([linear_int4_128()])
+    tensor = oh.make_tensor_type_proto(TensorProto.FLOAT, [1]).SerializeToString()
+    type_proto = tensor + message_field(10, tag(5, 0) + varint(0))
+    attribute = (
+        message_field(1, b"t") + tag(20, 0) + varint(onnx.AttributeProto.TYPE_PROTO) + message_field(14, type_proto)
+    )
+    node = message_field(4, b"Foo") + bytes([0xAA, 0x00]) + varint(len(attribute)) + attribute
+    data = model.SerializeToString() + message_field(7, message_field(1, node))
+    assert len(onnx.ModelProto.FromString(data).graph.node[-1].attribute) == 1
+    index = len(model.graph.node)
+    refused(tmp_path, data, f"graph.node[{index}].attribute[0] ('t').tp", contains="oneof")
+
+
 def test_a_repeated_member_is_not_a_second_member(tmp_path):
     # The same oneof member twice is not ambiguous in the sense of this rule (protobuf merges a
     # message member, as for any singular field): the model stays valid.

@@ -261,6 +261,39 @@ def test_subgraph_initializer_with_dotdot_location_is_refused(tmp_path):
     out.assert_validation_error("graph.node[0].attribute[", contains="contains '..'")
 
 
+def test_external_initializer_spelled_longer_than_needed_is_still_checked(tmp_path):
+    """data_location = EXTERNAL in a longer varint form (0x81 0x00), with three dims packed (one
+    byte shorter than protobuf writes them): the model's bytes are exactly as long as their
+    canonical form and hold no canonical 0x70 0x01, yet protobuf reads the tensor as external."""
+
+    def varint(value: int) -> bytes:
+        out = bytearray()
+        while True:
+            out.append(value & 0x7F | (0x80 if value > 0x7F else 0))
+            value >>= 7
+            if not value:
+                return bytes(out)
+
+    def field(number: int, payload: bytes) -> bytes:
+        return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+    location = field(1, b"location") + field(2, b"../secret.bin")  # StringStringEntryProto
+    # TensorProto: dims = 1 (packed), data_type = 2, name = 8, external_data = 13, data_location = 14
+    tensor = field(1, bytes([1, 2, 3])) + bytes([2 << 3, T.FLOAT]) + field(8, b"c") + field(13, location)
+    tensor += bytes([14 << 3, 0x80 | T.EXTERNAL, 0x00])
+    graph = oh.make_graph(
+        [oh.make_node("Identity", ["c"], ["y"])], "g", [], [oh.make_tensor_value_info("y", T.FLOAT, [1, 2, 3])]
+    )
+    model = oh.make_model(oh.make_graph([], "g", [], []), opset_imports=OPSET)
+    model.ClearField("graph")
+    data = model.SerializeToString() + field(7, graph.SerializeToString() + field(5, tensor))
+    parsed = onnx.ModelProto.FromString(data)
+    assert parsed.graph.initializer[0].data_location == T.EXTERNAL and parsed.ByteSize() == len(data)
+    (tmp_path / "m.onnx").write_bytes(data)
+    out = run_bounded("S.check_model(ARG)", str(tmp_path / "m.onnx"), cpu_seconds=10)
+    out.assert_validation_error("graph.initializer[0] ('c').external_data", contains="contains '..'")
+
+
 # ---------------------------------------------------------------------- reads
 def test_truncated_external_payload_is_a_validation_error_not_sigbus(tmp_path):
     """A memory-mapped payload whose file shrank after the check killed the interpreter (SIGBUS)."""

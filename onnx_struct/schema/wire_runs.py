@@ -1,0 +1,198 @@
+"""Runs of small records in the main graph, read by numpy over the buffer for the wire scan.
+
+A large graph is mostly two runs of records of one field each: its nodes (``GraphProto.node``)
+and its struct values (``struct_initializer``). Stepping over them one Python iteration per record
+is most of a scan's time (docs/benchmarks.md); here a window of the buffer is read with a few numpy
+operations instead. Every position holding the field's tag is a candidate start, its length varint
+says where that record stops, and the run is the chain of candidates from the first one, each
+starting where the one before stops (guessed, checked link by link, and found by pointer doubling
+where the guess fails): bytes inside a record that only look like a tag are never reached, so the
+chain is exactly what protobuf reads. A run ends before
+the first record that is not a candidate (another field, a length of more than two bytes, a record
+crossing the window's end, a struct value of another shape): the scan reads that one its usual way.
+
+A pass costs about as much as one or two hundred records read in Python, so short runs are left
+to the scan, and windows double while runs fill them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Windows, in bytes: the last one bounds the temporary arrays (some int64 per candidate start).
+_FIRST_WINDOW = 1 << 16
+_LAST_WINDOW = 1 << 20
+# A numpy pass costs about as much as one or two hundred records read in Python (docs/benchmarks.md):
+# records of a kind read the usual way before numpy is tried (again, after a short run), and the
+# number of records of a kind (as the parse counts them) from which numpy reads from the first.
+_PATIENCE = 64
+_LONG_RUN = 200
+
+
+def _varints(w: np.ndarray, at: np.ndarray, max_bytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(value, bytes, ok) of the varint at each position ``at`` of ``w``; ok: it has at most
+    ``max_bytes`` bytes, all inside ``w``."""
+    last = len(w) - 1
+    byte = w[np.minimum(at, last)].astype(np.int64)
+    more = byte >= 0x80
+    if not more.any():  # the common case: one byte each
+        return byte, np.ones(len(at), np.int64), at <= last
+    value, size = byte & 0x7F, np.ones(len(at), np.int64)
+    for k in range(1, max_bytes):
+        byte = w[np.minimum(at + k, last)].astype(np.int64)
+        value = np.where(more, value | (byte & 0x7F) << (7 * k), value)
+        size += more
+        more &= byte >= 0x80
+    return value, size, ~more & (at + size <= len(w))
+
+
+def _chain(starts: np.ndarray, stops: np.ndarray, valid: np.ndarray) -> np.ndarray:
+    """Indices of the candidates chained from the one at the window's start (none if there is none
+    there): each starts where the one before stops."""
+    m = len(starts)
+    if not m or starts[0] != 0 or not valid[0]:
+        return np.zeros(0, np.int64)
+    j = np.searchsorted(starts, stops)
+    clipped = np.minimum(j, m - 1)
+    successor = np.where((j < m) & (starts[clipped] == stops) & valid[clipped], clipped, m)
+    if (successor[:-1] == np.arange(1, m)).all():  # no false candidate (struct values, mostly)
+        return np.arange(m)
+    # A guess checked link by link: the candidates inside no earlier valid candidate's record (a
+    # false one lies inside the record it was read from). Where a link fails, the chain is known
+    # up to there; it is complete if that member has no successor, else pointer doubling decides.
+    reach = np.maximum.accumulate(np.where(valid, stops, 0))
+    guess = np.flatnonzero(np.concatenate(([True], starts[1:] >= reach[:-1])))
+    links = successor[guess[:-1]] == guess[1:]
+    last = int(np.argmin(links)) if not links.all() else len(links)
+    if successor[guess[last]] == m:
+        return guess[: last + 1]
+    jump = np.append(successor, m)  # m: the end, its own successor
+    chain = np.zeros(1, np.int64)
+    while chain[-1] != m:  # the first 2**k members, then 2**(k+1): log2(run) rounds
+        chain = np.concatenate((chain, jump[chain]))
+        jump = jump[jump]
+    return chain[: np.searchsorted(chain, m)]
+
+
+class Runs:
+    """The numpy reader of one scan: ``buf`` over its bytes, a window size per field, and the
+    current run of nodes (a node with attributes interrupts it: the scan reads that node, then
+    resumes here at the next one)."""
+
+    def __init__(
+        self, data: bytes, node_tag: int, probe: bytes, value_tag: bytes, field_tags: bytes, counts=None
+    ) -> None:
+        """``counts``: how many nodes and struct values the parse holds, if known: numpy reads a
+        kind from its first record when there are many, never when there are few."""
+        self.buf = np.frombuffer(data, np.uint8)
+        self.node_tag, self.probe = node_tag, probe
+        self.value_tag, self.field_tags = value_tag, field_tags
+        self.windows = {"node": _FIRST_WINDOW, "value": _FIRST_WINDOW}
+        self.patience = {"node": _PATIENCE, "value": _PATIENCE}
+        if counts is not None:
+            for kind, count in zip(("node", "value"), counts, strict=True):
+                self.patience[kind] = 0 if count >= _LONG_RUN else count
+        self.starts: list[int] = []  # the current run of nodes: where each starts and stops
+        self.stops: list[int] = []
+        self.flagged: list[int] = []  # indices of the run's nodes whose bodies hold a probe byte
+        self.cursor = self.flag = 0  # the next node of the run, the next flagged one
+
+    def _window(self, kind: str, pos: int, end: int) -> np.ndarray:
+        return self.buf[pos : min(end, pos + self.windows[kind])]
+
+    def _fit(self, kind: str, used: int, records: int) -> None:
+        """Double the window after a run that filled most of it; after a short run, wait."""
+        window = self.windows[kind]
+        if 2 * used > window:
+            self.windows[kind] = min(_LAST_WINDOW, 2 * window)
+        elif records < _PATIENCE:
+            self.patience[kind] = _PATIENCE
+
+    def bare_nodes(self, pos: int, end: int) -> tuple[int, int]:
+        """(position after, how many) of the node records from ``pos`` (where a node's tag is) in
+        whose bodies no byte of the probe is (one that can start an attribute field): 0 when the
+        node at ``pos`` has one, or is not in a run (the scan then reads it the usual way)."""
+        i = self.cursor
+        if not (i < len(self.starts) and self.starts[i] == pos):
+            if self.patience["node"]:  # see _PATIENCE
+                self.patience["node"] -= 1
+                return pos, 0
+            self._node_run(pos, end)
+            i = 0
+            if not len(self.starts):
+                return pos, 0
+        while self.flag < len(self.flagged) and self.flagged[self.flag] < i:
+            self.flag += 1
+        j = self.flagged[self.flag] if self.flag < len(self.flagged) else len(self.starts)
+        if j == i:  # flagged: read by the scan, which comes back at the next node
+            self.cursor = i + 1
+            return pos, 0
+        self.cursor = j
+        return self.stops[j - 1], j - i
+
+    def _node_run(self, pos: int, end: int) -> None:
+        w = self._window("node", pos, end)
+        starts = np.flatnonzero(w == self.node_tag)
+        length, size, ok = _varints(w, starts + 1, 2)
+        bodies = starts + 1 + size
+        stops = bodies + length
+        members = _chain(starts, stops, ok & (stops <= len(w)))
+        starts, bodies, stops = starts[members], bodies[members], stops[members]
+        hit = np.zeros(len(w), bool)
+        for byte in self.probe:
+            hit |= w == byte
+        hits = np.flatnonzero(hit)
+        first = hits[np.minimum(np.searchsorted(hits, bodies), len(hits) - 1)] if len(hits) else stops
+        self.flagged = np.flatnonzero((first >= bodies) & (first < stops)).tolist()
+        self.starts, self.stops = (starts + pos).tolist(), (stops + pos).tolist()
+        self.cursor = self.flag = 0
+        self._fit("node", int(stops[-1]) if len(stops) else 0, len(stops))
+
+    def plain_values(self, pos: int, end: int) -> tuple[int, list[int], list[int], list[bytes]] | None:
+        """The struct value records from ``pos`` on, as far as one window goes, whose bytes are
+        exactly ``type``, ``raw_data`` and ``name``, once each, in this order (one-byte tags; a
+        type and a name length of one or two bytes, a payload length of up to three):
+        (position after them, their types, payload sizes and names), or None if there is none."""
+        if self.patience["value"]:  # see _PATIENCE
+            self.patience["value"] -= 1
+            return None
+        w = self._window("value", pos, end)
+        if len(w) < 9:  # the shortest such record
+            return None
+        tag, (type_tag, raw_data_tag, name_tag) = self.value_tag, self.field_tags
+        starts = np.flatnonzero((w[:-1] == tag[0]) & (w[1:] == tag[1]))
+        last = len(w) - 1
+        length, size, ok = _varints(w, starts + 2, 2)
+        bodies = starts + 2 + size
+        stops = bodies + length
+        ok &= (stops <= len(w)) & (w[np.minimum(bodies, last)] == type_tag)
+        types, size, type_ok = _varints(w, bodies + 1, 2)
+        at = bodies + 1 + size
+        ok &= type_ok & (w[np.minimum(at, last)] == raw_data_tag)
+        payloads, size, payload_ok = _varints(w, at + 1, 3)
+        at = at + 1 + size + payloads
+        ok &= payload_ok & (at < stops) & (w[np.minimum(at, last)] == name_tag)
+        name_lengths, size, name_ok = _varints(w, at + 1, 2)
+        names = at + 1 + size
+        ok &= name_ok & (names + name_lengths == stops)  # nothing else in the record
+        members = _chain(starts, stops, ok)
+        self._fit("value", int(stops[members[-1]]) if len(members) else 0, len(members))
+        if not len(members):
+            return None
+        names, name_lengths = names[members], name_lengths[members]
+        split = _joined(w, names, name_lengths).split(b"\0")
+        if len(split) != len(members):  # a name holds a NUL byte
+            split = [w[a : a + n].tobytes() for a, n in zip(names.tolist(), name_lengths.tolist(), strict=True)]
+        return int(stops[members[-1]]) + pos, types[members].tolist(), payloads[members].tolist(), split
+
+
+def _joined(w: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> bytes:
+    """The byte strings ``w[start:start + length]`` joined by NUL bytes, gathered in one copy."""
+    total = int(lengths.sum())
+    if not len(lengths):
+        return b""
+    before = np.cumsum(lengths) - lengths  # name bytes before each one
+    out = np.zeros(total + len(lengths) - 1, np.uint8)
+    step = np.arange(total) - np.repeat(before, lengths)  # position inside its name
+    out[np.repeat(before + np.arange(len(lengths)), lengths) + step] = w[np.repeat(starts, lengths) + step]
+    return out.tobytes()
