@@ -12,23 +12,11 @@ import pytest
 from conftest import base_model, model_with
 from google.protobuf.message import DecodeError
 from onnx import TensorProto
+from support.protowire import field, varint
 
 import onnx_struct as S
 from onnx_struct._proto import pb
 from onnx_struct.schema.model import load
-
-
-def varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def field(number: int, payload: bytes) -> bytes:
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def stock(data: bytes) -> onnx.ModelProto:

@@ -10,24 +10,12 @@ import onnx
 import pytest
 from onnx import TensorProto
 from onnx import helper as oh
+from support.protowire import field, varint
 
 import onnx_struct as S
 from onnx_struct.schema import wire, wire_runs
 
 N = 300  # records per run: well past the records left to Python before numpy is tried
-
-
-def varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append(value & 0x7F | (0x80 if value > 0x7F else 0))
-        value >>= 7
-        if not value:
-            return bytes(out)
-
-
-def field(number: int, payload: bytes) -> bytes:
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def tag_varint(number: int, value: int) -> bytes:

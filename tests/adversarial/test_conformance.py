@@ -12,29 +12,14 @@ import pytest
 from onnx import TensorProto
 from onnx import helper as oh
 from support.models import base_model, linear_int4_128, model_with
+from support.protowire import field as message_field
+from support.protowire import tag, varint
 
 import onnx_struct as S
 from adversarial.bounded import run_bounded
 
 CHECK = "S.check_model(ARG)"
 FULL_CHECK = "S.check_model(ARG, full_check=True)"
-
-
-def varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
-def tag(field: int, wire_type: int) -> bytes:
-    return varint(field << 3 | wire_type)
-
-
-def message_field(field: int, payload: bytes) -> bytes:
-    return tag(field, 2) + varint(len(payload)) + payload
 
 
 def save(tmp_path, data: bytes) -> str:

@@ -11,6 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto as T
 from onnx import helper as oh
+from support.protowire import field
 
 import onnx_struct as S
 from adversarial.bounded import run_bounded
@@ -265,17 +266,6 @@ def test_external_initializer_spelled_longer_than_needed_is_still_checked(tmp_pa
     """data_location = EXTERNAL in a longer varint form (0x81 0x00), with three dims packed (one
     byte shorter than protobuf writes them): the model's bytes are exactly as long as their
     canonical form and hold no canonical 0x70 0x01, yet protobuf reads the tensor as external."""
-
-    def varint(value: int) -> bytes:
-        out = bytearray()
-        while True:
-            out.append(value & 0x7F | (0x80 if value > 0x7F else 0))
-            value >>= 7
-            if not value:
-                return bytes(out)
-
-    def field(number: int, payload: bytes) -> bytes:
-        return varint(number << 3 | 2) + varint(len(payload)) + payload
 
     location = field(1, b"location") + field(2, b"../secret.bin")  # StringStringEntryProto
     # TensorProto: dims = 1 (packed), data_type = 2, name = 8, external_data = 13, data_location = 14
