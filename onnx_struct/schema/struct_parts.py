@@ -22,7 +22,7 @@ from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
-from onnx_struct.schema import wire  # its top-level field reader: protobuf exposes no byte offsets
+from onnx_struct.schema import wire_format  # its field reader: protobuf exposes no byte offsets
 
 _LEN = 2
 _GRAPH = pb.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
@@ -101,7 +101,7 @@ def read_struct_values(model: onnx.ModelProto) -> StructValues | None:
             framed.append(_frame(_VALUES, stripped))
             payloads.append(payload)
         stripped_values = pb.ModelProto.FromString(_frame(_GRAPH, b"".join(framed))).graph.struct_initializer
-    except (DecodeError, wire._Malformed):
+    except (DecodeError, wire_format.Malformed):
         return None
     return StructValues(entries, stripped_values, payloads)
 
@@ -117,9 +117,9 @@ def _strip_payload(entry: bytes) -> tuple[bytes, memoryview | None]:
     size = len(entry)
     payload_fields = []
     previous = 0  # where the field being read starts
-    for number, wire_type, start, end in wire._fields(entry, 0, size):
+    for number, wire_type, start, end in wire_format.fields(entry, 0, size):
         if end > size:
-            raise wire._Malformed(size)
+            raise wire_format.Malformed(size)
         if number == _RAW_DATA and wire_type == _LEN:
             header = entry[previous:start]
             if header[0] != _RAW_DATA_TAG or len(header) > 6 or (len(header) > 2 and header[-1] == 0):

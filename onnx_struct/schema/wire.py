@@ -30,22 +30,23 @@ from google.protobuf.descriptor import FieldDescriptor
 from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
 from onnx_struct.errors import ValidationError
 from onnx_struct.schema import wire_runs
+from onnx_struct.schema.wire_format import I32, I64, LEN, START_GROUP, VARINT, Malformed, skip, varint
+from onnx_struct.schema.wire_paths import problem
 
-_VARINT, _I64, _LEN, _START_GROUP, _END_GROUP, _I32 = range(6)
 # Actions of fields that are neither overlay messages nor oneof members: skipped by their length.
 _SKIP_LEN, _SKIP_SCALAR = object(), object()  # compared by identity in the hot loop
 
 _WIRE_TYPES = {
-    FieldDescriptor.TYPE_DOUBLE: _I64,
-    FieldDescriptor.TYPE_FIXED64: _I64,
-    FieldDescriptor.TYPE_SFIXED64: _I64,
-    FieldDescriptor.TYPE_FLOAT: _I32,
-    FieldDescriptor.TYPE_FIXED32: _I32,
-    FieldDescriptor.TYPE_SFIXED32: _I32,
-    FieldDescriptor.TYPE_STRING: _LEN,
-    FieldDescriptor.TYPE_BYTES: _LEN,
-    FieldDescriptor.TYPE_MESSAGE: _LEN,
-    FieldDescriptor.TYPE_GROUP: _START_GROUP,
+    FieldDescriptor.TYPE_DOUBLE: I64,
+    FieldDescriptor.TYPE_FIXED64: I64,
+    FieldDescriptor.TYPE_SFIXED64: I64,
+    FieldDescriptor.TYPE_FLOAT: I32,
+    FieldDescriptor.TYPE_FIXED32: I32,
+    FieldDescriptor.TYPE_SFIXED32: I32,
+    FieldDescriptor.TYPE_STRING: LEN,
+    FieldDescriptor.TYPE_BYTES: LEN,
+    FieldDescriptor.TYPE_MESSAGE: LEN,
+    FieldDescriptor.TYPE_GROUP: START_GROUP,
 }  # every other type (ints, bool, enum) is a varint
 
 
@@ -88,7 +89,7 @@ def _build_plans(root) -> _Plan:
             continue
         plan = plans[descriptor.full_name] = _Plan(descriptor)
         for field in descriptor.fields:
-            wire_type = _WIRE_TYPES.get(field.type, _VARINT)
+            wire_type = _WIRE_TYPES.get(field.type, VARINT)
             ours = field.message_type is not None and field.message_type.file is pb.DESCRIPTOR
             if ours:
                 todo.append(field.message_type)
@@ -96,10 +97,10 @@ def _build_plans(root) -> _Plan:
             if ours or oneof is not None:
                 action = (field.message_type.full_name if ours else None, oneof, field.number, field.is_repeated)
             else:
-                action = _SKIP_LEN if wire_type == _LEN else _SKIP_SCALAR
+                action = _SKIP_LEN if wire_type == LEN else _SKIP_SCALAR
             plan.actions[field.number << 3 | wire_type] = action
-            if field.is_repeated and wire_type != _LEN:  # repeated scalars may come packed
-                plan.actions[field.number << 3 | _LEN] = _SKIP_LEN
+            if field.is_repeated and wire_type != LEN:  # repeated scalars may come packed
+                plan.actions[field.number << 3 | LEN] = _SKIP_LEN
     for plan in plans.values():  # child names -> plans
         plan.actions = {
             t: (plans[a[0]] if a[0] else None, *a[1:]) if isinstance(a, tuple) else a for t, a in plan.actions.items()
@@ -126,39 +127,22 @@ def _probe_bytes(plan: _Plan) -> frozenset[int] | None:
 
 
 _MODEL_PLAN = _build_plans(pb.ModelProto.DESCRIPTOR)
-_GRAPH_PLAN = _MODEL_PLAN.actions[pb.ModelProto.DESCRIPTOR.fields_by_name["graph"].number << 3 | _LEN][0]
-_NODE_TAG = pb.GraphProto.DESCRIPTOR.fields_by_name["node"].number << 3 | _LEN  # one byte
+_GRAPH_PLAN = _MODEL_PLAN.actions[pb.ModelProto.DESCRIPTOR.fields_by_name["graph"].number << 3 | LEN][0]
+_NODE_TAG = pb.GraphProto.DESCRIPTOR.fields_by_name["node"].number << 3 | LEN  # one byte
 _NODE_PLAN = _GRAPH_PLAN.actions[_NODE_TAG][0]
 _VALUE_NUMBER = pb.GraphProto.DESCRIPTOR.fields_by_name["struct_initializer"].number
-_VALUE_PLAN = _GRAPH_PLAN.actions[_VALUE_NUMBER << 3 | _LEN][0]
+_VALUE_PLAN = _GRAPH_PLAN.actions[_VALUE_NUMBER << 3 | LEN][0]
 # The wire form of a plain struct value: GraphProto.struct_initializer = 17 (a two-byte tag), then
 # StructProto.type = 1 (varint), raw_data = 3 and name = 5 (length-delimited), one-byte tags.
-_VALUE_TAG = bytes((_VALUE_NUMBER << 3 | _LEN | 0x80, _VALUE_NUMBER << 3 >> 7))
+_VALUE_TAG = bytes((_VALUE_NUMBER << 3 | LEN | 0x80, _VALUE_NUMBER << 3 >> 7))
 _TYPE_TAG, _RAW_DATA_TAG, _NAME_TAG = (
     pb.StructProto.DESCRIPTOR.fields_by_name[name].number << 3 | wire_type
-    for name, wire_type in (("type", _VARINT), ("raw_data", _LEN), ("name", _LEN))
+    for name, wire_type in (("type", VARINT), ("raw_data", LEN), ("name", LEN))
 )
 _VALUE_TAG0 = _VALUE_TAG[0]
 _FIELD_TAGS = bytes((_TYPE_TAG, _RAW_DATA_TAG, _NAME_TAG))
 _NODE_PROBE = bytes(sorted(_NODE_PLAN.probe_bytes))
 assert _NODE_PLAN.probe is not None and 16 <= _VALUE_NUMBER < 2048 and max(_TYPE_TAG, _RAW_DATA_TAG, _NAME_TAG) < 0x80
-
-
-def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
-    result = shift = 0
-    while pos < end and shift < 70:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-    raise _Malformed(pos)
-
-
-class _Malformed(Exception):
-    def __init__(self, pos: int) -> None:
-        self.pos = pos
 
 
 class Scan:
@@ -191,7 +175,7 @@ def scan_model(data: bytes, counts: tuple[int, int] | None = None) -> Scan:
     known (they only decide how runs are read, never what is found)."""
     try:
         return _scan(data, counts)
-    except _Malformed as error:
+    except Malformed as error:
         return Scan(
             ValidationError("", f"the model is not well-formed protobuf at byte {error.pos}", code="not_parsable")
         )
@@ -214,7 +198,7 @@ def _scan(data: bytes, counts: tuple[int, int] | None) -> Scan:
     while True:
         if pos >= end:
             if pos > end:
-                raise _Malformed(end)
+                raise Malformed(end)
             if not stack:
                 found.node_count = node_count
                 return found
@@ -244,25 +228,25 @@ def _scan(data: bytes, counts: tuple[int, int] | None) -> Scan:
             tag = (tag & 0x7F) | data[pos + 1] << 7
             pos += 2
         else:
-            tag, pos = _varint(data, pos, end)
+            tag, pos = varint(data, pos, end)
         action = actions.get(tag)
         if action is _SKIP_LEN:  # the common case: a string, bytes or onnx message, skipped whole
             length = data[pos] if pos < end else 0x80
             if length < 0x80:
                 pos += 1 + length
             else:
-                length, pos = _varint(data, pos, end)
+                length, pos = varint(data, pos, end)
                 pos += length
             continue
         if action is None:  # an unknown field, or a known one with the wrong wire type
             number = tag >> 3
             if number in plan.checked:
                 frames = [*stack, (plan, start, end, field, state)]
-                return Scan(_problem(data, frames, number, f"has wire type {tag & 7}, not the one its type requires"))
-            pos = _skip(data, pos, end, tag)
+                return Scan(problem(data, frames, number, f"has wire type {tag & 7}, not the one its type requires"))
+            pos = skip(data, pos, end, tag)
             continue
         if action is _SKIP_SCALAR:
-            pos = _skip(data, pos, end, tag)
+            pos = skip(data, pos, end, tag)
             continue
         child, oneof, number, repeated = action
         if oneof is not None:
@@ -273,7 +257,7 @@ def _scan(data: bytes, counts: tuple[int, int] | None) -> Scan:
                 field_names = plan.names
                 frames = [*stack, (plan, start, end, field, state)]
                 return Scan(
-                    _problem(
+                    problem(
                         data,
                         frames,
                         None,
@@ -282,15 +266,15 @@ def _scan(data: bytes, counts: tuple[int, int] | None) -> Scan:
                     )
                 )
         if child is None:
-            pos = _skip(data, pos, end, tag)
+            pos = skip(data, pos, end, tag)
             continue
         length = data[pos] if pos < end else 0x80
         if length < 0x80:
             pos += 1
         else:
-            length, pos = _varint(data, pos, end)
+            length, pos = varint(data, pos, end)
         if pos + length > end:
-            raise _Malformed(end)
+            raise Malformed(end)
         if main:
             if child is _NODE_PLAN:
                 node_count += 1
@@ -328,134 +312,29 @@ def _plain_value(data: bytes, pos: int, end: int) -> tuple[int, list[int], list[
         length = data[pos + 2]
         body = pos + 3
         if length >= 0x80:
-            length, body = _varint(data, pos + 2, end)
+            length, body = varint(data, pos + 2, end)
         stop = body + length
         if stop > end or length < 6 or data[body] != _TYPE_TAG:
             return None
         type_index = data[body + 1]
         at = body + 2
         if type_index >= 0x80:
-            type_index, at = _varint(data, body + 1, stop)
+            type_index, at = varint(data, body + 1, stop)
         if at + 1 >= stop or data[at] != _RAW_DATA_TAG or type_index >= 1 << 31:
             return None
         payload = data[at + 1]
         at += 2
         if payload >= 0x80:
-            payload, at = _varint(data, at - 1, stop)
+            payload, at = varint(data, at - 1, stop)
         at += payload
         if at + 1 >= stop or data[at] != _NAME_TAG:
             return None
         name_length = data[at + 1]
         at += 2
         if name_length >= 0x80:
-            name_length, at = _varint(data, at - 1, stop)
-    except _Malformed:  # left to the usual way, which reports it
+            name_length, at = varint(data, at - 1, stop)
+    except Malformed:  # left to the usual way, which reports it
         return None
     if at + name_length != stop:
         return None
     return stop, [type_index], [payload], [data[at:stop]]
-
-
-def _skip(data: bytes, pos: int, end: int, tag: int) -> int:
-    """Past the value of a field with ``tag`` (groups, deprecated but valid, are skipped whole)."""
-    depth = 0
-    while True:
-        wire_type = tag & 7
-        if wire_type == _VARINT:
-            _, pos = _varint(data, pos, end)
-        elif wire_type == _I64:
-            pos += 8
-        elif wire_type == _I32:
-            pos += 4
-        elif wire_type == _LEN:
-            length, pos = _varint(data, pos, end)
-            pos += length
-        elif wire_type == _START_GROUP:
-            depth += 1
-        elif wire_type == _END_GROUP:
-            depth -= 1
-            if depth < 0:
-                raise _Malformed(pos)
-        else:
-            raise _Malformed(pos)
-        if pos > end:
-            raise _Malformed(end)
-        if depth == 0:
-            return pos
-        if pos >= end:
-            raise _Malformed(end)
-        tag, pos = _varint(data, pos, end)
-
-
-# ---------------------------------------------------------------------- paths (errors only)
-def _problem(data: bytes, frames: list[tuple], number: int | None, reason: str) -> ValidationError:
-    path = _path(data, frames)
-    if number is not None:
-        name = frames[-1][0].names[number]
-        path = f"{path}.{name}" if path else name
-    return ValidationError(path, reason, code="wire_format")
-
-
-def _path(data: bytes, frames: list[tuple]) -> str:
-    """``graph.node[3] ('n').attribute[0] ('then_branch').g...`` for the innermost frame: indices
-    are counted and names read by scanning the parents again, only for the one reported error."""
-    steps = []
-    for i in range(1, len(frames)):
-        parent, (plan, start, end, number, _) = frames[i - 1][0], frames[i]
-        name = parent.names[number]
-        if parent.descriptor.fields_by_number[number].is_repeated:
-            index = sum(_count(data, s, e, number, start) for s, e in _occurrences(data, frames, i - 1))
-            label = _name_of(data, plan, start, end)
-            name = f"{name}[{index}] ({label!r})" if label else f"{name}[{index}]"
-        steps.append(name)
-    return ".".join(steps)
-
-
-def _occurrences(data: bytes, frames: list[tuple], i: int) -> list[tuple[int, int]]:
-    """The byte ranges of the one message ``frames[i]`` is part of, up to its own: every earlier
-    occurrence of a singular message field too, as protobuf merges them (repeated fields concatenate)."""
-    plan, start, end, number, _ = frames[i]
-    if i == 0 or frames[i - 1][0].descriptor.fields_by_number[number].is_repeated:
-        return [(start, end)]
-    ranges = []
-    for outer_start, outer_end in _occurrences(data, frames, i - 1):
-        for field, wire_type, value_start, value_end in _fields(data, outer_start, outer_end):
-            if field == number and wire_type == _LEN and value_start <= start:
-                ranges.append((value_start, value_end))
-    return ranges
-
-
-def _fields(data: bytes, start: int, end: int):
-    """(field number, wire type, value start, value end) of the fields in ``data[start:end]``."""
-    pos = start
-    while pos < end:
-        tag, pos = _varint(data, pos, end)
-        if tag & 7 == _LEN:
-            length, value = _varint(data, pos, end)
-            yield tag >> 3, _LEN, value, value + length
-            pos = value + length
-        else:
-            after = _skip(data, pos, end, tag)
-            yield tag >> 3, tag & 7, pos, after
-            pos = after
-
-
-def _count(data: bytes, start: int, end: int, number: int, child_start: int) -> int:
-    """How many ``number`` fields in ``data[start:end]`` start before ``child_start``."""
-    index = 0
-    for field, wire_type, value_start, _ in _fields(data, start, end):
-        if value_start >= child_start:
-            return index
-        index += field == number and wire_type == _LEN
-    return index
-
-
-def _name_of(data: bytes, plan: _Plan, start: int, end: int) -> str:
-    name_field = plan.descriptor.fields_by_name.get("name")
-    if name_field is None:
-        return ""
-    name = b""
-    for field, wire_type, value_start, value_end in _fields(data, start, end):
-        if field == name_field.number and wire_type == _LEN:
-            name = data[value_start:value_end]  # the last one wins, as in a parse
-    return name.decode("utf-8", "backslashreplace")
