@@ -259,6 +259,36 @@ def test_graph_operators_that_changed_are_converted(rng):
     np.testing.assert_array_equal(run(lowered, {})[0], expected)
 
 
+def test_model_functions_take_the_reconciled_opset_when_the_graph_is_converted(rng):
+    # The graph's Reshape differs between 17 and 21, so the graph is converted; the model's own
+    # function (Add only, the same schema at 17 and 21) must then import 21 too, as the model does.
+    double = oh.make_function(
+        "local", "Double", ["a"], ["b"], [oh.make_node("Add", ["a", "a"], ["b"])], [oh.make_opsetid("", 17)]
+    )
+    graph = oh.make_graph(
+        [
+            const("shape", TensorProto.INT64, [2], [16, 8]),
+            oh.make_node("Reshape", ["weight", "shape"], ["r"]),
+            oh.make_node("Double", ["r"], ["Y"], domain="local"),
+        ],
+        "g",
+        [],
+        [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [16, 8])],
+    )
+    opsets = [oh.make_opsetid("", 17), oh.make_opsetid("local", 1)]
+    model = oh.make_model(graph, opset_imports=opsets, ir_version=8, functions=[double])
+    (index,) = S.add_struct_types(model, linear_int4_128(decoder=linear_decoder()))
+    payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
+    S.add_struct_values(model, S.make_struct_value("weight", index, raw_data=payload))
+    lowered = S.lower(model)
+    check(lowered)
+    assert {o.domain: o.version for o in lowered.opset_import}[""] == 21
+    (function,) = [f for f in lowered.functions if f.name == "Double"]
+    assert [(o.domain, o.version) for o in function.opset_import] == [("", 21)]
+    expected = 2 * (int4_oracle(payload) * np.float32(0.125)).astype(np.float32).reshape(16, 8)
+    np.testing.assert_array_equal(run(lowered, {})[0], expected)
+
+
 @pytest.mark.parametrize("opset", [11, 13])
 def test_older_graph_consuming_decoded_values_through_changed_operators_is_converted(rng, opset):
     # The reported failure mode ("Input ... is undefined" from the version converter): the decoded

@@ -30,7 +30,7 @@ from onnx_struct.check.inference import LogicalTypes
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import Leaf, TypeTable, element_label
 from onnx_struct.lowering.leaf_tensors import dense_byte_run, leaf_to_tensor
-from onnx_struct.lowering.opsets import OpsetConversionError, canonical_domain, convert_default_opset, differing_ops
+from onnx_struct.lowering.opsets import reconcile_opsets
 from onnx_struct.payload import external
 from onnx_struct.payload.values import constant_tensor, resolve_value, value_declaration
 from onnx_struct.payload.view import StructView, view_of
@@ -356,68 +356,9 @@ class _Lowerer:
 
     # ------------------------------------------------------------------ versions
     def reconcile_opsets(self) -> None:
-        """One version per domain for the graph and every function: onnxruntime resolves a
-        function's operators at the *model's* opset, so a decoder must import the same version
-        or use only operators whose schema is the same at both (checked per operator)."""
-        model_opsets = {canonical_domain(o.domain): o.version for o in self.out.opset_import}
-        participants = [(self.function_paths[k], fn) for k, fn in self.functions.items()]
-        participants += [(element_label(f"functions[{i}]", f.name), f) for i, f in enumerate(self.out.functions)]
-        target = dict(model_opsets)
-        for _, fn in participants:
-            for opset in fn.opset_import:
-                domain = canonical_domain(opset.domain)
-                target[domain] = max(target.get(domain, 0), opset.version)
-        main_nodes = list(walk_nodes(self.out.graph))
-        for domain, version in model_opsets.items():
-            if version != target[domain]:
-                differing = differing_ops(main_nodes, domain, version, target[domain])
-                if differing:
-                    self.upgrade_graph(domain, version, target[domain], differing)
-        for where, fn in participants:
-            for opset in fn.opset_import:
-                domain = canonical_domain(opset.domain)
-                if opset.version != target[domain]:
-                    differing = differing_ops(fn.node, domain, opset.version, target[domain])
-                    if differing:
-                        raise ValidationError(
-                            where,
-                            f"imports opset {opset.version} of domain {domain or 'ai.onnx'!r}, but the lowered model "
-                            f"needs {target[domain]} (another part imports it) and operators "
-                            f"{', '.join(differing)} differ between the two versions",
-                            code="opset_conflict",
-                        )
-                    opset.version = target[domain]
-        for fn in self.functions.values():
-            target.setdefault(fn.domain, 1)
-        del self.out.opset_import[:]
-        self.out.opset_import.extend(helper.make_opsetid(d, v) for d, v in target.items())
-
-    def upgrade_graph(self, domain: str, have: int, want: int, differing: list[str]) -> None:
-        if domain != "":
-            raise ValidationError(
-                "graph",
-                f"the graph imports opset {have} of {domain!r}, a decoder needs {want}, and operators "
-                f"{', '.join(differing)} differ between them",
-                code="opset_conflict",
-            )
-        # The converter needs every consumed name defined: the decoded names are shown to it as
-        # graph inputs of their logical types, then removed again.
-        functions = list(self.out.functions)
-        del self.out.functions[:]
-        decoded = self.logical_inputs()
-        self.out.graph.input.extend(decoded)
-        try:
-            converted = convert_default_opset(self.out, want)
-        except OpsetConversionError as error:
-            raise ValidationError(
-                "graph",
-                f"a decoder needs opset {want}, the graph imports {have} (operators {', '.join(differing)} "
-                f"differ) and onnx's version converter failed: {str(error).splitlines()[0] if str(error) else error}",
-                code="opset_conflict",
-            ) from None
-        del converted.graph.input[len(converted.graph.input) - len(decoded) :]
-        converted.functions.extend(functions)
-        self.out = converted
+        decoders = [(self.function_paths[k], fn) for k, fn in self.functions.items()]
+        domains = [fn.domain for fn in self.functions.values()]
+        self.out = reconcile_opsets(self.out, decoders, domains, self.logical_inputs)
 
     def logical_inputs(self) -> list[onnx.ValueInfoProto]:
         values = {v.name: (k, v) for k, v in enumerate(self.loaded.struct_values)}

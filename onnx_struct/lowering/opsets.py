@@ -10,10 +10,15 @@ model as it was (lowering or running the model then reports the mismatch).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import onnx
 import onnx.defs
+from onnx import helper
+
+from onnx_struct.errors import ValidationError
+from onnx_struct.layout.table import element_label
+from onnx_struct.schema.walk import walk_nodes
 
 
 class OpsetConversionError(Exception):
@@ -50,3 +55,78 @@ def convert_default_opset(model: onnx.ModelProto, version: int) -> onnx.ModelPro
     except Exception as error:  # noqa: BLE001 - the converter's failures have no common type
         text = str(error)
         raise OpsetConversionError(text.splitlines()[0] if text else "") from None
+
+
+def reconcile_opsets(
+    model: onnx.ModelProto,
+    decoders: list[tuple[str, onnx.FunctionProto]],
+    decoder_domains: Iterable[str],
+    logical_inputs: Callable[[], list[onnx.ValueInfoProto]],
+) -> onnx.ModelProto:
+    """One version per domain for the graph and every function (``decoders``: the lowered model's
+    decoder functions with their paths; the model's own functions are added here): onnxruntime
+    resolves a function's operators at the *model's* opset, so a function must import the same
+    version or use only operators whose schema is the same at both (checked per operator). The
+    graph is converted when operators it uses differ (``logical_inputs``: the decoded values'
+    types, shown to the converter); returns the model, converted or not."""
+    model_opsets = {canonical_domain(o.domain): o.version for o in model.opset_import}
+    participants = decoders + [(element_label(f"functions[{i}]", f.name), f) for i, f in enumerate(model.functions)]
+    target = dict(model_opsets)
+    for _, fn in participants:
+        for opset in fn.opset_import:
+            domain = canonical_domain(opset.domain)
+            target[domain] = max(target.get(domain, 0), opset.version)
+    # Functions first, edited in place: a graph conversion below copies the model's own functions.
+    for where, fn in participants:
+        for opset in fn.opset_import:
+            domain = canonical_domain(opset.domain)
+            if opset.version != target[domain]:
+                differing = differing_ops(fn.node, domain, opset.version, target[domain])
+                if differing:
+                    raise ValidationError(
+                        where,
+                        f"imports opset {opset.version} of domain {domain or 'ai.onnx'!r}, but the lowered model "
+                        f"needs {target[domain]} (another part imports it) and operators "
+                        f"{', '.join(differing)} differ between the two versions",
+                        code="opset_conflict",
+                    )
+                opset.version = target[domain]
+    main_nodes = list(walk_nodes(model.graph))
+    for domain, version in model_opsets.items():
+        if version != target[domain]:
+            differing = differing_ops(main_nodes, domain, version, target[domain])
+            if differing:
+                model = _upgrade_graph(model, domain, version, target[domain], differing, logical_inputs)
+    for domain in decoder_domains:
+        target.setdefault(domain, 1)
+    del model.opset_import[:]
+    model.opset_import.extend(helper.make_opsetid(d, v) for d, v in target.items())
+    return model
+
+
+def _upgrade_graph(model, domain: str, have: int, want: int, differing: list[str], logical_inputs) -> onnx.ModelProto:
+    if domain != "":
+        raise ValidationError(
+            "graph",
+            f"the graph imports opset {have} of {domain!r}, a decoder needs {want}, and operators "
+            f"{', '.join(differing)} differ between them",
+            code="opset_conflict",
+        )
+    # The converter needs every consumed name defined: the decoded names are shown to it as
+    # graph inputs of their logical types, then removed again.
+    functions = list(model.functions)
+    del model.functions[:]
+    decoded = logical_inputs()
+    model.graph.input.extend(decoded)
+    try:
+        converted = convert_default_opset(model, want)
+    except OpsetConversionError as error:
+        raise ValidationError(
+            "graph",
+            f"a decoder needs opset {want}, the graph imports {have} (operators {', '.join(differing)} "
+            f"differ) and onnx's version converter failed: {str(error).splitlines()[0] if str(error) else error}",
+            code="opset_conflict",
+        ) from None
+    del converted.graph.input[len(converted.graph.input) - len(decoded) :]
+    converted.functions.extend(functions)
+    return converted
