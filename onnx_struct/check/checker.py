@@ -63,7 +63,9 @@ class _Checker(GraphRules):
         # reusing the element objects makes every later read of them cheaper.
         return list(self.proto.graph.struct_initializer)
 
-    def run(self, full_check: bool) -> list[ValidationError]:
+    def run(self, full_check: bool, first_only: bool = False) -> list[ValidationError]:
+        if first_only and self.scan.error is not None:
+            return [self.scan.error]  # reported first whatever else is found (check_wire)
         for i, declaration in enumerate(self.proto.struct_types):
             self.check_root(declaration, self.table.path(i), i)
         self.check_values()
@@ -256,11 +258,17 @@ def validate(
     model: ModelLike, *, full_check: bool = False, base_dir: str | os.PathLike | None = None, **stock_options: bool
 ) -> list[ValidationError]:
     """Every diagnostic of ``model`` (empty when valid). See :func:`check_model`."""
+    return _diagnostics(model, full_check, base_dir, stock_options, first_only=False)
+
+
+def _diagnostics(model, full_check: bool, base_dir, stock_options: dict, first_only: bool) -> list[ValidationError]:
+    """``first_only``: the first diagnostic is all that is needed (check_model): a wire-level
+    problem, always reported first, ends the check without the rules that would follow it."""
     try:
         loaded = load(model, base_dir)
     except ValidationError as error:  # unparsable bytes are a diagnostic too
         return [error]
-    return _Checker(loaded, stock_options).run(full_check)
+    return _Checker(loaded, stock_options).run(full_check, first_only)
 
 
 def check_model(
@@ -279,12 +287,10 @@ def check_model(
     shape inference, as onnx's ``full_check`` does; ``skip_opset_compatibility_check`` and
     ``check_custom_domain`` are passed to onnx's checker.
     """
-    diagnostics = validate(
-        model,
-        full_check=full_check,
-        base_dir=base_dir,
-        skip_opset_compatibility_check=skip_opset_compatibility_check,
-        check_custom_domain=check_custom_domain,
-    )
+    stock_options = {
+        "skip_opset_compatibility_check": skip_opset_compatibility_check,
+        "check_custom_domain": check_custom_domain,
+    }
+    diagnostics = _diagnostics(model, full_check, base_dir, stock_options, first_only=True)
     if diagnostics:
         raise diagnostics[0]

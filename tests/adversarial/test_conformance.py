@@ -158,6 +158,23 @@ def test_wrong_wire_type_inside_a_declaration_is_refused(tmp_path):
     refused(tmp_path, data, "struct_types[0].array.dimension", contains="wire type")
 
 
+def test_check_model_stops_at_a_wire_problem_with_the_error_validate_reports_first():
+    # 5,000 valid declarations, then one whose field carries two oneof members: check_model
+    # raises the wire problem without the declaration rules (docs/security.md), and it is the
+    # very diagnostic validate lists first after running every rule.
+    array = message_field(27, message_field(1, message_field(1, int8_type()) + b"\x10\x01"))  # Array(INT8, 1)
+    bad = message_field(1, b"x") + message_field(2, int8_type()) + message_field(4, constant_bytes())
+    data = (
+        base_model().SerializeToString() + array * 5000 + model_with_field(bad)[len(base_model().SerializeToString()) :]
+    )
+    diagnostics = S.validate(data)
+    assert len(diagnostics) >= 1 and "oneof" in str(diagnostics[0])
+    assert str(diagnostics[0]).startswith("struct_types[5000].structure.field[0] ('x')")
+    with pytest.raises(S.ValidationError) as raised:
+        S.check_model(data)
+    assert str(raised.value) == str(diagnostics[0]) and raised.value.code == diagnostics[0].code
+
+
 def test_wire_scan_of_a_stock_model_object(tmp_path):
     # The same evidence survives in an onnx.ModelProto (unknown fields are re-serialized in order).
     data = model_with_field(message_field(1, b"x") + message_field(2, int8_type()) + message_field(4, constant_bytes()))
