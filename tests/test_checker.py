@@ -487,6 +487,22 @@ VIEW_PATHS = {
 }
 
 
+def test_check_model_raises_what_validate_lists_first_when_there_are_several(as_form):
+    # check_model stops at its first diagnostic (docs/security.md); validate runs every rule.
+    model = base_model()
+    duplicate = S.make_structure([field("a"), field("a")])
+    S.add_struct_types(model, duplicate, S.make_structure([field("b"), field("")]), duplicate)
+    diagnostics = S.validate(as_form(model))
+    assert [d.path for d in diagnostics] == [
+        "struct_types[0].structure.field[1] ('a')",
+        "struct_types[1].structure.field[1]",
+        "struct_types[2].structure.field[1] ('a')",
+    ]
+    with pytest.raises(S.ValidationError) as raised:
+        S.check_model(as_form(model))
+    assert str(raised.value) == str(diagnostics[0]) and raised.value.code == diagnostics[0].code
+
+
 @pytest.mark.parametrize("path", VIEW_PATHS)
 def test_stock_checker_sees_struct_values_as_defined_names(path, as_form):
     options, build = VIEW_PATHS[path]

@@ -16,6 +16,7 @@ import onnx.checker
 from onnx_struct.check import inference
 from onnx_struct.check.declaration_rules import CONCRETE_KINDS
 from onnx_struct.check.graph_rules import GraphRules
+from onnx_struct.check.reporting import FirstFound
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.payload import external
@@ -66,6 +67,14 @@ class _Checker(GraphRules):
     def run(self, full_check: bool, first_only: bool = False) -> list[ValidationError]:
         if first_only and self.scan.error is not None:
             return [self.scan.error]  # reported first whatever else is found (check_wire)
+        self.first_only = first_only
+        try:
+            self.run_rules(full_check)
+        except FirstFound:  # only check_wire puts a diagnostic first; the scan found none here
+            pass
+        return self.diagnostics
+
+    def run_rules(self, full_check: bool) -> None:
         for i, declaration in enumerate(self.proto.struct_types):
             self.check_root(declaration, self.table.path(i), i)
         self.check_values()
@@ -77,7 +86,6 @@ class _Checker(GraphRules):
         self.check_local_function_recursion()
         if not self.diagnostics:  # onnx's findings only count on a model that follows the proposal
             self.check_stock(full_check)
-        return self.diagnostics
 
     # ------------------------------------------------------------------ values
     def check_values(self) -> None:

@@ -6,17 +6,26 @@ from __future__ import annotations
 from onnx_struct.errors import ValidationError
 
 
+class FirstFound(Exception):
+    """Ends a check that wants only its first diagnostic (``Reporter.first_only``)."""
+
+
 class Reporter:
-    """Collects diagnostics: each distinct message once, in the order found."""
+    """Collects diagnostics: each distinct message once, in the order found. With ``first_only``
+    the first one ends the check (check_model raises only it; the rules after it would cost time
+    on a hostile model and change nothing)."""
 
     def __init__(self) -> None:
         self.diagnostics: list[ValidationError] = []
         self._messages: set[str] = set()
+        self.first_only = False
 
     def report(self, error: ValidationError) -> None:
         if str(error) not in self._messages:  # one cause reached from several places, once
             self._messages.add(str(error))
             self.diagnostics.append(error)
+            if self.first_only:
+                raise FirstFound
 
     def attempt(self, function, *args):
         try:
