@@ -16,6 +16,8 @@ import pytest
 from onnx import TensorProto
 from onnx import helper as oh
 
+import onnx_struct as S
+
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 
@@ -97,5 +99,9 @@ def test_readme_three_workflows_run_as_written(tmp_path, monkeypatch):
             # onnxruntime's int8 activations are exact for a row of ones: only the sum order differs.
             np.testing.assert_allclose(namespace.pop("y"), next(oracles), rtol=1e-4, atol=1e-3)
     assert commands == 3 and next(oracles, None) is None  # every workflow ran, and was compared
+    # "the weights run quantized", as the README says: on MatMulNBits, not decoded to float.
+    for model in ("ffn_up.onnx", "model.q4_0.onnx"):
+        ops = {node.op_type for node in S.InferenceSession(model).lowered.graph.node}
+        assert "MatMulNBits" in ops and "MatMul" not in ops and "Gemm" not in ops, (model, ops)
     assert not (tmp_path / "llama.onnx.data").exists()  # --reference copied no payload byte
     assert (tmp_path / "llama.onnx").stat().st_size < 64 * 4096 // 32 * 18  # the payload stayed in the .gguf
