@@ -15,14 +15,11 @@ the weights' serialized copy (+20 MiB) or of the payload kept in memory (+18 MiB
 
 from __future__ import annotations
 
-import numpy as np
+import pathlib
+
 from adversarial.bounded import run_bounded
-from onnx import TensorProto
-from onnx import helper as oh
 
-import onnx_struct as S
-from onnx_struct import formats
-
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 K = N = 4096
 LAYERS = 2
 
@@ -43,43 +40,13 @@ assert peak - baseline <= ARG["allowance"], (
 """
 
 
-def q4_0_model(directory) -> tuple[str, int]:
-    """(model path, payload bytes): y = sum_i x @ Transpose(W_i), W_i^T [N, K] in Q4_0."""
-    fmt = formats.get("Q4_0")
-    nodes = []
-    for i in range(LAYERS):
-        nodes += [
-            oh.make_node("Transpose", [f"W{i}"], [f"W{i}t"], perm=[1, 0]),
-            oh.make_node("MatMul", ["x", f"W{i}t"], [f"y{i}"]),
-        ]
-    nodes.append(oh.make_node("Sum", [f"y{i}" for i in range(LAYERS)], ["y"]))
-    graph = oh.make_graph(
-        nodes,
-        "g",
-        [oh.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", K])],
-        [oh.make_tensor_value_info("y", TensorProto.FLOAT, ["rows", N])],
-    )
-    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
-    rng = np.random.default_rng(0)
-    total = 0
-    with open(directory / "weights.bin", "wb") as file:
-        for i in range(LAYERS):
-            blocks = rng.integers(0, 256, (fmt.num_blocks((N, K)), fmt.bytes_per_block), dtype=np.uint8)
-            blocks[:, :2] = (rng.standard_normal((len(blocks), 1)) * 0.01).astype(np.float16).view(np.uint8)
-            value = fmt.make_value(model, f"W{i}", (N, K), b"")
-            value.ClearField("raw_data")
-            for key, text in (("location", "weights.bin"), ("offset", total), ("length", blocks.nbytes)):
-                value.external_data.add(key=key, value=str(text))
-            S.add_struct_values(model, value)
-            file.write(blocks.tobytes())
-            total += blocks.nbytes
-    path = directory / "model.onnx"
-    path.write_bytes(model.SerializeToString())
-    return str(path), total
+def test_session_peak_rss_stays_near_the_quantized_bytes(tmp_path, monkeypatch):
+    # The benchmark's own model (y = sum_i x @ Transpose(W_i), W_i^T [N, K] in Q4_0, random blocks
+    # with finite scales), its payloads in one external file.
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from bench_session_memory import build  # noqa: PLC0415 - a script of benchmarks/, found via sys.path
 
-
-def test_session_peak_rss_stays_near_the_quantized_bytes(tmp_path):
-    path, nbytes = q4_0_model(tmp_path)
+    path, nbytes = build("Q4_0", K, N, LAYERS, str(tmp_path), inline=False)
     payload_mib = nbytes / 2**20
     outcome = run_bounded(CHILD, {"path": path, "allowance": 2.5 * payload_mib + 45}, cpu_seconds=30)
     assert outcome.error is None, outcome.message

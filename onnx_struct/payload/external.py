@@ -287,18 +287,15 @@ def graph_tensors(
     ``initializers``, ``nodes``: the indices of the only initializers and nodes of ``graph`` itself
     to read (e.g. the external ones, and those that may have attributes: the checker knows both)."""
     for where, current in walk_graphs(graph, path, by_index=True, nodes=nodes):
-        tensors = getattr(current, "initializer", ())
-        listed = enumerate(tensors) if initializers is None or current is not graph else picked(tensors, initializers)
-        for i, tensor in listed:
+        main = current is graph  # the given indices are of ``graph`` itself, not its subgraphs
+        for i, tensor in picked(getattr(current, "initializer", ()), initializers if main else None):
             yield element_label(f"{where}.initializer[{i}]", tensor.name), tensor
         if initializers_only:
             continue
         for i, sparse in enumerate(getattr(current, "sparse_initializer", ())):
             yield f"{where}.sparse_initializer[{i}].values", sparse.values
             yield f"{where}.sparse_initializer[{i}].indices", sparse.indices
-        for j, node in (
-            enumerate(current.node) if nodes is None or current is not graph else picked(current.node, nodes)
-        ):
+        for j, node in picked(current.node, nodes if main else None):
             for k, attribute in enumerate(node.attribute):
                 at = f"{where}.node[{j}].attribute[{k}]"
                 if attribute.HasField("t"):

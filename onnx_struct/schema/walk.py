@@ -162,8 +162,7 @@ def walk_graphs(
         where, current = stack.pop()
         yield where, current
         children = []
-        listed = enumerate(current.node) if nodes is None or current is not graph else picked(current.node, nodes)
-        for i, node in listed:
+        for i, node in picked(current.node, nodes if current is graph else None):
             for k, attribute in enumerate(node.attribute):
                 if by_index:
                     at = f"{where}.node[{i}].attribute[{k}]"
@@ -176,9 +175,10 @@ def walk_graphs(
         stack.extend(reversed(children))
 
 
-def picked(items, indices) -> list[tuple[int, object]]:
-    """``(index, item)`` for the given indices of a list or repeated field, as ``enumerate`` gives them."""
-    return [(i, items[i]) for i in indices]
+def picked(items, indices):
+    """``(index, item)`` for the given indices of a list or repeated field, as ``enumerate`` gives
+    them; every item (``enumerate`` itself) when ``indices`` is None."""
+    return enumerate(items) if indices is None else [(i, items[i]) for i in indices]
 
 
 def walk_nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:

@@ -107,20 +107,21 @@ def rewrite_for_execution(
             nbits = emitter.emits_nbits
             weight = None if nbits else emitter.dequantize(name, inputs, bs)
             has_bias = node.op_type == "Gemm" and len(node.input) > 2 and node.input[2]
+
+            def multiply(out: str, node_name: str = "") -> None:
+                if nbits:
+                    emitter.matmul_nbits(node.input[0], inputs, minimum, layout, out, node_name)
+                else:
+                    emitter.matmul(node.input[0], weight, minimum, cols, bs, out)
+
             if node.op_type == "MatMul" and minimum is None and not nbits:
                 node.input[1] = weight
-            elif node.op_type == "MatMul" or not has_bias:
-                if nbits:
-                    emitter.matmul_nbits(node.input[0], inputs, minimum, layout, node.output[0], node.name)
-                else:
-                    emitter.matmul(node.input[0], weight, minimum, cols, bs, node.output[0])
+            elif not has_bias:
+                multiply(node.output[0], node.name)
                 removed.add(j)
             else:  # Gemm(A, B, C) with transA=0, alpha=1: the product, then + beta * C
                 product = fresh(f"{node.output[0]}::product")
-                if nbits:
-                    emitter.matmul_nbits(node.input[0], inputs, minimum, layout, product)
-                else:
-                    emitter.matmul(node.input[0], weight, minimum, cols, bs, product)
+                multiply(product)
                 bias = node.input[2]
                 beta = _attribute(node, "beta", 1.0)
                 if beta != 1.0:

@@ -27,6 +27,7 @@ from onnx import TensorProto
 
 from onnx_struct.formats.affine import AffineForm, AffineSpec
 from onnx_struct.formats.base import BlockFormat
+from onnx_struct.layout.bits import pack_sub_byte
 from onnx_struct.payload import external
 from onnx_struct.payload.affine import affine_form
 from onnx_struct.payload.values import ExternalPayload
@@ -69,26 +70,19 @@ def _read(payload, offset: int, length: int, where: str):
     return memoryview(payload).cast("B")[offset : offset + length]
 
 
-def _pack_pairs(codes: np.ndarray) -> np.ndarray:
-    """uint8 ``[..., 2m]`` -> ``[..., m]``: element 2i in the low nibble, 2i+1 in the high one."""
-    packed = codes[..., 0::2] & _NIBBLE
-    packed |= codes[..., 1::2] << _FOUR  # uint8 arithmetic drops the upper nibble
-    return packed
-
-
 def _pack_rows(codes: np.ndarray) -> np.ndarray:
     """uint8 ``[2m, c]`` -> ``[m, c]``: row 2i in the low nibbles, row 2i+1 in the high ones."""
     packed = codes[0::2] & _NIBBLE
-    packed |= codes[1::2] << _FOUR
+    packed |= codes[1::2] << _FOUR  # uint8 arithmetic drops the upper nibble
     return packed
 
 
-def _pack_pairs_padded(codes: np.ndarray) -> np.ndarray:
-    """:func:`_pack_pairs` along the last axis, an odd last element paired with a zero."""
-    if codes.shape[-1] % 2 == 0:
-        return _pack_pairs(codes)
-    pad = np.zeros((*codes.shape[:-1], 1), np.uint8)
-    return _pack_pairs(np.concatenate([codes, pad], axis=-1))
+def _pack_pairs(codes: np.ndarray) -> np.ndarray:
+    """uint8 ``[..., c]`` -> ``[..., ceil(c / 2)]``: element 2i in the low nibble, 2i+1 in the high
+    one, each row's odd last element paired with a zero (layout/bits.py's 4-bit pack, per row)."""
+    if codes.shape[-1] % 2:
+        codes = np.concatenate([codes, np.zeros((*codes.shape[:-1], 1), np.uint8)], axis=-1)
+    return pack_sub_byte(codes, 4).reshape(*codes.shape[:-1], codes.shape[-1] // 2)
 
 
 def _unsigned(codes: np.ndarray, bits: int) -> np.ndarray:
@@ -126,9 +120,9 @@ class DequantizeLayout:
         if zero_point is not None and self.all_eight:
             self.all_eight = bool(np.all(zero_point == 8))
         if self.whole:  # the whole tensor: flattened [K, N] nibble pairs
-            self.codes = _pack_pairs_padded(np.ascontiguousarray(raw.T).reshape(-1))
+            self.codes = pack_sub_byte(raw.T, 4)
             if zero_point is not None:
-                self.zero_point = _pack_pairs_padded(np.ascontiguousarray(zero_point.T).reshape(-1))
+                self.zero_point = pack_sub_byte(zero_point.T, 4)
         elif self.spec.bits == 4:  # rows 2j, 2j+1 of [N, K] are byte column j of [K, N / 2]
             self.codes[:, r0 // 2 : r1 // 2] = _pack_rows(raw).T
             if zero_point is not None:
@@ -193,7 +187,7 @@ class MatMulNBitsLayout:
             zero_point = _unsigned(form.zero_point, bits)
             if self.all_eight:
                 self.all_eight = bool(np.all(zero_point == 8))
-            self.zero_points[r0:r1] = _pack_pairs_padded(zero_point) if bits == 4 else zero_point
+            self.zero_points[r0:r1] = _pack_pairs(zero_point) if bits == 4 else zero_point
         if self.minimum is not None:
             self.minimum[:, r0:r1] = form.minimum.T
 
@@ -229,11 +223,11 @@ class GatherLayout:
     def write(self, r0: int, r1: int, form: AffineForm) -> None:
         bits = self.spec.bits
         codes = _unsigned(form.codes, bits)
-        self.data[r0:r1] = _pack_pairs_padded(codes) if bits == 4 else codes
+        self.data[r0:r1] = _pack_pairs(codes) if bits == 4 else codes
         self.scale[r0:r1] = form.scale
         if form.zero_point is not None:
             zero_point = _unsigned(form.zero_point, bits)
-            self.zero_point[r0:r1] = _pack_pairs_padded(zero_point) if bits == 4 else zero_point
+            self.zero_point[r0:r1] = _pack_pairs(zero_point) if bits == 4 else zero_point
         if self.minimum is not None:
             self.minimum[r0:r1] = form.minimum
 
