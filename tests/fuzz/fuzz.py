@@ -228,7 +228,9 @@ def seed_corpus(target: str, corpus: Path) -> None:
 def campaign(args: argparse.Namespace, target: str) -> dict:
     start = time.time()
     deadline = start + (args.seconds or 10**9)
-    work = Path(tempfile.mkdtemp(prefix=f"fuzz-{target}-"))
+    # Every input is written out as a model directory: on tmpfs that costs a third of the disk's.
+    shm = Path("/dev/shm")
+    work = Path(tempfile.mkdtemp(prefix=f"fuzz-{target}-", dir=shm if os.access(shm, os.W_OK) else None))
     corpus = Path(args.corpus) / target if args.corpus else work / "corpus"
     seed_corpus(target, corpus)
     share = -(-args.runs // args.jobs)

@@ -14,6 +14,8 @@ bytes as the model itself, so the seed corpus (valid models) is mutated by libFu
 
 from __future__ import annotations
 
+import functools
+
 import onnx
 from onnx import TensorProto as T
 from onnx import helper as oh
@@ -71,6 +73,7 @@ class _ModelGenerator:
         self.shadow: list[tuple] = []  # per declaration: what the size function needs
         self.names: list[str] = []
         self.case_files: dict[str, bytes | int] = {}
+        self.big_wire: tuple[int, int] | None = None  # the cached big shape that starts decls
 
     # -- small parts --------------------------------------------------------------------------
     def name(self) -> str:
@@ -254,44 +257,19 @@ class _ModelGenerator:
         """The shapes that make naive algorithms quadratic or exponential, at fuzz-chosen scale."""
         n = self.draw.pick([20, 100, 500, 2000, 20000])
         shape = self.draw.int(0, 4)
-        field = pb.StructTypeProto.Field
-        decls = []
-        for i in range(n):
-            if shape == 0:  # one cycle through every declaration
-                decl = pb.StructTypeProto(type_index=(i + 1) % n)
-            elif shape == 1:  # a chain whose last declaration is invalid
-                decl = pb.StructTypeProto(type_index=i + 1 if i + 1 < n else -5)
-            elif shape == 2:  # a doubling DAG: every level has two fields referring to the next
-                ref = pb.TypeProto(struct_type=pb.StructTypeProto(type_index=i + 1))
-                leaf = pb.TypeProto()
-                leaf.tensor_type.elem_type = T.UINT8
-                leaf.tensor_type.shape.SetInParent()
-                inner = ref if i + 1 < n else leaf
-                decl = pb.StructTypeProto(structure=pb.StructTypeProto.Structure(field=[field(name="a", type=inner)]))
-                decl.structure.field.add(name="b", type=inner)
-            elif shape == 3:  # a chain of single fields with long names
-                ref = pb.TypeProto(struct_type=pb.StructTypeProto(type_index=i + 1))
-                if i + 1 == n:
-                    ref = pb.TypeProto()
-                    ref.tensor_type.elem_type = T.INT4
-                    ref.tensor_type.shape.dim.add(dim_value=2)
-                decl = pb.StructTypeProto(
-                    structure=pb.StructTypeProto.Structure(field=[field(name="n" * 100, type=ref)])
-                )
-            else:  # one huge array of INT4 with a Cast decoder
-                decl = pb.StructTypeProto()
-                decl.array.element_type.tensor_type.elem_type = T.INT4
-                decl.array.element_type.tensor_type.shape.SetInParent()
-                decl.array.dimension = n * 5000
-                decl.decoder.ParseFromString(
-                    _DecoderGenerator(self.draw).function([""], force_cast=True).SerializeToString()
-                )
-                decls.append(decl.SerializeToString())
-                self.shadow.append(("array", ("tensor", T.INT4, ()), n * 5000))
-                return decls
-            decls.append(decl.SerializeToString())
-            self.shadow.append(("bad",))
-        return decls
+        if shape == 4:  # one huge array of INT4 with a Cast decoder
+            decl = pb.StructTypeProto()
+            decl.array.element_type.tensor_type.elem_type = T.INT4
+            decl.array.element_type.tensor_type.shape.SetInParent()
+            decl.array.dimension = n * 5000
+            decl.decoder.ParseFromString(
+                _DecoderGenerator(self.draw).function([""], force_cast=True).SerializeToString()
+            )
+            self.shadow.append(("array", ("tensor", T.INT4, ()), n * 5000))
+            return [decl.SerializeToString()]
+        self.shadow.extend([("bad",)] * n)
+        self.big_wire = (n, shape)
+        return list(_big_shape(n, shape))
 
     # -- sizes (an independent sketch of the proposal's size function) ------------------------
     def size_bits(self, shadow: tuple, depth: int = 0) -> int | None:
@@ -439,7 +417,8 @@ class _ModelGenerator:
             training.algorithm.ParseFromString(body)
             model.training_info.append(training)
         wire = model.SerializeToString() + length_delimited(7, graph)
-        wire += b"".join(length_delimited(27, d) for d in decls)
+        cached = _big_wire(*self.big_wire) if self.big_wire else b""
+        wire += cached + b"".join(length_delimited(27, d) for d in decls[self.big_wire[0] if self.big_wire else 0 :])
         if draw.bool(3):
             wire += varint_field(27, 1)  # struct_types with the wrong wire type
         value = None
@@ -569,3 +548,39 @@ class _DecoderGenerator:
             recurse = oh.make_node("R", ["a"], ["b"], domain="local")
             out.append(oh.make_function("local", "R", ["a"], ["b"], [recurse], opsets))
         return out
+
+
+@functools.lru_cache(maxsize=32)
+def _big_shape(n: int, shape: int) -> tuple[bytes, ...]:
+    """Declarations of one draw-independent big shape; built once per (n, shape), since building
+    20,000 declarations took most of the generator's time per fuzz input."""
+    field = pb.StructTypeProto.Field
+    decls = []
+    for i in range(n):
+        if shape == 0:  # one cycle through every declaration
+            decl = pb.StructTypeProto(type_index=(i + 1) % n)
+        elif shape == 1:  # a chain whose last declaration is invalid
+            decl = pb.StructTypeProto(type_index=i + 1 if i + 1 < n else -5)
+        elif shape == 2:  # a doubling DAG: every level has two fields referring to the next
+            ref = pb.TypeProto(struct_type=pb.StructTypeProto(type_index=i + 1))
+            leaf = pb.TypeProto()
+            leaf.tensor_type.elem_type = T.UINT8
+            leaf.tensor_type.shape.SetInParent()
+            inner = ref if i + 1 < n else leaf
+            decl = pb.StructTypeProto(structure=pb.StructTypeProto.Structure(field=[field(name="a", type=inner)]))
+            decl.structure.field.add(name="b", type=inner)
+        else:  # a chain of single fields with long names
+            ref = pb.TypeProto(struct_type=pb.StructTypeProto(type_index=i + 1))
+            if i + 1 == n:
+                ref = pb.TypeProto()
+                ref.tensor_type.elem_type = T.INT4
+                ref.tensor_type.shape.dim.add(dim_value=2)
+            decl = pb.StructTypeProto(structure=pb.StructTypeProto.Structure(field=[field(name="n" * 100, type=ref)]))
+        decls.append(decl.SerializeToString())
+    return tuple(decls)
+
+
+@functools.lru_cache(maxsize=32)
+def _big_wire(n: int, shape: int) -> bytes:
+    """``_big_shape``'s declarations as ModelProto.struct_types records (field 27)."""
+    return b"".join(length_delimited(27, d) for d in _big_shape(n, shape))
