@@ -12,16 +12,22 @@ as bench_execution.py builds them), its payloads in an external file (``ext``) o
 * **steps**: the same session creation taken apart, the peak of each phase measured on its own
   (VmHWM reset through ``/proc/self/clear_refs`` before each): ``load`` (the struct model as
   read), ``lower`` (check, repack into MatMulNBits arrays, the lowered model), ``ort`` (the
-  onnxruntime session with the arrays handed over by ``add_external_initializers``: its copy,
-  then prepacking), and the RSS once the Python arrays are freed (``ort kept``). With ``--trace``
-  also tracemalloc's peak of Python allocations during ``lower`` (slower).
+  arrays written to the temporary weights file and freed, then the onnxruntime session reading
+  it and prepacking), and the RSS the process keeps (``ort kept``). With ``--trace`` also
+  tracemalloc's peak of Python allocations during ``lower`` (slower).
 
-``--file-route`` adds a third process: the repacked arrays written to an external-data file that
-onnxruntime maps, instead of handed over in memory (what that alternative would reach; it is not
-what InferenceSession does, see docs/execution.md, "Memory").
+``--peer`` adds the peer's figure: the float32 model of the same (dequantized) weights, quantized by
+onnxruntime's own ``MatMulNBitsQuantizer`` at the same bits (block 32, accuracy level 4), saved with
+its weights in an external file, and a fresh process's VmHWM after ``onnxruntime.InferenceSession``
+over it (``ort-q peak``; the same imports first). It says what onnxruntime's fused kernels cost
+by themselves, whoever made the model.
+
+``--in-memory`` adds a third process: the ``ort`` phase when the arrays are handed to onnxruntime
+in memory (``add_external_initializers``; what InferenceSession falls back to where no temporary
+file can be written): onnxruntime copies them while ours still exist.
 
 Run: ``python benchmarks/bench_session_memory.py [--formats Q4_0,Q4_K,Q8_0] [--cases 4096x4096x2,4096x11008x4]
-[--inline Q4_0] [--trace] [--file-route]``; numbers in MiB.
+[--inline Q4_0] [--trace] [--in-memory] [--peer]``; numbers in MiB.
 """
 
 from __future__ import annotations
@@ -114,11 +120,38 @@ def child_session(path: str) -> dict:
     return report
 
 
-def child_steps(path: str, trace: bool, file_route: bool) -> dict:
+def child_peer(path: str) -> dict:
+    import onnxruntime  # noqa: PLC0415
+
+    import onnx_struct  # noqa: F401, PLC0415 - the same baseline as child_session
+
+    report = {"imports": status()["VmHWM"]}
+    session = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
+    report["peak"] = status()["VmHWM"]
+    del session
+    return report
+
+
+def build_peer(name: str, k: int, n: int, layers: int, directory: str) -> str:
+    """onnxruntime's MatMulNBits quantizer's model of the same weights, external data; its path."""
+    import onnx  # noqa: PLC0415
+    from bench_execution import models, ort_quantized  # noqa: PLC0415 - this directory
+
+    _, plain, _, weights = models(name, k, n, layers, directory)
+    del weights
+    bits = 8 if name.startswith("Q8") else 4
+    quantized = ort_quantized(plain, bits, 4)
+    del plain
+    path = os.path.join(directory, "ort-q.onnx")
+    onnx.save(quantized, path, save_as_external_data=True, location="ort-q.bin", size_threshold=0)
+    return path
+
+
+def child_steps(path: str, trace: bool, in_memory: bool) -> dict:
     import onnxruntime as ort  # noqa: PLC0415
 
-    from onnx_struct.lowering.execution.emit import IN_MEMORY_LOCATION  # noqa: PLC0415
     from onnx_struct.lowering.lower import lower_model  # noqa: PLC0415
+    from onnx_struct.runtime.weights_file import write_weights_file  # noqa: PLC0415
     from onnx_struct.schema.model import load  # noqa: PLC0415
 
     report = {"imports": status()["VmHWM"], "phases": reset_peak()}
@@ -146,30 +179,20 @@ def child_steps(path: str, trace: bool, file_route: bool) -> dict:
     phase("lower")
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base_dir))
-    if file_route:
-        directory = tempfile.mkdtemp()
-        offset = 0
-        with open(os.path.join(directory, "repacked.bin"), "wb") as file:
-            for tensor in lowering.model.graph.initializer:
-                if tensor.external_data and tensor.external_data[0].value == IN_MEMORY_LOCATION:
-                    array = arrays.pop(tensor.name)
-                    pad = -offset % 65536
-                    file.write(b"\0" * pad)
-                    offset += pad
-                    del tensor.external_data[:]
-                    for key, text in (("location", "repacked.bin"), ("offset", offset), ("length", array.nbytes)):
-                        tensor.external_data.add(key=key, value=str(text))
-                    file.write(array.tobytes())
-                    offset += array.nbytes
-        options.add_session_config_entry("session.model_external_initializers_file_folder_path", directory)
-        phase("written")
-    else:
+    weights = None
+    if in_memory:
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base_dir))
         names = list(arrays)
         options.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(arrays[n]) for n in names])
+    else:  # what InferenceSession does
+        weights = write_weights_file(lowering.model, arrays, base_dir)
+        arrays.clear()
+        options.add_session_config_entry("session.model_external_initializers_file_folder_path", weights.directory)
     session = ort.InferenceSession(lowering.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     phase("ort")
     arrays.clear()
+    if weights is not None:
+        weights.remove()
     report["ort kept"] = status()["VmRSS"]
     del session
     return report
@@ -189,7 +212,8 @@ def main() -> None:
     parser.add_argument("--cases", default="4096x4096x2,4096x11008x4", help="KxNxLAYERS,...")
     parser.add_argument("--inline", default="Q4_0", help="formats also measured with inline payloads")
     parser.add_argument("--trace", action="store_true")
-    parser.add_argument("--file-route", action="store_true")
+    parser.add_argument("--in-memory", action="store_true", help="also the ort phase of the in-memory fallback")
+    parser.add_argument("--peer", action="store_true", help="also onnxruntime's quantizer's model (ort-q peak)")
     parser.add_argument("--no-steps", action="store_true", help="the session process only (any onnx_struct version)")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -197,12 +221,15 @@ def main() -> None:
         kind, path = args.child[:2]
         if kind == "session":
             print(json.dumps(child_session(path)))
+        elif kind == "peer":
+            print(json.dumps(child_peer(path)))
         else:
-            print(json.dumps(child_steps(path, "trace" in args.child, kind == "file")))
+            print(json.dumps(child_steps(path, "trace" in args.child, kind == "memory")))
         return
     header = "| format | K x N x layers | payload | MiB | imports | peak | goal | peak/goal | after |"
     header += " load | lower | arrays | ort | ort kept |" + (" python peak |" if args.trace else "")
-    header += " file-route ort |" if args.file_route else ""
+    header += " in-memory ort |" if args.in_memory else ""
+    header += " ort-q peak | ort-q peak/goal |" if args.peer else ""
     print(header)
     print("|" + "---|" * (header.count("|") - 1))
     inline = set(filter(None, args.inline.split(",")))
@@ -223,9 +250,13 @@ def main() -> None:
                         cells.append(f"{steps[key]:.0f}" if key in steps else "-")
                     if args.trace and steps:
                         cells.append(f"{steps['lower python peak']:.0f}")
-                    if args.file_route:
-                        file_route = run_child("file", path)
-                        cells.append(f"{file_route['ort']:.0f} (from {file_route['written rss']:.0f})")
+                    if args.in_memory:
+                        cells.append(f"{run_child('memory', path)['ort']:.0f}")
+                    if args.peer and where == "ext":
+                        peer = run_child("peer", build_peer(name, k, n, layers, directory))
+                        cells += [f"{peer['peak']:.0f}", f"{peer['peak'] / goal:.2f}"]
+                    elif args.peer:
+                        cells += ["-", "-"]
                     print("| " + " | ".join(cells) + " |", flush=True)
 
 

@@ -23,6 +23,7 @@ from onnx_struct.lowering.lower import StructInput, lower_model
 from onnx_struct.payload.view import StructView, view, view_buffer
 from onnx_struct.runtime.feeds import Feed, leaf_feeds, ortvalue_to_numpy
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
+from onnx_struct.runtime.weights_file import write_weights_file
 from onnx_struct.schema.model import ModelLike, StructProto, StructTypeProto, load
 
 # protobuf refuses to serialize a message of 2 GiB or more.
@@ -42,9 +43,10 @@ class InferenceSession:
     External payloads are read from the model's directory (or ``base_dir``).
 
     Memory: without ``sess_options`` (the session then owns its options), quantized weights are
-    repacked range by range straight into ``com.microsoft.MatMulNBits``' inputs and handed to
-    onnxruntime in memory (``add_external_initializers``), so the model bytes stay small and the
-    Python copies are freed once onnxruntime holds its own; ``lowered`` then shows those
+    repacked range by range straight into ``com.microsoft.MatMulNBits``' inputs, written to a
+    temporary external-data file that onnxruntime reads (removed once the session exists; in
+    memory through ``add_external_initializers`` where no such file can be written), so the model
+    bytes stay small and no Python copy outlives the creation; ``lowered`` shows those
     initializers as placeholders (external data at ``onnx_struct.in_memory``). With
     ``sess_options`` the weights travel inside the lowered model as ``DequantizeLinear`` inputs
     (the caller's options object is not given arrays it would keep). docs/execution.md, "Memory".
@@ -108,20 +110,25 @@ class InferenceSession:
             options.log_severity_level = 3  # compact lowering makes onnxruntime warn per leaf
         if execution == "quantized" and accuracy_level is not None and not in_memory:
             options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", str(int(accuracy_level)))
-        if self._base_dir is not None:  # external leaves of a model given as bytes
-            options.add_session_config_entry(
-                "session.model_external_initializers_file_folder_path", str(self._base_dir)
-            )
         self._handed_over = bool(arrays)
-        if arrays:  # onnxruntime copies them while it loads the model (OrtApi::AddExternalInitializers)
+        # The repacked arrays go to onnxruntime through a temporary external-data file when one
+        # can be written (its lowest peak: weights_file.py), else in memory, where onnxruntime
+        # copies them while it loads the model (OrtApi::AddExternalInitializers).
+        weights = write_weights_file(lowering.model, arrays, self._base_dir) if arrays else None
+        folder = weights.directory if weights is not None else self._base_dir
+        if folder is not None:  # external data of a model given as bytes
+            options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
+        if weights is not None:
+            arrays.clear()
+        elif arrays:
             names = list(arrays)
             options.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(arrays[n]) for n in names])
+        model_bytes = lowering.model.SerializeToString()
+        if weights is not None:
+            weights.restore()  # ``lowered`` shows the placeholders, not a file about to be removed
         try:
             self._session = ort.InferenceSession(
-                lowering.model.SerializeToString(),
-                options,
-                providers=providers or ["CPUExecutionProvider"],
-                **ort_kwargs,
+                model_bytes, options, providers=providers or ["CPUExecutionProvider"], **ort_kwargs
             )
         except ort_errors() as error:  # e.g. a decoder needing a kernel onnxruntime lacks (FLOAT4E2M1 Cast)
             message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -133,6 +140,8 @@ class InferenceSession:
             ) from None
         finally:
             arrays.clear()  # the Python copies go now; only onnxruntime's remain
+            if weights is not None:
+                weights.remove()
         if self._handed_over:
             # The options still name the freed arrays: onnxruntime must not create a session from
             # them again (its run-time provider fallback and set_providers would); without them a
