@@ -133,3 +133,21 @@ def test_a_failed_write_leaves_the_model_and_no_file(tmp_path, private_tmp, monk
     assert calls and lowering.model.SerializeToString() == before
     assert list(private_tmp.iterdir()) == []
     assert lowered.graph.node  # the portable lowering is untouched by any of this
+
+
+def test_large_other_external_tensors_stay_where_they_are(tmp_path, monkeypatch):
+    """The model's other external tensors are copied into the weights file only while they are
+    not much more than the weights (a big float table, or a sparse file a hostile model names,
+    is read by onnxruntime from where it is): beyond that, the in-memory route."""
+    path, weight, bias = bias_model(tmp_path)
+    monkeypatch.setattr(weights_file, "_COPY_ALLOWANCE", -(10**9))  # the bias is now "too large"
+    results = []
+    original = weights_file.write_weights_file
+    monkeypatch.setattr(
+        "onnx_struct.runtime.session.write_weights_file", lambda *a: results.append(original(*a)) or results[-1]
+    )
+    x = np.random.default_rng(7).standard_normal((2, K)).astype(np.float32)
+    (y,) = S.InferenceSession(path, accuracy_level=0).run(None, {"x": x})
+    assert results == [None]
+    reference = expected(x, weight, bias)
+    assert np.max(np.abs(y - reference)) <= 1e-5 * np.max(np.abs(reference))

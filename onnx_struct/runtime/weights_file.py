@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import os
+import pathlib
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -30,6 +31,10 @@ FILE_NAME = "weights.bin"
 # gaps are holes in a sparse file.
 _ALIGN = max(mmap.ALLOCATIONGRANULARITY, 1 << 16)
 _CHUNK = 64 << 20  # bytes copied at a time from the model's own external files
+# The model's other external tensors are copied only while they are not much more than the
+# weights: onnxruntime reads a large float table (or a sparse file a hostile model names) better
+# from where it is, through the in-memory route.
+_COPY_ALLOWANCE = 256 << 20
 
 
 @dataclasses.dataclass
@@ -57,10 +62,14 @@ def write_weights_file(
     """Write every external tensor of ``model`` (the placeholders from ``arrays``, the others
     copied from ``base_dir`` under the model-directory rules) to one new file and point the model
     at it. None, with nothing changed, when the file cannot be written (no temporary directory,
-    disk full) or an external tensor has no directory to be read from: the caller then hands the
-    arrays over in memory."""
+    disk full), an external tensor has no directory to be read from, or the others hold more
+    than the weights plus 256 MiB: the caller then hands the arrays over in memory."""
     tensors = [(where, tensor) for where, tensor in model_tensors(model) if is_external(tensor)]
-    if base_dir is None and any(_location(t) != IN_MEMORY_LOCATION for _, t in tensors):
+    others = [(where, t) for where, t in tensors if _location(t) != IN_MEMORY_LOCATION]
+    if others and base_dir is None:
+        return None
+    copied = sum(_source(t, base_dir, f"{w}.external_data")[2] for w, t in others)
+    if copied > _COPY_ALLOWANCE + sum(a.nbytes for a in arrays.values()):
         return None
     try:
         directory = tempfile.mkdtemp(prefix="onnx_struct-weights-")
@@ -106,9 +115,15 @@ def _write_array(file, array: np.ndarray) -> int:
     return array.nbytes
 
 
-def _copy_range(file, tensor: onnx.TensorProto, base_dir: str | os.PathLike, where: str) -> int:
+def _source(tensor: onnx.TensorProto, base_dir: str | os.PathLike, where: str) -> tuple[pathlib.Path, int, int]:
+    """(file, offset, length) of a stock external tensor, under the model-directory rules."""
     ref = parse_external_data(tensor.external_data, where)
     source, length = resolve(ref, base_dir, where)
+    return source, ref.offset, length
+
+
+def _copy_range(file, tensor: onnx.TensorProto, base_dir: str | os.PathLike, where: str) -> int:
+    source, offset, length = _source(tensor, base_dir, where)
     for start in range(0, length, _CHUNK):
-        file.write(read_range(source, ref.offset + start, min(_CHUNK, length - start), where))
+        file.write(read_range(source, offset + start, min(_CHUNK, length - start), where))
     return length
