@@ -21,7 +21,7 @@ from onnx_struct.runtime import weights_file
 K, N = 256, 48
 
 
-def bias_model(tmp_path, name: str = "Q4_0") -> tuple[str, np.ndarray, np.ndarray]:
+def bias_model(tmp_path, name: str = "Q4_0", bias_file: str = "b.bin") -> tuple[str, np.ndarray, np.ndarray]:
     """y = x @ W^T + b: W [N, K] a struct value in ``w.bin``, b a float initializer in ``b.bin``
     (a stock external tensor the weights file must carry too); (path, W as float, b)."""
     payload = random_payload(name, (N, K), 3, sane=True)
@@ -34,7 +34,7 @@ def bias_model(tmp_path, name: str = "Q4_0") -> tuple[str, np.ndarray, np.ndarra
     b = numpy_helper.from_array(bias, "b")
     b.ClearField("raw_data")
     b.data_location = TensorProto.EXTERNAL
-    b.external_data.add(key="location", value="b.bin")
+    b.external_data.add(key="location", value=bias_file)
     graph = oh.make_graph(
         nodes,
         "g",
@@ -48,7 +48,7 @@ def bias_model(tmp_path, name: str = "Q4_0") -> tuple[str, np.ndarray, np.ndarra
     value.external_data.add(key="location", value="w.bin")
     S.add_struct_values(model, value)
     (tmp_path / "w.bin").write_bytes(payload)
-    (tmp_path / "b.bin").write_bytes(bias.tobytes())
+    (tmp_path / bias_file).write_bytes(bias.tobytes())
     path = tmp_path / "m.onnx"
     path.write_bytes(model.SerializeToString())
     return str(path), oracle(name, payload, (N, K)).astype(np.float64), bias
@@ -149,5 +149,17 @@ def test_large_other_external_tensors_stay_where_they_are(tmp_path, monkeypatch)
     x = np.random.default_rng(7).standard_normal((2, K)).astype(np.float32)
     (y,) = S.InferenceSession(path, accuracy_level=0).run(None, {"x": x})
     assert results == [None]
+    reference = expected(x, weight, bias)
+    assert np.max(np.abs(y - reference)) <= 1e-5 * np.max(np.abs(reference))
+
+
+def test_a_model_file_named_like_the_placeholders_is_read_as_the_models(tmp_path):
+    """The placeholders' location is only a label; a tensor of the model's own stored in a file of
+    that name (legal in the model's directory) is copied from it, not taken for an array."""
+    from onnx_struct.lowering.execution.emit import IN_MEMORY_LOCATION  # noqa: PLC0415
+
+    path, weight, bias = bias_model(tmp_path, bias_file=IN_MEMORY_LOCATION)
+    x = np.random.default_rng(8).standard_normal((2, K)).astype(np.float32)
+    (y,) = S.InferenceSession(path, accuracy_level=0).run(None, {"x": x})
     reference = expected(x, weight, bias)
     assert np.max(np.abs(y - reference)) <= 1e-5 * np.max(np.abs(reference))

@@ -64,8 +64,9 @@ def write_weights_file(
     at it. None, with nothing changed, when the file cannot be written (no temporary directory,
     disk full), an external tensor has no directory to be read from, or the others hold more
     than the weights plus 256 MiB: the caller then hands the arrays over in memory."""
-    tensors = [(where, tensor) for where, tensor in model_tensors(model) if is_external(tensor)]
-    others = [(where, t) for where, t in tensors if _location(t) != IN_MEMORY_LOCATION]
+    tensors = [(where, tensor, _is_placeholder(where, tensor, arrays)) for where, tensor in model_tensors(model)]
+    tensors = [entry for entry in tensors if is_external(entry[1])]
+    others = [(where, t) for where, t, placeholder in tensors if not placeholder]
     if others and base_dir is None:
         return None
     copied = sum(_source(t, base_dir, f"{w}.external_data")[2] for w, t in others)
@@ -79,10 +80,10 @@ def write_weights_file(
     try:
         with open(os.path.join(directory, FILE_NAME), "xb") as file:  # a new private directory
             offset = 0
-            for where, tensor in tensors:
+            for where, tensor, placeholder in tensors:
                 offset += -offset % _ALIGN
                 file.seek(offset)
-                if _location(tensor) == IN_MEMORY_LOCATION:
+                if placeholder:
                     length = _write_array(file, arrays[tensor.name])
                 else:
                     length = _copy_range(file, tensor, base_dir, f"{where}.external_data")
@@ -100,8 +101,11 @@ def write_weights_file(
     return written
 
 
-def _location(tensor: onnx.TensorProto) -> str:
-    return next((e.value for e in tensor.external_data if e.key == "location"), "")
+def _is_placeholder(where: str, tensor: onnx.TensorProto, arrays: Mapping[str, np.ndarray]) -> bool:
+    """One of the lowering's placeholders (main-graph initializers under fresh names); a tensor of
+    the model's own that names the same location is a file of the model's directory."""
+    location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+    return where.startswith("graph.initializer[") and tensor.name in arrays and location == IN_MEMORY_LOCATION
 
 
 def _point(tensor: onnx.TensorProto, entries: list[tuple[str, str]]) -> None:
