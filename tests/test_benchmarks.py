@@ -130,9 +130,10 @@ def test_bench_execution_reports_ratios():
 
 def test_bench_session_memory_reports_a_row_per_case():
     command = [sys.executable, str(BENCHMARKS / "bench_session_memory.py"), "--formats", "Q4_0", "--cases", "512x256x1"]
-    result = subprocess.run([*command, "--file-route"], capture_output=True, text=True, timeout=600, check=True)
+    result = subprocess.run([*command, "--in-memory"], capture_output=True, text=True, timeout=600, check=True)
     rows = [line for line in result.stdout.splitlines() if line.startswith("| Q4_0")]
     assert [row.split("|")[3].strip() for row in rows] == ["ext", "inline"], result.stdout
     for row in rows:
         cells = [c.strip() for c in row.strip().strip("|").split("|")]
         assert float(cells[5]) >= float(cells[4]) > 0, row  # peak >= the imports' baseline
+        assert float(cells[14]) >= float(cells[4]), row  # the in-memory route's onnxruntime phase
