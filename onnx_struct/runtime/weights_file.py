@@ -30,7 +30,7 @@ FILE_NAME = "weights.bin"
 # Offsets onnxruntime can map without reading (allocation granularity: 64 KiB on Windows); the
 # gaps are holes in a sparse file.
 _ALIGN = max(mmap.ALLOCATIONGRANULARITY, 1 << 16)
-_CHUNK = 64 << 20  # bytes copied at a time from the model's own external files
+_CHUNK = 8 << 20  # bytes copied at a time from the model's own external files (RSS while the arrays exist)
 # The model's other external tensors are copied only while they are not much more than the
 # weights: onnxruntime reads a large float table (or a sparse file a hostile model names) better
 # from where it is, through the in-memory route.
