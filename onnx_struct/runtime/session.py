@@ -123,10 +123,10 @@ class InferenceSession:
         elif arrays:
             names = list(arrays)
             options.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(arrays[n]) for n in names])
-        model_bytes = lowering.model.SerializeToString()
-        if weights is not None:
-            weights.restore()  # ``lowered`` shows the placeholders, not a file about to be removed
         try:
+            model_bytes = lowering.model.SerializeToString()
+            if weights is not None:
+                weights.restore()  # ``lowered`` shows the placeholders, not a file about to be removed
             self._session = ort.InferenceSession(
                 model_bytes, options, providers=providers or ["CPUExecutionProvider"], **ort_kwargs
             )
