@@ -197,3 +197,30 @@ def test_iq_grids_drift_check_fails_on_a_stale_file(tmp_path, monkeypatch):
     monkeypatch.setattr(sys, "argv", ["make_iq_grids.py", "--check"])
     assert module.main() == 1
     assert "kvalues_iq4nl_edited" in stale.read_text()  # --check writes nothing
+
+
+def test_a_copy_protobuf_refuses_near_2_gib_is_a_validation_error():
+    """Within a few bytes of 2 GiB protobuf may parse a model and then refuse to write it or read
+    the copy back (seen: a 2,147,483,547-byte model, DecodeError out of ``lower``); converting
+    between the stock and overlay messages turns that into ``limit_exceeded``. The real size
+    takes 10 GB to build, so protobuf's two refusals are stood in for here."""
+    from google.protobuf.message import DecodeError, EncodeError  # noqa: PLC0415
+
+    from onnx_struct.schema import model as model_module  # noqa: PLC0415
+
+    class Refuses:
+        def __init__(self, error):
+            self.error = error
+
+        def SerializeToString(self):  # noqa: N802 - protobuf's name
+            raise self.error("Failed to serialize proto")
+
+        def FromString(self, data):  # noqa: N802
+            raise self.error("Error parsing message")
+
+    for error in (DecodeError, EncodeError):
+        with pytest.raises(S.ValidationError, match="too large for protobuf") as caught:
+            model_module._reparse(onnx.ModelProto, Refuses(error))  # noqa: SLF001
+        assert caught.value.code == "limit_exceeded"
+        with pytest.raises(S.ValidationError, match="too large for protobuf"):
+            model_module._reparse(Refuses(error), onnx.ModelProto())  # noqa: SLF001

@@ -21,7 +21,9 @@ from onnx_struct.runtime import weights_file
 K, N = 256, 48
 
 
-def bias_model(tmp_path, name: str = "Q4_0", bias_file: str = "b.bin") -> tuple[str, np.ndarray, np.ndarray]:
+def bias_model(
+    tmp_path, name: str = "Q4_0", bias_file: str = "b.bin", length: bool = True
+) -> tuple[str, np.ndarray, np.ndarray]:
     """y = x @ W^T + b: W [N, K] a struct value in ``w.bin``, b a float initializer in ``b.bin``
     (a stock external tensor the weights file must carry too); (path, W as float, b)."""
     payload = random_payload(name, (N, K), 3, sane=True)
@@ -34,7 +36,9 @@ def bias_model(tmp_path, name: str = "Q4_0", bias_file: str = "b.bin") -> tuple[
     b = numpy_helper.from_array(bias, "b")
     b.ClearField("raw_data")
     b.data_location = TensorProto.EXTERNAL
-    b.external_data.add(key="location", value=bias_file)
+    entries = [("location", bias_file), ("offset", "16")] + [("length", str(bias.nbytes))] * length
+    for key, value in entries:
+        b.external_data.add(key=key, value=value)  # as onnx.save writes them, not at the file's start
     graph = oh.make_graph(
         nodes,
         "g",
@@ -48,7 +52,7 @@ def bias_model(tmp_path, name: str = "Q4_0", bias_file: str = "b.bin") -> tuple[
     value.external_data.add(key="location", value="w.bin")
     S.add_struct_values(model, value)
     (tmp_path / "w.bin").write_bytes(payload)
-    (tmp_path / bias_file).write_bytes(bias.tobytes())
+    (tmp_path / bias_file).write_bytes(b"x" * 16 + bias.tobytes() + b"more tensors after it")
     path = tmp_path / "m.onnx"
     path.write_bytes(model.SerializeToString())
     return str(path), oracle(name, payload, (N, K)).astype(np.float64), bias
@@ -163,3 +167,39 @@ def test_a_model_file_named_like_the_placeholders_is_read_as_the_models(tmp_path
     (y,) = S.InferenceSession(path, accuracy_level=0).run(None, {"x": x})
     reference = expected(x, weight, bias)
     assert np.max(np.abs(y - reference)) <= 1e-5 * np.max(np.abs(reference))
+
+
+def test_an_external_tensor_without_length_is_left_to_onnxruntime(tmp_path, monkeypatch):
+    """Without ``length`` onnxruntime reads the tensor's size from its type, where a copy would
+    take the rest of the file (here more tensors follow): the in-memory route, same outputs."""
+    path, weight, bias = bias_model(tmp_path, length=False)
+    results = []
+    original = weights_file.write_weights_file
+    monkeypatch.setattr(
+        "onnx_struct.runtime.session.write_weights_file", lambda *a: results.append(original(*a)) or results[-1]
+    )
+    x = np.random.default_rng(9).standard_normal((2, K)).astype(np.float32)
+    (y,) = S.InferenceSession(path, accuracy_level=0).run(None, {"x": x})
+    assert results == [None]
+    reference = expected(x, weight, bias)
+    assert np.max(np.abs(y - reference)) <= 1e-5 * np.max(np.abs(reference))
+
+
+def test_small_tensors_are_packed_not_spread_over_holes(tmp_path, monkeypatch):
+    """Only tensors of 64 KiB or more start at a 64 KiB boundary: many small external tensors do
+    not make a file of holes (20,000 of them made 1.3 GB of apparent size)."""
+    path, _, _ = bias_model(tmp_path)
+    sizes = []
+    original = weights_file.write_weights_file
+
+    def spy(model, arrays, base_dir):
+        written = original(model, arrays, base_dir)
+        nbytes = [a.nbytes for a in arrays.values()]  # the session empties the dict afterwards
+        sizes.append((os.path.getsize(os.path.join(written.directory, weights_file.FILE_NAME)), nbytes))
+        return written
+
+    monkeypatch.setattr("onnx_struct.runtime.session.write_weights_file", spy)
+    S.InferenceSession(path)
+    ((size, nbytes),) = sizes
+    assert nbytes and max(nbytes) < 1 << 16  # all small here: the bound below is theirs
+    assert size <= sum(n + 64 for n in nbytes) + N * 4 + 64

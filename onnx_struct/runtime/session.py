@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from google.protobuf.message import EncodeError
 
 from onnx_struct.errors import ValidationError
 from onnx_struct.limits import PROTOBUF_LIMIT
@@ -124,7 +125,15 @@ class InferenceSession:
             names = list(arrays)
             options.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(arrays[n]) for n in names])
         try:
-            model_bytes = lowering.model.SerializeToString()
+            try:
+                model_bytes = lowering.model.SerializeToString()
+            except EncodeError:  # protobuf's own limit, a few bytes under 2 GiB
+                raise ValidationError(
+                    "",
+                    "the lowered model is too large for protobuf to serialize; store the struct payloads "
+                    "externally (save_with_external_data)",
+                    code="limit_exceeded",
+                ) from None
             if weights is not None:
                 weights.restore()  # ``lowered`` shows the placeholders, not a file about to be removed
             self._session = ort.InferenceSession(

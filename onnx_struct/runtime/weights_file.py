@@ -23,13 +23,17 @@ from collections.abc import Mapping
 import numpy as np
 import onnx
 
+from onnx_struct.limits import PROTOBUF_LIMIT
 from onnx_struct.lowering.execution.emit import IN_MEMORY_LOCATION
 from onnx_struct.payload.external import is_external, model_tensors, parse_external_data, read_range, resolve
 
 FILE_NAME = "weights.bin"
 # Offsets onnxruntime can map without reading (allocation granularity: 64 KiB on Windows); the
 # gaps are holes in a sparse file.
+# Tensors smaller than that are packed at 64 bytes (a model of 20,000 tiny external tensors
+# would otherwise make a file of 1.3 GB of holes, written out where a file system has none).
 _ALIGN = max(mmap.ALLOCATIONGRANULARITY, 1 << 16)
+_SMALL_ALIGN = 64
 _CHUNK = 8 << 20  # bytes copied at a time from the model's own external files (RSS while the arrays exist)
 # The model's other external tensors are copied only while they are not much more than the
 # weights: onnxruntime reads a large float table (or a sparse file a hostile model names) better
@@ -69,8 +73,12 @@ def write_weights_file(
     others = [(where, t) for where, t, placeholder in tensors if not placeholder]
     if others and base_dir is None:
         return None
-    copied = sum(_source(t, base_dir, f"{w}.external_data")[2] for w, t in others)
-    if copied > _COPY_ALLOWANCE + sum(a.nbytes for a in arrays.values()):
+    # Without a ``length`` onnxruntime takes the tensor's size from its type and ours would be
+    # the rest of the file: such a tensor is left to onnxruntime (the in-memory route).
+    sources = [_source(t, base_dir, f"{w}.external_data") for w, t in others]
+    if any(length is None for _, _, length in sources):
+        return None
+    if sum(length for _, _, length in sources) > _COPY_ALLOWANCE + sum(a.nbytes for a in arrays.values()):
         return None
     try:
         directory = tempfile.mkdtemp(prefix="onnx_struct-weights-")
@@ -81,15 +89,20 @@ def write_weights_file(
         with open(os.path.join(directory, FILE_NAME), "xb") as file:  # a new private directory
             offset = 0
             for where, tensor, placeholder in tensors:
-                offset += -offset % _ALIGN
+                at = f"{where}.external_data"
+                source = None if placeholder else _source(tensor, base_dir, at)
+                size = arrays[tensor.name].nbytes if source is None else source[2]
+                offset += -offset % (_ALIGN if size >= _ALIGN else _SMALL_ALIGN)
                 file.seek(offset)
-                if placeholder:
-                    length = _write_array(file, arrays[tensor.name])
+                if source is None:
+                    _write_array(file, arrays[tensor.name])
                 else:
-                    length = _copy_range(file, tensor, base_dir, f"{where}.external_data")
+                    _copy_range(file, source, at)
                 written._originals.append((tensor, [(e.key, e.value) for e in tensor.external_data]))
-                _point(tensor, [("location", FILE_NAME), ("offset", str(offset)), ("length", str(length))])
-                offset += length
+                _point(tensor, [("location", FILE_NAME), ("offset", str(offset)), ("length", str(size))])
+                offset += size
+        if model.ByteSize() > PROTOBUF_LIMIT:  # the new entries are longer than the placeholders'
+            raise OSError("the model with the weights file's references exceeds protobuf's limit")
     except OSError:
         written.restore()
         written.remove()
@@ -114,20 +127,19 @@ def _point(tensor: onnx.TensorProto, entries: list[tuple[str, str]]) -> None:
         tensor.external_data.add(key=key, value=value)
 
 
-def _write_array(file, array: np.ndarray) -> int:
+def _write_array(file, array: np.ndarray) -> None:
     file.write(memoryview(np.ascontiguousarray(array)).cast("B"))
-    return array.nbytes
 
 
-def _source(tensor: onnx.TensorProto, base_dir: str | os.PathLike, where: str) -> tuple[pathlib.Path, int, int]:
-    """(file, offset, length) of a stock external tensor, under the model-directory rules."""
+def _source(tensor: onnx.TensorProto, base_dir: str | os.PathLike, where: str) -> tuple[pathlib.Path, int, int | None]:
+    """(file, offset, declared length or None) of a stock external tensor, checked under the
+    model-directory rules."""
     ref = parse_external_data(tensor.external_data, where)
-    source, length = resolve(ref, base_dir, where)
-    return source, ref.offset, length
+    source, _ = resolve(ref, base_dir, where)
+    return source, ref.offset, ref.length
 
 
-def _copy_range(file, tensor: onnx.TensorProto, base_dir: str | os.PathLike, where: str) -> int:
-    source, offset, length = _source(tensor, base_dir, where)
+def _copy_range(file, source: tuple[pathlib.Path, int, int], where: str) -> None:
+    path, offset, length = source
     for start in range(0, length, _CHUNK):
-        file.write(read_range(source, offset + start, min(_CHUNK, length - start), where))
-    return length
+        file.write(read_range(path, offset + start, min(_CHUNK, length - start), where))

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from typing import Union
 
 import onnx
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, EncodeError
 
 from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
 from onnx_struct.errors import ValidationError
@@ -195,12 +195,25 @@ def _parse(data: bytes, origin: str) -> pb.ModelProto:
 
 def from_onnx(model: onnx.ModelProto) -> pb.ModelProto:
     """Stock model -> overlay (struct parts, unknown to onnx, become real fields)."""
-    return pb.ModelProto.FromString(model.SerializeToString())
+    return _reparse(pb.ModelProto, model)
 
 
 def to_onnx(model: pb.ModelProto) -> onnx.ModelProto:
     """Overlay -> stock model (struct parts kept as unknown fields, written back on save)."""
-    return onnx.ModelProto.FromString(model.SerializeToString())
+    return _reparse(onnx.ModelProto, model)
+
+
+def _reparse(kind, model):
+    # Within a few bytes of 2 GiB protobuf may refuse to write or read back what it parsed.
+    try:
+        return kind.FromString(model.SerializeToString())
+    except (DecodeError, EncodeError) as error:
+        raise ValidationError(
+            "",
+            f"the model is too large for protobuf to copy ({error}); store the struct payloads "
+            "externally (save_with_external_data)",
+            code="limit_exceeded",
+        ) from None
 
 
 def get_struct_types(model: ModelLike) -> list[StructTypeProto]:
