@@ -17,6 +17,7 @@ from onnx_struct.check import inference
 from onnx_struct.check.declaration_rules import CONCRETE_KINDS
 from onnx_struct.check.graph_rules import GraphRules
 from onnx_struct.check.reporting import FirstFound
+from onnx_struct.check.stand_ins import check_beside_stand_ins, locations_outside_main_initializers
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.payload import external
@@ -57,6 +58,7 @@ class _Checker(GraphRules):
         self.graphs, self.struct_type_protos = graph_parts(self.proto, self.main_nodes)
         external = onnx.TensorProto.EXTERNAL
         self.external_initializers = [i for i, t in enumerate(graph.initializer) if t.data_location == external]
+        self.stand_in_locations: set[str] = set()  # check_external_tensors: see check/stand_ins.py
 
     @functools.cached_property
     def values(self) -> list:
@@ -190,9 +192,10 @@ class _Checker(GraphRules):
         are refused by check_constant and check_functions). In the main graph only the initializers
         the parse shows as external and the nodes the scan shows may have attributes are read."""
         tensors = external.model_tensors(self.proto, initializers=self.external_initializers, nodes=self.main_nodes)
+        tensors = [(where, tensor) for where, tensor in tensors if external.is_external(tensor)]
         for where, tensor in tensors:
-            if external.is_external(tensor):
-                self.attempt(external.check_tensor, tensor, self.loaded.base_dir, where)
+            self.attempt(external.check_tensor, tensor, self.loaded.base_dir, where)
+        self.stand_in_locations = locations_outside_main_initializers(tensors)
 
     def plain_payloads(self) -> dict[int, int]:
         """Payload bytes of every valid, byte-aligned model-level declaration (its size is cached)."""
@@ -231,7 +234,12 @@ class _Checker(GraphRules):
                     self.stock_options.get("check_custom_domain", False),
                     list(self.value_names),  # every value, in order: the stock check runs only on a valid model
                 )
-            _stock_check_model(view, full_check=full_check, **self.stock_options)
+            if self.stand_in_locations:  # onnx would look for them in the working directory
+                check_beside_stand_ins(
+                    _stock_check_model, view, self.stand_in_locations, full_check=full_check, **self.stock_options
+                )
+            else:
+                _stock_check_model(view, full_check=full_check, **self.stock_options)
         except onnx.checker.ValidationError as error:
             self.report(ValidationError("", f"onnx.checker: {error}", code="onnx_checker"))
         except UnicodeDecodeError:  # stock onnx's error message itself fails on non-UTF-8 names
