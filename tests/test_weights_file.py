@@ -62,6 +62,20 @@ def expected(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
     return x.astype(np.float64) @ weight.T + bias
 
 
+def run_and_compare(path: str, weight: np.ndarray, bias: np.ndarray, monkeypatch, seed: int) -> list:
+    """Run ``path`` at accuracy level 0 against the float64 oracle; what write_weights_file returned."""
+    routes = []
+    original = weights_file.write_weights_file
+    monkeypatch.setattr(
+        "onnx_struct.runtime.session.write_weights_file", lambda *a: routes.append(original(*a)) or routes[-1]
+    )
+    x = np.random.default_rng(seed).standard_normal((2, K)).astype(np.float32)
+    (y,) = S.InferenceSession(path, accuracy_level=0).run(None, {"x": x})
+    reference = expected(x, weight, bias)
+    assert np.max(np.abs(y - reference)) <= 1e-5 * np.max(np.abs(reference))
+    return routes
+
+
 @pytest.fixture
 def private_tmp(tmp_path, monkeypatch):
     """A temporary directory of the test's own for tempfile, to see what is left in it."""
@@ -145,44 +159,24 @@ def test_large_other_external_tensors_stay_where_they_are(tmp_path, monkeypatch)
     is read by onnxruntime from where it is): beyond that, the in-memory route."""
     path, weight, bias = bias_model(tmp_path)
     monkeypatch.setattr(weights_file, "_COPY_ALLOWANCE", -(10**9))  # the bias is now "too large"
-    results = []
-    original = weights_file.write_weights_file
-    monkeypatch.setattr(
-        "onnx_struct.runtime.session.write_weights_file", lambda *a: results.append(original(*a)) or results[-1]
-    )
-    x = np.random.default_rng(7).standard_normal((2, K)).astype(np.float32)
-    (y,) = S.InferenceSession(path, accuracy_level=0).run(None, {"x": x})
-    assert results == [None]
-    reference = expected(x, weight, bias)
-    assert np.max(np.abs(y - reference)) <= 1e-5 * np.max(np.abs(reference))
+    assert run_and_compare(path, weight, bias, monkeypatch, seed=7) == [None]
 
 
-def test_a_model_file_named_like_the_placeholders_is_read_as_the_models(tmp_path):
+def test_a_model_file_named_like_the_placeholders_is_read_as_the_models(tmp_path, monkeypatch):
     """The placeholders' location is only a label; a tensor of the model's own stored in a file of
     that name (legal in the model's directory) is copied from it, not taken for an array."""
     from onnx_struct.lowering.execution.emit import IN_MEMORY_LOCATION  # noqa: PLC0415
 
     path, weight, bias = bias_model(tmp_path, bias_file=IN_MEMORY_LOCATION)
-    x = np.random.default_rng(8).standard_normal((2, K)).astype(np.float32)
-    (y,) = S.InferenceSession(path, accuracy_level=0).run(None, {"x": x})
-    reference = expected(x, weight, bias)
-    assert np.max(np.abs(y - reference)) <= 1e-5 * np.max(np.abs(reference))
+    (route,) = run_and_compare(path, weight, bias, monkeypatch, seed=8)
+    assert route is not None  # the file route, the bias copied from the model's file
 
 
 def test_an_external_tensor_without_length_is_left_to_onnxruntime(tmp_path, monkeypatch):
     """Without ``length`` onnxruntime reads the tensor's size from its type, where a copy would
     take the rest of the file (here more tensors follow): the in-memory route, same outputs."""
     path, weight, bias = bias_model(tmp_path, length=False)
-    results = []
-    original = weights_file.write_weights_file
-    monkeypatch.setattr(
-        "onnx_struct.runtime.session.write_weights_file", lambda *a: results.append(original(*a)) or results[-1]
-    )
-    x = np.random.default_rng(9).standard_normal((2, K)).astype(np.float32)
-    (y,) = S.InferenceSession(path, accuracy_level=0).run(None, {"x": x})
-    assert results == [None]
-    reference = expected(x, weight, bias)
-    assert np.max(np.abs(y - reference)) <= 1e-5 * np.max(np.abs(reference))
+    assert run_and_compare(path, weight, bias, monkeypatch, seed=9) == [None]
 
 
 def test_small_tensors_are_packed_not_spread_over_holes(tmp_path, monkeypatch):
