@@ -99,6 +99,10 @@ def check_location(location: str, path: str) -> None:
         )
     if ".." in pure.parts:
         raise ValidationError(path, f"location {location!r} contains '..'", code="bad_location")
+    if location.endswith(("/", "\\")):  # a path would drop it; the OS (and onnxruntime) would not find a file
+        raise ValidationError(
+            path, f"location {location!r} ends with a separator: it names a directory", code="bad_location"
+        )
 
 
 def resolve(ref: ExternalRef, base_dir: os.PathLike | str, path: str) -> tuple[pathlib.Path, int]:
