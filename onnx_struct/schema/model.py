@@ -194,8 +194,9 @@ def _parse(data: bytes, origin: str) -> pb.ModelProto:
 
 
 def from_onnx(model: onnx.ModelProto) -> pb.ModelProto:
-    """Stock model -> overlay (struct parts, unknown to onnx, become real fields)."""
-    return _reparse(pb.ModelProto, model)
+    """Stock model -> overlay (struct parts, unknown to onnx, become real fields); protobuf's
+    DecodeError as the whole parse raises it (e.g. nesting past its limit)."""
+    return pb.ModelProto.FromString(model.SerializeToString())
 
 
 def to_onnx(model: pb.ModelProto) -> onnx.ModelProto:
@@ -204,7 +205,9 @@ def to_onnx(model: pb.ModelProto) -> onnx.ModelProto:
 
 
 def _reparse(kind, model):
-    # Within a few bytes of 2 GiB protobuf may refuse to write or read back what it parsed.
+    # Within a few bytes of 2 GiB protobuf may refuse to write or read back what it parsed (the
+    # overlay's parse already passed the nesting limit, which onnx's, skipping struct parts,
+    # cannot exceed).
     try:
         return kind.FromString(model.SerializeToString())
     except (DecodeError, EncodeError) as error:
