@@ -118,3 +118,53 @@ def test_a_struct_model_with_an_external_constant_passes_from_elsewhere(tmp_path
     monkeypatch.chdir(tmp_path)
     S.check_model(str(path))
     assert S.validate(str(path)) == []
+
+
+def constants_at(locations: list[str]) -> onnx.ModelProto:
+    """y = x + c_0 + c_1 + ...: one Constant node per location, each tensor external there."""
+    nodes, last = [], "x"
+    for i, location in enumerate(locations):
+        nodes.append(oh.make_node("Constant", [], [f"c{i}"], value=external(f"t{i}", location)))
+        nodes.append(oh.make_node("Add", [last, f"c{i}"], [f"s{i}"]))
+        last = f"s{i}"
+    nodes.append(oh.make_node("Identity", [last], ["y"]))
+    x, y = (oh.make_tensor_value_info(n, T.FLOAT, [4]) for n in "xy")
+    return oh.make_model(oh.make_graph(nodes, "g", [x], [y]), opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+
+
+def test_no_location_is_created_on_disk(tmp_path, monkeypatch):
+    """Stand-ins have flat names of their own: a location 990 directories deep (a RecursionError
+    in pathlib's mkdir, then in the temporary directory's cleanup, which left it behind) or
+    thousands of directories (one per 2 bytes of model, seconds each thousand) cost one empty file
+    each. Given as bytes, only the syntax of a location is checked, so any of them is accepted."""
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr("tempfile.tempdir", str(temporary))
+    monkeypatch.chdir(tmp_path)
+    model = constants_at(["a/" * 990 + "c.bin"] + ["d/" * i + "c.bin" for i in range(1, 300)])
+    S.check_model(model.SerializeToString())
+    assert S.validate(model.SerializeToString()) == []
+    assert list(temporary.iterdir()) == []
+
+
+def test_a_deep_location_of_a_model_on_disk_passes_as_stock_onnx_passes_it(tmp_path, monkeypatch):
+    directory = tmp_path / "model"
+    deep = directory / ("a/" * 300)
+    deep.mkdir(parents=True)
+    (deep / "c.bin").write_bytes(C.tobytes())
+    path = directory / "model.onnx"
+    path.write_bytes(constants_at(["a/" * 300 + "c.bin"]).SerializeToString())
+    onnx.checker.check_model(str(path))
+    monkeypatch.chdir(tmp_path)
+    S.check_model(str(path))
+
+
+def test_without_a_temporary_directory_onnx_checks_as_it_would(tmp_path, monkeypatch):
+    """No usable temporary directory: onnx's own behaviour (the working directory), no OSError."""
+    path = saved(tmp_path, "if")
+    monkeypatch.setattr("tempfile.tempdir", str(tmp_path / "missing"))
+    monkeypatch.chdir(tmp_path / "model")
+    S.check_model(path)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(S.ValidationError, match="onnx.checker: .*c.bin"):
+        S.check_model(path)

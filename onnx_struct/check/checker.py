@@ -58,7 +58,7 @@ class _Checker(GraphRules):
         self.graphs, self.struct_type_protos = graph_parts(self.proto, self.main_nodes)
         external = onnx.TensorProto.EXTERNAL
         self.external_initializers = [i for i, t in enumerate(graph.initializer) if t.data_location == external]
-        self.stand_in_locations: set[str] = set()  # check_external_tensors: see check/stand_ins.py
+        self.needs_stand_ins = False  # check_external_tensors: see check/stand_ins.py
 
     @functools.cached_property
     def values(self) -> list:
@@ -195,7 +195,7 @@ class _Checker(GraphRules):
         tensors = [(where, tensor) for where, tensor in tensors if external.is_external(tensor)]
         for where, tensor in tensors:
             self.attempt(external.check_tensor, tensor, self.loaded.base_dir, where)
-        self.stand_in_locations = locations_outside_main_initializers(tensors)
+        self.needs_stand_ins = locations_outside_main_initializers(tensors)
 
     def plain_payloads(self) -> dict[int, int]:
         """Payload bytes of every valid, byte-aligned model-level declaration (its size is cached)."""
@@ -234,10 +234,8 @@ class _Checker(GraphRules):
                     self.stock_options.get("check_custom_domain", False),
                     list(self.value_names),  # every value, in order: the stock check runs only on a valid model
                 )
-            if self.stand_in_locations:  # onnx would look for them in the working directory
-                check_beside_stand_ins(
-                    _stock_check_model, view, self.stand_in_locations, full_check=full_check, **self.stock_options
-                )
+            if self.needs_stand_ins:  # onnx would look for external files in the working directory
+                check_beside_stand_ins(_stock_check_model, view, full_check=full_check, **self.stock_options)
             else:
                 _stock_check_model(view, full_check=full_check, **self.stock_options)
         except onnx.checker.ValidationError as error:
@@ -250,6 +248,8 @@ class _Checker(GraphRules):
             )
         except onnx.shape_inference.InferenceError as error:
             self.report(ValidationError("", f"onnx.shape_inference: {error}", code="onnx_checker"))
+        except RuntimeError as error:  # onnx's C++ filesystem errors (a name too long) surface so
+            self.report(ValidationError("", f"onnx.checker: {error}", code="onnx_checker"))
         except ValueError as error:  # onnx's word for an element type it does not know, path lost
             view_graph = onnx.ModelProto.FromString(view).graph if isinstance(view, bytes) else view.graph
             self.report(

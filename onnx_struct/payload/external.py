@@ -99,10 +99,9 @@ def check_location(location: str, path: str) -> None:
         )
     if ".." in pure.parts:
         raise ValidationError(path, f"location {location!r} contains '..'", code="bad_location")
-    if location.endswith(("/", "\\")):  # a path would drop it; the OS (and onnxruntime) would not find a file
-        raise ValidationError(
-            path, f"location {location!r} ends with a separator: it names a directory", code="bad_location"
-        )
+    # pathlib drops a trailing separator or '.', the OS does not: 'x/' and 'x/.' name a directory.
+    if location.endswith(("/", "\\")) or re.search(r"(^|[/\\])\.$", location):
+        raise ValidationError(path, f"location {location!r} names a directory, not a file", code="bad_location")
 
 
 def resolve(ref: ExternalRef, base_dir: os.PathLike | str, path: str) -> tuple[pathlib.Path, int]:

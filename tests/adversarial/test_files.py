@@ -389,11 +389,12 @@ def test_public_api_refuses_a_non_regular_model_path(tmp_path, kind):
     out.assert_validation_error("", contains={"fifo": "is a FIFO", "directory": "is a directory"}[kind])
 
 
-@pytest.mark.parametrize("location", ["w.bin/", "w.bin\\"])
-def test_a_location_ending_with_a_separator_is_refused(tmp_path, location):
-    """``w.bin/`` named the file ``w.bin`` for pathlib (which drops the separator), so the checker
-    accepted it and read ``w.bin``; the OS, onnx and onnxruntime find no file there."""
+@pytest.mark.parametrize("location", ["w.bin/", "w.bin\\", "w.bin/.", "w.bin\\."])
+def test_a_location_naming_a_directory_is_refused(tmp_path, location):
+    """``w.bin/`` and ``w.bin/.`` named the file ``w.bin`` for pathlib (which drops a trailing
+    separator or '.'), so the checker accepted them and read ``w.bin``; the OS, onnx and
+    onnxruntime find no file there."""
     path = _external_value_model(tmp_path, location)
     (tmp_path / "w.bin").write_bytes(PAYLOAD)
     out = run_bounded("S.check_model(ARG)", str(path), cpu_seconds=10)
-    out.assert_validation_error("graph.struct_initializer[0] ('w').external_data", contains="ends with a separator")
+    out.assert_validation_error("graph.struct_initializer[0] ('w').external_data", contains="names a directory")
