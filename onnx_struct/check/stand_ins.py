@@ -19,6 +19,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 
 import onnx
+from google.protobuf.message import DecodeError
 
 from onnx_struct.payload.external import model_tensors
 
@@ -39,7 +40,12 @@ def check_beside_stand_ins(check: Callable[..., None], view: bytes | onnx.ModelP
     except OSError:  # no usable temporary directory: onnx's own behaviour
         check(view, **options)
         return
-    model = onnx.ModelProto.FromString(view) if isinstance(view, bytes) else _copy(view)
+    try:
+        model = onnx.ModelProto.FromString(view) if isinstance(view, bytes) else _copy(view)
+    except DecodeError:  # near protobuf's limits: onnx's own behaviour
+        temporary.cleanup()
+        check(view, **options)
+        return
     names: dict[str, str] = {}  # location -> stand-in, in document order (a stable verdict)
     for _, tensor in model_tensors(model):
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
