@@ -208,7 +208,10 @@ class Job:
             frames = re.findall(r'File "([^"]*onnx_struct[^"]*|[^"]*gguf[^"]*)", line (\d+)', text)
             where = f"{Path(frames[0][0]).name}:{frames[0][1]}" if frames else "?"  # faulthandler: innermost first
             signature = f"{match[1]}@{where}"
-            case = Case(gguf=data) if self.target == "from_gguf" else build_case(data)
+            try:
+                case = Case(gguf=data) if self.target == "from_gguf" else build_case(data)
+            except Exception:  # noqa: BLE001 - a generator bug: keep the raw input, name it in the signature
+                case, signature = Case(), f"generator-{signature}"
             root = _save_finding(Path(self.args.findings), self.target, match[1], signature, case, data, text[-6000:])
             self.findings.append({"kind": match[1], "signature": signature, "path": str(root), "error": ""})
             if not self.args.quiet:

@@ -160,8 +160,10 @@ def _edit_field(data: bytes, draw: Draw, duplicate: bool) -> bytes:
     number, start, end = draw.pick(top)
     if draw.bool(40):  # one level down (graph, declarations): rebuild the parent's length prefix
         header = data[start:end]
-        _, body_start = _read_varint(header, 0)
-        size, body_start = _read_varint(header, body_start)
+        key, body_start = _read_varint(header, 0)
+        size = -1
+        if key & 7 == 2:  # only a length-delimited field has a body (a varint's value is no length)
+            size, body_start = _read_varint(header, body_start)
         body = header[body_start:]
         if len(body) == size and fields(body):
             inner = _edit_field(body, draw, duplicate)
