@@ -220,5 +220,5 @@ def test_a_copy_protobuf_refuses_near_2_gib_is_a_validation_error():
 
     for error in (DecodeError, EncodeError):
         with pytest.raises(S.ValidationError, match="too large for protobuf") as caught:
-            model_module._reparse(onnx.ModelProto, Refuses(error))  # noqa: SLF001
+            model_module.to_onnx(Refuses(error))
         assert caught.value.code == "limit_exceeded"

@@ -17,7 +17,7 @@ from onnx_struct.check import inference
 from onnx_struct.check.declaration_rules import CONCRETE_KINDS
 from onnx_struct.check.graph_rules import GraphRules
 from onnx_struct.check.reporting import FirstFound
-from onnx_struct.check.stand_ins import check_beside_stand_ins, locations_outside_main_initializers
+from onnx_struct.check.stand_ins import check_beside_stand_ins, resolved_in_working_directory
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.payload import external
@@ -195,7 +195,7 @@ class _Checker(GraphRules):
         tensors = [(where, tensor) for where, tensor in tensors if external.is_external(tensor)]
         for where, tensor in tensors:
             self.attempt(external.check_tensor, tensor, self.loaded.base_dir, where)
-        self.needs_stand_ins = locations_outside_main_initializers(tensors)
+        self.needs_stand_ins = resolved_in_working_directory(tensors)
 
     def plain_payloads(self) -> dict[int, int]:
         """Payload bytes of every valid, byte-aligned model-level declaration (its size is cached)."""

@@ -21,34 +21,26 @@ from collections.abc import Callable, Iterable
 import onnx
 from google.protobuf.message import DecodeError
 
-from onnx_struct.payload.external import model_tensors
+from onnx_struct.payload.external import is_external, is_main_initializer, model_tensors
 
 
-def locations_outside_main_initializers(tensors: Iterable[tuple[str, onnx.TensorProto]]) -> bool:
+def resolved_in_working_directory(tensors: Iterable[tuple[str, onnx.TensorProto]]) -> bool:
     """Whether onnx's checker would resolve any of these tensors against the working directory."""
-    return any(
-        tensor.data_location == onnx.TensorProto.EXTERNAL and not where.startswith("graph.initializer[")
-        for where, tensor in tensors
-    )
+    return any(is_external(tensor) and not is_main_initializer(where) for where, tensor in tensors)
 
 
 def check_beside_stand_ins(check: Callable[..., None], view: bytes | onnx.ModelProto, **options) -> None:
     """``check(path, **options)`` on ``view`` with its external locations renamed to stand-ins
     that exist. Where no temporary directory can be written, ``check(view)`` as onnx would."""
     try:
-        temporary = tempfile.TemporaryDirectory(prefix="onnx_struct-check-", ignore_cleanup_errors=True)
-    except OSError:  # no usable temporary directory: onnx's own behaviour
-        check(view, **options)
-        return
-    try:
         model = onnx.ModelProto.FromString(view) if isinstance(view, bytes) else _copy(view)
-    except DecodeError:  # near protobuf's limits: onnx's own behaviour
-        temporary.cleanup()
+        temporary = tempfile.TemporaryDirectory(prefix="onnx_struct-check-", ignore_cleanup_errors=True)
+    except (DecodeError, OSError):  # near protobuf's limits, no temporary directory: onnx's behaviour
         check(view, **options)
         return
     names: dict[str, str] = {}  # location -> stand-in, in document order (a stable verdict)
     for _, tensor in model_tensors(model):
-        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+        if is_external(tensor):
             for entry in tensor.external_data:
                 if entry.key == "location":
                     entry.value = names.setdefault(entry.value, f"stand-in-{len(names)}.bin")

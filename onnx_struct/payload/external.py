@@ -326,6 +326,11 @@ def model_tensors(model, *, initializers=None, nodes=None) -> Iterator[tuple[str
                 yield from graph_tensors(getattr(training, name), f"training_info[{i}].{name}")
 
 
+def is_main_initializer(where: str) -> bool:
+    """Whether a :func:`model_tensors` path is one of the main graph's own initializers."""
+    return where.startswith("graph.initializer[")
+
+
 def is_external(tensor: onnx.TensorProto) -> bool:
     """Whether readers take the tensor's data from a file (as onnx's ``uses_external_data``)."""
     return tensor.data_location == onnx.TensorProto.EXTERNAL

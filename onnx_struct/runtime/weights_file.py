@@ -25,7 +25,14 @@ import onnx
 
 from onnx_struct.limits import PROTOBUF_LIMIT
 from onnx_struct.lowering.execution.emit import IN_MEMORY_LOCATION
-from onnx_struct.payload.external import is_external, model_tensors, parse_external_data, read_range, resolve
+from onnx_struct.payload.external import (
+    is_external,
+    is_main_initializer,
+    model_tensors,
+    parse_external_data,
+    read_range,
+    resolve,
+)
 
 FILE_NAME = "weights.bin"
 # Offsets onnxruntime can map without reading (allocation granularity: 64 KiB on Windows); the
@@ -68,14 +75,17 @@ def write_weights_file(
     at it. None, with nothing changed, when the file cannot be written (no temporary directory,
     disk full), an external tensor has no directory to be read from, or the others hold more
     than the weights plus 256 MiB: the caller then hands the arrays over in memory."""
-    tensors = [(where, tensor, _is_placeholder(where, tensor, arrays)) for where, tensor in model_tensors(model)]
-    tensors = [entry for entry in tensors if is_external(entry[1])]
-    others = [(where, t) for where, t, placeholder in tensors if not placeholder]
-    if others and base_dir is None:
-        return None
+    # (where, tensor, None for a placeholder or the (file, offset, length) of a model's own tensor)
+    tensors = []
+    for where, tensor in model_tensors(model):
+        if is_external(tensor):
+            own = not _is_placeholder(where, tensor, arrays)
+            if own and base_dir is None:
+                return None
+            tensors.append((where, tensor, _source(tensor, base_dir, f"{where}.external_data") if own else None))
+    sources = [source for _, _, source in tensors if source is not None]
     # Without a ``length`` onnxruntime takes the tensor's size from its type and ours would be
     # the rest of the file: such a tensor is left to onnxruntime (the in-memory route).
-    sources = [_source(t, base_dir, f"{w}.external_data") for w, t in others]
     if any(length is None for _, _, length in sources):
         return None
     if sum(length for _, _, length in sources) > _COPY_ALLOWANCE + sum(a.nbytes for a in arrays.values()):
@@ -88,28 +98,24 @@ def write_weights_file(
     try:
         with open(os.path.join(directory, FILE_NAME), "xb") as file:  # a new private directory
             offset = 0
-            for where, tensor, placeholder in tensors:
-                at = f"{where}.external_data"
-                source = None if placeholder else _source(tensor, base_dir, at)
+            for where, tensor, source in tensors:
                 size = arrays[tensor.name].nbytes if source is None else source[2]
                 offset += -offset % (_ALIGN if size >= _ALIGN else _SMALL_ALIGN)
                 file.seek(offset)
                 if source is None:
                     _write_array(file, arrays[tensor.name])
                 else:
-                    _copy_range(file, source, at)
+                    _copy_range(file, source, f"{where}.external_data")
                 written._originals.append((tensor, [(e.key, e.value) for e in tensor.external_data]))
                 _point(tensor, [("location", FILE_NAME), ("offset", str(offset)), ("length", str(size))])
                 offset += size
         if model.ByteSize() > PROTOBUF_LIMIT:  # the new entries are longer than the placeholders'
             raise OSError("the model with the weights file's references exceeds protobuf's limit")
-    except OSError:
+    except BaseException as error:
         written.restore()
         written.remove()
-        return None
-    except BaseException:
-        written.restore()
-        written.remove()
+        if isinstance(error, OSError):  # not written: the in-memory route
+            return None
         raise
     return written
 
@@ -118,7 +124,7 @@ def _is_placeholder(where: str, tensor: onnx.TensorProto, arrays: Mapping[str, n
     """One of the lowering's placeholders (main-graph initializers under fresh names); a tensor of
     the model's own that names the same location is a file of the model's directory."""
     location = next((e.value for e in tensor.external_data if e.key == "location"), "")
-    return where.startswith("graph.initializer[") and tensor.name in arrays and location == IN_MEMORY_LOCATION
+    return is_main_initializer(where) and tensor.name in arrays and location == IN_MEMORY_LOCATION
 
 
 def _point(tensor: onnx.TensorProto, entries: list[tuple[str, str]]) -> None:

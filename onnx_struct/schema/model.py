@@ -201,15 +201,11 @@ def from_onnx(model: onnx.ModelProto) -> pb.ModelProto:
 
 def to_onnx(model: pb.ModelProto) -> onnx.ModelProto:
     """Overlay -> stock model (struct parts kept as unknown fields, written back on save)."""
-    return _reparse(onnx.ModelProto, model)
-
-
-def _reparse(kind, model):
     # Within a few bytes of 2 GiB protobuf may refuse to write or read back what it parsed (the
     # overlay's parse already passed the nesting limit, which onnx's, skipping struct parts,
     # cannot exceed).
     try:
-        return kind.FromString(model.SerializeToString())
+        return onnx.ModelProto.FromString(model.SerializeToString())
     except (DecodeError, EncodeError) as error:
         raise ValidationError(
             "",
