@@ -130,7 +130,21 @@ def resolve(ref: ExternalRef, base_dir: os.PathLike | str, path: str) -> tuple[p
             f"external location {ref.location!r} is {_kind(info.st_mode)}, not a regular file",
             code="not_regular_file",
         )
+    _refuse_hard_links(info, f"external file {ref.location!r}", path)
     return target, _range_length(ref, info.st_size, path)
+
+
+def _refuse_hard_links(info: os.stat_result, what: str, path: str) -> None:
+    """A file a model names must have one link, as onnx requires of external data: a second hard
+    link can make a file from outside the model directory look like one inside, which no path
+    rule sees."""
+    if info.st_nlink > 1:
+        raise ValidationError(
+            path,
+            f"{what} has {info.st_nlink} hard links; refused, as onnx does (one may name a file outside "
+            "the model directory)",
+            code="hard_link",
+        )
 
 
 def _range_length(ref: ExternalRef, size: int, path: str) -> int:
@@ -212,6 +226,8 @@ def _open_regular(file: str | os.PathLike, path: str, what: str, *, follow: bool
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise ValidationError(path, f"{what} is {_kind(info.st_mode)}, not a regular file", code="not_regular_file")
+        if path:  # a file the model names (one the caller names may have links, as with onnx.load)
+            _refuse_hard_links(info, what, path)
     except BaseException:
         os.close(fd)
         raise

@@ -398,3 +398,76 @@ def test_a_location_naming_a_directory_is_refused(tmp_path, location):
     (tmp_path / "w.bin").write_bytes(PAYLOAD)
     out = run_bounded("S.check_model(ARG)", str(path), cpu_seconds=10)
     out.assert_validation_error("graph.struct_initializer[0] ('w').external_data", contains="names a directory")
+
+
+# ---------------------------------------------------------------------- hard links
+def _hard_link_outside(directory: pathlib.Path, name: str, content: bytes) -> pathlib.Path:
+    """``directory/name`` as a second link to a file outside ``directory``: no path rule sees it."""
+    outside = directory.parent / f"outside-{name}"
+    outside.write_bytes(content)
+    os.link(outside, directory / name)
+    return outside
+
+
+def test_struct_payload_with_a_second_hard_link_is_refused(tmp_path):
+    """onnx refuses external data with more than one link; a path rule cannot tell such a file
+    from one inside the directory, so the checker accepted it and view read it."""
+    directory = tmp_path / "model"
+    path = _external_value_model(directory, "w.bin")
+    _hard_link_outside(directory, "w.bin", PAYLOAD)
+    for code in ("S.check_model(ARG)", "S.view('w', ARG)['']"):
+        out = run_bounded(code, str(path), cpu_seconds=10)
+        out.assert_validation_error("graph.struct_initializer[0] ('w').external_data", contains="2 hard links")
+
+
+@pytest.mark.parametrize("where", ["initializer", "function"])
+def test_stock_tensor_with_a_second_hard_link_is_refused(tmp_path, where):
+    """A main-graph initializer reaches onnx's checker as a graph input and a function's Constant
+    as a stand-in file, so onnx's own hard-link rule never saw them; ours applies to both."""
+    directory = tmp_path / "model"
+    directory.mkdir()
+    _hard_link_outside(directory, "t.bin", SECRET.tobytes())
+    tensor = _external_tensor("t.bin")
+    if where == "initializer":
+        graph = oh.make_graph(
+            [oh.make_node("Identity", ["c"], ["y"])], "g", [], [oh.make_tensor_value_info("y", T.FLOAT, [4])], [tensor]
+        )
+        model, expected = oh.make_model(graph, opset_imports=OPSET), "graph.initializer[0] ('c').external_data"
+    else:
+        function = oh.make_function("local", "f", [], ["y"], [oh.make_node("Constant", [], ["y"], value=tensor)], OPSET)
+        graph = oh.make_graph(
+            [oh.make_node("f", [], ["y"], domain="local")], "g", [], [oh.make_tensor_value_info("y", T.FLOAT, [4])]
+        )
+        model = oh.make_model(graph, opset_imports=[*OPSET, oh.make_opsetid("local", 1)], functions=[function])
+        expected = "functions[0].node[0].attribute[0].t.external_data"
+    S.add_struct_values(model, S.make_struct_value("w", S.make_array(T.UINT8, 4), raw_data=bytes(4)))
+    onnx.save(model, directory / "m.onnx")
+    out = run_bounded("S.check_model(ARG)", str(directory / "m.onnx"), cpu_seconds=10)
+    out.assert_validation_error(expected, contains="hard links")
+
+
+def test_hard_link_made_after_the_check_is_refused_at_the_read(tmp_path):
+    """The opened file is checked again, as for a file that shrank: a link made between the check
+    and the read is refused there."""
+    path = _external_value_model(tmp_path / "model", "w.bin")
+    (tmp_path / "model" / "w.bin").write_bytes(PAYLOAD)
+    code = """
+    import os
+    v = S.view("w", ARG)
+    os.link(os.path.join(os.path.dirname(ARG), "w.bin"), os.path.join(os.path.dirname(ARG), "..", "later"))
+    v[""].sum()
+    """
+    out = run_bounded(code, str(path), cpu_seconds=10)
+    out.assert_validation_error("graph.struct_initializer[0] ('w').external_data", contains="2 hard links")
+
+
+def test_a_model_file_the_caller_names_may_have_hard_links(tmp_path):
+    """The rule is for files a model names; the caller's own model file is the caller's choice
+    (onnx.load reads a hard-linked model file too)."""
+    directory = tmp_path / "model"
+    path = _external_value_model(directory, "w.bin")
+    (directory / "w.bin").write_bytes(PAYLOAD)
+    os.link(path, tmp_path / "second-name.onnx")
+    onnx.load(path)  # the oracle: onnx reads it
+    S.check_model(path)
+    assert S.view("w", path).buffer.tobytes() == PAYLOAD
