@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from onnx_struct.check.decoder_structure import STANDARD_DOMAINS
 from onnx_struct.layout.bits import byte_strided, merged_dims
 from onnx_struct.layout.leaves import Leaf
 
@@ -80,10 +81,11 @@ def tensor_type(elem_type: int, shape: Sequence[int]) -> onnx.TypeProto:
 
 
 def registered_function(function: onnx.FunctionProto) -> onnx.FunctionProto:
-    """A copy of ``function`` under a non-default domain (see PRIVATE_DOMAIN)."""
+    """A copy of ``function`` under a non-default domain (see PRIVATE_DOMAIN): neither onnx nor
+    onnxruntime resolves a model-local function in the default domain, "" or "ai.onnx"."""
     copy = onnx.FunctionProto()
     copy.CopyFrom(function)
-    if not copy.domain:
+    if copy.domain in STANDARD_DOMAINS:
         copy.domain = PRIVATE_DOMAIN
     return copy
 

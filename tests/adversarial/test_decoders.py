@@ -186,6 +186,10 @@ HOSTILE = {
     "cast_to_0": (_cast_to_0, "Cast"),
     "constant_of_type_255": (_constant_of_type_255, "255"),
     "named_like_a_standard_operator": (_named_like_a_standard_operator, "Relu"),
+    "named_like_a_standard_operator_in_ai_onnx": (
+        lambda: value_model(decoder([cast()], name="Relu", domain="ai.onnx")),
+        "Relu",
+    ),
     "random": (_random, "RandomNormal"),
     "data_dependent_shape": (_data_dependent_shape, "NonZero"),
     "sparse_constant_of_4_tib": (_sparse_constant_of_4_tib, "sparse"),
