@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import pathlib
 
+import pytest
 from adversarial.bounded import run_bounded
 
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
@@ -41,13 +42,19 @@ assert peak - baseline <= ARG["allowance"], (
 """
 
 
-def test_session_peak_rss_stays_near_the_quantized_bytes(tmp_path, monkeypatch):
+# MiB allowed above 1.5 x payload. Inline payloads: the model's parse holds them while the weights
+# are repacked; measured +68 MiB in all (+88 when the checker's and the stock views copied them).
+SLACK = {"external": 45, "inline": 55}
+
+
+@pytest.mark.parametrize("storage", sorted(SLACK))
+def test_session_peak_rss_stays_near_the_quantized_bytes(tmp_path, monkeypatch, storage):
     # The benchmark's own model (y = sum_i x @ Transpose(W_i), W_i^T [N, K] in Q4_0, random blocks
-    # with finite scales), its payloads in one external file.
+    # with finite scales), its payloads in one external file or inline.
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     from bench_session_memory import build  # noqa: PLC0415 - a script of benchmarks/, found via sys.path
 
-    path, nbytes = build("Q4_0", K, N, LAYERS, str(tmp_path), inline=False)
+    path, nbytes = build("Q4_0", K, N, LAYERS, str(tmp_path), inline=storage == "inline")
     payload_mib = nbytes / 2**20
-    outcome = run_bounded(CHILD, {"path": path, "allowance": 1.5 * payload_mib + 45}, cpu_seconds=30)
+    outcome = run_bounded(CHILD, {"path": path, "allowance": 1.5 * payload_mib + SLACK[storage]}, cpu_seconds=30)
     assert outcome.error is None, outcome.message

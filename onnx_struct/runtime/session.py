@@ -84,6 +84,7 @@ class InferenceSession:
             execution=execution,
             accuracy_level=(4 if accuracy_level is None else int(accuracy_level)) if in_memory else None,
             arrays=arrays if in_memory else None,
+            release_serialized=loaded is not model_or_path,  # read or parsed here: nobody else holds it
         )
         # Standalone copies: a message parsed with the model keeps the whole parse (inline payloads
         # included) alive for as long as it is referenced.

@@ -19,11 +19,16 @@ from google.protobuf.message import DecodeError, EncodeError
 
 from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
 from onnx_struct.errors import ValidationError
-from onnx_struct.schema import struct_parts
+from onnx_struct.schema import struct_parts, wire_format
 
 StructTypeProto = pb.StructTypeProto
 StructProto = pb.StructProto
 ModelLike = Union[onnx.ModelProto, "pb.ModelProto", bytes, str, os.PathLike]
+
+
+# Below this size the cut (a Python walk over the main graph's records, ~0.2 us each: +0.9 ms on
+# benchmarks/bench_check.py's 2,000 nodes and values) costs more than the copies it saves.
+STOCK_CUT_MIN_BYTES = 16 << 20
 
 
 class LoadedModel:
@@ -50,6 +55,7 @@ class LoadedModel:
         # parsed from them instead of serializing the overlay again.
         self._serialized = serialized
         self._source = source  # set while ``proto`` is not parsed yet
+        self._stock: bytes | None = None  # see stock_serialized
         self._types = None
         self._values: struct_parts.StructValues | None = None
 
@@ -70,10 +76,33 @@ class LoadedModel:
             self.proto  # noqa: B018 - parses, keeping the bytes
         return self._serialized
 
+    @property
+    def stock_serialized(self) -> bytes | None:
+        """:attr:`serialized` without the main graph's struct value records, computed once, for a
+        model of at least :data:`STOCK_CUT_MIN_BYTES` (smaller ones: :attr:`serialized`): what
+        stock views parse (:mod:`onnx_struct.schema.projections`), which would skip them as unknown
+        fields after copying their inline payloads."""
+        if self._stock is None:
+            self._stock = data = self.serialized
+            if data is not None and len(data) >= STOCK_CUT_MIN_BYTES:
+                try:
+                    self._stock = struct_parts.without_struct_values(data)
+                except wire_format.Malformed:  # the stock parse of the whole bytes reports it
+                    pass
+        return self._stock
+
+    def release_serialized(self) -> None:
+        """Drop :attr:`serialized` (its inline payloads are also in :attr:`proto`), keeping
+        :attr:`stock_serialized`: for a model checked already and held by its caller alone
+        (``InferenceSession`` while it repacks the weights). A later check reads the overlay's
+        serialization, in which a oneof's lost member is gone."""
+        self.stock_serialized  # noqa: B018 - computed while the bytes are here
+        self._serialized = None
+
     def rebased(self, base_dir: pathlib.Path) -> LoadedModel:
         """The same model (parsed parts shared) with external payloads under ``base_dir``."""
         other = LoadedModel(self._proto, base_dir, self._serialized, source=self._source)
-        other._types, other._values = self._types, self._values
+        other._types, other._values, other._stock = self._types, self._values, self._stock
         return other
 
     def _struct_values(self) -> struct_parts.StructValues | None:

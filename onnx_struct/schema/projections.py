@@ -56,7 +56,8 @@ def stock_view(
 
 def _stock_types_view(loaded: LoadedModel, struct_type_protos: list, external_initializers: bool) -> onnx.ModelProto:
     """A stock parse of the model with struct-typed TypeProtos shown as Opaque types."""
-    view = onnx.ModelProto.FromString(loaded.serialized) if loaded.serialized is not None else to_onnx(loaded.proto)
+    stock = loaded.stock_serialized
+    view = onnx.ModelProto.FromString(stock) if stock is not None else to_onnx(loaded.proto)
     for _, locator, type_proto in struct_type_protos:
         locate(view, locator).opaque_type.CopyFrom(opaque_type(type_proto.struct_type))
     if external_initializers:
@@ -78,9 +79,10 @@ def checker_view(
 ) -> bytes | onnx.ModelProto:
     """What ``onnx.checker.check_model`` is given when ``full_check`` is off.
 
-    The model's own bytes, with every struct value name defined as an output of one node of a
-    private domain placed first in the main graph: onnx's C++ parser skips the struct parts as
-    unknown fields, nothing is parsed or built per value in Python, and the checker walks one node
+    The model's own bytes without the main graph's struct values (their inline payloads are not
+    copied: :attr:`LoadedModel.stock_serialized`), with every struct value name defined as an
+    output of one node of a private domain placed first in the main graph: onnx's C++ parser skips
+    the other struct parts as unknown fields, nothing is parsed or built per value in Python, and the checker walks one node
     instead of thousands of Opaque graph inputs (half the time at 2,000 values). Where that node
     would itself be a finding (an unregistered operator under ``check_custom_domain``; its
     opset_import before IR 3) this falls back to :func:`stock_view`.
@@ -90,8 +92,8 @@ def checker_view(
         return stock_view(loaded, struct_type_protos)
     if struct_type_protos or external_initializers:
         body = _stock_types_view(loaded, struct_type_protos, external_initializers).SerializeToString()
-    elif loaded.serialized is not None:
-        body = loaded.serialized
+    elif loaded.stock_serialized is not None:
+        body = loaded.stock_serialized
     else:
         body = proto.SerializeToString()
     if value_names is None:

@@ -45,15 +45,20 @@ def _entries(message, number: int) -> list[bytes]:
     return [f.data for f in UnknownFieldSet(message) if f.field_number == number and f.wire_type == _LEN]
 
 
-def _frame(number: int, payload: bytes) -> bytes:
-    """One length-delimited field (used on small bytes only: struct types and stripped values)."""
+def _header(number: int, length: int) -> bytes:
+    """The tag and length of a length-delimited field."""
     header = bytearray()
-    for value in (number << 3 | _LEN, len(payload)):
+    for value in (number << 3 | _LEN, length):
         while value >= 0x80:
             header.append(value & 0x7F | 0x80)
             value >>= 7
         header.append(value)
-    return bytes(header) + payload
+    return bytes(header)
+
+
+def _frame(number: int, payload: bytes) -> bytes:
+    """One length-delimited field (used on small bytes only: struct types and stripped values)."""
+    return _header(number, len(payload)) + payload
 
 
 def read_struct_types(model: onnx.ModelProto):
@@ -135,3 +140,66 @@ def _strip_payload(entry: bytes) -> tuple[bytes, memoryview | None]:
     pieces += [entry[kept:], _EMPTY_RAW_DATA]  # where it goes is immaterial: raw_data is in no oneof
     _, start, end = payload_fields[-1]
     return b"".join(pieces), memoryview(entry)[start:end]
+
+
+def without_struct_values(data: bytes) -> bytes:
+    """``data`` (a serialized ModelProto, stock or overlay) without its main graph's
+    ``struct_initializer`` records: what stock views parse, so that neither they nor onnx's checker
+    copy the inline payloads they would skip as unknown fields. ``data`` itself when it has none.
+
+    Only the top-level fields of the model and of each ``graph`` occurrence are stepped over, by
+    their lengths; every other byte is kept as it is, in its order (protobuf merges the
+    occurrences of ``graph`` as before). Raises :class:`wire_format.Malformed` on bytes protobuf
+    would not parse."""
+    size = len(data)
+    whole = memoryview(data)  # slices of it are joined once: no intermediate copies
+    pieces: list = []
+    kept = 0  # data[kept:] is not yet in pieces
+    previous = 0  # where the field being read starts
+    for number, wire_type, start, end in wire_format.fields(data, 0, size):
+        if end > size:
+            raise wire_format.Malformed(size)
+        if number == _GRAPH and wire_type == _LEN:
+            spans, dropped = _spans_without_values(data, start, end)
+            if dropped:
+                pieces += [whole[kept:previous], _header(_GRAPH, end - start - dropped)]
+                pieces += [whole[a:b] for a, b in spans]
+                kept = end
+        previous = end
+    if not pieces:
+        return data
+    pieces.append(whole[kept:])
+    return b"".join(pieces)
+
+
+def _spans_without_values(data: bytes, start: int, end: int) -> tuple[list[tuple[int, int]], int]:
+    """The byte ranges of a GraphProto's fields other than ``struct_initializer`` (adjacent fields
+    in one range), and how many bytes the others take."""
+    spans, dropped = [], 0
+    kept_from = pos = start
+    while pos < end:
+        field_start = pos
+        tag = data[pos]
+        if tag < 0x80:
+            pos += 1
+        else:
+            tag, pos = wire_format.varint(data, pos, end)
+        if tag & 7 == _LEN:
+            length = data[pos] if pos < end else 0x80
+            if length < 0x80:
+                pos += 1 + length
+            else:
+                length, pos = wire_format.varint(data, pos, end)
+                pos += length
+        else:
+            pos = wire_format.skip(data, pos, end, tag)
+        if pos > end:
+            raise wire_format.Malformed(end)
+        if tag == _VALUES << 3 | _LEN:
+            if field_start > kept_from:
+                spans.append((kept_from, field_start))
+            dropped += pos - field_start
+            kept_from = pos
+    if end > kept_from:
+        spans.append((kept_from, end))
+    return spans, dropped
