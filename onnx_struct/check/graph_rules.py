@@ -67,6 +67,14 @@ class GraphRules(DeclarationRules):
                     break
         return out
 
+    def check_signature_names(self) -> None:
+        """A struct-typed input, output or value_info is bound by name (``lower`` names its leaves
+        and its decoder call after it), so its name must be valid UTF-8: proto2 does not check it
+        on parse, nor does onnx's C++ checker."""
+        for path, _, _, info, _, _ in self.struct_signatures():
+            if not isinstance(info.name, str):
+                self.report(ValidationError(f"{path}.name", "name is not valid UTF-8", code="invalid_utf8"))
+
     def struct_inputs(self) -> dict[str, StructTypeProto]:
         """Main-graph inputs typed directly by a struct type: name -> that static type."""
         return {

@@ -242,6 +242,21 @@ def test_matching_and_unconstrained_references_are_accepted():
     S.check_model(model)
 
 
+@pytest.mark.parametrize("where", ["inputs", "outputs"])
+@pytest.mark.parametrize("code", [CHECK, "S.lower(ARG)", "S.InferenceSession(ARG)"])
+def test_struct_signature_with_a_non_utf8_name_is_refused(tmp_path, where, code):
+    """Found by the long fuzz run (lower): ``lower`` names a struct input's leaves and decoder call
+    after it, and a non-UTF-8 name escaped as UnicodeDecodeError; onnx's C++ checker and proto2's
+    parse let such names through."""
+    marker = "zzsignature"
+    model = model_with([linear_int4_128()], **{where: [S.make_struct_value_info(marker, 0)]})
+    data = model.SerializeToString()
+    assert data.count(marker.encode()) == 1
+    data = data.replace(marker.encode(), b"z\xa2signature")  # the same length
+    index = len(model.graph.input if where == "inputs" else model.graph.output) - 1
+    refused(tmp_path, data, f"graph.{where[:-1]}[{index}] (b'z\\xa2signature').name", "not valid UTF-8", code=code)
+
+
 # ---------------------------------------------------------------------- consumers of struct inputs
 def test_node_consuming_a_struct_input_without_decoder_is_refused(tmp_path):
     model = model_with([linear_int4_128()], inputs=[S.make_struct_value_info("x", 0)])
