@@ -168,7 +168,7 @@ def child_steps(path: str, trace: bool, in_memory: bool) -> dict:
 
         tracemalloc.start()
     arrays: dict = {}
-    lowering = lower_model(loaded, execution="quantized", accuracy_level=4, arrays=arrays)
+    lowering = lower_model(loaded, execution="quantized", accuracy_level=4, arrays=arrays, release_serialized=True)
     if trace:
         report["lower python peak"] = tracemalloc.get_traced_memory()[1] / 2**20
         tracemalloc.stop()
