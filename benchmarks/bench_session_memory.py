@@ -151,6 +151,8 @@ def child_steps(path: str, trace: bool, in_memory: bool) -> dict:
     import onnxruntime as ort  # noqa: PLC0415
 
     from onnx_struct.lowering.lower import lower_model  # noqa: PLC0415
+    from onnx_struct.runtime.file_backed import held_lightly  # noqa: PLC0415
+    from onnx_struct.runtime.heap import release_free_memory  # noqa: PLC0415
     from onnx_struct.runtime.weights_file import write_weights_file  # noqa: PLC0415
     from onnx_struct.schema.model import load  # noqa: PLC0415
 
@@ -168,7 +170,9 @@ def child_steps(path: str, trace: bool, in_memory: bool) -> dict:
 
         tracemalloc.start()
     arrays: dict = {}
-    lowering = lower_model(loaded, execution="quantized", accuracy_level=4, arrays=arrays, release_serialized=True)
+    lowering = lower_model(
+        loaded, execution="quantized", accuracy_level=4, arrays=arrays, after_check=lambda c: held_lightly(c, path)
+    )
     if trace:
         report["lower python peak"] = tracemalloc.get_traced_memory()[1] / 2**20
         tracemalloc.stop()
@@ -187,6 +191,7 @@ def child_steps(path: str, trace: bool, in_memory: bool) -> dict:
     else:  # what InferenceSession does
         weights = write_weights_file(lowering.model, arrays, base_dir)
         arrays.clear()
+        release_free_memory()
         options.add_session_config_entry("session.model_external_initializers_file_folder_path", weights.directory)
     session = ort.InferenceSession(lowering.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
     phase("ort")

@@ -42,19 +42,22 @@ assert peak - baseline <= ARG["allowance"], (
 """
 
 
-# MiB allowed above 1.5 x payload. Inline payloads: the model's parse holds them while the weights
-# are repacked; measured +68 MiB in all (+88 when the checker's and the stock views copied them).
-SLACK = {"external": 45, "inline": 55}
+# (format, where the payloads are): 2 x 4096x4096 Q4_0 in an external file (18 MiB), and inline Q8_0
+# (34 MiB, the size at which holding the model's parse while repacking shows). Inline, the session
+# reads the payloads from the model's own file once it is checked (runtime/file_backed.py):
+# measured +85 MiB above the baseline against an allowance of 96; +99 while the parse held them,
+# +119 while the checker's views also copied them.
+CASES = [("Q4_0", "external"), ("Q8_0", "inline")]
 
 
-@pytest.mark.parametrize("storage", sorted(SLACK))
-def test_session_peak_rss_stays_near_the_quantized_bytes(tmp_path, monkeypatch, storage):
-    # The benchmark's own model (y = sum_i x @ Transpose(W_i), W_i^T [N, K] in Q4_0, random blocks
-    # with finite scales), its payloads in one external file or inline.
+@pytest.mark.parametrize(("name", "storage"), CASES)
+def test_session_peak_rss_stays_near_the_quantized_bytes(tmp_path, monkeypatch, name, storage):
+    # The benchmark's own model (y = sum_i x @ Transpose(W_i), W_i^T [N, K], random blocks with
+    # finite scales), its payloads in one external file or inline.
     monkeypatch.syspath_prepend(str(BENCHMARKS))
     from bench_session_memory import build  # noqa: PLC0415 - a script of benchmarks/, found via sys.path
 
-    path, nbytes = build("Q4_0", K, N, LAYERS, str(tmp_path), inline=storage == "inline")
+    path, nbytes = build(name, K, N, LAYERS, str(tmp_path), inline=storage == "inline")
     payload_mib = nbytes / 2**20
-    outcome = run_bounded(CHILD, {"path": path, "allowance": 1.5 * payload_mib + SLACK[storage]}, cpu_seconds=30)
+    outcome = run_bounded(CHILD, {"path": path, "allowance": 1.5 * payload_mib + 45}, cpu_seconds=30)
     assert outcome.error is None, outcome.message

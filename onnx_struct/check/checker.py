@@ -84,6 +84,7 @@ class _Checker(GraphRules):
         self.check_external_tensors()
         self.check_graph_types()
         self.check_signature_names()
+        self.check_domain_names()
         self.check_struct_references()
         self.check_consumers()
         self.check_local_function_recursion()

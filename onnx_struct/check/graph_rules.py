@@ -75,6 +75,17 @@ class GraphRules(DeclarationRules):
             if not isinstance(info.name, str):
                 self.report(ValidationError(f"{path}.name", "name is not valid UTF-8", code="invalid_utf8"))
 
+    def check_domain_names(self) -> None:
+        """Opset and model-local function domains must be valid UTF-8: ``lower`` merges the graph's
+        and the decoders' opset imports by domain (onnx's checker lets them through)."""
+        places = [(f"opset_import[{i}]", o) for i, o in enumerate(self.proto.opset_import)]
+        for i, function in enumerate(self.proto.functions):
+            places.append((f"functions[{i}]", function))
+            places += [(f"functions[{i}].opset_import[{j}]", o) for j, o in enumerate(function.opset_import)]
+        for where, message in places:
+            if not isinstance(message.domain, str):
+                self.report(ValidationError(f"{where}.domain", "domain is not valid UTF-8", code="invalid_utf8"))
+
     def struct_inputs(self) -> dict[str, StructTypeProto]:
         """Main-graph inputs typed directly by a struct type: name -> that static type."""
         return {

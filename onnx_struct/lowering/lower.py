@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Callable
 
 import onnx
 from onnx import TensorProto, helper
@@ -125,19 +126,20 @@ def lower_model(
     execution: str = "decode",
     accuracy_level: int | None = None,
     arrays: dict | None = None,
-    release_serialized: bool = False,
+    after_check: Callable[[LoadedModel], LoadedModel] | None = None,
 ) -> Lowering:
     """:func:`lower`, also returning how struct-typed graph inputs map to lowered leaf inputs.
 
     For ``execution="quantized"`` only, what :class:`onnx_struct.InferenceSession` asks for:
     ``accuracy_level`` emits onnxruntime's ``MatMulNBits`` directly, and ``arrays`` (a dict)
     receives the repacked arrays, the model holding placeholders for them
-    (:func:`onnx_struct.lowering.execution.rewrite_for_execution`); ``release_serialized``: the
-    model's bytes are the caller's alone, dropped once checked (:meth:`LoadedModel.release_serialized`)."""
+    (:func:`onnx_struct.lowering.execution.rewrite_for_execution`); ``after_check``: what to lower
+    instead of the checked model, an equivalent one (``InferenceSession``: the same model holding
+    less memory, :mod:`onnx_struct.runtime.file_backed`)."""
     loaded = load(model, base_dir)
     check_model(loaded)
-    if release_serialized:
-        loaded.release_serialized()  # inline payloads stay in the parse: one copy while the weights are repacked
+    if after_check is not None:
+        loaded = after_check(loaded)
     loaded = _execution_prepass(loaded, execution, accuracy_level, arrays)
     return _Lowerer(
         loaded, compact, keep_external, stock_view(loaded, external_initializers=False), LogicalTypes(loaded)

@@ -23,9 +23,11 @@ from onnx_struct.limits import PROTOBUF_LIMIT
 from onnx_struct.lowering.lower import StructInput, lower_model
 from onnx_struct.payload.view import StructView, view, view_buffer
 from onnx_struct.runtime.feeds import Feed, leaf_feeds, ortvalue_to_numpy
+from onnx_struct.runtime.file_backed import held_lightly
+from onnx_struct.runtime.heap import release_free_memory
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
 from onnx_struct.runtime.weights_file import write_weights_file
-from onnx_struct.schema.model import ModelLike, StructProto, StructTypeProto, load
+from onnx_struct.schema.model import LoadedModel, ModelLike, StructProto, StructTypeProto, load
 
 # protobuf refuses to serialize a message of 2 GiB or more.
 
@@ -70,6 +72,18 @@ class InferenceSession:
     ) -> None:
         ort = load_onnxruntime()
         loaded = load(model_or_path, base_dir)
+        self._base_dir = loaded.base_dir
+        owned = loaded is not model_or_path  # read or parsed here: nobody else holds it
+        model_file = model_or_path if isinstance(model_or_path, (str, os.PathLike)) else None
+
+        def after_check(checked: LoadedModel) -> LoadedModel:
+            """Hold less while the weights are repacked: inline payloads referenced in the model's
+            own file (runtime/file_backed.py), else at least without the file's bytes."""
+            # Standalone copies: a message parsed with the model keeps the whole parse (inline
+            # payloads included) alive for as long as it is referenced.
+            self._declarations = [StructTypeProto.FromString(d.SerializeToString()) for d in checked.struct_types]
+            return held_lightly(checked, model_file) if owned else checked
+
         # Without sess_options the session owns its options: the quantized weights' MatMulNBits
         # nodes are emitted directly (what onnxruntime's fusion would make of DequantizeLinear +
         # MatMul, at its default accuracy level 4) and their repacked arrays handed to onnxruntime
@@ -84,12 +98,8 @@ class InferenceSession:
             execution=execution,
             accuracy_level=(4 if accuracy_level is None else int(accuracy_level)) if in_memory else None,
             arrays=arrays if in_memory else None,
-            release_serialized=loaded is not model_or_path,  # read or parsed here: nobody else holds it
+            after_check=after_check,
         )
-        # Standalone copies: a message parsed with the model keeps the whole parse (inline payloads
-        # included) alive for as long as it is referenced.
-        self._declarations = [StructTypeProto.FromString(d.SerializeToString()) for d in loaded.struct_types]
-        self._base_dir = loaded.base_dir
         del loaded  # a model read from a file holds its bytes and inline payloads: not needed any more
         self._struct_inputs: dict[str, StructInput] = {
             name: dataclasses.replace(
@@ -98,6 +108,7 @@ class InferenceSession:
             for name, info in lowering.struct_inputs.items()
         }
         self.lowered: onnx.ModelProto = lowering.model
+        _refuse_unnameable_signature(lowering.model.graph)
         if lowering.model.ByteSize() > PROTOBUF_LIMIT:
             raise ValidationError(
                 "",
@@ -122,6 +133,7 @@ class InferenceSession:
             options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
         if weights is not None:
             arrays.clear()
+            release_free_memory()  # the arrays are in the file now: their pages, before onnxruntime's
         elif arrays:
             names = list(arrays)
             options.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(arrays[n]) for n in names])
@@ -229,6 +241,19 @@ class InferenceSession:
                 code="type_mismatch",
             )
         return view(value, self._declarations, base_dir=self._base_dir)
+
+
+def _refuse_unnameable_signature(graph) -> None:
+    """onnxruntime creates a session whose input or output name is not valid UTF-8, and its
+    Python API then fails on every run (UnicodeDecodeError reading the names): refused here."""
+    for kind in ("input", "output"):
+        for i, info in enumerate(getattr(graph, kind)):
+            if not isinstance(info.name, str):
+                raise ValidationError(
+                    f"graph.{kind}[{i}] ({info.name!r}).name",
+                    "name is not valid UTF-8: onnxruntime's Python API cannot feed or fetch it",
+                    code="invalid_utf8",
+                )
 
 
 def _payload_bytes(value, where: str) -> bytes | np.ndarray:

@@ -16,6 +16,7 @@ from typing import Union
 
 import onnx
 from google.protobuf.message import DecodeError, EncodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
 
 from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
 from onnx_struct.errors import ValidationError
@@ -26,8 +27,10 @@ StructProto = pb.StructProto
 ModelLike = Union[onnx.ModelProto, "pb.ModelProto", bytes, str, os.PathLike]
 
 
-# Below this size the cut (a Python walk over the main graph's records, ~0.2 us each: +0.9 ms on
-# benchmarks/bench_check.py's 2,000 nodes and values) costs more than the copies it saves.
+# Below this model size the cut (a Python walk over the main graph's records, ~0.2 us each: +0.9
+# ms on benchmarks/bench_check.py's 2,000 nodes and values) costs more than the copies it saves;
+# above it, at most about as much as the check's own pass over those records (a red-team model of
+# 16 MiB of 2-byte records: 4.9 s to check below the size, 10.6 s above).
 STOCK_CUT_MIN_BYTES = 16 << 20
 
 
@@ -84,7 +87,10 @@ class LoadedModel:
         fields after copying their inline payloads."""
         if self._stock is None:
             self._stock = data = self.serialized
-            if data is not None and len(data) >= STOCK_CUT_MIN_BYTES:
+            # Not for a graph without struct values: the walk over its records would find nothing.
+            # (Their sizes are not asked: ByteSize over them raised the session peak by 25 MiB at 34
+            # MiB of inline Q8_0, a transient as large as a payload.)
+            if data is not None and len(data) >= STOCK_CUT_MIN_BYTES and len(self.proto.graph.struct_initializer):
                 try:
                     self._stock = struct_parts.without_struct_values(data)
                 except wire_format.Malformed:  # the stock parse of the whole bytes reports it
@@ -98,6 +104,12 @@ class LoadedModel:
         serialization, in which a oneof's lost member is gone."""
         self.stock_serialized  # noqa: B018 - computed while the bytes are here
         self._serialized = None
+
+    def discard(self) -> None:
+        """Drop everything this model holds (its bytes, parse and caches): for a model its caller
+        alone holds and replaces by an equivalent one (``InferenceSession``). It must not be used
+        again."""
+        self._proto = self._serialized = self._source = self._stock = self._types = self._values = None
 
     def rebased(self, base_dir: pathlib.Path) -> LoadedModel:
         """The same model (parsed parts shared) with external payloads under ``base_dir``."""
@@ -220,6 +232,30 @@ def _parse(data: bytes, origin: str) -> pb.ModelProto:
         raise ValidationError(
             "", f"{origin} is not a parsable ONNX model (protobuf: {reason})", code="not_parsable"
         ) from None
+
+
+def copy_without_struct_values(model: pb.ModelProto) -> pb.ModelProto:
+    """A copy of the overlay ``model`` without its graph's struct values, field by field so that
+    no inline payload is copied; a model or graph with unknown fields is copied whole instead
+    (and its struct values then deleted), which keeps those fields as they are."""
+    copy = type(model)()
+    if len(UnknownFieldSet(model)) or len(UnknownFieldSet(model.graph)):
+        copy.CopyFrom(model)
+        del copy.graph.struct_initializer[:]
+        return copy
+    for target, source, skip in ((copy, model, "graph"), (copy.graph, model.graph, "struct_initializer")):
+        for field, value in source.ListFields():
+            if field.name == skip:
+                continue
+            if field.is_repeated:
+                getattr(target, field.name).extend(value)
+            elif field.message_type is not None:
+                getattr(target, field.name).CopyFrom(value)
+            else:
+                setattr(target, field.name, value)
+    if model.HasField("graph"):
+        copy.graph.SetInParent()
+    return copy
 
 
 def from_onnx(model: onnx.ModelProto) -> pb.ModelProto:

@@ -113,11 +113,22 @@ def read_struct_values(model: onnx.ModelProto) -> StructValues | None:
 
 def _strip_payload(entry: bytes) -> tuple[bytes, memoryview | None]:
     """``entry`` (a serialized StructProto) with its top-level ``raw_data`` fields replaced by one
-    empty ``raw_data`` (so presence is kept), and the last payload (the one protobuf keeps).
+    empty ``raw_data`` (so presence is kept), and the last payload (the one protobuf keeps), or
+    ``entry`` and None (see :func:`_payload_field`)."""
+    found = _payload_field(entry)
+    if found is None:
+        return entry, None
+    stripped, start, end = found
+    return stripped, memoryview(entry)[start:end]
+
+
+def _payload_field(entry) -> tuple[bytes, int, int] | None:
+    """(``entry`` with its top-level ``raw_data`` fields replaced by one empty ``raw_data``, start
+    and end in ``entry`` of the last payload), or None when it has no ``raw_data``.
 
     Only the top-level fields are stepped over (by their lengths); every byte but the payloads is
     left for protobuf to parse. A ``raw_data`` whose tag or length is not in its shortest form is
-    left in place too (then protobuf reads every payload and nothing is stripped).
+    left in place too (then None: protobuf reads every payload and nothing is stripped).
     """
     size = len(entry)
     payload_fields = []
@@ -128,18 +139,18 @@ def _strip_payload(entry: bytes) -> tuple[bytes, memoryview | None]:
         if number == _RAW_DATA and wire_type == _LEN:
             header = entry[previous:start]
             if header[0] != _RAW_DATA_TAG or len(header) > 6 or (len(header) > 2 and header[-1] == 0):
-                return entry, None
+                return None
             payload_fields.append((previous, start, end))
         previous = end
     if not payload_fields:
-        return entry, None
+        return None
     pieces, kept = [], 0
     for field_start, _, field_end in payload_fields:
         pieces.append(entry[kept:field_start])
         kept = field_end
     pieces += [entry[kept:], _EMPTY_RAW_DATA]  # where it goes is immaterial: raw_data is in no oneof
     _, start, end = payload_fields[-1]
-    return b"".join(pieces), memoryview(entry)[start:end]
+    return b"".join(pieces), start, end
 
 
 def without_struct_values(data: bytes) -> bytes:
@@ -172,11 +183,56 @@ def without_struct_values(data: bytes) -> bytes:
     return b"".join(pieces)
 
 
+def main_value_payloads(data: bytes) -> list[tuple[bytes, int, int] | None]:
+    """Per struct value of the main graph, in the order a whole parse lists them: (its bytes with
+    the payload stripped, as :func:`_payload_field` gives them, and where in ``data`` its inline
+    payload starts and ends), or None for a value without a payload that can be stripped. Raises
+    :class:`wire_format.Malformed` on bytes protobuf would not parse."""
+    size = len(data)
+    whole = memoryview(data)
+    found: list[tuple[bytes, int, int] | None] = []
+    for number, wire_type, start, end in wire_format.fields(data, 0, size):
+        if end > size:
+            raise wire_format.Malformed(size)
+        if number == _GRAPH and wire_type == _LEN:
+            for value_start, value_end in _value_records(data, start, end):
+                payload = _payload_field(whole[value_start:value_end])
+                if payload is not None:
+                    stripped, payload_start, payload_end = payload
+                    payload = (bytes(stripped), value_start + payload_start, value_start + payload_end)
+                found.append(payload)
+    return found
+
+
+def _value_records(data: bytes, start: int, end: int) -> list[tuple[int, int]]:
+    """Where the values of a GraphProto's ``struct_initializer`` records start and end."""
+    return [(value, after) for _, tag, value, after in _graph_fields(data, start, end) if tag == _VALUES_TAG]
+
+
 def _spans_without_values(data: bytes, start: int, end: int) -> tuple[list[tuple[int, int]], int]:
     """The byte ranges of a GraphProto's fields other than ``struct_initializer`` (adjacent fields
     in one range), and how many bytes the others take."""
     spans, dropped = [], 0
-    kept_from = pos = start
+    kept_from = start
+    for field_start, tag, _, after in _graph_fields(data, start, end):
+        if tag == _VALUES_TAG:
+            if field_start > kept_from:
+                spans.append((kept_from, field_start))
+            dropped += after - field_start
+            kept_from = after
+    if end > kept_from:
+        spans.append((kept_from, end))
+    return spans, dropped
+
+
+_VALUES_TAG = _VALUES << 3 | _LEN
+
+
+def _graph_fields(data: bytes, start: int, end: int):
+    """(field start, tag, value start, field end) of each top-level field of a GraphProto in
+    ``data[start:end]``; the value start is where a length-delimited field's bytes begin. One-byte
+    tags and lengths are read inline (nodes, the bulk of a graph, have them)."""
+    pos = start
     while pos < end:
         field_start = pos
         tag = data[pos]
@@ -187,19 +243,14 @@ def _spans_without_values(data: bytes, start: int, end: int) -> tuple[list[tuple
         if tag & 7 == _LEN:
             length = data[pos] if pos < end else 0x80
             if length < 0x80:
-                pos += 1 + length
+                pos += 1
             else:
                 length, pos = wire_format.varint(data, pos, end)
-                pos += length
+            value = pos
+            pos += length
         else:
+            value = pos
             pos = wire_format.skip(data, pos, end, tag)
         if pos > end:
             raise wire_format.Malformed(end)
-        if tag == _VALUES << 3 | _LEN:
-            if field_start > kept_from:
-                spans.append((kept_from, field_start))
-            dropped += pos - field_start
-            kept_from = pos
-    if end > kept_from:
-        spans.append((kept_from, end))
-    return spans, dropped
+        yield field_start, tag, value, pos

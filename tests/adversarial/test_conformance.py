@@ -257,6 +257,50 @@ def test_struct_signature_with_a_non_utf8_name_is_refused(tmp_path, where, code)
     refused(tmp_path, data, f"graph.{where[:-1]}[{index}] (b'z\\xa2signature').name", "not valid UTF-8", code=code)
 
 
+def _struct_model_with(graph, opsets, functions=()) -> bytes:
+    model = oh.make_model(graph, opset_imports=opsets, ir_version=10, functions=list(functions))
+    decoder = oh.make_function(
+        "d", "dec", ["values"], ["y"], [oh.make_node("Cast", ["values"], ["y"], to=TensorProto.FLOAT)], opsets[:1]
+    )
+    (index,) = S.add_struct_types(model, S.make_array(TensorProto.UINT8, 4, decoder=decoder))
+    S.add_struct_values(model, S.make_struct_value("W", index, raw_data=bytes([1, 2, 3, 4])))
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize("place", ["opset_import", "function"])
+@pytest.mark.parametrize("code", [CHECK, "S.lower(ARG)", "S.InferenceSession(ARG)"])
+def test_a_non_utf8_domain_is_refused(tmp_path, place, code):
+    """Found by a red-team pass: ``lower`` merges opset imports by domain and raised
+    UnicodeDecodeError on one that is not UTF-8 (onnx's checker accepts it)."""
+    opsets = [oh.make_opsetid("", 21)]
+    nodes = [oh.make_node("Add", ["X", "W"], ["Y"])]
+    functions = []
+    if place == "opset_import":  # an unused import
+        opsets.append(oh.make_opsetid("zzq", 1))
+    else:  # an unused model-local function
+        functions = [oh.make_function("zzq", "f", ["a"], ["b"], [oh.make_node("Relu", ["a"], ["b"])], opsets)]
+    graph = oh.make_graph(
+        nodes, "g", [oh.make_tensor_value_info("X", TensorProto.FLOAT, [4])],
+        [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [4])],
+    )  # fmt: skip
+    data = _struct_model_with(graph, opsets, functions).replace(b"zzq", b"z\xffq")
+    refused(tmp_path, data, {"opset_import": "opset_import[1].domain", "function": "functions[0].domain"}[place],
+            "not valid UTF-8", code=code)  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["input", "output"])
+def test_a_session_refuses_a_signature_name_onnxruntime_cannot_serve(tmp_path, kind):
+    """Found by a red-team pass: onnxruntime creates the session, then its Python API fails on every
+    run reading the names (UnicodeDecodeError); the session refuses the model when created."""
+    graph = oh.make_graph(
+        [oh.make_node("Add", ["Xq", "W"], ["Yq"])], "g", [oh.make_tensor_value_info("Xq", TensorProto.FLOAT, [4])],
+        [oh.make_tensor_value_info("Yq", TensorProto.FLOAT, [4])],
+    )  # fmt: skip
+    old = {"input": b"Xq", "output": b"Yq"}[kind]
+    data = _struct_model_with(graph, [oh.make_opsetid("", 21)]).replace(old, old[:1] + b"\xff")
+    refused(tmp_path, data, f"graph.{kind}[0]", "not valid UTF-8", code="S.InferenceSession(ARG)")
+
+
 # ---------------------------------------------------------------------- consumers of struct inputs
 def test_node_consuming_a_struct_input_without_decoder_is_refused(tmp_path):
     model = model_with([linear_int4_128()], inputs=[S.make_struct_value_info("x", 0)])

@@ -22,7 +22,6 @@ import itertools
 
 import numpy as np
 import onnx
-from google.protobuf.unknown_fields import UnknownFieldSet
 from onnx import helper
 
 from onnx_struct.check.inference import LogicalTypes
@@ -31,7 +30,7 @@ from onnx_struct.lowering.execution.emit import MS_DOMAIN, Emitter
 from onnx_struct.lowering.execution.recognize import Recognized, recognize
 from onnx_struct.lowering.execution.repack import GatherLayout, row_forms
 from onnx_struct.payload.values import resolve_value
-from onnx_struct.schema.model import LoadedModel
+from onnx_struct.schema.model import LoadedModel, copy_without_struct_values
 
 EXECUTION_MODES = ("decode", "quantized")
 # DequantizeLinear's block_size attribute and INT4/UINT4 inputs exist from opset 21.
@@ -68,7 +67,7 @@ def rewrite_for_execution(
         return loaded, report
     # A copy without the struct values: an inline payload is not copied (the kept ones come back
     # at the end).
-    proto = _copy_without_struct_values(loaded.proto)
+    proto = copy_without_struct_values(loaded.proto)
     graph = proto.graph
     consumers, pinned = _uses(graph)
     taken = _names(loaded.proto.graph)
@@ -206,30 +205,6 @@ def rewrite_for_execution(
     if any(n.domain == MS_DOMAIN for n in graph.node):
         _set_opset(proto, MS_DOMAIN, 1)
     return LoadedModel(proto, loaded.base_dir), report
-
-
-def _copy_without_struct_values(model):
-    """A copy of the overlay ``model`` without its graph's struct values, field by field so that
-    no inline payload is copied; a model or graph with unknown fields is copied whole instead
-    (and its struct values then deleted), which keeps those fields as they are."""
-    copy = type(model)()
-    if len(UnknownFieldSet(model)) or len(UnknownFieldSet(model.graph)):
-        copy.CopyFrom(model)
-        del copy.graph.struct_initializer[:]
-        return copy
-    for target, source, skip in ((copy, model, "graph"), (copy.graph, model.graph, "struct_initializer")):
-        for field, value in source.ListFields():
-            if field.name == skip:
-                continue
-            if field.is_repeated:
-                getattr(target, field.name).extend(value)
-            elif field.message_type is not None:
-                getattr(target, field.name).CopyFrom(value)
-            else:
-                setattr(target, field.name, value)
-    if model.HasField("graph"):
-        copy.graph.SetInParent()
-    return copy
 
 
 def _candidates(loaded: LoadedModel, report: ExecutionReport) -> dict[str, tuple[object, Recognized]]:
