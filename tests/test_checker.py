@@ -631,6 +631,26 @@ def test_recursive_model_local_functions_below_ir_8(functions, where, cycle):
     assert "Cycle detected in model-local function references" in str(diagnostic)
 
 
+def test_two_local_functions_with_one_id_below_ir_8():
+    """Found by the long fuzz run (lower): two model-local functions ``local::F`` at IR 3 passed,
+    and lower() raised the IR version and wrote a model onnx refuses ("multiple local functions
+    with the same implementation id")."""
+    from support.models import linear_model
+
+    model = linear_model(bytes(64))
+    model.functions.extend([_local("F", None), _local("F", None)])
+    model.opset_import.append(onnx.helper.make_opsetid("local", 1))
+    model.ir_version = 3
+    (diagnostic,) = S.validate(model)
+    assert str(diagnostic) == "functions[1] ('F'): another model-local function has the same id local:F"
+    assert diagnostic.code == "invalid_function"
+    with pytest.raises(S.ValidationError, match="same id"):
+        S.lower(model)
+    model.ir_version = 10  # onnx's own finding, reported once
+    (diagnostic,) = S.validate(model)
+    assert "same implementation id" in str(diagnostic)
+
+
 def test_an_acyclic_call_chain_of_local_functions_below_ir_8_passes():
     from support.models import linear_model
 

@@ -87,7 +87,7 @@ class _Checker(GraphRules):
         self.check_domain_names()
         self.check_struct_references()
         self.check_consumers()
-        self.check_local_function_recursion()
+        self.check_old_ir_local_functions()
         if not self.diagnostics:  # onnx's findings only count on a model that follows the proposal
             self.check_stock(full_check)
 

@@ -170,14 +170,30 @@ class GraphRules(DeclarationRules):
                             )
                         )
 
-    def check_local_function_recursion(self) -> None:
-        """Model-local functions must not call each other in a cycle. onnx's checker says so from IR
-        version 8 on (where model-local functions exist); below it, it ignores them, yet ``lower``
-        raises the IR version for its own functions and would keep a model-local cycle that onnx
-        then refuses. So the rule is checked here for those IR versions (at 8 and later, onnx's own
-        finding is reported instead, once)."""
+    def check_old_ir_local_functions(self) -> None:
+        """Model-local functions must have distinct ids and not call each other in a cycle. onnx's
+        checker says so from IR version 8 on (where model-local functions exist); below it, it
+        ignores them, yet ``lower`` raises the IR version for its own functions and would keep
+        model-local functions that onnx then refuses. So the rules are checked here for those IR
+        versions (at 8 and later, onnx's own finding is reported instead, once)."""
         if self.proto.ir_version >= 8 or not len(self.proto.functions):
             return
+        seen: set[tuple[str, str, str]] = set()
+        for i, function in enumerate(self.proto.functions):
+            key = (function.domain, function.name, function.overload)
+            if key in seen:
+                self.report(
+                    ValidationError(
+                        element_label(f"functions[{i}]", function.name),
+                        "another model-local function has the same id "
+                        + ":".join(
+                            k if isinstance(k, str) else repr(k) for k in key if k
+                        ),  # onnx's: domain:name[:overload]
+                        code="invalid_function",
+                    )
+                )
+                return
+            seen.add(key)
         functions = {(f.domain, f.name): i for i, f in enumerate(self.proto.functions)}
         calls = {
             key: [(n.domain, n.op_type) for n in self.proto.functions[i].node if (n.domain, n.op_type) in functions]
