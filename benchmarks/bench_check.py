@@ -129,7 +129,7 @@ def _one_call(model: onnx.ModelProto, plain: onnx.ModelProto, times: dict[str, l
     timed("declarations: size, decoder policy, binding, logical type", _declarations, check)
     timed("struct value rules", check.check_values)
     timed("external tensors", check.check_external_tensors)
-    timed("graph rules: types, references, consumers, recursion", _graph_rules, check)
+    timed("graph rules: types, names, references, consumers, local functions", check.check_graph_rules)
     view = timed("the view's bytes", checker_view, loaded, [], False, False, list(check.value_names))
     timed("onnx.checker.check_model on the view", checker._stock_check_model, view)
     assert not check.diagnostics, check.diagnostics
@@ -149,13 +149,6 @@ def _parsed(model):
 def _declarations(check) -> None:
     for i, declaration in enumerate(check.proto.struct_types):
         check.check_root(declaration, check.table.path(i), i)
-
-
-def _graph_rules(check) -> None:
-    check.check_graph_types()
-    check.check_struct_references()
-    check.check_consumers()
-    check.check_local_function_recursion()
 
 
 if __name__ == "__main__":

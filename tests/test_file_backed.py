@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto
 from onnx import helper as oh
-from support.protowire import field, varint
+from support.protowire import field, tag, varint
 from test_affine import oracle, random_payload
 
 import onnx_struct as S
@@ -155,3 +155,76 @@ def test_the_last_raw_data_on_the_wire_is_the_one_referenced(tmp_path):
     _, b = backed.proto.graph.struct_initializer
     assert S.view("A", backed).buffer.tobytes() == big
     assert b.raw_data == b"\x33" * 4 and not len(b.external_data)
+
+
+def copied(model, directory, name: str = "m.onnx") -> str:
+    """The model's file copied into ``directory`` under ``name`` (the tests below change it)."""
+    target = directory / name
+    target.write_bytes(open(model[0], "rb").read())  # noqa: SIM115
+    return str(target)
+
+
+MODES = {
+    "default": "{}",
+    "compact": "{'compact': True}",
+    "sess_options": "{'sess_options': onnxruntime.SessionOptions()}",
+    "decode": "{'execution': 'decode'}",
+}
+AFTER_THE_SESSION = r"""
+import numpy as np, onnxruntime
+session = S.InferenceSession(ARG["path"], **MODE)
+tensors = [t for t in session.lowered.graph.initializer for e in t.external_data if e.value == "m.onnx"]
+assert not tensors, [t.name for t in tensors]  # lowered as from the bytes: inline
+with open(ARG["path"], "r+b") as file:
+    file.truncate(0)  # what onnx.save over the same path does first
+x = np.ones((1, ARG["k"]), np.float32)
+_, t = session.run(None, {"x": x})
+assert t[:3].tolist() == [0.0, 1.0, 2.0] and t[-1] == 255.0, t[:4]
+"""
+
+
+@pytest.mark.parametrize("mode", sorted(MODES))
+def test_the_session_does_not_depend_on_the_model_file(model, tmp_path, mode):
+    """Found by a red-team pass: the decoder path kept a file-backed value's leaf as a reference
+    into the model file, which onnxruntime then mapped (with compact, sess_options or decode):
+    rewriting the file changed the outputs, truncating it killed the process (SIGBUS)."""
+    from adversarial.bounded import run_bounded  # noqa: PLC0415
+
+    code = AFTER_THE_SESSION.replace("**MODE", f"**{MODES[mode]}")
+    outcome = run_bounded(code, {"path": copied(model, tmp_path), "k": K}, cpu_seconds=60, memory_mib=2048)
+    assert outcome.error is None, outcome.message
+
+
+@pytest.mark.parametrize("name", ["C:m.onnx", "a\\..\\b.onnx", os.fsdecode(b"mod\xe9le.onnx")])
+def test_a_file_name_that_is_not_a_location_is_not_referenced(model, tmp_path, monkeypatch, name):
+    """Found by a red-team pass: the model file's name became a location, and a name the location
+    rules refuse (or that is not UTF-8) made a valid model fail to load by its path."""
+    path = copied(model, tmp_path, name)
+    _, weights, table = model
+    seen = spy(monkeypatch)
+    x = np.ones((1, K), np.float32)
+    y, t = S.InferenceSession(path, accuracy_level=0).run(None, {"x": x})
+    assert seen == [None]
+    reference = x.astype(np.float64) @ (weights[0] + weights[1]).T
+    assert np.max(np.abs(y - reference)) <= 1e-5 * np.max(np.abs(reference))
+    np.testing.assert_array_equal(t, np.frombuffer(table, np.uint8).astype(np.float32))
+
+
+def test_a_model_with_unknown_fields_is_not_file_backed(model, tmp_path):
+    """Its copy without the values would copy everything, payloads included (a red-team pass
+    measured a 96 MiB model peaking at 339 instead of 243 MiB)."""
+    path = tmp_path / "m.onnx"
+    path.write_bytes(open(model[0], "rb").read() + field(7, tag(99, 0) + varint(1)))  # noqa: SIM115
+    loaded = load(path)
+    S.check_model(loaded)
+    assert backing.file_backed(loaded, path) is None
+
+
+def test_a_model_in_a_directory_whose_name_is_not_utf8(model, tmp_path):
+    """onnxruntime's session config takes the model's directory as a UTF-8 string (TypeError
+    before); the directory is only given when the lowered model has external data."""
+    directory = tmp_path / os.fsdecode(b"dir\xe9")
+    directory.mkdir()
+    path = copied(model, directory)
+    _, t = S.InferenceSession(path).run(None, {"x": np.ones((1, K), np.float32)})
+    np.testing.assert_array_equal(t, np.frombuffer(model[2], np.uint8).astype(np.float32))

@@ -82,12 +82,7 @@ class _Checker(GraphRules):
         self.check_values()
         self.check_wire()
         self.check_external_tensors()
-        self.check_graph_types()
-        self.check_signature_names()
-        self.check_domain_names()
-        self.check_struct_references()
-        self.check_consumers()
-        self.check_old_ir_local_functions()
+        self.check_graph_rules()
         if not self.diagnostics:  # onnx's findings only count on a model that follows the proposal
             self.check_stock(full_check)
 

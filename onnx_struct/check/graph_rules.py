@@ -21,6 +21,14 @@ class GraphRules(DeclarationRules):
     values: list
     value_names: dict[str, StructTypeProto | None]
 
+    def check_graph_rules(self) -> None:
+        self.check_graph_types()
+        self.check_signature_names()
+        self.check_domain_names()
+        self.check_struct_references()
+        self.check_consumers()
+        self.check_old_ir_local_functions()
+
     def check_graph_types(self) -> None:
         for path, _, message in self.struct_type_protos:
             struct_type = message.struct_type

@@ -13,6 +13,10 @@ from __future__ import annotations
 import os
 import pathlib
 
+from google.protobuf.unknown_fields import UnknownFieldSet
+
+from onnx_struct.errors import ValidationError
+from onnx_struct.payload import external
 from onnx_struct.schema import struct_parts, wire_format
 from onnx_struct.schema.model import STOCK_CUT_MIN_BYTES, LoadedModel, copy_without_struct_values
 
@@ -31,9 +35,16 @@ def file_backed(loaded: LoadedModel, model_file: str | os.PathLike) -> LoadedMod
     except OSError:
         return None
     # The resolver's rules, so that no read is refused later: inside the model directory, one
-    # link, and (for the offsets) the size that was read.
+    # link, and (for the offsets) the size that was read; and a name that is a valid location.
     if file.parent != pathlib.Path(loaded.base_dir).resolve() or info.st_nlink != 1 or info.st_size != len(data):
         return None
+    try:
+        file.name.encode()  # a name that is not UTF-8 (surrogate escapes) cannot be a location
+        external.check_location(file.name, "")  # "C:m.onnx", "a\\..\\b.onnx" are names, not locations
+    except (UnicodeEncodeError, ValidationError):
+        return None
+    if len(UnknownFieldSet(loaded.proto)) or len(UnknownFieldSet(loaded.proto.graph)):
+        return None  # copy_without_struct_values would copy the payloads with the unknown fields
     values = loaded.proto.graph.struct_initializer
     try:
         payloads = struct_parts.main_value_payloads(data)
@@ -68,3 +79,17 @@ def held_lightly(checked: LoadedModel, model_file: str | os.PathLike | None) -> 
         return checked
     checked.discard()
     return backed
+
+
+def inline_own_file_tensors(model, base_dir: str | os.PathLike, model_file: str | os.PathLike) -> None:
+    """Bring back inline every tensor of the lowered ``model`` stored in ``model_file`` (the
+    decoder path keeps a leaf of a file-backed value as a reference into it): the session must not
+    depend on the model's file once it exists (onnxruntime would map it, and a later rewrite of
+    the file would change the outputs or truncate the mapping), and ``lowered`` is then what
+    :func:`onnx_struct.lower` makes of the model read whole."""
+    name = pathlib.Path(model_file).resolve().name
+    for where, tensor in external.model_tensors(model):
+        if external.is_external(tensor) and any(e.key == "location" and e.value == name for e in tensor.external_data):
+            tensor.raw_data = external.read_tensor_data(tensor, base_dir, f"{where}.external_data")
+            del tensor.external_data[:]
+            tensor.ClearField("data_location")  # as in a model read whole, not set to DEFAULT

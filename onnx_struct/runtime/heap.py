@@ -11,15 +11,16 @@ libraries, other systems) this does nothing.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import functools
 
 
 @functools.cache
 def _malloc_trim():
+    # The process's own symbols (the C library is loaded): ctypes.util.find_library would run
+    # ldconfig in a subprocess to find it.
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
-    except (OSError, AttributeError):  # not glibc
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):  # not glibc; no dlopen(NULL) (Windows)
         return None
 
 

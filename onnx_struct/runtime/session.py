@@ -21,9 +21,10 @@ from google.protobuf.message import EncodeError
 from onnx_struct.errors import ValidationError
 from onnx_struct.limits import PROTOBUF_LIMIT
 from onnx_struct.lowering.lower import StructInput, lower_model
+from onnx_struct.payload import external
 from onnx_struct.payload.view import StructView, view, view_buffer
 from onnx_struct.runtime.feeds import Feed, leaf_feeds, ortvalue_to_numpy
-from onnx_struct.runtime.file_backed import held_lightly
+from onnx_struct.runtime.file_backed import held_lightly, inline_own_file_tensors
 from onnx_struct.runtime.heap import release_free_memory
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
 from onnx_struct.runtime.weights_file import write_weights_file
@@ -82,7 +83,13 @@ class InferenceSession:
             # Standalone copies: a message parsed with the model keeps the whole parse (inline
             # payloads included) alive for as long as it is referenced.
             self._declarations = [StructTypeProto.FromString(d.SerializeToString()) for d in checked.struct_types]
-            return held_lightly(checked, model_file) if owned else checked
+            if not owned:
+                return checked
+            lighter = held_lightly(checked, model_file)
+            backed.append(lighter is not checked)
+            return lighter
+
+        backed: list[bool] = []  # whether after_check made the model file-backed
 
         # Without sess_options the session owns its options: the quantized weights' MatMulNBits
         # nodes are emitted directly (what onnxruntime's fusion would make of DequantizeLinear +
@@ -107,6 +114,8 @@ class InferenceSession:
             )
             for name, info in lowering.struct_inputs.items()
         }
+        if any(backed):
+            inline_own_file_tensors(lowering.model, self._base_dir, model_file)
         self.lowered: onnx.ModelProto = lowering.model
         _refuse_unnameable_signature(lowering.model.graph)
         if lowering.model.ByteSize() > PROTOBUF_LIMIT:
@@ -129,8 +138,11 @@ class InferenceSession:
         # copies them while it loads the model (OrtApi::AddExternalInitializers).
         weights = write_weights_file(lowering.model, arrays, self._base_dir) if arrays else None
         folder = weights.directory if weights is not None else self._base_dir
-        if folder is not None:  # external data of a model given as bytes
-            options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(folder))
+        if folder is not None and (weights is not None or _has_external_tensors(lowering.model)):
+            # where onnxruntime finds the external data of a model it is given as bytes
+            options.add_session_config_entry(
+                "session.model_external_initializers_file_folder_path", _folder_name(folder)
+            )
         if weights is not None:
             arrays.clear()
             release_free_memory()  # the arrays are in the file now: their pages, before onnxruntime's
@@ -241,6 +253,25 @@ class InferenceSession:
                 code="type_mismatch",
             )
         return view(value, self._declarations, base_dir=self._base_dir)
+
+
+def _has_external_tensors(model: onnx.ModelProto) -> bool:
+    return any(external.is_external(tensor) for _, tensor in external.model_tensors(model))
+
+
+def _folder_name(folder: str | os.PathLike) -> str:
+    """The folder as onnxruntime's session config takes it (a UTF-8 string): a directory name that
+    is not valid UTF-8 made it raise TypeError."""
+    name = os.fspath(folder)
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        raise ValidationError(
+            "",
+            f"the model's directory {name!r} is not valid UTF-8: onnxruntime cannot be given it",
+            code="invalid_utf8",
+        ) from None
+    return name
 
 
 def _refuse_unnameable_signature(graph) -> None:
