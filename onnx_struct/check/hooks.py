@@ -16,6 +16,9 @@ import onnx.shape_inference
 
 from onnx_struct.check.checker import check_model as struct_check
 from onnx_struct.check.inference import infer_shapes as struct_infer
+from onnx_struct.errors import ValidationError
+from onnx_struct.payload.external import read_model_file
+from onnx_struct.schema import wire
 from onnx_struct.schema.model import load
 from onnx_struct.schema.walk import graph_parts
 
@@ -23,21 +26,37 @@ _originals: dict[str, object] = {}
 
 
 def _struct_model(model):
-    """The model parsed once (a LoadedModel) if it has struct parts anywhere (model-level
-    declarations, struct values or struct types in any graph, subgraphs and training graphs
-    included), else None: a stock model, or one this package cannot read, which then goes to the
-    original function so that it fails exactly as stock onnx fails on it."""
+    """What to check as a struct model: the model parsed once (a LoadedModel) if it has struct
+    parts anywhere (model-level declarations, struct values or struct types in any graph,
+    subgraphs and training graphs included), the model itself if stock onnx reads it but one of
+    the proposal's fields is broken (onnx_struct then refuses it: stock onnx would skip it as an
+    unknown field), else None: a stock model, or one neither reads, which goes to the original
+    function so that it fails exactly as stock onnx fails on it."""
     try:
         loaded = load(model)
+        proto = loaded.proto
+    except ValidationError:
+        return model if _stock_parses(model) else None
     except Exception:  # noqa: BLE001 - unreadable here: stock onnx decides, with its own exception
         return None
-    proto = loaded.proto
     if len(proto.struct_types):
         return loaded
     graphs, struct_type_protos = graph_parts(proto)
     if struct_type_protos or any(len(graph.struct_initializer) for _, graph in graphs):
         return loaded
-    return None
+    error = wire.scan_model(loaded.serialized).error  # a proposal field of the wrong wire type
+    return loaded if error is not None and "field_number" in error.details else None
+
+
+def _stock_parses(model) -> bool:
+    if isinstance(model, onnx.ModelProto):
+        return True
+    try:
+        data = model if isinstance(model, bytes) else read_model_file(model)
+        onnx.ModelProto.FromString(data)
+    except Exception:  # noqa: BLE001 - neither reads it: stock onnx decides
+        return False
+    return True
 
 
 def _wrap_check_model(original):

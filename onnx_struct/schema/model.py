@@ -70,7 +70,16 @@ class LoadedModel:
     def proto(self) -> pb.ModelProto:
         if self._proto is None:
             data = self._source.SerializeToString()
-            self._proto, self._serialized, self._source = pb.ModelProto.FromString(data), data, None
+            # A stock object holds the proposal's fields as unknown fields, unparsed: one that is
+            # not what the proposal says (3 bytes of garbage as struct_types) fails here.
+            try:
+                proto = pb.ModelProto.FromString(data)
+            except DecodeError as error:
+                reason = str(error).rpartition(": ")[2] or "not protobuf"
+                raise ValidationError(
+                    "", f"the model's struct parts do not parse (protobuf: {reason})", code="not_parsable"
+                ) from None
+            self._proto, self._serialized, self._source = proto, data, None
         return self._proto
 
     @property

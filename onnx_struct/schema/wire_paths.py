@@ -9,10 +9,11 @@ from onnx_struct.schema.wire_format import LEN, fields
 
 def problem(data: bytes, frames: list[tuple], number: int | None, reason: str) -> ValidationError:
     path = _path(data, frames)
-    if number is not None:
-        name = frames[-1][0].names[number]
-        path = f"{path}.{name}" if path else name
-    return ValidationError(path, reason, code="wire_format")
+    if number is None:
+        return ValidationError(path, reason, code="wire_format")
+    name = frames[-1][0].names[number]
+    # field_number: the problem is one of the proposal's own fields (what install()'s hook asks)
+    return ValidationError(f"{path}.{name}" if path else name, reason, code="wire_format", field_number=number)
 
 
 def _path(data: bytes, frames: list[tuple]) -> str:

@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto
 from onnx import helper as oh
 from support.models import base_model, linear_int4_128
+from support.protowire import field, tag, varint
 
 import onnx_struct as S
 from adversarial.bounded import run_bounded
@@ -128,4 +129,52 @@ def test_hook_fails_as_stock_onnx_on_models_it_cannot_read(tmp_path, entry, form
         name = str(tmp_path / "garbage.bin")
         (tmp_path / "garbage.bin").write_bytes(b"\xff\xff\xff\xff garbage")
     out = run_bounded(SAME_AS_STOCK.replace("{entry}", entry), [form, name], memory_mib=200)
+    assert out.error is None, out.message
+
+
+# ---------------------------------------------------------------------- broken struct parts
+def _stock_with_field_27(payload: bytes) -> bytes:
+    """A stock model plus ModelProto field 27 (struct_types) holding ``payload`` as written: stock
+    onnx keeps it as an unknown field and accepts the model."""
+    return base_model().SerializeToString() + payload
+
+
+BROKEN = {
+    "garbage": _stock_with_field_27(field(27, b"\xff\xff\xff")),  # 3 bytes that do not parse
+    "varint": _stock_with_field_27(tag(27, 0) + varint(5)),  # the wrong wire type
+}
+
+
+@pytest.mark.parametrize("form", ["path", "bytes", "ModelProto"])
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_a_broken_struct_part_reaches_onnx_struct(tmp_path, case, form):
+    """Found by a red-team pass: with a ModelProto, protobuf's DecodeError escaped from every entry
+    point; and the hook sent both models to stock onnx, which accepts them (an unknown field),
+    where onnx_struct.check_model refuses them."""
+    data = BROKEN[case]
+    onnx.checker.check_model(onnx.ModelProto.FromString(data))  # stock onnx: valid
+    path = tmp_path / "model.onnx"
+    path.write_bytes(data)
+    argument = {"path": "ARG", "bytes": "open(ARG, 'rb').read()", "ModelProto": "onnx.load(ARG)"}[form]
+    contains = {"garbage": "do not parse", "varint": "wire type 0"}[case]
+    for code in (f"S.check_model({argument})", f"S.install(); onnx.checker.check_model({argument})"):
+        out = run_bounded(code, str(path), cpu_seconds=10, memory_mib=200)
+        out.assert_validation_error("", contains="" if form != "ModelProto" and case == "garbage" else contains)
+
+
+def test_a_stock_oneof_written_twice_still_goes_to_stock_onnx(tmp_path):
+    """The hook routes a wire problem to onnx_struct only for the proposal's own fields: a stock
+    TypeProto with two members of its oneof on the wire (stock onnx keeps the last) is stock's."""
+    model = base_model()
+    model.graph.input.append(oh.make_tensor_value_info("Z", TensorProto.FLOAT, [7]))
+    data = model.SerializeToString()
+    sequence = onnx.TypeProto(sequence_type=onnx.TypeProto.Sequence(elem_type=model.graph.input[-1].type))
+    tensor_type = model.graph.input[-1].type.SerializeToString()
+    doubled = tensor_type + sequence.SerializeToString()
+    assert data.count(tensor_type) == 1
+    path = tmp_path / "model.onnx"
+    path.write_bytes(
+        data.replace(b"\x12" + bytes([len(tensor_type)]) + tensor_type, b"\x12" + bytes([len(doubled)]) + doubled)
+    )
+    out = run_bounded(SAME_AS_STOCK.replace("{entry}", "check"), ["path", str(path)], memory_mib=200)
     assert out.error is None, out.message
