@@ -116,12 +116,15 @@ def quantize(
     result.CopyFrom(stock)
     if not planned.weights:
         return result
+    weights = {w.name: w for w in planned.weights}
+    for i, tensor in enumerate(stock.graph.initializer):  # before anything is sized by their dims
+        if tensor.name in weights:
+            _check_weight_data(tensor, i)
     if not allow_reference_only:
         # one block through the decoder first: a format onnxruntime cannot decode is refused before encoding
-        _refuse_if(runtime_error(_probe_model(fmt, planned.weights[0].stored_shape[-1])), fmt)
+        _refuse_if(runtime_error(_probe_model(fmt, fmt.block_size)), fmt)
     result = _upgrade_opset(result, fmt, planned.weights[0].stored_shape)
     graph = result.graph
-    weights = {w.name: w for w in planned.weights}
     arrays = {t.name: _weight_array(t, i) for i, t in enumerate(graph.initializer) if t.name in weights}
 
     kept = [t for t in graph.initializer if t.name not in weights]
@@ -291,18 +294,26 @@ def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, .
 
 
 def _weight_array(tensor: onnx.TensorProto, index: int) -> np.ndarray:
-    """The float32 weight, once its data is known to hold exactly as many values as its dims say
+    """The float32 weight (its data checked by :func:`_check_weight_data`)."""
+    _check_weight_data(tensor, index)
+    return numpy_helper.to_array(tensor)
+
+
+def _check_weight_data(tensor: onnx.TensorProto, index: int) -> None:
+    """The weight's data holds exactly as many values as its dims say, in one piece
     (numpy_helper.to_array would raise a bare ValueError)."""
+    where = f"graph.initializer[{index}] ({tensor.name!r})"
+    if tensor.HasField("segment"):
+        raise ValidationError(where, "a segmented tensor (TensorProto.segment) cannot be quantized", code="invalid")
     n = math.prod(tensor.dims)
     held = len(tensor.raw_data) if tensor.HasField("raw_data") else 4 * len(tensor.float_data)
     if held != 4 * n:
         raise ValidationError(
-            f"graph.initializer[{index}] ({tensor.name!r})",
+            where,
             f"dims {list(tensor.dims)} need {4 * n} bytes of FLOAT data; the tensor holds {held}",
             expected=4 * n,
             actual=held,
         )
-    return numpy_helper.to_array(tensor)
 
 
 def _flip_trans_b(node: onnx.NodeProto) -> None:

@@ -153,6 +153,26 @@ def test_quantize_a_weight_whose_dims_disagree_with_its_bytes(tmp_path):
     out.assert_validation_error("graph.initializer[0] ('W')", contains="holds 8192")
 
 
+@pytest.mark.parametrize("case", ["declared_2_28_rows", "declared_2_40_square", "segment"])
+def test_quantize_refuses_weights_before_sizing_anything_by_them(tmp_path, case):
+    """Found by a red-team pass: 256 bytes declaring [2^28, 1] made quantize build its onnxruntime
+    probe from the declared width (1.7 GiB, 5.6 s; MemoryError at 2^31) before comparing the dims
+    with the bytes; [2^40, 2^40] printed a traceback; a segmented weight raised numpy_helper's bare
+    ValueError."""
+    dims = {"declared_2_28_rows": [2**28, 1], "declared_2_40_square": [2**40, 2**40], "segment": [64, 64]}[case]
+    weight = onnx.TensorProto(name="W", data_type=TensorProto.FLOAT, dims=dims)
+    weight.raw_data = np.ones(64 if case != "segment" else 64 * 64, np.float32).tobytes()
+    if case == "segment":
+        weight.segment.begin, weight.segment.end = 0, 64 * 64
+    path = tmp_path / "m.onnx"
+    path.write_bytes(_matmul_model(weight).SerializeToString())
+    code = "from onnx_struct.passes.quantize import quantize; quantize(ARG, 'Q8_0', min_elements=1)"
+    out = run_bounded(code, str(path), cpu_seconds=10, memory_mib=200)
+    out.assert_validation_error("graph.initializer[0] ('W')", contains="segment" if case == "segment" else "bytes")
+    report = _run_all(tmp_path, {"cli": ["quantize", str(path), str(tmp_path / "q.onnx"), "--format", "Q8_0"]})
+    _assert_one_line("quantize", report["cli"], 1)
+
+
 def test_quantize_checks_options_before_content(tmp_path, hostile):
     garbage, _ = hostile["garbage"]
     runs = {
