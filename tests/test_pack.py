@@ -10,6 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from onnx import TensorProto as T
+from onnx import helper as oh
 from support.data import padded, phase_cases, random_bytes
 from support.view_oracle import ORACLE_WIDTHS, Oracle, oracle_arrays, same_bits
 
@@ -80,6 +81,43 @@ def test_cast_round_rounds_a_float32_into_a_float16_leaf():
         pack({"q": [1.5]}, make_structure([make_field("q", make_tensor_type(T.INT8, [1]))]), cast="round")
     with pytest.raises(ValueError, match="cast must be"):
         pack({"d": 0.5}, root, cast="unsafe")
+
+
+@pytest.mark.parametrize("elem_type", [T.FLOAT8E4M3FN, T.FLOAT8E4M3FNUZ, T.FLOAT8E5M2FNUZ])
+@pytest.mark.parametrize("value", [1e6, np.inf])
+def test_cast_round_never_writes_nan_into_a_float8_without_infinities(elem_type, value):
+    """Found by a red-team pass: these types overflow to NaN (ml_dtypes, the oracle, says so), which
+    the round mode's infinity rule did not see; E5M2 keeps its infinity and stays accepted."""
+    target = np.dtype(oh.tensor_dtype_to_np_dtype(elem_type))
+    assert np.isnan(np.float32(value).astype(target).astype(np.float32))
+    root = make_structure([make_field("x", elem_type)])
+    with pytest.raises(ValidationError, match=f"{value!r} at index"):
+        pack({"x": np.float32(value)}, root, cast="round")
+    e5m2 = make_structure([make_field("x", T.FLOAT8E5M2)])
+    assert pack({"x": np.float32(np.inf)}, e5m2, cast="round") == bytes([0x7C])  # +inf in E5M2
+
+
+@pytest.mark.parametrize(
+    "value, elem_type",
+    [
+        (np.array([-1]), T.UINT64),  # -1 made 2^64-1, which converted back to -1
+        (np.array([2**64 - 1], np.uint64), T.INT64),
+        (np.array([2**32 - 1], np.uint32), T.INT32),
+        (np.array([-1], np.int8), T.UINT8),
+        (np.array([-1], np.int16), T.UINT16),
+    ],
+)
+def test_a_sign_change_between_integers_of_one_width_is_a_loss(value, elem_type):
+    """Found by a red-team pass: numpy converts between signed and unsigned modulo 2^bits, both
+    ways, so the round trip missed it."""
+    root = make_structure([make_field("x", make_tensor_type(elem_type, [1]))])
+    with pytest.raises(ValidationError, match=f"is {int(value[0])} at index 0"):
+        pack({"x": value}, root)
+
+
+def test_a_negative_value_for_a_64_bit_component_is_named_as_given():
+    with pytest.raises(ValidationError, match=r"is -5 at index 0"):
+        pack({"a": np.array([-5], np.int8)}, make_bit_packing([("a", 64)], 1))
 
 
 def test_golden_int4_and_proposal_example():

@@ -11,7 +11,8 @@ Accepted leaf values (checked before anything is written, errors name the leaf):
   not, 300 for UINT8 is not); a component's values must be integers below ``2**bit_width``. The
   error names the leaf, the first offending index and value, and the leaf's range.
   ``cast="round"`` rounds floating values to a floating leaf's dtype (a float32 scale into a
-  FLOAT16 leaf) instead of refusing; a value that would overflow to infinity is still refused;
+  FLOAT16 leaf) instead of refusing; a value that would overflow to infinity (or to NaN, in a
+  float8 type without infinities) is still refused;
 * a constant leaf may be omitted; if given it must equal the constant;
 * unknown paths are errors, and so is a missing non-constant leaf unless ``fill_missing=True``,
   which writes it as zero bits (an encoder that does not produce a leaf, padding components -
@@ -164,8 +165,14 @@ def coerce_leaf(value: ArrayLike, leaf: Leaf, *, cast: Cast = "exact") -> np.nda
                 back = converted.astype(array.dtype)
             lost = ~_equal_elements(back, array)
             if cast == "round" and _is_float(target) and _is_float(array.dtype):
-                # rounding is asked for; only a finite value that became infinite is still a loss
-                lost = np.isinf(back.astype(np.float64)) & ~np.isinf(array.astype(np.float64))
+                # rounding is asked for; only a value that became infinite, or NaN (float8 types
+                # without infinities overflow to NaN), is still a loss
+                wide, source = back.astype(np.float64), array.astype(np.float64)
+                lost = (np.isinf(wide) & ~np.isinf(source)) | (np.isnan(wide) & ~np.isnan(source))
+            elif array.dtype.kind in "iu" and target.kind in "iu" and array.dtype.kind != target.kind:
+                # numpy converts between signed and unsigned modulo 2^bits, and back again: -1 made
+                # a UINT64 2^64-1 that converted back to -1, so the round trip did not see it
+                lost |= array < 0 if array.dtype.kind == "i" else array > np.uint64(np.iinfo(target).max)
         except (TypeError, ValueError, OverflowError):
             lost = None
         if lost is None or lost.any():
