@@ -123,8 +123,11 @@ def test_field_17_with_the_wrong_wire_type():
 
 def test_malformed_struct_value_raises_what_the_whole_parse_raises():
     model = stock(base_model().SerializeToString() + field(7, field(17, b"\x0a\x05ab")))
-    assert outcome(lambda: S.get_struct_values(model)) == ("DecodeError", None)
-    assert outcome(lambda: S.view("w", model)) == outcome(lambda: pb.ModelProto.FromString(model.SerializeToString()))
+    assert outcome(lambda: pb.ModelProto.FromString(model.SerializeToString())) == ("DecodeError", None)
+    # the whole parse's DecodeError, as a ValidationError (protobuf's own escaped before)
+    refused = ("ValidationError", "the model's struct parts do not parse (protobuf: Wire format was corrupt)")
+    assert outcome(lambda: S.get_struct_values(model)) == refused
+    assert outcome(lambda: S.view("w", model)) == refused
 
 
 def test_nesting_limit_counts_as_in_the_whole_parse():
@@ -144,11 +147,11 @@ def test_nesting_limit_counts_as_in_the_whole_parse():
             model = stock(base_model().SerializeToString() + field(7, field(17, value)))
             fast = outcome(lambda model=model: [v.raw_data for v in S.get_struct_values(model)])
             full = outcome(lambda model=model: [v.raw_data for v in S.from_onnx(model).graph.struct_initializer])
-            assert fast[0] == full[0], (k, base)
+            assert (fast[0], full[0]) in (("ok", "ok"), ("ValidationError", "DecodeError")), (k, base)
             # view() reads the value without its payload: it too gets no further than the whole parse
             assert outcome(lambda model=model: S.view("w", model).nbytes)[0] != "ok" or full[0] == "ok"
             results.add(fast[0])
-    assert results == {"ok", "DecodeError"}  # the range straddles the limit
+    assert results == {"ok", "ValidationError"}  # the range straddles the limit
 
 
 def test_load_model_is_a_snapshot_and_rebasing_keeps_the_parts(tmp_path):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from collections.abc import Callable, Sequence
 
 import onnx
@@ -51,8 +52,18 @@ class BlockFormat:
     # with the rest), so the runtime may decode a big value in block ranges (runtime/parallel.py).
     block_ranges: bool = True
 
+    def dims(self, shape: Sequence[int]) -> tuple[int, ...]:
+        """``shape`` as a tuple of int dimensions: a non-integer one is a TypeError (32.5 was taken for
+        32), a negative one or a product past 2^63 - 1 a ValidationError naming the format."""
+        dims = tuple(operator.index(d) for d in shape)
+        if any(d < 0 for d in dims) or math.prod(dims) >= 1 << 63:
+            raise ValidationError(
+                self.name, f"shape {list(dims)} has a negative dimension or more than 2^63 - 1 elements"
+            )
+        return dims
+
     def num_blocks(self, shape: Sequence[int]) -> int:
-        shape = tuple(int(d) for d in shape)
+        shape = self.dims(shape)
         if not shape or shape[-1] % self.block_size:
             raise ValidationError(
                 self.name, f"the last dimension of {list(shape)} is not a multiple of the block size {self.block_size}"
@@ -64,7 +75,7 @@ class BlockFormat:
 
     def root_declaration(self, shape: Sequence[int], block_index: int) -> StructTypeProto:
         """``Array(block, n_blocks)`` with the decoder (and encoder) for ``shape``."""
-        shape = tuple(int(d) for d in shape)
+        shape = self.dims(shape)
         n = self.num_blocks(shape)
         return make_array(
             make_type_reference(block_index),

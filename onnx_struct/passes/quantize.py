@@ -111,6 +111,8 @@ def quantize(
     """
     stock = read_model(model)
     fmt = resolve_format(format)
+    if isinstance(op_types, str):  # would be read letter by letter
+        raise TypeError(f"op_types: expected a sequence of operator names, got the string {op_types!r}")
     planned = build_plan(stock, fmt, tuple(op_types), min_elements, group_axis, pad)
     result = onnx.ModelProto()
     result.CopyFrom(stock)

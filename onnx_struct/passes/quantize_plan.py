@@ -101,8 +101,10 @@ def resolve_format(format: str | BlockFormat) -> BlockFormat:
         if format.encoder is None:
             raise ValueError(f"format {format.name} has no encoder; quantizing needs one")
         return format
+    if not isinstance(format, str):
+        raise TypeError(f"format: expected a format name or a BlockFormat, got {type(format).__name__}")
     by_folded = {name.casefold(): name for name in formats.names()}
-    name = by_folded.get(str(format).casefold())
+    name = by_folded.get(format.casefold())
     usable = ", ".join(encodable_names())
     if name is None:
         raise KeyError(f"unknown format {format!r}; quantize can write: {usable}")

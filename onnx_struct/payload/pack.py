@@ -72,6 +72,8 @@ def pack(
     """
     if cast not in ("exact", "round"):
         raise ValueError(f"cast must be 'exact' or 'round', not {cast!r}")
+    if not isinstance(leaves, Mapping):
+        raise TypeError(f"leaves: expected a mapping of leaf paths to arrays, got {type(leaves).__name__}")
     table = TypeTable(load_declarations(model, None)[1])
     declaration, _ = declaration_or_index(struct_type, table)
     layout, nbytes = layout_and_size(table, declaration, "struct_type")

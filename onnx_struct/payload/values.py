@@ -132,6 +132,8 @@ def declaration_or_index(
     if isinstance(struct_type, int):
         declaration = table.declaration(struct_type, where)
         return declaration, element_label(table.path(struct_type), declaration.name)
+    if not isinstance(struct_type, StructTypeProto):
+        raise TypeError(f"{where}: expected a StructTypeProto or an index, got {type(struct_type).__name__}")
     return struct_type, element_label(where, struct_type.name)
 
 

@@ -6,6 +6,7 @@ encoder output) must be refused before anything is allocated, not die in MemoryE
 
 from __future__ import annotations
 
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto as T
@@ -52,3 +53,43 @@ def test_padding_as_large_as_the_given_leaves_is_still_written():
     declaration = S.make_bit_packing([("a", 4), ("pad", 4)], 1 << 20)
     payload = S.pack({"a": [15] * (1 << 20)}, declaration, fill_missing=True)
     assert payload == b"\x0f" * (1 << 20)
+
+
+# ---------------------------------------------------------------------- the caller's arguments
+def _tiny_matmul() -> onnx.ModelProto:
+    weight = onnx.numpy_helper.from_array(np.ones((64, 64), np.float32), "W")
+    graph = oh.make_graph(
+        [oh.make_node("MatMul", ["x", "W"], ["y"])],
+        "g",
+        [oh.make_tensor_value_info("x", T.FLOAT, [1, 64])],
+        [oh.make_tensor_value_info("y", T.FLOAT, [1, 64])],
+        [weight],
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)])
+
+
+ARGUMENTS = {
+    # found by a red-team pass: ValueError, OverflowError, AttributeError, KeyError escaped, or 32.5 was taken as 32
+    "format shape negative": (lambda: S.formats.get("Q4_0").add_to_model(_tiny_matmul(), (-32,)), S.ValidationError),
+    "format shape 2^63": (lambda: S.formats.get("Q4_0").add_to_model(_tiny_matmul(), (2**63, 32)), S.ValidationError),
+    "format shape 32.5": (lambda: S.formats.get("Q4_0").add_to_model(_tiny_matmul(), (32.5,)), TypeError),
+    "pack leaves a list": (lambda: S.pack([1, 2], S.make_array(T.UINT8, 2)), TypeError),
+    "pack struct_type None": (lambda: S.pack({}, None), TypeError),
+    "pack struct_type str": (lambda: S.pack({}, "Q4_0"), TypeError),
+    "quantize format None": (lambda: S.formats.quantize(_tiny_matmul(), None), TypeError),
+    "quantize op_types str": (lambda: S.formats.quantize(_tiny_matmul(), "Q8_0", op_types="MatMul"), TypeError),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ARGUMENTS))
+def test_wrong_arguments_are_a_type_error_or_a_validation_error(case):
+    call, expected = ARGUMENTS[case]
+    with pytest.raises(expected) as raised:
+        call()
+    assert type(raised.value) is expected or isinstance(raised.value, S.ValidationError)
+
+
+def test_a_numpy_integer_dimension_is_an_integer():
+    model = _tiny_matmul()
+    index = S.formats.get("Q4_0").add_to_model(model, (S.formats.get("Q4_0").block_size * np.int64(2),))
+    assert S.get_struct_types(model)[index].name == "Q4_0[64]"
