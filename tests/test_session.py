@@ -60,6 +60,15 @@ def test_struct_input_accepts_a_struct_value_or_bytes(rng):
         np.testing.assert_array_equal(y, expected)
 
 
+def test_a_missing_struct_input_is_named_as_the_model_names_it(rng):
+    """onnxruntime named its lowered leaf (``W::values``), which the caller never wrote (found by a
+    red-team pass)."""
+    model, _ = struct_input_model()
+    session = S.InferenceSession(model)
+    with pytest.raises(ValueError, match=r"Required struct inputs \(\['W'\]\) are missing"):
+        session.run(None, {"X": rng.standard_normal(128).astype(np.float32)})
+
+
 def test_struct_input_of_blocks(rng):
     n = 5
     payload = q4_payload(rng, n)

@@ -207,6 +207,9 @@ class InferenceSession:
 
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options=None) -> list:
         """Like ``onnxruntime.InferenceSession.run``; struct inputs take a StructProto or bytes."""
+        missing = [name for name in self._struct_inputs if name not in input_feed]
+        if missing:  # onnxruntime would name their lowered leaves (``W::values``), not them
+            raise ValueError(f"Required struct inputs ({missing}) are missing from input_feed")
         feeds: dict[str, Feed] = {}
         plain: dict[str, Any] = {}
         for name, value in input_feed.items():
