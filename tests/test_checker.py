@@ -651,5 +651,25 @@ def test_model_local_function_rules_below_ir_8(functions, message, onnx_says):
     assert onnx_says in str(diagnostic)
 
 
+def test_a_local_function_calling_a_domain_it_does_not_import_below_ir_8():
+    """Found by the long fuzz run on lower: onnx's other rules for model-local functions (here the
+    opsets their nodes use) apply from IR 8 on too; below it, check_model asks onnx's checker about
+    the functions alone."""
+    from onnx import helper as oh
+
+    model = _model_with_local_functions([("F", None)])
+    model.functions.append(
+        oh.make_function("local", "R", ["x"], ["y"], [oh.make_node("R", ["x"], ["y"], domain="nowhere")], [])
+    )
+    (diagnostic,) = S.validate(model)
+    assert diagnostic.path == "functions" and diagnostic.code == "invalid_function"
+    assert "No Opset registered for domain nowhere" in diagnostic.reason
+    with pytest.raises(S.ValidationError, match="No Opset registered"):
+        S.lower(model)
+    model.ir_version = 10  # onnx's own finding
+    (diagnostic,) = S.validate(model)
+    assert "No Opset registered for domain nowhere" in str(diagnostic)
+
+
 def test_an_acyclic_call_chain_of_local_functions_below_ir_8_passes():
     assert S.validate(_model_with_local_functions([("A", "B"), ("B", None)])) == []

@@ -4,11 +4,17 @@ again, and no node consuming a struct without a decoder."""
 
 from __future__ import annotations
 
+import onnx
+import onnx.checker
+
 from onnx_struct.check.declaration_rules import CONCRETE_KINDS, DeclarationRules
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import element_label
 from onnx_struct.schema.model import StructTypeProto
 from onnx_struct.schema.walk import locate
+
+# Captured at import, before install() can replace it (as check/checker.py does).
+_stock_check_model = onnx.checker.check_model
 
 
 class GraphRules(DeclarationRules):
@@ -237,3 +243,29 @@ class GraphRules(DeclarationRules):
                     state[callee] = 1
                     stack.append((callee, iter(calls[callee])))
                     path.append(callee)
+        self._check_functions_as_onnx_does_from_ir_8()
+
+    def _check_functions_as_onnx_does_from_ir_8(self) -> None:
+        """onnx's own checks of model-local functions (opsets their nodes use, and the rest), on the
+        functions alone in an empty model of IR 10 (the fuzzer found a function calling a domain
+        it does not import: accepted at IR 3, refused in the lowered model)."""
+        shell = onnx.ModelProto(ir_version=10, graph=onnx.GraphProto(name="functions"))
+        shell.opset_import.extend(
+            onnx.OperatorSetIdProto.FromString(o.SerializeToString()) for o in self.proto.opset_import
+        )
+        shell.functions.extend(onnx.FunctionProto.FromString(f.SerializeToString()) for f in self.proto.functions)
+        try:
+            _stock_check_model(shell, **getattr(self, "stock_options", {}))
+        except onnx.checker.ValidationError as error:
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            self.report(
+                ValidationError(
+                    "functions",
+                    f"{reason} (onnx checks model-local functions from IR 8 on; lower() writes IR 8 or later)",
+                    code="invalid_function",
+                )
+            )
+        except (UnicodeDecodeError, ValueError, RuntimeError) as error:  # onnx's other failures, path lost
+            self.report(
+                ValidationError("functions", f"onnx cannot check them: {type(error).__name__}", code="invalid_function")
+            )
