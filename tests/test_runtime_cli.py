@@ -25,8 +25,11 @@ def test_decode_saves_the_logical_value(tmp_path, capsys, runtime_name):
 def test_exit_codes(tmp_path, capsys):
     path = tmp_path / "m.onnx"
     onnx.save(linear_model(bytes(64)), path)
-    assert main(["decode", str(path), "nope", "-o", str(tmp_path / "o.npy")]) == 1
-    assert "no struct value named 'nope'" in capsys.readouterr().err
+    # a NAME that names nothing is a usage error, as for inspect --value (it exited 1)
+    assert main(["decode", str(path), "nope", "-o", str(tmp_path / "o.npy")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"onnx-struct decode: {path}: ") and "no struct value named 'nope'" in err
+    assert err.count("\n") == 1
     assert main(["decode", str(tmp_path / "missing.onnx"), "weight", "-o", str(tmp_path / "o.npy")]) == 2
     with pytest.raises(SystemExit) as info:
         main(["decode", str(path), "weight"])  # -o is required

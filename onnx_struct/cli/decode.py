@@ -10,7 +10,8 @@ import argparse
 
 import numpy as np
 
-from onnx_struct.cli import EXIT_OK
+from onnx_struct.cli import EXIT_OK, EXIT_USAGE, fail
+from onnx_struct.errors import ValidationError
 from onnx_struct.runtime.codec import decode
 
 INPUT = "model"
@@ -30,7 +31,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    value = decode(args.name, args.model, runtime=args.runtime)
+    try:
+        value = decode(args.name, args.model, runtime=args.runtime)
+    except ValidationError as error:
+        if error.code != "unknown_value" or isinstance(error, OSError):
+            raise
+        return fail(args, error, EXIT_USAGE, with_input=True)  # NAME names nothing: usage, as inspect --value
     with open(args.output, "wb") as handle:  # a handle: np.save given a name appends ".npy" to it
         np.save(handle, value, allow_pickle=False)
     print(f"{args.name}: {value.dtype} {list(value.shape)} -> {args.output}")
