@@ -411,3 +411,32 @@ def test_lowered_ir_cap_is_loadable_by_the_installed_onnxruntime():
     from onnx_struct.lowering.lower import ORT_MAX_IR_VERSION
 
     assert ORT_MAX_IR_VERSION <= runtime.ort_limits()[0]
+
+
+@pytest.mark.parametrize("with_value", [False, True])
+def test_a_model_before_ir_3_gets_its_implicit_opset_written(with_value):
+    """Found by the long fuzz run on lower: an IR 1 model has no opset_import (the default domain
+    is implicit, at 1); the lowered model, at IR 8 or later, had none either and onnx refused it.
+    With a decoder at opset 21 the graph is converted from 1 to 21 by onnx's converter."""
+    source = "W" if with_value else "X"
+    inputs = [] if with_value else [oh.make_tensor_value_info("X", TensorProto.FLOAT, [4])]
+    graph = oh.make_graph(
+        [oh.make_node("Identity", [source], ["Y"])],
+        "g",
+        inputs,
+        [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [4])],
+    )
+    model = oh.make_model(graph, ir_version=1)
+    del model.opset_import[:]
+    if with_value:
+        (index,) = S.add_struct_types(model, S.make_array(TensorProto.UINT8, 4, decoder=cast_decoder()))
+        S.add_struct_values(model, S.make_struct_value("W", index, raw_data=bytes([1, 2, 3, 4])))
+    lowered = S.lower(model)
+    onnx.checker.check_model(lowered, full_check=True)
+    assert {o.domain: o.version for o in lowered.opset_import}[""] == (21 if with_value else 1)
+    from onnx.reference import ReferenceEvaluator  # noqa: PLC0415
+
+    feeds = {} if with_value else {"X": np.array([5, 6, 7, 8], np.float32)}
+    np.testing.assert_array_equal(
+        ReferenceEvaluator(lowered).run(None, feeds)[0], [1, 2, 3, 4] if with_value else [5, 6, 7, 8]
+    )

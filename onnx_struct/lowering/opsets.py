@@ -70,6 +70,12 @@ def reconcile_opsets(
     graph is converted when operators it uses differ (``logical_inputs``: the decoded values'
     types, shown to the converter); returns the model, converted or not."""
     model_opsets = {canonical_domain(o.domain): o.version for o in model.opset_import}
+    if model.ir_version < 3 and not model_opsets:
+        # Before IR 3 the default domain is implicit, at version 1; the lowered model's IR needs it
+        # spelled out (and so does onnx's version converter).
+        model_opsets = {"": 1}
+        model.ir_version = 3
+        model.opset_import.append(helper.make_opsetid("", 1))
     participants = decoders + [(element_label(f"functions[{i}]", f.name), f) for i, f in enumerate(model.functions)]
     target = dict(model_opsets)
     for _, fn in participants:
