@@ -127,7 +127,8 @@ def quantize(
         _refuse_if(runtime_error(_probe_model(fmt, fmt.block_size)), fmt)
     result = _upgrade_opset(result, fmt, planned.weights[0].stored_shape)
     graph = result.graph
-    arrays = {t.name: _weight_array(t, i) for i, t in enumerate(graph.initializer) if t.name in weights}
+    # checked above (_check_weight_data): raw_data is copied out of protobuf on every read
+    arrays = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name in weights}
 
     kept = [t for t in graph.initializer if t.name not in weights]
     del graph.initializer[:]
@@ -293,12 +294,6 @@ def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, .
         del getattr(converted.graph, field)[:]
         getattr(converted.graph, field).extend(getattr(model.graph, field))
     return converted
-
-
-def _weight_array(tensor: onnx.TensorProto, index: int) -> np.ndarray:
-    """The float32 weight (its data checked by :func:`_check_weight_data`)."""
-    _check_weight_data(tensor, index)
-    return numpy_helper.to_array(tensor)
 
 
 def _check_weight_data(tensor: onnx.TensorProto, index: int) -> None:

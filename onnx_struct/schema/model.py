@@ -75,9 +75,8 @@ class LoadedModel:
             try:
                 proto = pb.ModelProto.FromString(data)
             except DecodeError as error:
-                reason = str(error).rpartition(": ")[2] or "not protobuf"
                 raise ValidationError(
-                    "", f"the model's struct parts do not parse (protobuf: {reason})", code="not_parsable"
+                    "", f"the model's struct parts do not parse (protobuf: {_reason(error)})", code="not_parsable"
                 ) from None
             self._proto, self._serialized, self._source = proto, data, None
         return self._proto
@@ -235,12 +234,15 @@ def _parse(data: bytes, origin: str) -> pb.ModelProto:
     try:
         return pb.ModelProto.FromString(data)
     except DecodeError as error:
-        # protobuf's message names its own class ("Error parsing message with type
-        # 'onnx_struct.ModelProto': ..."), an internal name; keep only its reason.
-        reason = str(error).rpartition(": ")[2] or "not protobuf"
         raise ValidationError(
-            "", f"{origin} is not a parsable ONNX model (protobuf: {reason})", code="not_parsable"
+            "", f"{origin} is not a parsable ONNX model (protobuf: {_reason(error)})", code="not_parsable"
         ) from None
+
+
+def _reason(error: DecodeError) -> str:
+    # protobuf's message names its own class ("Error parsing message with type
+    # 'onnx_struct.ModelProto': ..."), an internal name; keep only its reason.
+    return str(error).rpartition(": ")[2] or "not protobuf"
 
 
 def copy_without_struct_values(model: pb.ModelProto) -> pb.ModelProto:

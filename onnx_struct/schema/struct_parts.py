@@ -162,21 +162,15 @@ def without_struct_values(data: bytes) -> bytes:
     their lengths; every other byte is kept as it is, in its order (protobuf merges the
     occurrences of ``graph`` as before). Raises :class:`wire_format.Malformed` on bytes protobuf
     would not parse."""
-    size = len(data)
     whole = memoryview(data)  # slices of it are joined once: no intermediate copies
     pieces: list = []
     kept = 0  # data[kept:] is not yet in pieces
-    previous = 0  # where the field being read starts
-    for number, wire_type, start, end in wire_format.fields(data, 0, size):
-        if end > size:
-            raise wire_format.Malformed(size)
-        if number == _GRAPH and wire_type == _LEN:
-            spans, dropped = _spans_without_values(data, start, end)
-            if dropped:
-                pieces += [whole[kept:previous], _header(_GRAPH, end - start - dropped)]
-                pieces += [whole[a:b] for a, b in spans]
-                kept = end
-        previous = end
+    for field_start, start, end in _graph_occurrences(data):
+        spans, dropped = _spans_without_values(data, start, end)
+        if dropped:
+            pieces += [whole[kept:field_start], _header(_GRAPH, end - start - dropped)]
+            pieces += [whole[a:b] for a, b in spans]
+            kept = end
     if not pieces:
         return data
     pieces.append(whole[kept:])
@@ -188,25 +182,30 @@ def main_value_payloads(data: bytes) -> list[tuple[bytes, int, int] | None]:
     the payload stripped, as :func:`_payload_field` gives them, and where in ``data`` its inline
     payload starts and ends), or None for a value without a payload that can be stripped. Raises
     :class:`wire_format.Malformed` on bytes protobuf would not parse."""
-    size = len(data)
     whole = memoryview(data)
     found: list[tuple[bytes, int, int] | None] = []
+    for _, start, end in _graph_occurrences(data):
+        for _, tag, value_start, value_end in _graph_fields(data, start, end):
+            if tag != _VALUES_TAG:
+                continue
+            payload = _payload_field(whole[value_start:value_end])
+            if payload is not None:
+                stripped, payload_start, payload_end = payload
+                payload = (stripped, value_start + payload_start, value_start + payload_end)
+            found.append(payload)
+    return found
+
+
+def _graph_occurrences(data: bytes):
+    """(field start, value start, value end) of each ``graph`` field of a serialized ModelProto."""
+    size = len(data)
+    previous = 0  # where the field being read starts
     for number, wire_type, start, end in wire_format.fields(data, 0, size):
         if end > size:
             raise wire_format.Malformed(size)
         if number == _GRAPH and wire_type == _LEN:
-            for value_start, value_end in _value_records(data, start, end):
-                payload = _payload_field(whole[value_start:value_end])
-                if payload is not None:
-                    stripped, payload_start, payload_end = payload
-                    payload = (bytes(stripped), value_start + payload_start, value_start + payload_end)
-                found.append(payload)
-    return found
-
-
-def _value_records(data: bytes, start: int, end: int) -> list[tuple[int, int]]:
-    """Where the values of a GraphProto's ``struct_initializer`` records start and end."""
-    return [(value, after) for _, tag, value, after in _graph_fields(data, start, end) if tag == _VALUES_TAG]
+            yield previous, start, end
+        previous = end
 
 
 def _spans_without_values(data: bytes, start: int, end: int) -> tuple[list[tuple[int, int]], int]:
