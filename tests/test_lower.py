@@ -8,6 +8,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto
 from onnx import helper as oh
+from onnx.reference import ReferenceEvaluator
 from support.models import (
     OPSET,
     bitpack_declaration,
@@ -24,6 +25,7 @@ import onnx_struct as S
 from onnx_struct.check.function_models import PRIVATE_DOMAIN
 from onnx_struct.layout.table import TypeTable
 from onnx_struct.lowering.leaf_tensors import dense_byte_run
+from onnx_struct.lowering.opsets import reconcile_opsets
 from onnx_struct.runtime import runners as runtime
 
 
@@ -338,14 +340,89 @@ def test_older_graph_consuming_decoded_values_through_changed_operators_is_conve
     np.testing.assert_array_equal(w, weight)
 
 
-def test_decoder_at_an_older_incompatible_opset_is_reported(rng):
-    decoder = cast_decoder(opset=13)  # Cast changed at 19 and 21: the model's 21 resolves it differently
+def old_decoder_model(decoder: onnx.FunctionProto) -> onnx.ModelProto:
+    """linear_model (opset 21) plus a value "old" of 4 bytes b"abcd" decoded by ``decoder``, as an output."""
     model = linear_model(bytes(64))
     (index,) = S.add_struct_types(model, S.make_array(TensorProto.UINT8, 4, name="OLD", decoder=decoder))
     S.add_struct_values(model, S.make_struct_value("old", index, raw_data=b"abcd"))
-    with pytest.raises(S.ValidationError, match="imports opset 13 .* operators Cast differ") as info:
+    S.add_value_infos(model, outputs=[S.make_struct_value_info("old", index)])
+    return model
+
+
+def test_decoder_at_an_older_opset_is_converted_by_onnxs_version_converter():
+    # Cast changed at 19 and 21 (new types, a saturate attribute for float8 only): onnx's converter
+    # knows the step is compatible, so the decoder's body is converted to the model's 21.
+    lowered = S.lower(old_decoder_model(cast_decoder(opset=13)))
+    check(lowered)
+    (function,) = [f for f in lowered.functions if f.name == "cast"]
+    assert [(o.domain, o.version) for o in function.opset_import] == [("", 21)]
+    expected = np.frombuffer(b"abcd", np.uint8).astype(np.float32)
+    index = [o.name for o in lowered.graph.output].index("old")
+    feeds = {
+        i.name: np.zeros([d.dim_value for d in i.type.tensor_type.shape.dim], np.float32) for i in lowered.graph.input
+    }
+    np.testing.assert_array_equal(run(lowered, feeds)[index], expected)
+    np.testing.assert_array_equal(ReferenceEvaluator(lowered).run(None, feeds)[index], expected)
+
+
+def test_conversion_keeps_what_onnxs_ir_drops():
+    # onnx's converter round-trips the body through its IR, which drops a node's metadata_props.
+    decoder = cast_decoder(opset=13)
+    decoder.node[0].metadata_props.add(key="origin", value="exporter")
+    lowered = S.lower(old_decoder_model(decoder))
+    check(lowered)
+    (function,) = [f for f in lowered.functions if f.name == "cast"]
+    assert [(p.key, p.value) for p in function.node[0].metadata_props] == [("origin", "exporter")]
+
+
+def test_conversion_that_would_drop_a_field_of_an_untouched_node_is_refused():
+    # Its IR drops a node's device_configurations too; Neg has one schema from 13 to 21, so the
+    # converter had no reason to touch it and the body is refused rather than changed.
+    decoder = cast_decoder(opset=13)
+    decoder.node[0].output[0] = "f"
+    neg = decoder.node.add()
+    neg.CopyFrom(oh.make_node("Neg", ["f"], ["y"]))
+    neg.device_configurations.add(configuration_id="c")
+    model = old_decoder_model(decoder)
+    S.check_model(model)
+    with pytest.raises(S.ValidationError, match="converter changed node 'Neg' .* which needs no adapting") as info:
         S.lower(model)
     assert info.value.path == "struct_types[1] ('OLD').decoder ('cast')"
+
+
+def test_function_referring_to_its_attributes_is_not_converted():
+    # onnx's converter turns an attribute reference into a literal (Cast's `to` became 0). check_model
+    # refuses such a model first (onnx's checker: a model-local function's opset must be compatible
+    # with the model's; a decoder takes no attributes), so this asks the reconciliation directly.
+    cast = oh.make_node("Cast", ["a"], ["b"])
+    cast.attribute.add(name="to", ref_attr_name="to", type=onnx.AttributeProto.INT)
+    local = oh.make_function("local", "CastTo", ["a"], ["b"], [cast], [oh.make_opsetid("", 13)], attributes=["to"])
+    graph = oh.make_graph([], "g", [], [])
+    opsets = [oh.make_opsetid("", 21), oh.make_opsetid("local", 1)]
+    model = oh.make_model(graph, opset_imports=opsets, ir_version=10, functions=[local])
+    with pytest.raises(S.ValidationError, match="imports opset 13 .* refer to the function's attributes") as info:
+        reconcile_opsets(model, [], [], list)
+    assert info.value.path == "functions[0] ('CastTo')"
+    assert model.functions[0].node[0] == cast
+
+
+def test_decoder_onnx_cannot_convert_is_reported():
+    # Greater-1 (opset 1-6, with a broadcast attribute) has no adapter to Greater-7 in onnx's converter.
+    nodes = [
+        oh.make_node("Cast", ["x"], ["f"], to=TensorProto.FLOAT),
+        oh.make_node("Greater", ["f", "f"], ["b"]),
+        oh.make_node("Cast", ["b"], ["y"], to=TensorProto.FLOAT),
+    ]
+    decoder = oh.make_function("test.decoders", "greater", ["x"], ["y"], nodes, [oh.make_opsetid("", 6)])
+    model = old_decoder_model(decoder)
+    S.check_model(model, full_check=True)  # valid: the decoder runs at its own opset
+    with pytest.raises(
+        S.ValidationError,
+        match=r"imports opset 6 .* needs 21 .* operators Cast, Greater differ .* converter failed: No Adapter From Version",
+    ) as info:
+        S.lower(model)
+    assert info.value.path == "struct_types[1] ('OLD').decoder ('greater')"
+    assert info.value.code == "opset_conflict"
 
 
 def test_struct_typed_output_gets_the_logical_type(rng):

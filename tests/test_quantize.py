@@ -431,6 +431,23 @@ def test_an_older_opset_is_upgraded_so_the_decoder_runs():
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("opset", [23, 25])
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0"])
+def test_a_newer_opset_keeps_its_version_and_the_decoder_is_converted_to_it(opset, fmt):
+    """The formats' decoders import opset 21; Cast, Reshape and DequantizeLinear gained types at
+    23-25, which onnx's version converter knows to be compatible changes. Before, the quantize probe
+    refused every model at opset 23 or later ("operators ... differ between the two versions")."""
+    new = synthetic_model()
+    new.opset_import[0].version = opset
+    quantized = quantize(new, fmt)
+    assert quantized.opset_import[0].version == opset
+    lowered = S.lower(quantized)
+    assert {o.domain: o.version for o in lowered.opset_import}[""] == opset
+    assert all(o.version == opset for f in lowered.functions for o in f.opset_import if o.domain in ("", "ai.onnx"))
+    for got, want in zip(run(lowered), oracle(new, Q[fmt], "input"), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_weights_seen_outside_the_main_graph_nodes_are_kept():
     """A weight that is also a graph output, or that a subgraph reads, keeps its float value."""
     then_branch = oh.make_graph(

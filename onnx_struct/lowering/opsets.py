@@ -10,6 +10,7 @@ model as it was (lowering or running the model then reports the mismatch).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 
 import onnx
@@ -19,6 +20,9 @@ from onnx import helper
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import element_label
 from onnx_struct.schema.walk import walk_nodes
+
+# onnx's converter fails by C++ assertions: "<file>:<line>: <function>: Assertion `<expr>` failed: <reason>".
+_ASSERTION_PREFIX = re.compile(r"^.*?Assertion `.*?` failed: ")
 
 
 class OpsetConversionError(Exception):
@@ -53,8 +57,8 @@ def convert_default_opset(model: onnx.ModelProto, version: int) -> onnx.ModelPro
     try:
         return version_converter.convert_version(model, version)
     except Exception as error:  # noqa: BLE001 - the converter's failures have no common type
-        text = str(error)
-        raise OpsetConversionError(text.splitlines()[0] if text else "") from None
+        text = str(error).splitlines()[0] if str(error) else ""
+        raise OpsetConversionError(_ASSERTION_PREFIX.sub("", text)) from None
 
 
 def reconcile_opsets(
@@ -87,15 +91,7 @@ def reconcile_opsets(
         for opset in fn.opset_import:
             domain = canonical_domain(opset.domain)
             if opset.version != target[domain]:
-                differing = differing_ops(fn.node, domain, opset.version, target[domain])
-                if differing:
-                    raise ValidationError(
-                        where,
-                        f"imports opset {opset.version} of domain {domain or 'ai.onnx'!r}, but the lowered model "
-                        f"needs {target[domain]} (another part imports it) and operators "
-                        f"{', '.join(differing)} differ between the two versions",
-                        code="opset_conflict",
-                    )
+                _upgrade_function(where, fn, domain, opset.version, target[domain])
                 opset.version = target[domain]
     main_nodes = list(walk_nodes(model.graph))
     for domain, version in model_opsets.items():
@@ -108,6 +104,76 @@ def reconcile_opsets(
     del model.opset_import[:]
     model.opset_import.extend(helper.make_opsetid(d, v) for d, v in target.items())
     return model
+
+
+def _upgrade_function(where: str, fn: onnx.FunctionProto, domain: str, have: int, want: int) -> None:
+    """``fn``'s body raised in place from ``have`` to ``want`` of ``domain``: unchanged when its
+    operators (subgraphs included) have the same schema at both, else converted by onnx's version
+    converter, which knows which schema changes are compatible (most steps only add types: a format
+    decoder written at 21 runs unchanged in a model at 23-27) and adapts the others. A
+    ValidationError when it cannot be done without changing what the function computes."""
+    body = helper.make_model(
+        helper.make_graph(
+            list(fn.node),
+            fn.name or "function",
+            # Untyped: the converter adapts nodes, it needs no types for that.
+            [helper.make_value_info(name, onnx.TypeProto()) for name in fn.input],
+            [helper.make_value_info(name, onnx.TypeProto()) for name in fn.output],
+        ),
+        opset_imports=list(fn.opset_import),
+        ir_version=onnx.IR_VERSION,
+    )
+    nodes = list(walk_nodes(body.graph))
+    differing = differing_ops(nodes, domain, have, want)
+    if not differing:
+        return
+
+    def refuse(reason: str) -> ValidationError:
+        return ValidationError(
+            where,
+            f"imports opset {have} of domain {domain or 'ai.onnx'!r}, but the lowered model needs {want} "
+            f"(another part imports it), operators {', '.join(differing)} differ between the two "
+            f"versions, and {reason}",
+            code="opset_conflict",
+        )
+
+    if domain != "":
+        raise refuse("onnx's version converter converts only the default domain")
+    if any(a.ref_attr_name for node in nodes for a in node.attribute):
+        raise refuse("its nodes refer to the function's attributes, which onnx's version converter drops")
+    try:
+        converted = convert_default_opset(body, want).graph.node
+    except OpsetConversionError as error:
+        raise refuse(
+            f"onnx's version converter failed: {error}" if str(error) else "onnx's version converter failed"
+        ) from None
+    problem = _changed_beyond(fn.node, converted, differing)
+    if problem:
+        raise refuse(f"onnx's version converter {problem}")
+    del fn.node[:]
+    fn.node.extend(converted)
+
+
+def _changed_beyond(original, converted, differing: list[str]) -> str:
+    """What the converter did besides adapting the ``differing`` operators, or "" (then the
+    converted nodes get back the ``metadata_props`` its IR drops). The converter works on onnx's
+    in-memory IR, which keeps what an operator means but not every field of a node: a node it had
+    no reason to touch must come back the same."""
+    by_outputs = {tuple(node.output): node for node in original}
+    outputs = [name for node in converted for name in node.output if name]
+    if len(by_outputs) != len(original) or len(set(outputs)) != len(outputs):
+        return "cannot tell its nodes apart by their outputs"
+    for node in converted:
+        source = by_outputs.get(tuple(node.output))
+        if source is None:
+            continue  # a node an adapter added (a Constant holding a former attribute, ...)
+        if source.metadata_props and not node.metadata_props:
+            node.metadata_props.extend(source.metadata_props)
+        if canonical_domain(source.domain) == "" and source.op_type in differing:
+            continue
+        if node != source:
+            return f"changed node {source.op_type!r} (outputs {list(source.output)}), which needs no adapting"
+    return ""
 
 
 def _upgrade_graph(model, domain: str, have: int, want: int, differing: list[str], logical_inputs) -> onnx.ModelProto:

@@ -29,6 +29,7 @@ from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.lowering.execution.emit import MS_DOMAIN, Emitter
 from onnx_struct.lowering.execution.recognize import Recognized, recognize
 from onnx_struct.lowering.execution.repack import GatherLayout, row_forms
+from onnx_struct.lowering.opsets import differing_ops
 from onnx_struct.payload.values import resolve_value
 from onnx_struct.schema.model import LoadedModel, copy_without_struct_values
 
@@ -182,7 +183,7 @@ def rewrite_for_execution(
     if not report.rewritten:
         return loaded, report
     kept_nodes = [node for j, node in enumerate(graph.node) if j not in removed]
-    changed = _differing_ops(kept_nodes, opset, MIN_OPSET) if opset < MIN_OPSET else []
+    changed = differing_ops(kept_nodes, "", opset, MIN_OPSET) if opset < MIN_OPSET else []
     if changed:  # the graph's own operators would change meaning at opset 21: decode instead
         if arrays is not None:
             arrays.clear()
@@ -280,17 +281,6 @@ def _matmul_like(node, trans_b: int) -> bool:
         and _attribute(node, "transB", 0) == trans_b
         and _attribute(node, "alpha", 1.0) == 1.0
     )
-
-
-def _differing_ops(nodes, have: int, want: int) -> list[str]:
-    changed = set()
-    for op in {n.op_type for n in nodes if n.domain in ("", "ai.onnx")}:
-        try:
-            if onnx.defs.get_schema(op, have).since_version != onnx.defs.get_schema(op, want).since_version:
-                changed.add(op)
-        except onnx.defs.SchemaError:
-            continue
-    return sorted(changed)
 
 
 def _set_opset(proto, domain: str, version: int) -> None:
