@@ -315,6 +315,24 @@ def test_a_format_onnxruntime_cannot_run_is_refused_unless_allowed(model, tmp_pa
     S.check_model(out)
 
 
+def test_a_model_onnxruntime_cannot_run_is_not_blamed_on_the_format(tmp_path):
+    # The model uses an operator onnxruntime lacks: the format (Q4_0 runs) is not the cause.
+    model = synthetic_model()
+    model.graph.node.append(oh.make_node("Frobnicate", ["Y"], ["F"], domain="example.custom"))
+    model.graph.output.append(oh.make_tensor_value_info("F", TensorProto.FLOAT, [3, 32]))
+    model.opset_import.append(oh.make_opsetid("example.custom", 1))
+    with pytest.raises(S.ValidationError, match="cannot run the model given to quantize either: .*Frobnicate") as info:
+        quantize(model, "Q4_0")
+    assert info.value.code == "not_runnable" and "quantized to Q4_0" not in str(info.value)
+    allowed = quantize(model, "Q4_0", allow_reference_only=True)
+    assert {v.name for v in S.get_struct_values(allowed)} == {"W1_T", "W2", "W3", "W6_T_padded"}
+
+    source, out = tmp_path / "custom.onnx", tmp_path / "q.onnx"
+    onnx.save(model, source)
+    result = cli("quantize", source, out, "--format", "q4_0")
+    assert result.returncode == 1 and "the model given to quantize either" in result.stderr and not out.exists()
+
+
 def conv_model() -> onnx.ModelProto:
     """X[1,16,10,10] -Conv W[32,16,3,3] + b-> GlobalAveragePool -> Flatten -MatMul M[32,32]-> Y: the Conv
     kernel holds 81% of the float weights, and its input axis I*kh*kw = 144 is not a multiple of 32."""

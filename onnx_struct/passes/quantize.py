@@ -159,7 +159,15 @@ def quantize(
     add_struct_values(overlay, *values)
     quantized = to_onnx(overlay)
     if not allow_reference_only:
-        _refuse_if(runtime_error(quantized), fmt)
+        problem = runtime_error(quantized)
+        if problem and runtime_error(stock):  # the model as given fails too: the format is not the cause
+            raise ValidationError(
+                "",
+                f"onnxruntime cannot run the model given to quantize either: {runtime_error(stock)} "
+                "(allow_reference_only=True, or --allow-reference-only, writes the quantized model anyway)",
+                code="not_runnable",
+            )
+        _refuse_if(problem, fmt)
     return quantized
 
 

@@ -292,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = set(targets) - set(TARGET_NAMES)
     if unknown:
         parser.error(f"unknown target(s) {', '.join(sorted(unknown))}")
+    if args.json:  # made now: a missing directory would otherwise surface only after the campaign
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     summaries = [campaign(args, target) for target in targets]
     print(
         f"{'target':<13}{'inputs':>10}{'exec/s':>9}{'cov':>7}{'ft':>8}{'escapes':>9}{'timeouts':>9}{'ooms':>6}{'crashes':>8}"

@@ -18,7 +18,7 @@ RUNS = 300  # per target: about 25 s for all seven on one core
 
 
 def test_short_fuzz_run_finds_nothing(tmp_path):
-    summary = tmp_path / "summary.json"
+    summary = tmp_path / "reports" / "summary.json"  # a directory fuzz.py must make
     command = [sys.executable, str(HERE / "fuzz.py"), "--target", "all", "--runs", str(RUNS), "--seed", "1"]
     command += ["--findings", str(tmp_path / "findings"), "--json", str(summary), "--max-restarts", "0", "--quiet"]
     done = subprocess.run(
