@@ -1,6 +1,6 @@
 """The checker's rules for struct types in graphs: where a declaration may appear, static struct
 types by reference (byte-aligned), a struct value or input keeping its type where it is declared
-again, and no node consuming a struct without a decoder."""
+again, and no node (or non-struct-typed graph output) consuming a struct without a decoder."""
 
 from __future__ import annotations
 
@@ -183,6 +183,18 @@ class GraphRules(DeclarationRules):
                                 code="no_decoder",
                             )
                         )
+            # An output typed otherwise than by a struct type asks for the logical value too (the
+            # fuzzer found a tensor-typed one: lower dropped the value and wrote an output no node makes).
+            for j, info in enumerate(graph.output):
+                if info.name in undecoded and info.type.WhichOneof("value") != "struct_type":
+                    self.report(
+                        ValidationError(
+                            element_label(f"{path}.output[{j}]", info.name),
+                            f"names struct {'input' if info.name in undecoded_inputs else 'value'} {info.name!r}, "
+                            "whose type has no decoder to define its logical value, without a struct type",
+                            code="no_decoder",
+                        )
+                    )
 
     def check_old_ir_local_functions(self) -> None:
         """Model-local functions must have distinct ids and not call each other in a cycle. onnx's

@@ -308,6 +308,37 @@ def test_node_consuming_a_struct_input_without_decoder_is_refused(tmp_path):
     refused(tmp_path, model.SerializeToString(), "graph.node[1].input[0]", contains="no decoder")
 
 
+@pytest.mark.parametrize("source", ["value", "input", "value in a subgraph"])
+def test_an_output_asking_for_the_logical_value_of_a_struct_without_decoder_is_refused(tmp_path, source):
+    """Found by the long fuzz run on lower: a tensor-typed graph output naming a struct value of a
+    declaration without decoder passed the check; lower dropped the value and wrote an output no
+    node makes. The output asks for the logical value, as a consuming node does."""
+    raw = S.make_array(TensorProto.UINT8, 4, name="raw")  # no decoder
+    output = oh.make_tensor_value_info("w", TensorProto.FLOAT, [4])
+    if source == "input":
+        model = model_with([raw], inputs=[S.make_struct_value_info("w", 0)])
+    else:
+        model = model_with([raw], values=[S.make_struct_value("w", 0, raw_data=bytes(4))])
+    if source == "value in a subgraph":
+        branch = oh.make_graph([], "branch", [], [output])
+        cond = oh.make_tensor_value_info("c", TensorProto.BOOL, [])
+        model.graph.input.append(cond)
+        model.graph.node.append(oh.make_node("If", ["c"], ["w_out"], then_branch=branch, else_branch=branch))
+        model.graph.output.append(oh.make_tensor_value_info("w_out", TensorProto.FLOAT, [4]))
+        where = "graph.node[1].attribute[0] ('else_branch').g.output[0] ('w')"
+    else:
+        model.graph.output.append(output)
+        where = "graph.output[1] ('w')"
+    refused(tmp_path, model.SerializeToString(), where, contains="has no decoder to define its logical value")
+    # A struct-typed output names the value itself: valid (lowering it is what is impossible).
+    model.graph.output.pop()
+    if source != "value in a subgraph":
+        S.add_value_infos(model, outputs=[S.make_struct_value_info("w", 0)])
+        S.check_model(model)
+        with pytest.raises(S.ValidationError, match="(has no|without a) decoder"):
+            S.lower(model)
+
+
 # ---------------------------------------------------------------------- opaque stand-ins
 def test_a_stock_opaque_input_is_not_a_struct_input():
     model = base_model()
