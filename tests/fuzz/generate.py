@@ -408,7 +408,7 @@ class _ModelGenerator:
             decls.append(self.declaration(len(decls) + draw.int(0, 3)))
         count = len(decls)
         model = pb.ModelProto(ir_version=draw.pick([10, 10, 10, 3, 11, 99]), producer_name="fuzz")
-        model.opset_import.add(domain="", version=draw.pick([21, 21, 21, 1, 99]))
+        model.opset_import.add(domain="", version=draw.pick([21, 21, 21, 1, 99, 25, 17]))
         if draw.bool(20):
             model.opset_import.add(domain=draw.pick(["local", "t", ""]), version=1)
         for function in _DecoderGenerator(draw).model_functions():
@@ -517,7 +517,8 @@ class _DecoderGenerator:
             fname = draw.pick(["F", "R", "missing"])
             self.nodes.append(oh.make_node(fname, [x], [out], domain="local"))
         else:
-            self.nodes.append(oh.make_node(draw.pick(["Relu", "Identity", "Size", "Shape", "NonZero"]), [x], [out]))
+            op_type = draw.pick(["Relu", "Identity", "Size", "Shape", "NonZero", "Greater", "Neg"])
+            self.nodes.append(oh.make_node(op_type, [x, x] if op_type == "Greater" else [x], [out]))
         return out
 
     def function(self, inputs: list[str], force_cast: bool = False) -> onnx.FunctionProto:
@@ -533,7 +534,19 @@ class _DecoderGenerator:
             for _ in range(draw.int(1, 3)):
                 x = self.step(x)
             self.nodes.append(oh.make_node("Identity", [x], ["y"]))
-        opsets = [oh.make_opsetid("", draw.pick([21, 21, 21, 13, 1, 99]))]
+        # Older and newer than the model's: lower converts the body with onnx's version converter
+        # (Greater from 6 has no adapter; a metadata_props, a device_configurations or an attribute
+        # reference below are what its IR drops or changes).
+        opsets = [oh.make_opsetid("", draw.pick([21, 21, 21, 13, 1, 99, 6, 25]))]
+        if self.nodes and draw.bool(10):
+            node = self.nodes[draw.int(0, len(self.nodes) - 1)]
+            pick = draw.int(0, 2)
+            if pick == 0:
+                node.metadata_props.add(key="k", value="v")
+            elif pick == 1:
+                node.device_configurations.add(configuration_id="c")
+            else:
+                node.attribute.add(name="to", ref_attr_name="to", type=onnx.AttributeProto.INT)
         if draw.bool(30):
             opsets.append(oh.make_opsetid("local", 1))
         name = "dec" if force_cast else draw.pick(["dec", "dec", "", "Relu", NON_UTF8, "F"])
