@@ -406,6 +406,84 @@ def test_function_referring_to_its_attributes_is_not_converted():
     assert model.functions[0].node[0] == cast
 
 
+def test_an_adapter_that_adds_an_initializer_gets_a_constant_in_the_function():
+    # Found by a red-team pass: Pad_10_11 moves the pads attribute into a graph initializer.
+    nodes = [
+        oh.make_node("Cast", ["x"], ["f"], to=TensorProto.FLOAT),
+        oh.make_node("Pad", ["f"], ["y"], pads=[1, 2], value=7.0),
+    ]
+    decoder = oh.make_function("test.decoders", "pad", ["x"], ["y"], nodes, [oh.make_opsetid("", 10)])
+    lowered = S.lower(old_decoder_model(decoder))
+    onnx.checker.check_model(lowered, full_check=True)
+    expected = np.pad(np.frombuffer(b"abcd", np.uint8).astype(np.float32), (1, 2), constant_values=7)
+    index = [o.name for o in lowered.graph.output].index("old")
+    feeds = {
+        i.name: np.zeros([d.dim_value for d in i.type.tensor_type.shape.dim], np.float32) for i in lowered.graph.input
+    }
+    np.testing.assert_array_equal(run(lowered, feeds)[index], expected)
+    np.testing.assert_array_equal(ReferenceEvaluator(lowered).run(None, feeds)[index], expected)
+
+
+def softmax_decoder(input_name: str = "x") -> onnx.FunctionProto:
+    nodes = [
+        oh.make_node("Cast", [input_name], ["f"], to=TensorProto.FLOAT),
+        oh.make_node("Reshape", ["f", "shape"], ["r"]),
+        oh.make_node("Softmax", ["r"], ["y"], axis=0),
+    ]
+    shape = oh.make_node("Constant", [], ["shape"], value=oh.make_tensor("shape", TensorProto.INT64, [2], [2, 2]))
+    return oh.make_function("test.decoders", "soft", [input_name], ["y"], [shape, *nodes], [oh.make_opsetid("", 11)])
+
+
+@pytest.mark.parametrize(
+    ("decoder", "reason"),
+    [
+        # Softmax_12_13 names the Softmax "<output>_intermediate" without asking: here the input's name.
+        (softmax_decoder("y_intermediate"), "gave a second value the name 'y_intermediate'"),
+        # Resize_10_11 leaves coordinate_transformation_mode at half_pixel: the values change.
+        (
+            oh.make_function(
+                "test.decoders",
+                "resize",
+                ["x"],
+                ["y"],
+                [
+                    oh.make_node("Constant", [], ["s"], value=oh.make_tensor("s", TensorProto.FLOAT, [1], [2.0])),
+                    oh.make_node("Cast", ["x"], ["f"], to=TensorProto.FLOAT),
+                    oh.make_node("Resize", ["f", "s"], ["y"], mode="linear"),
+                ],
+                [oh.make_opsetid("", 10)],
+            ),
+            "changes what Resize computes",
+        ),
+    ],
+    ids=["name-clash", "resize-meaning"],
+)
+def test_a_conversion_that_would_break_or_change_the_decoder_is_refused(decoder, reason):
+    """Found by a red-team pass."""
+    model = old_decoder_model(decoder)
+    S.check_model(model, full_check=True)
+    with pytest.raises(S.ValidationError, match=f"converter failed: .*{reason}") as info:
+        S.lower(model)
+    assert info.value.path.startswith("struct_types[1] ('OLD').decoder") and info.value.code == "opset_conflict"
+
+
+def test_a_graph_conversion_that_would_reuse_a_name_is_refused():
+    # The same Softmax_12_13 rename in the main graph: a graph input is named like its intermediate.
+    graph = oh.make_graph(
+        [oh.make_node("Softmax", ["X"], ["s"], axis=0), oh.make_node("Add", ["s", "s_intermediate"], ["Y"])],
+        "g",
+        [oh.make_tensor_value_info(n, TensorProto.FLOAT, [2, 4]) for n in ("X", "s_intermediate")],
+        [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 4])],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 12)], ir_version=7)
+    (index,) = S.add_struct_types(model, S.make_array(TensorProto.UINT8, 4, name="OLD", decoder=cast_decoder()))
+    S.add_struct_values(model, S.make_struct_value("old", index, raw_data=b"abcd"))
+    S.add_value_infos(model, outputs=[S.make_struct_value_info("old", index)])
+    S.check_model(model, full_check=True)
+    with pytest.raises(S.ValidationError, match="converter failed: it gave a second value the name 's_intermediate'"):
+        S.lower(model)
+
+
 def test_decoder_onnx_cannot_convert_is_reported():
     # Greater-1 (opset 1-6, with a broadcast attribute) has no adapter to Greater-7 in onnx's converter.
     nodes = [

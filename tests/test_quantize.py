@@ -333,6 +333,26 @@ def test_a_model_onnxruntime_cannot_run_is_not_blamed_on_the_format(tmp_path):
     assert result.returncode == 1 and "the model given to quantize either" in result.stderr and not out.exists()
 
 
+def test_a_conversion_failure_is_reported_as_such():
+    # Found by a red-team pass: the model runs as given at opset 12, onnx's converter to the
+    # decoder's 21 renames Softmax's output onto a graph input's name (Softmax_12_13); the
+    # message blamed the format, and allow_reference_only wrote a model check_model refused.
+    model = synthetic_model()
+    model.opset_import[0].version = 12
+    model.graph.node.extend(
+        [oh.make_node("Softmax", ["X"], ["s"], axis=0), oh.make_node("Add", ["s", "s_intermediate"], ["T"])]
+    )
+    model.graph.input.append(oh.make_tensor_value_info("s_intermediate", TensorProto.FLOAT, [3, 64]))
+    model.graph.output.append(oh.make_tensor_value_info("T", TensorProto.FLOAT, [3, 64]))
+    ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])  # it runs as given
+    with pytest.raises(
+        S.ValidationError, match="decoder needs the model at opset 21, it imports 12, .* 's_intermediate'"
+    ) as info:
+        quantize(model, "Q8_0")
+    assert info.value.code == "not_runnable" and "quantized to Q8_0" not in str(info.value)
+    S.check_model(quantize(model, "Q8_0", allow_reference_only=True))  # kept at 12: a valid model
+
+
 def conv_model() -> onnx.ModelProto:
     """X[1,16,10,10] -Conv W[32,16,3,3] + b-> GlobalAveragePool -> Flatten -MatMul M[32,32]-> Y: the Conv
     kernel holds 81% of the float weights, and its input axis I*kh*kw = 144 is not a multiple of 32."""

@@ -218,6 +218,11 @@ class _Checker(GraphRules):
 
     # ------------------------------------------------------------------ stock onnx
     def check_stock(self, full_check: bool) -> None:
+        if full_check:
+            for conflict in inference.declared_type_conflicts(self.loaded):
+                self.report(conflict)
+            if self.diagnostics:
+                return
         try:
             if full_check:
                 # Struct values get their logical (decoded) types, so onnx's shape inference sees

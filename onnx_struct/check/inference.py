@@ -124,6 +124,68 @@ def _name_types(loaded: LoadedModel, types: LogicalTypes) -> dict[str, onnx.Type
     return out
 
 
+def declared_type_conflicts(loaded: LoadedModel) -> list[ValidationError]:
+    """Main-graph outputs and value_info that name a struct value or exactly typed struct input
+    with a tensor type other than its logical type (element type, rank, or a dimension both give).
+    The logical view retypes them, so onnx's full checker cannot see the conflict; the lowered
+    model keeps the declared type and onnx and onnxruntime refuse it (found by a red-team pass)."""
+    declared = [
+        (field, j, info)
+        for field in ("output", "value_info")
+        for j, info in enumerate(getattr(loaded.proto.graph, field))
+        if info.type.WhichOneof("value") == "tensor_type"
+    ]
+    struct = struct_names(loaded) if declared else {}
+    declared = [entry for entry in declared if entry[2].name in struct]
+    if not declared:  # the common case: no logical type is computed again
+        return []
+    types = LogicalTypes(loaded)
+    conflicts = []
+    for field, j, info in declared:
+        kind, source = struct[info.name]
+        if kind == "value":
+            where = element_label("graph.struct_initializer", info.name)
+            logical = types.of_value(source, where)
+        else:
+            logical = types.of_index(source) if source is not None else None
+        if logical is None:
+            continue  # no decoder: check_consumers' rule
+        declared_type = onnx.TypeProto.FromString(info.type.SerializeToString())
+        if _tensor_types_conflict(declared_type.tensor_type, logical.tensor_type):
+            conflicts.append(
+                ValidationError(
+                    element_label(f"graph.{field}[{j}]", info.name),
+                    f"declared {_describe(declared_type)}, but {info.name!r} decodes to {_describe(logical)}",
+                    code="type_mismatch",
+                )
+            )
+    return conflicts
+
+
+def _tensor_types_conflict(declared, logical) -> bool:
+    if declared.elem_type and logical.elem_type and declared.elem_type != logical.elem_type:
+        return True
+    if not (declared.HasField("shape") and logical.HasField("shape")):
+        return False
+    a, b = declared.shape.dim, logical.shape.dim
+    return len(a) != len(b) or any(
+        x.HasField("dim_value") and y.HasField("dim_value") and x.dim_value != y.dim_value
+        for x, y in zip(a, b, strict=True)
+    )
+
+
+def _describe(type_proto: onnx.TypeProto) -> str:
+    tensor = type_proto.tensor_type
+    name = onnx.TensorProto.DataType.Name(tensor.elem_type) if tensor.elem_type in _KNOWN_TYPES else tensor.elem_type
+    if not tensor.HasField("shape"):
+        return f"tensor({name})"
+    dims = ",".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim)
+    return f"tensor({name})[{dims}]"
+
+
+_KNOWN_TYPES = frozenset(onnx.TensorProto.DataType.values())
+
+
 def logical_view(loaded: LoadedModel, stock: onnx.ModelProto) -> onnx.ModelProto:
     """``stock``, a :func:`stock_view` (struct values as Opaque graph inputs) with every struct value, and every
     main-graph input/output/value_info of an exact struct type whose declaration has a decoder,

@@ -54,11 +54,44 @@ def convert_default_opset(model: onnx.ModelProto, version: int) -> onnx.ModelPro
     fails, whatever it raises (RuntimeError and assorted others)."""
     from onnx import version_converter  # noqa: PLC0415 - heavy, and needed only when an opset differs
 
+    have = next((o.version for o in model.opset_import if canonical_domain(o.domain) == ""), 1)
+    if have < RESIZE_MEANING_CHANGED <= version:
+        resized = sorted(
+            {n.op_type for n in walk_nodes(model.graph) if canonical_domain(n.domain) == "" and n.op_type in _RESIZING}
+        )
+        if resized:
+            raise OpsetConversionError(
+                f"its adapter to opset {RESIZE_MEANING_CHANGED} changes what {', '.join(resized)} computes "
+                "(the coordinate mapping becomes half_pixel, from asymmetric)"
+            )
     try:
-        return version_converter.convert_version(model, version)
+        converted = version_converter.convert_version(model, version)
     except Exception as error:  # noqa: BLE001 - the converter's failures have no common type
         text = str(error).splitlines()[0] if str(error) else ""
         raise OpsetConversionError(_ASSERTION_PREFIX.sub("", text)) from None
+    reused = _reused_names(converted.graph) - _reused_names(model.graph)
+    if reused:  # e.g. Softmax_12_13 names its Softmax "<output>_intermediate" without asking
+        raise OpsetConversionError(f"it gave a second value the name {sorted(reused)[0]!r}")
+    return converted
+
+
+# onnx's Resize_10_11 adapter keeps Resize-11's default coordinate_transformation_mode, half_pixel;
+# Resize-10 (and Upsample, converted through it) maps coordinates as asymmetric does: the values
+# change (found by a red-team pass), so such a model is not converted across opset 11.
+RESIZE_MEANING_CHANGED = 11
+_RESIZING = frozenset({"Resize", "Upsample"})
+
+
+def _reused_names(graph: onnx.GraphProto) -> set[str]:
+    """Names a node of ``graph`` defines that a graph input, initializer or earlier node defines."""
+    seen = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    reused = set()
+    for node in graph.node:
+        for name in node.output:
+            if name in seen and name:
+                reused.add(name)
+            seen.add(name)
+    return reused
 
 
 def reconcile_opsets(
@@ -142,27 +175,32 @@ def _upgrade_function(where: str, fn: onnx.FunctionProto, domain: str, have: int
     if any(a.ref_attr_name for node in nodes for a in node.attribute):
         raise refuse("its nodes refer to the function's attributes, which onnx's version converter drops")
     try:
-        converted = convert_default_opset(body, want).graph.node
+        graph = convert_default_opset(body, want).graph
     except OpsetConversionError as error:
         raise refuse(
             f"onnx's version converter failed: {error}" if str(error) else "onnx's version converter failed"
         ) from None
-    problem = _changed_beyond(fn.node, converted, differing)
+    # An adapter may add an initializer (Pad_10_11 holds the pads there); a function has Constants.
+    converted = [helper.make_node("Constant", [], [t.name], value=t) for t in graph.initializer]
+    converted += graph.node
+    problem = _changed_beyond(fn, converted, differing)
     if problem:
         raise refuse(f"onnx's version converter {problem}")
     del fn.node[:]
     fn.node.extend(converted)
 
 
-def _changed_beyond(original, converted, differing: list[str]) -> str:
-    """What the converter did besides adapting the ``differing`` operators, or "" (then the
-    converted nodes get back the ``metadata_props`` its IR drops). The converter works on onnx's
-    in-memory IR, which keeps what an operator means but not every field of a node: a node it had
-    no reason to touch must come back the same."""
-    by_outputs = {tuple(node.output): node for node in original}
+def _changed_beyond(fn: onnx.FunctionProto, converted, differing: list[str]) -> str:
+    """What the converter did to ``fn``'s body besides adapting the ``differing`` operators, or ""
+    (then the converted nodes get back the ``metadata_props`` its IR drops). The converter works on
+    onnx's in-memory IR, which keeps what an operator means but not every field of a node: a node
+    it had no reason to touch must come back the same."""
+    by_outputs = {tuple(node.output): node for node in fn.node}
     outputs = [name for node in converted for name in node.output if name]
-    if len(by_outputs) != len(original) or len(set(outputs)) != len(outputs):
+    if len(by_outputs) != len(fn.node) or len(set(outputs)) != len(outputs):
         return "cannot tell its nodes apart by their outputs"
+    if set(outputs) & set(fn.input):
+        return f"gave a value the name of the input {sorted(set(outputs) & set(fn.input))[0]!r}"
     for node in converted:
         source = by_outputs.get(tuple(node.output))
         if source is None:

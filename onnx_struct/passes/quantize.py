@@ -125,7 +125,7 @@ def quantize(
     if not allow_reference_only:
         # one block through the decoder first: a format onnxruntime cannot decode is refused before encoding
         _refuse_if(runtime_error(_probe_model(fmt, fmt.block_size)), fmt)
-    result = _upgrade_opset(result, fmt, planned.weights[0].stored_shape)
+    result, conversion_failure = _upgrade_opset(result, fmt, planned.weights[0].stored_shape)
     graph = result.graph
     # checked above (_check_weight_data): raw_data is copied out of protobuf on every read
     arrays = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name in weights}
@@ -160,13 +160,18 @@ def quantize(
     quantized = to_onnx(overlay)
     if not allow_reference_only:
         problem = runtime_error(quantized)
-        if problem and runtime_error(stock):  # the model as given fails too: the format is not the cause
-            raise ValidationError(
-                "",
-                f"onnxruntime cannot run the model given to quantize either: {runtime_error(stock)} "
-                "(allow_reference_only=True, or --allow-reference-only, writes the quantized model anyway)",
-                code="not_runnable",
+        if problem:  # is it the format? The model may not run as given, or not at the decoder's opset
+            as_given = "" if conversion_failure else runtime_error(stock)
+            cause = conversion_failure or (
+                as_given and f"onnxruntime cannot run the model given to quantize either: {as_given}"
             )
+            if cause:
+                raise ValidationError(
+                    "",
+                    f"{cause} (allow_reference_only=True, or --allow-reference-only, writes the quantized model "
+                    "anyway)",
+                    code="not_runnable",
+                )
         _refuse_if(problem, fmt)
     return quantized
 
@@ -277,15 +282,16 @@ def encode_array(array: np.ndarray, root_index: int, model, name: str):
     return encode(np.asarray(array, dtype=np.float32), root_index, model, name=name)
 
 
-def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, ...]) -> onnx.ModelProto:
+def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, ...]) -> tuple[onnx.ModelProto, str]:
     """Raise the model's default-domain opset to the decoder's, with onnx's version converter.
 
     onnxruntime resolves a function's operators at the model's opset, so a model importing an older
     opset than the format's decoder could not run it. Converting now, while the model is plain ONNX,
     always works where the converter does; afterwards the struct values would be names the converter
     does not know. The conversion is lowering's (:func:`onnx_struct.lowering.opsets.convert_default_opset`),
-    but where ``lower()`` raises when the converter fails, this returns the model unchanged: the
-    quantized model is still valid, and lowering or running it reports which operators differ.
+    but where ``lower()`` raises when the converter fails, this returns the model unchanged, with
+    the converter's reason (else ""): the quantized model is still valid, and the reason is what
+    quantize reports if onnxruntime then refuses the quantized model.
 
     The converter also runs shape inference and leaves its results behind (a value_info for every
     intermediate, refined output shapes); those are dropped again, so only the opset changes.
@@ -293,15 +299,18 @@ def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, .
     needed = max((o.version for o in fmt.decoder(shape).opset_import if o.domain in ("", "ai.onnx")), default=0)
     have = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if have >= needed:
-        return model
+        return model, ""
     try:
         converted = convert_default_opset(model, needed)
-    except OpsetConversionError:
-        return model
+    except OpsetConversionError as error:
+        return model, (
+            f"the {fmt.name} decoder needs the model at opset {needed}, it imports {have}, and onnx's version "
+            f"converter failed: {error}"
+        )
     for field in ("value_info", "output"):
         del getattr(converted.graph, field)[:]
         getattr(converted.graph, field).extend(getattr(model.graph, field))
-    return converted
+    return converted, ""
 
 
 def _check_weight_data(tensor: onnx.TensorProto, index: int) -> None:

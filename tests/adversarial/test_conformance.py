@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto
 from onnx import helper as oh
-from support.models import base_model, linear_int4_128, model_with
+from support.models import base_model, linear_decoder, linear_int4_128, model_with
 from support.protowire import field as message_field
 from support.protowire import tag, varint
 
@@ -227,6 +227,32 @@ def test_struct_input_flowing_to_an_output_of_another_type_is_refused(tmp_path):
         two_declarations(), inputs=[S.make_struct_value_info("x", 0)], outputs=[S.make_struct_value_info("x", 1)]
     )
     refused(tmp_path, model.SerializeToString(), "graph.output[1] ('x')", contains="struct_types[0]")
+
+
+@pytest.mark.parametrize(
+    ("field", "declared", "says"),
+    [
+        ("output", ([TensorProto.INT64], [128]), "declared tensor(INT64)[128], but 'w' decodes to tensor(FLOAT)[128]"),
+        ("output", ([TensorProto.FLOAT], [64]), "declared tensor(FLOAT)[64], but 'w' decodes to tensor(FLOAT)[128]"),
+        ("value_info", ([TensorProto.FLOAT], [2, 64]), "decodes to tensor(FLOAT)[128]"),
+    ],
+)
+def test_a_logical_type_declared_otherwise_is_refused_by_the_full_check(tmp_path, field, declared, says):
+    """Found by a red-team pass: the full check's logical view retypes such an output to the
+    logical type, so onnx never saw the conflict; the lowered model keeps the declared type and
+    onnx's full check and onnxruntime refuse it. The plain check, like onnx's, checks no types."""
+    (elem,), dims = declared
+    model = model_with([linear_int4_128(decoder=linear_decoder())], [S.make_struct_value("w", 0, raw_data=bytes(64))])
+    getattr(model.graph, field).append(oh.make_tensor_value_info("w", elem, dims))
+    data = model.SerializeToString()
+    refused(tmp_path, data, f"graph.{field}[{1 if field == 'output' else 0}] ('w')", contains=says, code=FULL_CHECK)
+    S.check_model(model)
+    matching = model_with(
+        [linear_int4_128(decoder=linear_decoder())], [S.make_struct_value("w", 0, raw_data=bytes(64))]
+    )
+    getattr(matching.graph, field).append(oh.make_tensor_value_info("w", TensorProto.FLOAT, [128]))
+    S.check_model(matching, full_check=True)
+    onnx.checker.check_model(S.lower(matching), full_check=True)
 
 
 def test_matching_and_unconstrained_references_are_accepted():
