@@ -340,3 +340,86 @@ def test_repacking_by_row_ranges_changes_no_byte(name, monkeypatch):
         monkeypatch.setattr(repack, "ROW_RANGE_BYTES", 1)
         assert S.lower(overlay, execution="quantized").SerializeToString() == whole
         monkeypatch.undo()
+
+
+def test_operators_of_another_domain_named_like_gather_or_transpose_are_not_rewritten(tmp_path):
+    """Found by a red-team pass: a model-local custom::Gather (here -Gather) and custom::Transpose
+    (here Identity) consuming the weight were rewritten as the standard operators."""
+    D = 64  # noqa: N806 - a square weight, a multiple of the block
+    payload = random_payload("Q4_0", (D, D), SEED, sane=True)
+    negated = oh.make_function(
+        "custom",
+        "Gather",
+        ["table", "i"],
+        ["out"],
+        [oh.make_node("Gather", ["table", "i"], ["g"], axis=0), oh.make_node("Neg", ["g"], ["out"])],
+        [oh.make_opsetid("", 21)],
+    )
+    identity = oh.make_function(
+        "custom", "Transpose", ["t"], ["out"], [oh.make_node("Identity", ["t"], ["out"])], [oh.make_opsetid("", 21)]
+    )
+    graph = oh.make_graph(
+        [
+            oh.make_node("Gather", ["W", "idx"], ["e"], domain="custom"),
+            oh.make_node("Transpose", ["W"], ["Wt"], domain="custom"),
+            oh.make_node("MatMul", ["x", "Wt"], ["y"]),
+        ],
+        "g",
+        [
+            oh.make_tensor_value_info("idx", TensorProto.INT64, [2]),
+            oh.make_tensor_value_info("x", TensorProto.FLOAT, [1, D]),
+        ],
+        [
+            oh.make_tensor_value_info("e", TensorProto.FLOAT, [2, D]),
+            oh.make_tensor_value_info("y", TensorProto.FLOAT, [1, D]),
+        ],
+    )
+    opsets = [oh.make_opsetid("", 21), oh.make_opsetid("custom", 1)]
+    model = oh.make_model(graph, opset_imports=opsets, ir_version=10, functions=[negated, identity])
+    S.add_struct_values(model, formats.get("Q4_0").make_value(model, "W", (D, D), payload))
+    w = oracle("Q4_0", payload, (D, D))
+    inputs = {
+        "idx": np.array([1, 3], np.int64),
+        "x": np.random.default_rng(SEED).standard_normal((1, D)).astype(np.float32),
+    }
+    e, y = S.InferenceSession(model).run(None, inputs)  # quantized execution, the default
+    np.testing.assert_array_equal(e, -w[inputs["idx"]])
+    np.testing.assert_allclose(y, inputs["x"].astype(np.float64) @ w.astype(np.float64), rtol=1e-5, atol=1e-5)
+
+
+def test_an_older_opset_with_a_changed_operator_in_a_subgraph_keeps_the_decoder(tmp_path):
+    """Found by a red-team pass: the opset was raised to 21 for MatMulNBits after a look at the
+    main graph's nodes only; a SequenceMap body's ReduceMean(axes=[1]) (an attribute until 18) then
+    made the model invalid. The model is kept decoded (the report says why) and runs."""
+    payload = random_payload("Q4_0", (N, K), SEED, sane=True)
+    body = oh.make_graph(
+        [oh.make_node("ReduceMean", ["a"], ["b"], axes=[1], keepdims=1)],
+        "body",
+        [oh.make_tensor_value_info("a", TensorProto.FLOAT, [ROWS, K])],
+        [oh.make_tensor_value_info("b", TensorProto.FLOAT, [ROWS, 1])],
+    )
+    graph = oh.make_graph(
+        [
+            oh.make_node("Transpose", ["W"], ["Wt"], perm=[1, 0]),
+            oh.make_node("MatMul", ["x", "Wt"], ["y"]),
+            oh.make_node("SequenceConstruct", ["x"], ["seq"]),
+            oh.make_node("SequenceMap", ["seq"], ["means"], body=body),
+            oh.make_node("ConcatFromSequence", ["means"], ["r"], axis=0),
+        ],
+        "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [ROWS, K])],
+        [
+            oh.make_tensor_value_info("y", TensorProto.FLOAT, [ROWS, N]),
+            oh.make_tensor_value_info("r", TensorProto.FLOAT, [ROWS, 1]),
+        ],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
+    S.add_struct_values(model, formats.get("Q4_0").make_value(model, "W", (N, K), payload))
+    _, report = rewrite_for_execution(load(model), accuracy_level=0)
+    assert report.kept == {"W": "the graph imports opset 17 and its operators ReduceMean differ at 21"}
+    lowered = S.lower(model, execution="quantized")
+    onnx.checker.check_model(lowered, full_check=True)
+    x = np.random.default_rng(SEED).standard_normal((ROWS, K)).astype(np.float32)
+    (y, r), _ = run_ort(lowered, {"x": x}, tmp_path)
+    assert_close_product(y, x, oracle("Q4_0", payload, (N, K)))
+    np.testing.assert_allclose(r[:, 0], x.mean(axis=1), rtol=1e-5, atol=1e-6)

@@ -453,7 +453,7 @@ def softmax_decoder(input_name: str = "x") -> onnx.FunctionProto:
                 ],
                 [oh.make_opsetid("", 10)],
             ),
-            "changes what Resize computes",
+            "would change what Resize computes",
         ),
     ],
     ids=["name-clash", "resize-meaning"],
@@ -482,6 +482,47 @@ def test_a_graph_conversion_that_would_reuse_a_name_is_refused():
     S.check_model(model, full_check=True)
     with pytest.raises(S.ValidationError, match="converter failed: it gave a second value the name 's_intermediate'"):
         S.lower(model)
+
+
+def test_hardmax_is_not_converted_across_opset_13():
+    """Found by a red-team pass: onnx registers Hardmax 12 -> 13 as compatible, but Hardmax-13 takes
+    the maximum along one axis where Hardmax-12 flattens the input to 2-D from it; the converted
+    graph gave 8 ones where the model means 2."""
+    graph = oh.make_graph(
+        [oh.make_node("Hardmax", ["X"], ["Y"], axis=1)],
+        "g",
+        [oh.make_tensor_value_info("X", TensorProto.FLOAT, [2, 3, 4])],
+        [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 3, 4])],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 12)], ir_version=7)
+    (index,) = S.add_struct_types(model, S.make_array(TensorProto.UINT8, 4, name="OLD", decoder=cast_decoder()))
+    S.add_struct_values(model, S.make_struct_value("old", index, raw_data=b"abcd"))
+    S.add_value_infos(model, outputs=[S.make_struct_value_info("old", index)])
+    S.check_model(model, full_check=True)
+    with pytest.raises(S.ValidationError, match="converter failed: it would change what Hardmax computes") as info:
+        S.lower(model)
+    assert (info.value.path, info.value.code) == ("graph", "opset_conflict")
+
+
+@pytest.mark.parametrize("domain", ["com.microsoft", "ai.onnx.ml"])
+def test_a_decoder_in_a_runtimes_own_domain_is_not_replaced_by_its_operator(domain):
+    """Found by a red-team pass: a decoder com.microsoft::Gelu (here Neg) was lowered as a
+    model-local function of that id, and onnxruntime ran its own Gelu kernel instead."""
+    decoder = oh.make_function(
+        domain, "Gelu", ["x"], ["y"], [oh.make_node("Neg", ["x"], ["y"])], [oh.make_opsetid("", 21)]
+    )
+    x = np.array([-1, 0, 1, 2], np.float32)
+    model = linear_model(bytes(64))
+    (index,) = S.add_struct_types(model, S.make_array(TensorProto.FLOAT, 4, name="V", decoder=decoder))
+    S.add_struct_values(model, S.make_struct_value("v", index, raw_data=x.tobytes()))
+    S.add_value_infos(model, outputs=[S.make_struct_value_info("v", index)])
+    lowered = S.lower(model)
+    check(lowered)
+    (function,) = [f for f in lowered.functions if f.name == "Gelu"]
+    assert function.domain == PRIVATE_DOMAIN
+    out = run(lowered, {"X": np.zeros(128, np.float32)})[[o.name for o in lowered.graph.output].index("v")]
+    np.testing.assert_array_equal(out, -x)
+    np.testing.assert_array_equal(S.decode("v", model), -x)
 
 
 def test_decoder_onnx_cannot_convert_is_reported():

@@ -80,12 +80,33 @@ def tensor_type(elem_type: int, shape: Sequence[int]) -> onnx.TypeProto:
     return helper.make_tensor_type_proto(elem_type, list(shape))
 
 
+# Domains whose operators runtimes implement themselves: onnx's other operator sets and
+# onnxruntime's contrib ones. onnxruntime runs its own kernel for a node whose (domain, name) it
+# knows, not the model-local function of that id (a decoder com.microsoft::Gelu computed Gelu,
+# found by a red-team pass).
+RUNTIME_DOMAINS = frozenset(
+    {
+        "ai.onnx.ml",
+        "ai.onnx.training",
+        "ai.onnx.preview.training",
+        "com.microsoft",
+        "com.microsoft.nchwc",
+        "com.microsoft.experimental",
+        "com.microsoft.dml",
+        "com.microsoft.extensions",
+        "com.ms.internal.nhwc",
+        "org.pytorch.aten",
+    }
+)
+
+
 def registered_function(function: onnx.FunctionProto) -> onnx.FunctionProto:
-    """A copy of ``function`` under a non-default domain (see PRIVATE_DOMAIN): neither onnx nor
-    onnxruntime resolves a model-local function in the default domain, "" or "ai.onnx"."""
+    """A copy of ``function`` under PRIVATE_DOMAIN when its own is the default domain ("" or
+    "ai.onnx"; neither onnx nor onnxruntime resolves a model-local function there) or one of the
+    :data:`RUNTIME_DOMAINS` (a runtime's own operator would run instead)."""
     copy = onnx.FunctionProto()
     copy.CopyFrom(function)
-    if copy.domain in STANDARD_DOMAINS:
+    if copy.domain in STANDARD_DOMAINS or copy.domain in RUNTIME_DOMAINS:
         copy.domain = PRIVATE_DOMAIN
     return copy
 

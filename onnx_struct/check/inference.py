@@ -27,6 +27,7 @@ from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.payload.values import constant_tensor
 from onnx_struct.schema.model import LoadedModel, ModelLike, StructProto, StructTypeProto, load, to_onnx
+from onnx_struct.schema.opaque import OPAQUE_DOMAIN
 from onnx_struct.schema.projections import retyped_view, stock_view
 
 # Captured at import, before hooks.install() (which imports this module first) can replace it.
@@ -126,14 +127,17 @@ def _name_types(loaded: LoadedModel, types: LogicalTypes) -> dict[str, onnx.Type
 
 def declared_type_conflicts(loaded: LoadedModel) -> list[ValidationError]:
     """Main-graph outputs and value_info that name a struct value or exactly typed struct input
-    with a tensor type other than its logical type (element type, rank, or a dimension both give).
-    The logical view retypes them, so onnx's full checker cannot see the conflict; the lowered
-    model keeps the declared type and onnx and onnxruntime refuse it (found by a red-team pass)."""
+    with a type other than its logical type: not a tensor type (a sequence, a map, ...), or a tensor
+    type of another element type, rank, or a dimension both give. The logical view retypes them,
+    so onnx's full checker cannot see the conflict; the lowered model keeps the declared type and
+    onnx and onnxruntime refuse it (found by red-team passes). A struct type, or the Opaque
+    stand-in of one, names the value itself (other rules)."""
     declared = [
         (field, j, info)
         for field in ("output", "value_info")
         for j, info in enumerate(getattr(loaded.proto.graph, field))
-        if info.type.WhichOneof("value") == "tensor_type"
+        if info.type.WhichOneof("value") not in (None, "struct_type")
+        and not (info.type.WhichOneof("value") == "opaque_type" and info.type.opaque_type.domain == OPAQUE_DOMAIN)
     ]
     struct = struct_names(loaded) if declared else {}
     declared = [entry for entry in declared if entry[2].name in struct]
@@ -151,7 +155,8 @@ def declared_type_conflicts(loaded: LoadedModel) -> list[ValidationError]:
         if logical is None:
             continue  # no decoder: check_consumers' rule
         declared_type = onnx.TypeProto.FromString(info.type.SerializeToString())
-        if _tensor_types_conflict(declared_type.tensor_type, logical.tensor_type):
+        kind = declared_type.WhichOneof("value")
+        if kind != "tensor_type" or _tensor_types_conflict(declared_type.tensor_type, logical.tensor_type):
             conflicts.append(
                 ValidationError(
                     element_label(f"graph.{field}[{j}]", info.name),
@@ -175,6 +180,9 @@ def _tensor_types_conflict(declared, logical) -> bool:
 
 
 def _describe(type_proto: onnx.TypeProto) -> str:
+    kind = type_proto.WhichOneof("value")
+    if kind != "tensor_type":
+        return _KIND_NAMES.get(kind, kind)
     tensor = type_proto.tensor_type
     name = onnx.TensorProto.DataType.Name(tensor.elem_type) if tensor.elem_type in _KNOWN_TYPES else tensor.elem_type
     if not tensor.HasField("shape"):
@@ -184,6 +192,13 @@ def _describe(type_proto: onnx.TypeProto) -> str:
 
 
 _KNOWN_TYPES = frozenset(onnx.TensorProto.DataType.values())
+_KIND_NAMES = {
+    "sequence_type": "a sequence",
+    "map_type": "a map",
+    "optional_type": "an optional",
+    "sparse_tensor_type": "a sparse tensor",
+    "opaque_type": "an opaque type",
+}
 
 
 def logical_view(loaded: LoadedModel, stock: onnx.ModelProto) -> onnx.ModelProto:

@@ -55,15 +55,13 @@ def convert_default_opset(model: onnx.ModelProto, version: int) -> onnx.ModelPro
     from onnx import version_converter  # noqa: PLC0415 - heavy, and needed only when an opset differs
 
     have = next((o.version for o in model.opset_import if canonical_domain(o.domain) == ""), 1)
-    if have < RESIZE_MEANING_CHANGED <= version:
-        resized = sorted(
-            {n.op_type for n in walk_nodes(model.graph) if canonical_domain(n.domain) == "" and n.op_type in _RESIZING}
+    crossed = {op: why for op, (at, why) in UNADAPTED_MEANING_CHANGES.items() if have < at <= version}
+    if crossed:
+        changed = sorted(
+            {n.op_type for n in walk_nodes(model.graph) if canonical_domain(n.domain) == ""} & set(crossed)
         )
-        if resized:
-            raise OpsetConversionError(
-                f"its adapter to opset {RESIZE_MEANING_CHANGED} changes what {', '.join(resized)} computes "
-                "(the coordinate mapping becomes half_pixel, from asymmetric)"
-            )
+        if changed:
+            raise OpsetConversionError(f"it would change what {changed[0]} computes ({crossed[changed[0]]})")
     try:
         converted = version_converter.convert_version(model, version)
     except Exception as error:  # noqa: BLE001 - the converter's failures have no common type
@@ -75,11 +73,18 @@ def convert_default_opset(model: onnx.ModelProto, version: int) -> onnx.ModelPro
     return converted
 
 
-# onnx's Resize_10_11 adapter keeps Resize-11's default coordinate_transformation_mode, half_pixel;
-# Resize-10 (and Upsample, converted through it) maps coordinates as asymmetric does: the values
-# change (found by a red-team pass), so such a model is not converted across opset 11.
-RESIZE_MEANING_CHANGED = 11
-_RESIZING = frozenset({"Resize", "Upsample"})
+# Operators whose meaning changed at an opset where onnx's converter does not adapt them (found by
+# red-team passes comparing the converted model's values with the original's): a model using one
+# is not converted across that opset. op -> (the opset, what changes).
+UNADAPTED_MEANING_CHANGES = {
+    # Resize_10_11 keeps Resize-11's default coordinate_transformation_mode; Resize-10 (and
+    # Upsample, converted through it) maps coordinates as asymmetric does.
+    "Resize": (11, "at opset 11 its coordinate mapping becomes half_pixel, from asymmetric"),
+    "Upsample": (11, "it becomes a Resize whose coordinate mapping is half_pixel, from asymmetric"),
+    # Registered as compatible, but Hardmax-13 takes the maximum along one axis, not over the
+    # input flattened to 2-D from that axis (Softmax and LogSoftmax, which changed alike, are adapted).
+    "Hardmax": (13, "at opset 13 it works along one axis, not over the input flattened from it"),
+}
 
 
 def _reused_names(graph: onnx.GraphProto) -> set[str]:

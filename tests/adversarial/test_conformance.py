@@ -235,6 +235,7 @@ def test_struct_input_flowing_to_an_output_of_another_type_is_refused(tmp_path):
         ("output", ([TensorProto.INT64], [128]), "declared tensor(INT64)[128], but 'w' decodes to tensor(FLOAT)[128]"),
         ("output", ([TensorProto.FLOAT], [64]), "declared tensor(FLOAT)[64], but 'w' decodes to tensor(FLOAT)[128]"),
         ("value_info", ([TensorProto.FLOAT], [2, 64]), "decodes to tensor(FLOAT)[128]"),
+        ("output", ([None], [128]), "declared a sequence, but 'w' decodes to tensor(FLOAT)[128]"),
     ],
 )
 def test_a_logical_type_declared_otherwise_is_refused_by_the_full_check(tmp_path, field, declared, says):
@@ -243,7 +244,11 @@ def test_a_logical_type_declared_otherwise_is_refused_by_the_full_check(tmp_path
     onnx's full check and onnxruntime refuse it. The plain check, like onnx's, checks no types."""
     (elem,), dims = declared
     model = model_with([linear_int4_128(decoder=linear_decoder())], [S.make_struct_value("w", 0, raw_data=bytes(64))])
-    getattr(model.graph, field).append(oh.make_tensor_value_info("w", elem, dims))
+    if elem is None:  # a sequence of the right tensors is still not the value (found by a red-team pass)
+        sequence = oh.make_sequence_type_proto(oh.make_tensor_type_proto(TensorProto.FLOAT, dims))
+        getattr(model.graph, field).append(oh.make_value_info("w", sequence))
+    else:
+        getattr(model.graph, field).append(oh.make_tensor_value_info("w", elem, dims))
     data = model.SerializeToString()
     refused(tmp_path, data, f"graph.{field}[{1 if field == 'output' else 0}] ('w')", contains=says, code=FULL_CHECK)
     S.check_model(model)

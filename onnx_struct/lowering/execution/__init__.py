@@ -24,6 +24,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from onnx_struct.check.decoder_structure import STANDARD_DOMAINS
 from onnx_struct.check.inference import LogicalTypes
 from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.lowering.execution.emit import MS_DOMAIN, Emitter
@@ -32,6 +33,7 @@ from onnx_struct.lowering.execution.repack import GatherLayout, row_forms
 from onnx_struct.lowering.opsets import differing_ops
 from onnx_struct.payload.values import resolve_value
 from onnx_struct.schema.model import LoadedModel, copy_without_struct_values
+from onnx_struct.schema.walk import walk_nodes
 
 EXECUTION_MODES = ("decode", "quantized")
 # DequantizeLinear's block_size attribute and INT4/UINT4 inputs exist from opset 21.
@@ -138,6 +140,8 @@ def rewrite_for_execution(
 
         for j, slot in list(consumers.get(name, [])):
             node = graph.node[j]
+            if node.domain not in STANDARD_DOMAINS:  # a custom Gather or Transpose is not the operator
+                continue
             if node.op_type == "Transpose" and list(_attribute(node, "perm", [])) == [1, 0]:
                 t = node.output[0]
                 if t in pinned:
@@ -183,7 +187,8 @@ def rewrite_for_execution(
     if not report.rewritten:
         return loaded, report
     kept_nodes = [node for j, node in enumerate(graph.node) if j not in removed]
-    changed = differing_ops(kept_nodes, "", opset, MIN_OPSET) if opset < MIN_OPSET else []
+    # Subgraphs too: they resolve their operators at the model's opset as well (found by a red-team pass).
+    changed = differing_ops(_with_subgraph_nodes(kept_nodes), "", opset, MIN_OPSET) if opset < MIN_OPSET else []
     if changed:  # the graph's own operators would change meaning at opset 21: decode instead
         if arrays is not None:
             arrays.clear()
@@ -269,14 +274,23 @@ def _attribute(node, name: str, default):
     return default
 
 
+def _with_subgraph_nodes(nodes):
+    """``nodes`` and every node of their subgraphs."""
+    for node in nodes:
+        yield node
+        for attribute in node.attribute:
+            for graph in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                yield from walk_nodes(graph)
+
+
 def _matmul_like(node, trans_b: int) -> bool:
     """MatMul (only when the weight arrives transposed: trans_b=0), or a Gemm with transA=0,
     alpha=1 and the given transB."""
-    if node.op_type == "MatMul" and node.domain in ("", "ai.onnx"):
+    if node.op_type == "MatMul" and node.domain in STANDARD_DOMAINS:
         return trans_b == 0
     return (
         node.op_type == "Gemm"
-        and node.domain in ("", "ai.onnx")
+        and node.domain in STANDARD_DOMAINS
         and _attribute(node, "transA", 0) == 0
         and _attribute(node, "transB", 0) == trans_b
         and _attribute(node, "alpha", 1.0) == 1.0
