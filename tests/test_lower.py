@@ -525,6 +525,48 @@ def test_a_decoder_in_a_runtimes_own_domain_is_not_replaced_by_its_operator(doma
     np.testing.assert_array_equal(S.decode("v", model), -x)
 
 
+@pytest.mark.parametrize("aligned", [False, True])
+def test_a_bool_byte_other_than_0_or_1_is_true_on_every_runtime(aligned, tmp_path):
+    """Found by a red-team pass: onnxruntime's Cast of a BOOL leaf whose payload byte is 0x76 gave
+    118.0 (decode) where the reference evaluator, numpy and InferenceSession gave 1.0. The view
+    keeps the byte (docs/semantics.md); what a runtime is given holds 0 or 1."""
+    decoder = oh.make_function(
+        "t",
+        "to_float",
+        ["x"],
+        ["y"],
+        [oh.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)],
+        [oh.make_opsetid("", 21)],
+    )
+    graph = oh.make_graph(
+        [oh.make_node("Identity", ["W"], ["Y"])], "g", [], [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [2])]
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+    if aligned:  # two whole bytes, saved externally: lowered in place unless BOOL is excluded
+        (index,) = S.add_struct_types(model, S.make_array(TensorProto.BOOL, 2, decoder=decoder))
+        payload, expected_bytes = bytes([0x76, 0x00]), [0x76, 0x00]
+    else:  # records {4-bit pad, BOOL}: the BOOL at bit offsets 4 and 16
+        S.add_struct_types(model, S.make_bit_packing([("p", 4)], 1))
+        S.add_struct_types(
+            model,
+            S.make_structure([S.make_field("pad", S.make_type_reference(0)), S.make_field("x", TensorProto.BOOL)]),
+        )
+        (index,) = S.add_struct_types(model, S.make_array(S.make_type_reference(1), 2, decoder=decoder))
+        payload, expected_bytes = bytes([0x60, 0x07, 0x00]), [0x76, 0x00]
+    S.add_struct_values(model, S.make_struct_value("W", index, raw_data=payload))
+    S.save_with_external_data(model, tmp_path / "m.onnx", size_threshold=0)
+    path = tmp_path / "m.onnx"
+    viewed = S.view("W", path)["" if aligned else "x"]
+    assert viewed.view(np.uint8).tolist() == expected_bytes  # the view keeps the byte
+    expected = np.array([1.0, 0.0], np.float32)
+    np.testing.assert_array_equal(S.decode("W", path), expected)
+    np.testing.assert_array_equal(S.decode("W", path, runtime="reference"), expected)
+    np.testing.assert_array_equal(S.InferenceSession(path).run(None, {})[0], expected)
+    lowered = S.lower(path)
+    (tensor,) = [t for t in lowered.graph.initializer if t.data_type == TensorProto.BOOL]
+    assert tensor.raw_data == bytes([1, 0]) and not len(tensor.external_data)
+
+
 def test_decoder_onnx_cannot_convert_is_reported():
     # Greater-1 (opset 1-6, with a broadcast attribute) has no adapter to Greater-7 in onnx's converter.
     nodes = [

@@ -115,6 +115,17 @@ def test_a_sign_change_between_integers_of_one_width_is_a_loss(value, elem_type)
         pack({"x": value}, root)
 
 
+@pytest.mark.parametrize("value", [None, np.array(None, dtype=object), np.array([1.0, None], dtype=object)])
+def test_a_none_that_becomes_nan_is_named_in_the_loss(value):
+    """Found by a red-team pass: naming the first lost value called .item() on None
+    (AttributeError) where the element of an object array is not a numpy scalar."""
+    root = make_structure(
+        [make_field("h", make_tensor_type(T.FLOAT16, [] if value is None or value.ndim == 0 else [2]))]
+    )
+    with pytest.raises(ValidationError, match=r"the first value that does not is None at index"):
+        pack({"h": value}, root)
+
+
 def test_a_negative_value_for_a_64_bit_component_is_named_as_given():
     with pytest.raises(ValidationError, match=r"is -5 at index 0"):
         pack({"a": np.array([-5], np.int8)}, make_bit_packing([("a", 64)], 1))

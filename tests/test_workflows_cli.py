@@ -165,6 +165,41 @@ def test_decode_writes_exactly_the_path_given(converted):
     np.testing.assert_array_equal(np.load(path.parent / "down.txt"), expected["blk.0.ffn_down.weight"])
 
 
+# ---------------------------------------------------------------------- OUT: never the input, never through a link
+WRITERS = {
+    "lower": ("lower", "tiny.onnx", "{out}"),
+    "decode": ("decode", "tiny.onnx", "blk.0.ffn_down.weight", "-o", "{out}"),
+    "inspect --svg": ("inspect", "tiny.onnx", "--svg", "{out}", "--type", "0"),
+    "quantize": ("quantize", "tiny.onnx", "{out}", "--format", "q8_0"),
+    "from-gguf": ("from-gguf", "tiny.gguf", "{out}"),
+}
+
+
+@pytest.mark.parametrize("command", list(WRITERS))
+def test_out_is_written_anew_never_over_the_input_nor_through_a_link(converted, command):
+    """Found by a red-team pass: every command wrote through a symlink at OUT, and `lower m m`
+    (and the others) replaced the file they had read."""
+    path, _ = converted
+    folder = path.parent
+    source = "tiny.gguf" if command == "from-gguf" else "tiny.onnx"
+    before = (folder / source).read_bytes()
+    same = cli(*(a.format(out=source) for a in WRITERS[command]), cwd=folder)
+    assert same.returncode == 2 and f"is the input file {source}" in one_line(same)
+    assert (folder / source).read_bytes() == before
+
+    (folder / "victim.txt").write_text("keep")
+    (folder / "link.out").symlink_to("victim.txt")
+    linked = cli(*(a.format(out="link.out") for a in WRITERS[command]), cwd=folder)
+    assert linked.returncode == 2 and "'link.out' is a symbolic link" in one_line(linked)
+    assert (folder / "victim.txt").read_text() == "keep" and (folder / "link.out").is_symlink()
+
+    (folder / "old.out").write_text("old")  # an ordinary file is replaced, as every CLI does
+    written = cli(*(a.format(out="old.out") for a in WRITERS[command]), cwd=folder)
+    assert written.returncode == 0, written.stderr
+    assert (folder / "old.out").read_bytes() != b"old"
+    assert not [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]  # no temporary left behind
+
+
 # ---------------------------------------------------------------------- files that are not models
 def test_an_empty_file_is_called_empty_by_check_and_inspect(tmp_path):
     (tmp_path / "empty.onnx").write_bytes(b"")

@@ -11,6 +11,7 @@ import argparse
 import numpy as np
 
 from onnx_struct.cli import EXIT_OK, EXIT_USAGE, fail
+from onnx_struct.cli.output import write_output
 from onnx_struct.errors import ValidationError
 from onnx_struct.runtime.codec import decode
 
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         if error.code != "unknown_value" or isinstance(error, OSError):
             raise
         return fail(args, error, EXIT_USAGE, with_input=True)  # NAME names nothing: usage, as inspect --value
-    with open(args.output, "wb") as handle:  # a handle: np.save given a name appends ".npy" to it
-        np.save(handle, value, allow_pickle=False)
+    # A handle: np.save given a name appends ".npy" to it.
+    write_output(args.output, lambda handle: np.save(handle, value, allow_pickle=False), inputs=[args.model])
     print(f"{args.name}: {value.dtype} {list(value.shape)} -> {args.output}")
     return EXIT_OK

@@ -15,6 +15,7 @@ from typing import TextIO
 
 from onnx_struct.check.checker import check_model
 from onnx_struct.cli import EXIT_OK, UsageError
+from onnx_struct.cli.output import write_output
 from onnx_struct.formats.gguf.conversion import convert
 from onnx_struct.payload.external import require_regular_file
 
@@ -87,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
         bar.stage("checking")
         check_model(data, base_dir=output.parent)
         bar.stage(f"writing {output.name}")
-        output.write_bytes(data)
+        write_output(output, lambda handle: handle.write(data), inputs=[args.input])
         bar.stage("done")
     except ImportError as error:
         if error.name != "gguf":  # only the optional dependency's absence is the user's to fix

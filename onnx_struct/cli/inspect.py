@@ -12,6 +12,7 @@ import argparse
 import sys
 
 from onnx_struct.cli import EXIT_INVALID, EXIT_OK, EXIT_USAGE, io_error_dict, located, print_json
+from onnx_struct.cli.output import write_output
 from onnx_struct.errors import ValidationError
 from onnx_struct.tools.describe import describe, format_text
 from onnx_struct.tools.svg import layout_svg
@@ -49,8 +50,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if args.svg is not None:
             svg = layout_svg(args.path, args.type)
-            with open(args.svg, "w", encoding="utf-8") as handle:
-                handle.write(svg)
+            write_output(args.svg, lambda handle: handle.write(svg.encode("utf-8")), inputs=[args.path])
             print(f"{args.svg}: layout of {args.type} written")
             return EXIT_OK
         description = describe(args.path, args.value)
@@ -60,8 +60,7 @@ def _run(args: argparse.Namespace) -> int:
         code = EXIT_USAGE if _names_nothing(error) else EXIT_INVALID
         if args.json:
             print_json({"path": args.path, "error": error.to_dict()})
-        else:
-            print(located(args.path, error), file=sys.stderr)
+        print(located(args.path, error), file=sys.stderr)  # the one line, as every failure has
         return code
     if args.json:
         print_json({"path": args.path, **description})

@@ -9,9 +9,8 @@ from __future__ import annotations
 import argparse
 import pathlib
 
-import onnx
-
 from onnx_struct.cli import EXIT_OK
+from onnx_struct.cli.output import write_model_with_external_tensors, write_output
 from onnx_struct.limits import PROTOBUF_LIMIT
 from onnx_struct.lowering.lower import lower
 
@@ -42,8 +41,9 @@ def run(args: argparse.Namespace) -> int:
     same_directory = source.resolve().parent == output.resolve().parent
     model = lower(source, compact=args.compact, keep_external=same_directory, execution=args.execution)
     if model.ByteSize() > PROTOBUF_LIMIT:
-        onnx.save_model(model, output, save_as_external_data=True, location=f"{output.name}.data")
+        write_model_with_external_tensors(model, output, inputs=[source])
     else:
-        output.write_bytes(model.SerializeToString())
+        data = model.SerializeToString()
+        write_output(output, lambda handle: handle.write(data), inputs=[source])
     print(f"{args.output}: {len(model.graph.initializer)} initializers, {len(model.functions)} decoder functions")
     return EXIT_OK

@@ -17,6 +17,7 @@ import sys
 
 from onnx_struct.check.checker import check_model
 from onnx_struct.cli import EXIT_OK, UsageError
+from onnx_struct.cli.output import write_output
 from onnx_struct.passes.quantize import WEIGHT_INPUT, Plan, plan, quantize, read_model
 from onnx_struct.passes.quantize_plan import DEFAULT_OP_TYPES, resolve_format
 
@@ -77,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     check_model(model)
     output = pathlib.Path(args.output)
     data = model.SerializeToString()
-    output.write_bytes(data)
+    write_output(output, lambda handle: handle.write(data), inputs=[args.input])
     if not args.quiet:
         for line in report(planned, op_types):
             print(line, file=sys.stderr)

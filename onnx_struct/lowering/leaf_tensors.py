@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+import numpy as np
 from onnx import TensorProto, numpy_helper
 
 from onnx_struct.check.function_models import PACKED_TYPES, contiguous, packed_rows
@@ -17,7 +18,7 @@ def dense_byte_run(leaf: Leaf) -> tuple[int, int] | None:
     """(byte offset, byte length) when the leaf's elements are one contiguous, byte-aligned run
     of the payload in C order (so its bytes are the tensor's raw_data as is); else None."""
     shape, strides = merged_dims(leaf.shape, leaf.strides)
-    if leaf.bit_offset % 8:
+    if leaf.bit_offset % 8 or leaf.dtype == np.bool_:  # BOOL bytes are written as 0 or 1 (leaf_to_tensor)
         return None
     if shape and (len(shape) != 1 or strides[0] != leaf.bit_width):
         return None
@@ -40,6 +41,8 @@ def leaf_to_tensor(name: str, leaf: Leaf, struct_view: StructView, elem_type: in
         tensor.raw_data = packed.tobytes()
         return tensor
     array = contiguous(struct_view[leaf.path])
+    if array.dtype == np.bool_:  # a payload byte other than 0 or 1 means true: written as ONNX writes it
+        array = np.not_equal(array.view(np.uint8), 0)
     if leaf.bit_width % 8 or array.dtype.itemsize * 8 != (
         leaf.bit_width if leaf.kind == "tensor" else array.dtype.itemsize * 8
     ):

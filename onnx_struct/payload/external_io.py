@@ -28,7 +28,7 @@ from onnx_struct.payload.external_write import DirectoryWriter
 from onnx_struct.payload.view import view
 from onnx_struct.schema.model import LoadedModel, ModelLike, from_onnx, load, to_onnx
 
-__all__ = ["save_with_external_data", "load_with_external_data"]
+__all__ = ["save_with_external_data", "save_plain_with_external_tensors", "load_with_external_data"]
 
 
 def save_with_external_data(
@@ -82,20 +82,7 @@ def save_with_external_data(
         external.check_location(shared, "location")
     names = _FileNames({path.name}) if one_file_per_value else None
     with DirectoryWriter(directory) as writer:
-
-        def store(data, name_hint: str | None, where: str) -> tuple[str, int]:
-            """Write ``data`` to its file; (location, offset)."""
-            if names is not None:
-                name = names.claim(name_hint)
-                writer.open(name, where).write(data)
-                return name, 0
-            handle = writer.open(shared, "location")
-            end = handle.tell()
-            offset = end + (-end % align)
-            handle.write(bytes(offset - end))  # zero padding up to the aligned offset
-            handle.write(data)
-            return shared, offset
-
+        store = _store(writer, shared, align, names)
         for i, (value, payload) in enumerate(zip(values, payloads, strict=True)):
             del value.external_data[:]
             if len(payload) < size_threshold:
@@ -107,20 +94,61 @@ def save_with_external_data(
                 value.external_data.add(key=key, value=str(entry))
         stock = to_onnx(proto)
         if convert_tensors:
-            # as onnx: initializers (of subgraphs too) with raw_data, not attribute tensors
-            for where, tensor in external.graph_tensors(stock.graph, "graph", initializers_only=True):
-                if not tensor.HasField("raw_data"):
-                    continue
-                data = tensor.raw_data
-                if len(data) < size_threshold:
-                    continue
-                name, offset = store(data, _stem(tensor.name, "tensor"), where)
-                tensor.ClearField("raw_data")
-                tensor.data_location = onnx.TensorProto.EXTERNAL
-                for key, entry in (("location", name), ("offset", offset), ("length", len(data))):
-                    tensor.external_data.add(key=key, value=str(entry))
+            _move_tensors_out(stock, store, size_threshold)
         writer.open(path.name, "path", exclusive=True).write(stock.SerializeToString())
         writer.commit("path")
+
+
+def save_plain_with_external_tensors(
+    model: onnx.ModelProto, path: str | os.PathLike, *, location: str | None = None, size_threshold: int = 1024
+) -> None:
+    """Save a plain ONNX model of any size (protobuf's 2 GiB included) with its initializers of at
+    least ``size_threshold`` bytes in ``location`` (default ``<model file name>.data``), as
+    :func:`save_with_external_data` writes them (no symlink followed, nothing truncated in place).
+    The tensors are moved out of ``model`` itself: a model over 2 GiB cannot be copied through
+    its bytes, as :func:`save_with_external_data` copies its input."""
+    path = pathlib.Path(path)
+    shared = location if location is not None else f"{path.name}.data"
+    external.check_location(shared, "location")
+    with DirectoryWriter(path.absolute().parent.resolve()) as writer:
+        _move_tensors_out(model, _store(writer, shared, 1, None), size_threshold)
+        writer.open(path.name, "path", exclusive=True).write(model.SerializeToString())
+        writer.commit("path")
+
+
+def _store(writer: DirectoryWriter, shared: str, align: int, names: _FileNames | None):
+    """``store(data, name_hint, where) -> (location, offset)``: ``data`` written to its own file
+    (``names`` given) or appended to ``shared`` at the next multiple of ``align``."""
+
+    def store(data, name_hint: str | None, where: str) -> tuple[str, int]:
+        if names is not None:
+            name = names.claim(name_hint)
+            writer.open(name, where).write(data)
+            return name, 0
+        handle = writer.open(shared, "location")
+        end = handle.tell()
+        offset = end + (-end % align)
+        handle.write(bytes(offset - end))  # zero padding up to the aligned offset
+        handle.write(data)
+        return shared, offset
+
+    return store
+
+
+def _move_tensors_out(stock: onnx.ModelProto, store, size_threshold: int) -> None:
+    """As onnx does: initializers (of subgraphs too) with raw_data of ``size_threshold`` bytes or
+    more, not attribute tensors, become external tensors written by ``store``."""
+    for where, tensor in external.graph_tensors(stock.graph, "graph", initializers_only=True):
+        if not tensor.HasField("raw_data"):
+            continue
+        data = tensor.raw_data
+        if len(data) < size_threshold:
+            continue
+        name, offset = store(data, _stem(tensor.name, "tensor"), where)
+        tensor.ClearField("raw_data")
+        tensor.data_location = onnx.TensorProto.EXTERNAL
+        for key, entry in (("location", name), ("offset", offset), ("length", len(data))):
+            tensor.external_data.add(key=key, value=str(entry))
 
 
 def load_with_external_data(path: str | os.PathLike, *, inline_struct_payloads: bool = False) -> onnx.ModelProto:

@@ -197,7 +197,8 @@ def _loss_reason(array: np.ndarray, target: np.dtype, lost: np.ndarray | None, c
     if lost is None or not lost.any():
         return reason
     index = _first(lost)
-    reason += f": the first value that does not is {array[index].item()!r} at index {_index(index)}"
+    first = array[index]  # a numpy scalar, or the object itself in an object array (None: found by a red-team pass)
+    reason += f": the first value that does not is {first.item() if isinstance(first, np.generic) else first!r} at index {_index(index)}"
     limits = _range(target) if bits is None else (0, 2**bits - 1)  # a component: its bit width bounds it
     if limits is not None:
         reason += (
