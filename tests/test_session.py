@@ -69,6 +69,20 @@ def test_a_missing_struct_input_is_named_as_the_model_names_it(rng):
         session.run(None, {"X": rng.standard_normal(128).astype(np.float32)})
 
 
+def test_a_feed_naming_a_leaf_of_a_struct_input_is_refused(rng):
+    """Found by a red-team pass: a feed ``W::values`` beside ``W`` silently replaced the leaf split
+    from ``W``'s payload."""
+    model, _ = struct_input_model()
+    session = S.InferenceSession(model)
+    payload = rng.integers(0, 256, 64, dtype=np.uint8).tobytes()
+    x = rng.standard_normal(128).astype(np.float32)
+    zeros = np.zeros(128, np.int8).astype(np.dtype("int8"))
+    with pytest.raises(ValueError, match=r"input_feed names 'W::values', a leaf of the struct input 'W'"):
+        session.run(None, {"X": x, "W": payload, "W::values": zeros})
+    (y,) = session.run(None, {"X": x, "W": payload})
+    np.testing.assert_array_equal(y, x * (int4_oracle(payload).astype(np.float32) * np.float32(0.125)))
+
+
 def test_struct_input_of_blocks(rng):
     n = 5
     payload = q4_payload(rng, n)

@@ -210,6 +210,13 @@ class InferenceSession:
         missing = [name for name in self._struct_inputs if name not in input_feed]
         if missing:  # onnxruntime would name their lowered leaves (``W::values``), not them
             raise ValueError(f"Required struct inputs ({missing}) are missing from input_feed")
+        hidden = {leaf: info.name for info in self._struct_inputs.values() for leaf in info.leaf_inputs}
+        fed = [name for name in input_feed if name in hidden]
+        if fed:  # it replaced the leaf split from the struct input (found by a red-team pass)
+            raise ValueError(
+                f"input_feed names {fed[0]!r}, a leaf of the struct input {hidden[fed[0]]!r} that is fed "
+                f"from it; pass {hidden[fed[0]]!r} only"
+            )
         feeds: dict[str, Feed] = {}
         plain: dict[str, Any] = {}
         for name, value in input_feed.items():

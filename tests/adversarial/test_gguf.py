@@ -12,6 +12,7 @@ import struct
 
 import pytest
 
+import onnx_struct as S
 from adversarial import gguf_bytes as G
 from adversarial.bounded import run_bounded
 
@@ -136,6 +137,58 @@ def test_hostile_tensor_infos_are_refused(tmp_path, info, data, path, contains):
 def test_duplicate_tensor_names_are_refused(tmp_path):
     infos = [G.tensor_info("w", [8], G.F32, 0), G.tensor_info("w", [8], G.F32, 32)]
     _refused(tmp_path, G.gguf(tensors=infos, data=b"\0" * 64), "gguf.tensors[1] ('w')", "two tensors")
+
+
+@pytest.mark.parametrize(
+    "infos, path, contains",
+    [
+        # Found by a red-team pass: convert() returned a model check_model refuses (a nameless value).
+        ([G.tensor_info("", [8], G.F32, 0)], "gguf.tensors[0] ('')", "the tensor has no name"),
+        # Found by a red-team pass: two weights made of the same bytes (llama.cpp refuses the file).
+        (
+            [G.tensor_info("a", [64], G.F32, 0), G.tensor_info("b", [32], G.F32, 0)],
+            "gguf.tensors[0] ('a')",
+            "overlaps the 128 bytes of gguf.tensors[1] ('b') at offset 0",
+        ),
+        (
+            [G.tensor_info("a", [16], G.F32, 0), G.tensor_info("b", [8], G.F32, 32)],
+            "gguf.tensors[1] ('b')",
+            "at offset 32 overlaps the 64 bytes of gguf.tensors[0] ('a')",
+        ),
+    ],
+)
+def test_nameless_and_overlapping_tensors_are_refused(tmp_path, infos, path, contains):
+    _refused(tmp_path, G.gguf(tensors=infos, data=b"\0" * 256), path, contains)
+    adjacent = [G.tensor_info("a", [8], G.F32, 0), G.tensor_info("b", [8], G.F32, 32)]  # end to end: fine
+    from onnx_struct.formats.gguf import convert  # noqa: PLC0415 - gguf-py, imported by the test only
+
+    model = convert(_write(tmp_path, G.gguf(tensors=adjacent, data=b"\0" * 64), "adjacent.gguf"))
+    assert [v.name for v in S.get_struct_values(model)] == ["a", "b"]
+
+
+def test_empty_arrays_keep_their_element_type(tmp_path):
+    """Found by a red-team pass: gguf-py records an array's element type from its first element,
+    so an empty array's type was recorded as ARRAY (value_types promises the metadata can be rebuilt)."""
+    import json  # noqa: PLC0415
+
+    from onnx_struct.formats.gguf import convert  # noqa: PLC0415 - gguf-py, imported by the test only
+
+    inner = G.array(6, 0) + G.array(6, 1, struct.pack("<f", 1.0))  # FLOAT32: [], [1.0]
+    kvs = [
+        G.kv("e_u8", 9, G.array(0, 0)),
+        G.kv("e_str", 9, G.array(8, 0)),
+        G.kv("nested", 9, G.array(9, 2, inner)),
+        G.kv("none", 9, G.array(9, 0)),  # an empty array of arrays: its arrays' type is not in the file
+    ]
+    path = _write(tmp_path, G.gguf(kvs, [G.tensor_info("w", [8], G.F32, 0)], b"\0" * 32))
+    props = {p.key: p.value for p in convert(path).metadata_props}
+    assert json.loads(props["onnx_struct.gguf.value_types"]) == {
+        "e_u8": "ARRAY[UINT8]",
+        "e_str": "ARRAY[STRING]",
+        "nested": "ARRAY[ARRAY[FLOAT32]]",
+        "none": "ARRAY[ARRAY]",
+    }
+    assert (props["e_u8"], props["e_str"], props["nested"]) == ("[]", "[]", "[1.0]")  # flattened, as documented
 
 
 def test_truncated_tensor_data_names_the_tensor(tmp_path):

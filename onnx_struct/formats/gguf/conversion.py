@@ -260,7 +260,7 @@ def metadata_props(reader, gguf=None, *, where: str = "gguf.kv") -> dict[str, st
     for index, (key, field) in enumerate(pairs):  # GGUF.*: the reader's pseudo-fields for the header
         if key.startswith(RESERVED_PREFIX):
             raise ValidationError(f"{where}[{index}] ({key!r})", f"keys starting with {RESERVED_PREFIX!r} are reserved")
-        value_types = [gguf.GGUFValueType(t) for t in field.types]
+        value_types = _element_types(field, gguf)
         types[key] = _type_label(value_types)
         try:
             props[key] = _encode_value(field, value_types, gguf)
@@ -270,6 +270,18 @@ def metadata_props(reader, gguf=None, *, where: str = "gguf.kv") -> dict[str, st
             ) from None
     props[VALUE_TYPES_KEY] = json.dumps(types, separators=(",", ":"))
     return props
+
+
+def _element_types(field, gguf) -> list:
+    """The value's type, and an array's element types down to the innermost. gguf-py records an
+    array's element type from its first element, so an empty array's (``[]`` of UINT8, or the
+    first inner array of an array of arrays) is read from the array's own header: parts 3, 5, ...
+    are the element types of the outer array and of each first inner array (found by a red-team
+    pass: an empty array's type came out as ``ARRAY``)."""
+    types = [gguf.GGUFValueType(t) for t in field.types]
+    while types[-1] == gguf.GGUFValueType.ARRAY and 3 + 2 * (len(types) - 1) < len(field.parts):
+        types.append(gguf.GGUFValueType(int(field.parts[3 + 2 * (len(types) - 1)][0])))
+    return types
 
 
 def _type_label(value_types) -> str:

@@ -16,6 +16,7 @@ Paths name the offending element: ``gguf.header``, ``gguf.kv[3] ('general.name')
 
 from __future__ import annotations
 
+import itertools
 import mmap
 import struct
 
@@ -97,6 +98,8 @@ def check_gguf_bytes(data: bytes | bytearray | memoryview | mmap.mmap, quant_siz
     tensors = []
     for i in range(tensor_count):
         name, where = _unique_name(cursor, f"gguf.tensors[{i}]", "its name", names, "two tensors have this name")
+        if not name:  # it would name a struct value, which must have a name (found by a red-team pass)
+            raise ValidationError(where, "the tensor has no name", code="missing_name")
         names.add(name)
         n_dims = cursor.u32(where, "its number of dimensions")
         if not 1 <= n_dims <= MAX_GGUF_DIMS:  # ggml's tensors have 1 to 4 dimensions
@@ -108,8 +111,21 @@ def check_gguf_bytes(data: bytes | bytearray | memoryview | mmap.mmap, quant_siz
 
     data_start = -(-cursor.position // alignment) * alignment  # padding up to the alignment
     data_size = max(cursor.size - data_start, 0)
-    for where, dims, ggml_type, offset in tensors:
-        _check_tensor(where, dims, ggml_type, offset, alignment, data_size, quant_sizes)
+    ranges = sorted(
+        (offset, _check_tensor(where, dims, ggml_type, offset, alignment, data_size, quant_sizes), where)
+        for where, dims, ggml_type, offset in tensors
+    )
+    # Tensors share no byte: llama.cpp's reader even wants each at the running size of the ones
+    # before it; gguf-py's reads overlapping ones, which made two weights of the same bytes (found
+    # by a red-team pass).
+    for (start, length, where), (next_start, _, next_where) in itertools.pairwise(ranges):
+        if next_start < start + length:
+            raise ValidationError(
+                next_where,
+                f"its data at offset {next_start} overlaps the {length} bytes of {where} at offset {start}",
+                offset=next_start,
+                code="overlapping_tensors",
+            )
 
 
 class _Cursor:
@@ -245,7 +261,8 @@ def _alignment(data, start: int, value_type: int, where: str) -> int:
     return alignment
 
 
-def _check_tensor(where, dims, ggml_type, offset, alignment, data_size, quant_sizes) -> None:
+def _check_tensor(where, dims, ggml_type, offset, alignment, data_size, quant_sizes) -> int:
+    """The tensor's byte count, once its type, dimensions and range are checked."""
     if ggml_type not in quant_sizes:
         raise ValidationError(where, f"unknown GGML type {ggml_type}", actual=ggml_type, code="unknown_gguf_type")
     block_size, type_size = quant_sizes[ggml_type]
@@ -270,3 +287,4 @@ def _check_tensor(where, dims, ggml_type, offset, alignment, data_size, quant_si
             length=n_bytes,
             code="file_too_short",
         )
+    return n_bytes
