@@ -41,9 +41,16 @@ MAX_PACK_ZERO_FILL_BYTES = 256 << 20
 
 # ---------------------------------------------------------------------- decoders and encoders
 # (docs/security.md, "Decoder safety policy")
-# Nodes of one decoder or encoder. The registered formats use at most ~100; the policy's static
-# analysis is linear in this, so it bounds the time check_model spends per function.
+# Nodes of one decoder or encoder. The registered formats use at most ~100; one run of the policy's
+# static analysis (onnx's inference) is linear in this, so it bounds the time check_model spends
+# per function together with MAX_SHAPE_FOLD_ROUNDS.
 MAX_FUNCTION_NODES = 4096
+
+# Runs of onnx's inference that folding Shape/Size values into constants may take for one function:
+# each round folds the Shape/Size nodes whose inputs' shapes the previous round made static, so a
+# chain of N Shape -> Reshape pairs took N rounds (4096 nodes: 48 s; found by a red-team pass). The
+# registered formats need at most 2.
+MAX_SHAPE_FOLD_ROUNDS = 16
 
 # Bytes of the constants written inside one decoder or encoder (Constant nodes and other tensor
 # attributes), counted from their dims, not from the bytes present. Codebooks belong in constant

@@ -29,11 +29,12 @@ import math
 import threading
 from collections.abc import Sequence
 
+import numpy as np
 import onnx
 import onnx.checker
 import onnx.defs
 import onnx.shape_inference
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 from onnx_struct import limits
 from onnx_struct.check.decoder_structure import (
@@ -123,8 +124,20 @@ def _analyze(function, inputs, initializers, where: str, allowance_bytes: int) -
         raise ValidationError(where, "a name in the function is not valid UTF-8", code="invalid_utf8") from None
     inferred = _infer(graph_model, where, data_prop=False)
     # Shape and Size depend on shapes only: fold them into constants where the input's shape is
-    # static, and infer again, until nothing changes (each round folds at least one node).
+    # static, and infer again, until nothing changes (each round folds at least one node). Each
+    # round runs onnx's inference on the whole function: a chain of Shape -> Reshape pairs needs a
+    # round per pair (quadratic; found by a red-team pass), so the rounds are limited.
+    rounds = 0
     while _fold_shapes(graph_model, inferred):
+        rounds += 1
+        if rounds > limits.MAX_SHAPE_FOLD_ROUNDS:
+            raise ValidationError(
+                where,
+                f"its Shape/Size values depend on each other more than {limits.MAX_SHAPE_FOLD_ROUNDS} deep "
+                "(each level is one more run of onnx's inference over the function)",
+                code="limit_exceeded",
+                limit=limits.MAX_SHAPE_FOLD_ROUNDS,
+            )
         inferred = _infer(graph_model, where, data_prop=False)
     values = _value_types(inferred)
     if any(_static_shape(t) is None for t in values.values()) and _propagation_is_small(values):
@@ -137,8 +150,11 @@ def _analyze(function, inputs, initializers, where: str, allowance_bytes: int) -
         input_bytes += _bytes(values[tensor.name], where, tensor.name)
     budget = limits.FUNCTION_EXPANSION * input_bytes + limits.FUNCTION_BASE_BYTES
     total = 0
+    constants = _constant_values(function, initializers)
     for i, node in enumerate(function.node):
         node_where = f"{where}.node[{i}] ({node.op_type!r})"
+        if node.op_type in ("Div", "Mod"):
+            _check_integer_divisor(node, values, constants, node_where)
         for name in node.output:
             if name:
                 if name not in values:
@@ -165,6 +181,47 @@ def _analyze(function, inputs, initializers, where: str, allowance_bytes: int) -
         _bytes(values[name], where, name)
         outputs.append(values[name])
     return outputs
+
+
+def _constant_values(function, initializers) -> dict[str, np.ndarray]:
+    """The function's Constant node outputs (``value`` tensors and integer forms) and the constant
+    leaves, by name, as arrays."""
+    out = {t.name: numpy_helper.to_array(t) for t in initializers}
+    for node in function.node:
+        if node.op_type != "Constant" or len(node.output) != 1 or len(node.attribute) != 1:
+            continue
+        attribute = node.attribute[0]
+        if attribute.name == "value" and attribute.type == onnx.AttributeProto.TENSOR:
+            out[node.output[0]] = numpy_helper.to_array(attribute.t)
+        elif attribute.name in ("value_int", "value_ints"):
+            out[node.output[0]] = np.asarray(helper.get_attribute_value(attribute), np.int64)
+    return out
+
+
+def _check_integer_divisor(
+    node, values: dict[str, onnx.TypeProto], constants: dict[str, np.ndarray], where: str
+) -> None:
+    """An integer Div or Mod divides by a constant without 0 (or -1, for a signed type): a payload
+    value there is an error in onnxruntime and 0 in onnx's reference evaluator, and onnxruntime's
+    int64 Div of INT64_MIN by -1 kills the process with SIGFPE (found by a red-team pass)."""
+    if len(node.input) < 2:
+        return
+    elem_type = values.get(node.input[1], onnx.TypeProto()).tensor_type.elem_type
+    if elem_type not in _INTEGER_TYPES:
+        return
+    divisor = constants.get(node.input[1])
+    signed = elem_type in _SIGNED_TYPES
+    if divisor is None or np.any(divisor == 0) or (signed and np.any(divisor == -1)):
+        raise ValidationError(
+            where,
+            f"an integer {node.op_type} must divide by a constant without 0{' or -1' if signed else ''} "
+            "(runtimes fail or differ on those, and onnxruntime's INT64_MIN / -1 crashes the process)",
+            code="decoder_policy",
+        )
+
+
+_SIGNED_TYPES = frozenset({TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64})
+_INTEGER_TYPES = _SIGNED_TYPES | {TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
 
 
 def _body_model(function, inputs, initializers) -> onnx.ModelProto:

@@ -20,7 +20,10 @@ STANDARD_DOMAINS = ("", "ai.onnx")
 
 # Operators whose work is linear (TopK: n log n) in the sizes of their inputs and outputs, and
 # whose output shapes onnx infers from input shapes and constant inputs. Anything else (Loop,
-# Scan, If, Random*, NonZero, Unique, Compress, Conv, Einsum, sequences, ...) is refused.
+# Scan, If, Random*, NonZero, Unique, Compress, Conv, Einsum, sequences, ...) is refused. Range
+# too (found by a red-team pass): onnx computes an int64 Range's length with wrapping arithmetic
+# (INT64_MIN..INT64_MAX typed as 0 elements, 2^64 / delta at run time), and a float Range's
+# length with other rounding than onnxruntime's; indices a decoder needs can be a constant.
 ALLOWED_OPERATORS = frozenset(
     # element-wise
     "Abs Acos Acosh Add And Asin Asinh Atan Atanh BitCast BitShift BitwiseAnd BitwiseNot BitwiseOr "
@@ -32,7 +35,7 @@ ALLOWED_OPERATORS = frozenset(
     "DequantizeLinear QuantizeLinear DynamicQuantizeLinear "
     # data movement (output shapes static: checked by check_sizes)
     "Concat Constant ConstantOfShape DepthToSpace Expand EyeLike Flatten Gather GatherElements "
-    "GatherND OneHot Pad Range Reshape Resize ReverseSequence ScatterElements ScatterND Shape Size "
+    "GatherND OneHot Pad Reshape Resize ReverseSequence ScatterElements ScatterND Shape Size "
     "Slice SpaceToDepth Split Squeeze Tile Transpose Trilu Unsqueeze CenterCropPad "
     # reductions and normalizations
     "ArgMax ArgMin CumSum Hardmax LogSoftmax ReduceL1 ReduceL2 ReduceLogSum ReduceLogSumExp "

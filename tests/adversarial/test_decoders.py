@@ -175,7 +175,47 @@ def _reshape_by(shape_node: onnx.NodeProto) -> bytes:
     return value_model(decoder([cast("values", "f"), shape_node, oh.make_node("Reshape", ["f", "s"], ["y"])]))
 
 
+def _range_wrapping_int64() -> bytes:
+    # onnx types Range(INT64_MIN, INT64_MAX, 2^38) as 0 elements (wrapping arithmetic); onnxruntime
+    # made 2^26 of them (1.1 GiB) from a 4-byte payload (found by a red-team pass).
+    nodes = [
+        const("start", np.int64(-(2**63))),
+        const("limit", np.int64(2**63 - 1)),
+        const("delta", np.int64(2**38)),
+        oh.make_node("Range", ["start", "limit", "delta"], ["r"]),
+        cast("values", "f"),
+        oh.make_node("ReduceSum", ["f"], ["y"], keepdims=0),
+    ]
+    return value_model(decoder(nodes))
+
+
+def _int64_division_by_a_payload_value() -> bytes:
+    # onnxruntime's int64 Div of INT64_MIN by -1 killed the process (SIGFPE; red-team pass).
+    nodes = [
+        oh.make_node("Cast", ["values"], ["v"], to=T.INT64),
+        const("one", np.int64(1)),
+        oh.make_node("Sub", ["v", "one"], ["d"]),
+        const("minimum", np.full(4, -(2**63), np.int64)),
+        oh.make_node("Div", ["minimum", "d"], ["q"]),
+        cast("q", "y"),
+    ]
+    return value_model(decoder(nodes))
+
+
+def _shape_chain(pairs: int) -> bytes:
+    # Each Shape -> Reshape pair needed one more run of onnx's inference: quadratic (red-team pass).
+    nodes, x = [cast("values", "x0")], "x0"
+    for i in range(pairs):
+        nodes += [oh.make_node("Shape", [x], [f"s{i}"]), oh.make_node("Reshape", [x, f"s{i}"], [f"x{i + 1}"])]
+        x = f"x{i + 1}"
+    nodes.append(oh.make_node("Identity", [x], ["y"]))
+    return value_model(decoder(nodes))
+
+
 HOSTILE = {
+    "range_wrapping_int64": (_range_wrapping_int64, "Range is not allowed"),
+    "int64_division_by_a_payload_value": (_int64_division_by_a_payload_value, "constant without 0 or -1"),
+    "shape_chain_2047": (lambda: _shape_chain(2047), "more than 16 deep"),
     "loop_2_62": (_loop_2_62, "Loop"),
     "constant_of_shape_4gib": (_constant_of_shape_4gib, "ConstantOfShape"),
     "outer_product_4gib": (_outer_product_4gib, "bytes"),
@@ -213,6 +253,27 @@ def test_hostile_decoder_is_refused_everywhere(case, tmp_path):
         REFUSED_EVERYWHERE, {"path": str(path), "prefix": "struct_types[0]"}, cpu_seconds=20, memory_mib=200
     )
     out.assert_validation_error("struct_types[0]", contains=contains)
+
+
+@pytest.mark.parametrize("op", ["Div", "Mod"])
+def test_integer_division_by_constants_is_allowed(op):
+    """The rule refuses only divisors that are not constants without 0 and -1."""
+    nodes = [
+        oh.make_node("Cast", ["values"], ["v"], to=T.INT32),
+        const("by", np.array([3, -2, 5, 7], np.int32)),
+        oh.make_node(op, ["v", "by"], ["q"]),
+        cast("q", "y"),
+    ]
+    model = onnx.load_from_string(value_model(decoder(nodes)))
+    values = np.array([200, 7, 100, 255], np.uint8)
+    overlay = S.from_onnx(model)
+    overlay.graph.struct_initializer[0].raw_data = values.tobytes()
+    model = S.to_onnx(overlay)
+    S.check_model(model, full_check=True)
+    divisor = np.array([3, -2, 5, 7], np.int64)
+    expected = np.trunc(values / divisor) if op == "Div" else np.mod(values.astype(np.int64), divisor)
+    np.testing.assert_array_equal(S.decode("W", model), expected.astype(np.float32))
+    np.testing.assert_array_equal(S.decode("W", model, runtime="reference"), expected.astype(np.float32))
 
 
 def test_hostile_encoder_is_refused_by_check_model_and_encode(tmp_path):
