@@ -145,13 +145,15 @@ def declared_type_conflicts(loaded: LoadedModel) -> list[ValidationError]:
         return []
     types = LogicalTypes(loaded)
     conflicts = []
+    by_name: dict[str, onnx.TypeProto | None] = {}  # an inline declaration is typed once, not per entry
     for field, j, info in declared:
-        kind, source = struct[info.name]
-        if kind == "value":
-            where = element_label("graph.struct_initializer", info.name)
-            logical = types.of_value(source, where)
-        else:
-            logical = types.of_index(source) if source is not None else None
+        if info.name not in by_name:
+            kind, source = struct[info.name]
+            if kind == "value":
+                by_name[info.name] = types.of_value(source, element_label("graph.struct_initializer", info.name))
+            else:
+                by_name[info.name] = types.of_index(source) if source is not None else None
+        logical = by_name[info.name]
         if logical is None:
             continue  # no decoder: check_consumers' rule
         declared_type = onnx.TypeProto.FromString(info.type.SerializeToString())

@@ -63,6 +63,9 @@ class TypeTable:
         self._shape_errors: dict[int, ValidationError] = {}
         self._members: dict[int | None, dict[str, tuple]] = {}
         self._aliases: dict[int, int] = {}
+        # index -> (leaves, size in bytes, path) of struct_types[index] as a value's root
+        # (payload/values.py): values of one declaration share them.
+        self.root_layouts: dict[int, tuple] = {}
 
     @staticmethod
     def path(index: int) -> str:

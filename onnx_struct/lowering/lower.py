@@ -13,6 +13,8 @@ See docs/semantics.md, "Decoders, encoders and execution", for every decision ta
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import os
 from collections.abc import Callable
 
@@ -71,8 +73,24 @@ _TYPE_IR = {
 
 def leaf_tensor_name(value_name: str, leaf_path: str) -> str:
     """The lowered name of a leaf: ``"<value or input name>::<leaf path>"`` (``"w::"`` for a root
-    whose single leaf has the empty path)."""
-    return f"{value_name}{SEPARATOR}{leaf_path}"
+    whose single leaf has the empty path; a leaf path over MAX_LOWERED_NAME_CHARS shortened)."""
+    return f"{value_name}{SEPARATOR}{short_name(leaf_path)}"
+
+
+# Declaration-level names the lowered model repeats once per value (a leaf path in each value's
+# leaf names, a decoder's name in each call node) are shortened past this many characters: a 1 MB
+# decoder name in a 2 MB model of 2,500 values made 2.5 GB (MemoryError; found by a red-team pass).
+MAX_LOWERED_NAME_CHARS = 256
+
+
+@functools.lru_cache(maxsize=256)  # a leaf path is shortened once, not once per value
+def short_name(name: str) -> str:
+    """``name``, or when longer than MAX_LOWERED_NAME_CHARS its first 64 characters, ``~`` and 16
+    hex digits of its hash."""
+    if len(name) <= MAX_LOWERED_NAME_CHARS:
+        return name
+    digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return f"{name[:64]}~{digest}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,6 +175,15 @@ def _execution_prepass(loaded: LoadedModel, execution: str, accuracy_level, arra
     return quantized.rewrite_for_execution(loaded, accuracy_level=accuracy_level, arrays=arrays)[0]
 
 
+@dataclasses.dataclass(frozen=True)
+class _Binding:
+    declaration: StructTypeProto  # held, so that its id (the key) is not reused
+    decoder: onnx.FunctionProto
+    decoder_where: str
+    bound: dict  # decoder input name -> Leaf
+    inputs: list[str]  # the decoder's input names, in order
+
+
 class _Lowerer:
     def __init__(self, loaded: LoadedModel, compact: bool, keep_external: bool, stock, types) -> None:
         self.loaded = loaded
@@ -167,6 +194,11 @@ class _Lowerer:
         self.table = TypeTable(loaded.struct_types)
         self.functions: dict[bytes, onnx.FunctionProto] = {}
         self.function_paths: dict[bytes, str] = {}
+        # id(decoder) -> (the decoder, its key): a decoder shared by many values is serialized
+        # once (the reference held keeps the id from being reused).
+        self.function_keys: dict[int, tuple[onnx.FunctionProto, bytes]] = {}
+        self.function_ids: set[tuple[str, str]] = set()  # (domain, name) of every registered function
+        self.bindings: dict[int, _Binding] = {}  # id(declaration) -> its decoder's binding
         self.calls: list[onnx.NodeProto] = []
         self.leaf_types: set[int] = set()
         self.struct_inputs: dict[str, StructInput] = {}
@@ -202,27 +234,46 @@ class _Lowerer:
     def register(self, decoder: onnx.FunctionProto, where: str) -> onnx.FunctionProto:
         """The model-local function for ``decoder``: one per distinct decoder; a different
         decoder reusing a (domain, name) already registered gets a suffixed name."""
-        key = decoder.SerializeToString(deterministic=True)
+        known = self.function_keys.get(id(decoder))
+        if known is None:
+            known = self.function_keys[id(decoder)] = (decoder, decoder.SerializeToString(deterministic=True))
+        key = known[1]
         if key in self.functions:
             return self.functions[key]
         fn = registered_function(decoder)
-        used = {(f.domain, f.name) for f in self.functions.values()} | {(f.domain, f.name) for f in self.out.functions}
+        fn.name = short_name(fn.name)  # each call node repeats it
+        if not self.function_ids:
+            self.function_ids = {(f.domain, f.name) for f in self.out.functions}
         base, k = fn.name, 1
-        while (fn.domain, fn.name) in used:
+        while (fn.domain, fn.name) in self.function_ids:
             k += 1
             fn.name = f"{base}_{k}"
+        self.function_ids.add((fn.domain, fn.name))
         self.functions[key] = fn
         self.function_paths[key] = where
         return fn
 
-    def call(self, declaration: StructTypeProto, where: str, output: str, inputs: dict[str, str]) -> None:
+    def decoder_binding(self, declaration: StructTypeProto, where: str, leaves) -> _Binding:
+        """The declaration's decoder bound to its leaves, once per declaration: values of one
+        declaration share it (every read of a name from protobuf copies it, and labels repeat
+        names: N values x a 1 MB name cost N x 1 MB; found by a red-team pass)."""
+        known = self.bindings.get(id(declaration))
+        if known is None:  # the declaration is held in the entry, so its id is not reused
+            decoder = declaration.decoder
+            decoder_where = bindings.function_label(f"{where}.decoder", decoder)
+            bound = bindings.bind_decoder(decoder, leaves, f"{where}.decoder")
+            known = self.bindings[id(declaration)] = _Binding(
+                declaration, decoder, decoder_where, bound, list(decoder.input)
+            )
+        return known
+
+    def call(self, binding: _Binding, output: str, inputs: dict[str, str]) -> None:
         self.decoded.append(output)
-        decoder_where = bindings.function_label(f"{where}.decoder", declaration.decoder)
-        fn = self.register(declaration.decoder, decoder_where)
+        fn = self.register(binding.decoder, binding.decoder_where)
         self.calls.append(
             helper.make_node(
                 fn.name,
-                [inputs[name] for name in declaration.decoder.input],
+                [inputs[name] for name in binding.inputs],
                 [output],
                 domain=fn.domain,
                 name=f"decode{SEPARATOR}{output}",
@@ -234,10 +285,12 @@ class _Lowerer:
         where = element_label(f"graph.struct_initializer[{k}]", value.name)
         if not value_declaration(value, self.table, where).HasField("decoder"):
             return  # never consumed (the checker ensures it): it has no logical value to lower
-        resolved = resolve_value(value, self.loaded, where=where)  # the same path and errors as check, view
+        # The same path and errors as check and view; the model's table: sizes computed once per declaration.
+        resolved = resolve_value(value, self.loaded, where=where, table=self.table)
         declaration, decl_where = resolved.declaration, resolved.declaration_path
         struct_view = view_of(resolved)
-        bound = bindings.bind_decoder(declaration.decoder, struct_view.layout, f"{decl_where}.decoder")
+        binding = self.decoder_binding(declaration, decl_where, struct_view.layout)
+        bound = binding.bound
         ref = (
             external.parse_external_data(value.external_data, f"{where}.external_data")
             if len(value.external_data)
@@ -253,7 +306,7 @@ class _Lowerer:
                 self.out.graph.input.append(
                     helper.make_value_info(tensor_name, tensor_type(tensor.data_type, leaf.shape))
                 )
-        self.call(declaration, decl_where, value.name, names)
+        self.call(binding, value.name, names)
 
     def leaf_tensor(self, name: str, leaf: Leaf, struct_view: StructView, ref) -> TensorProto:
         if leaf.kind == "constant":
@@ -303,8 +356,8 @@ class _Lowerer:
                 raise ValidationError(
                     where, f"cannot lower a struct input whose type {decl_where} has no decoder", code="cannot_lower"
                 )
-            leaves = self.table.leaves(declaration, decl_where)
-            bound = bindings.bind_decoder(declaration.decoder, leaves, f"{decl_where}.decoder")
+            binding = self.decoder_binding(declaration, decl_where, self.table.leaves(declaration, decl_where))
+            bound = binding.bound
             names, leaf_inputs = {}, {}
             for input_name, leaf in bound.items():
                 tensor_name = self.claim(leaf_tensor_name(info.name, leaf.path), where)
@@ -317,7 +370,7 @@ class _Lowerer:
                 kept.append(helper.make_value_info(tensor_name, tensor_type(elem_type, leaf.shape)))
                 leaf_inputs[tensor_name] = leaf
             self.struct_inputs[info.name] = StructInput(info.name, index, declaration, leaf_inputs)
-            self.call(declaration, decl_where, info.name, names)
+            self.call(binding, info.name, names)
         del graph.input[:]
         graph.input.extend(kept)
 

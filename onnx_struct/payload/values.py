@@ -81,6 +81,10 @@ def load_declarations(model, base_dir=None) -> tuple[LoadedModel | None, Sequenc
     return loaded, list(loaded.struct_types)  # a list: callers pass it on as a list of declarations
 
 
+def _loaded(model, base_dir) -> LoadedModel | None:
+    return None if model is None or isinstance(model, (list, tuple)) else load(model, base_dir)
+
+
 def find_value(loaded: LoadedModel | None, name: str) -> tuple[int, StructProto, memoryview | None]:
     """(index, proto, inline payload or None) of the struct value named ``name`` (the error lists
     the known names). A payload that is not None is the value's ``raw_data`` as a zero-copy view of
@@ -212,13 +216,16 @@ def resolve_value(
     base_dir: str | os.PathLike | None = None,
     *,
     where: str | None = None,
+    table: TypeTable | None = None,
 ) -> ResolvedValue:
     """Resolve a StructProto, or the name of a struct value in ``model`` (any model form, or a
     list of declarations), down to its verified payload; no payload byte is read.
 
     ``where``: the value's path when the caller already knows it (a walk over the model's values
-    passes ``graph.struct_initializer[k] (...)``, sparing a search per value)."""
-    loaded, declarations = load_declarations(model, base_dir)
+    passes ``graph.struct_initializer[k] (...)``, sparing a search per value). ``table``: the
+    model's TypeTable when the caller has one (a walk over many values: each declaration's layout
+    is then computed once, not once per value)."""
+    loaded, declarations = load_declarations(model, base_dir) if table is None else (_loaded(model, base_dir), ())
     if isinstance(value, str):
         k, proto, inline = find_value(loaded, value)
         where = element_label(f"graph.struct_initializer[{k}]", value)
@@ -228,15 +235,15 @@ def resolve_value(
     else:
         raise TypeError(f"expected a StructProto or the name of a struct value, got {type(value).__name__}")
     directory = pathlib.Path(base_dir) if base_dir is not None else (loaded.base_dir if loaded else None)
-    table = TypeTable(declarations)
+    table = table if table is not None else TypeTable(declarations)
     declaration = value_declaration(proto, table, where)
-    leaves, nbytes = layout_and_size(table, declaration, where)
+    leaves, nbytes, label = _root_layout(proto, declaration, table, where)
     payload = value_payload(proto, nbytes * 8, directory, where, inline=inline)
     return ResolvedValue(
         where=where,
         proto=proto,
         declaration=declaration,
-        declaration_path=declaration_path(proto, declaration, table, where),
+        declaration_path=label,
         table=table,
         size_bits=nbytes * 8,
         leaves=leaves,
@@ -244,6 +251,27 @@ def resolve_value(
         loaded=loaded,
         base_dir=directory,
     )
+
+
+def _root_layout(proto, declaration, table: TypeTable, where: str) -> tuple[tuple[Leaf, ...], int, str]:
+    """(leaves, size in bytes, declaration path) of a value's root. For ``struct_types[i]`` they
+    are computed once per table (a walk over N values of one declaration repeated its own fields'
+    work, and the labels of their names, N times: N x a 1 MB field name; found by a red-team
+    pass), with the leaves' sources under the declaration's path; a failure is raised as the
+    value's, as before."""
+    if proto.HasField("struct_type"):
+        leaves, nbytes = layout_and_size(table, declaration, where)
+        return leaves, nbytes, declaration_path(proto, declaration, table, where)
+    known = table.root_layouts.get(proto.type)
+    if known is None:
+        label = declaration_path(proto, declaration, table, where)
+        try:
+            leaves, nbytes = layout_and_size(table, declaration, label)
+        except ValidationError:
+            layout_and_size(table, declaration, where)  # the same failure, named from the value
+            raise
+        known = table.root_layouts[proto.type] = (leaves, nbytes, label)
+    return known
 
 
 def constant_tensor(leaf: Leaf, name: str) -> TensorProto:
