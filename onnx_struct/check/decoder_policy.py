@@ -183,24 +183,31 @@ def _analyze(function, inputs, initializers, where: str, allowance_bytes: int) -
     return outputs
 
 
-def _constant_values(function, initializers) -> dict[str, np.ndarray]:
-    """The function's Constant node outputs (``value`` tensors and integer forms) and the constant
-    leaves, by name, as arrays."""
-    out = {t.name: numpy_helper.to_array(t) for t in initializers}
+def _constant_values(function, initializers) -> dict[str, object]:
+    """The function's Constant node outputs and the constant leaves, by name: the TensorProto or
+    the integer attribute holding each (read as an array only where one is needed)."""
+    out: dict[str, object] = {t.name: t for t in initializers}
     for node in function.node:
-        if node.op_type != "Constant" or len(node.output) != 1 or len(node.attribute) != 1:
-            continue
-        attribute = node.attribute[0]
-        if attribute.name == "value" and attribute.type == onnx.AttributeProto.TENSOR:
-            out[node.output[0]] = numpy_helper.to_array(attribute.t)
-        elif attribute.name in ("value_int", "value_ints"):
-            out[node.output[0]] = np.asarray(helper.get_attribute_value(attribute), np.int64)
+        if node.op_type == "Constant" and len(node.output) == 1 and len(node.attribute) == 1:
+            attribute = node.attribute[0]
+            if attribute.name in ("value", "value_int", "value_ints"):
+                out[node.output[0]] = attribute
     return out
 
 
-def _check_integer_divisor(
-    node, values: dict[str, onnx.TypeProto], constants: dict[str, np.ndarray], where: str
-) -> None:
+def _as_array(source) -> np.ndarray | None:
+    """A constant's values, or None when they cannot be read (invalid data: other rules report it)."""
+    try:
+        if isinstance(source, TensorProto):
+            return numpy_helper.to_array(source)
+        if source.type == onnx.AttributeProto.TENSOR:
+            return numpy_helper.to_array(source.t)
+        return np.asarray(helper.get_attribute_value(source), np.int64)
+    except (ValueError, TypeError):  # numpy_helper's word for data that does not fit its dims
+        return None
+
+
+def _check_integer_divisor(node, values: dict[str, onnx.TypeProto], constants: dict[str, object], where: str) -> None:
     """An integer Div or Mod divides by a constant without 0 (or -1, for a signed type): a payload
     value there is an error in onnxruntime and 0 in onnx's reference evaluator, and onnxruntime's
     int64 Div of INT64_MIN by -1 kills the process with SIGFPE (found by a red-team pass)."""
@@ -209,7 +216,8 @@ def _check_integer_divisor(
     elem_type = values.get(node.input[1], onnx.TypeProto()).tensor_type.elem_type
     if elem_type not in _INTEGER_TYPES:
         return
-    divisor = constants.get(node.input[1])
+    source = constants.get(node.input[1])
+    divisor = _as_array(source) if source is not None else None
     signed = elem_type in _SIGNED_TYPES
     if divisor is None or np.any(divisor == 0) or (signed and np.any(divisor == -1)):
         raise ValidationError(
