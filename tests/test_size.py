@@ -127,6 +127,15 @@ def test_dynamic_shapes_are_rejected():
         S.size_in_bits(S.make_array(no_shape, 1))
 
 
+@pytest.mark.parametrize("dims", [[2**62, 0], [0, 2**62], [2**63 - 1, 2**63 - 1, 0], [2**61, 0, 8]])
+def test_a_tensor_with_a_zero_dimension_is_0_bits_in_any_order(dims):
+    """Found by a review against the proposal: UINT8[2^62, 0] overflowed on its way to 0 bits
+    (8 * 2^62 first) while UINT8[0, 2^62] was 0 bits."""
+    assert S.size_in_bits(S.make_structure([S.make_field("a", S.make_tensor_type(T.UINT8, dims))])) == 0
+    with pytest.raises(S.ValidationError, match="overflows uint64"):
+        S.size_in_bits(S.make_structure([S.make_field("a", S.make_tensor_type(T.UINT8, [d or 2 for d in dims]))]))
+
+
 def test_overflow_raises_never_wraps():
     max64 = (1 << 64) - 1
     with pytest.raises(S.ValidationError, match="overflows uint64"):

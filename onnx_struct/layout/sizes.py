@@ -126,7 +126,7 @@ def type_size(type_proto, path: str, size_of_index) -> int:
                 "tensor shape is missing (a physical leaf needs a static shape)",
                 code="bad_shape",
             )
-        total = width
+        dims = []
         for k, dim in enumerate(tensor.shape.dim):
             if dim.WhichOneof("value") != "dim_value" or dim.dim_value < 0:
                 raise ValidationError(
@@ -134,7 +134,12 @@ def type_size(type_proto, path: str, size_of_index) -> int:
                     "dimension is not a concrete non-negative integer",
                     code="bad_shape",
                 )
-            total = checked(total * dim.dim_value, f"{path}.tensor_type")
+            dims.append(dim.dim_value)
+        if 0 in dims:  # 0 bits in any order: [2^62, 0] overflowed on the way where [0, 2^62] did not
+            return 0
+        total = width
+        for d in dims:  # checked at each step: no product is ever wider than 128 bits
+            total = checked(total * d, f"{path}.tensor_type")
         return total
     if which == "struct_type":
         kind = type_proto.struct_type.WhichOneof("kind")
