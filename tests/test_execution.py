@@ -27,6 +27,7 @@ from onnx_struct import formats
 from onnx_struct.cli import main
 from onnx_struct.formats.base import FORMAT_DOMAIN
 from onnx_struct.lowering.execution import rewrite_for_execution
+from onnx_struct.lowering.lower import lower_model
 from onnx_struct.schema.model import load
 
 pytest.importorskip("gguf")
@@ -423,3 +424,84 @@ def test_an_older_opset_with_a_changed_operator_in_a_subgraph_keeps_the_decoder(
     (y, r), _ = run_ort(lowered, {"x": x}, tmp_path)
     assert_close_product(y, x, oracle("Q4_0", payload, (N, K)))
     np.testing.assert_allclose(r[:, 0], x.mean(axis=1), rtol=1e-5, atol=1e-6)
+
+
+def test_a_weight_kept_decoded_for_one_consumer_keeps_its_leaf_names(tmp_path):
+    """Found by a red-team pass: for formats with a leaf named ``scale`` (INT4_B32_F16, OCP_MX*...),
+    the rewritten consumer's initializers took ``W::scale``, the name the decoded route then needed
+    for the same weight read by a Relu ("lowered leaf name 'W::scale' is already used")."""
+    name, k = "INT4_B32_F16", 64
+    payload = random_payload(name, (N, k), SEED, sane=True)
+    graph = oh.make_graph(
+        [
+            oh.make_node("Transpose", ["W"], ["Wt"], perm=[1, 0]),
+            oh.make_node("MatMul", ["x", "Wt"], ["y"]),
+            oh.make_node("Relu", ["W"], ["r"]),
+        ],
+        "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [ROWS, k])],
+        [
+            oh.make_tensor_value_info("y", TensorProto.FLOAT, [ROWS, N]),
+            oh.make_tensor_value_info("r", TensorProto.FLOAT, [N, k]),
+        ],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+    S.add_struct_values(model, formats.get(name).make_value(model, "W", (N, k), payload))
+    lowered = S.lower(model, execution="quantized")
+    onnx.checker.check_model(lowered, full_check=True)
+    x = np.random.default_rng(SEED).standard_normal((ROWS, k)).astype(np.float32)
+    (y, r), _ = run_ort(lowered, {"x": x}, tmp_path)
+    w = oracle(name, payload, (N, k))
+    assert_close_product(y, x, w)
+    np.testing.assert_array_equal(r, np.maximum(w, 0))
+
+
+def test_a_shared_blocksum_comes_before_its_first_reader(tmp_path):
+    """Found by a red-team pass: two Q4_K weights (a minimum each) multiply one x, their values
+    listed in the other order than their consumers; the shared blocksum(x) went before the later
+    consumer, and the lowered graph was not topologically sorted (onnx.checker refused it)."""
+    k = 256
+    graph = oh.make_graph(
+        [
+            oh.make_node("Transpose", ["W2"], ["W2t"], perm=[1, 0]),
+            oh.make_node("MatMul", ["x", "W2t"], ["y2"]),
+            oh.make_node("Transpose", ["W1"], ["W1t"], perm=[1, 0]),
+            oh.make_node("MatMul", ["x", "W1t"], ["y1"]),
+        ],
+        "g",
+        [oh.make_tensor_value_info("x", TensorProto.FLOAT, [ROWS, k])],
+        [oh.make_tensor_value_info(n, TensorProto.FLOAT, [ROWS, N]) for n in ("y1", "y2")],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+    payloads = {w: random_payload("Q4_K", (N, k), seed, sane=True) for w, seed in (("W1", 1), ("W2", 2))}
+    for w, payload in payloads.items():  # W1 first: its consumer is the later node
+        S.add_struct_values(model, formats.get("Q4_K").make_value(model, w, (N, k), payload))
+    for accuracy_level in (None, 0):  # DequantizeLinear, then MatMulNBits
+        lowered = lower_model(model, execution="quantized", accuracy_level=accuracy_level).model
+        onnx.checker.check_model(lowered)
+        x = np.random.default_rng(SEED).standard_normal((ROWS, k)).astype(np.float32)
+        (y1, y2), _ = run_ort(lowered, {"x": x}, tmp_path)
+        assert_close_product(y1, x, oracle("Q4_K", payloads["W1"], (N, k)))
+        assert_close_product(y2, x, oracle("Q4_K", payloads["W2"], (N, k)))
+
+
+def test_gemm_with_beta_0_ignores_its_bias_as_the_decoded_route_does(tmp_path):
+    """Found by a red-team pass: onnxruntime's Gemm skips C when beta is 0; the rewrite added
+    C * 0, which is NaN for an infinite C."""
+    payload = random_payload("Q8_0", (N, K), SEED, sane=True)
+    graph = oh.make_graph(
+        [oh.make_node("Gemm", ["x", "W", "c"], ["z"], transB=1, beta=0.0)],
+        "g",
+        [
+            oh.make_tensor_value_info("x", TensorProto.FLOAT, [ROWS, K]),
+            oh.make_tensor_value_info("c", TensorProto.FLOAT, [N]),
+        ],
+        [oh.make_tensor_value_info("z", TensorProto.FLOAT, [ROWS, N])],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+    S.add_struct_values(model, formats.get("Q8_0").make_value(model, "W", (N, K), payload))
+    x = np.random.default_rng(SEED).standard_normal((ROWS, K)).astype(np.float32)
+    inputs = {"x": x, "c": np.full(N, np.inf, np.float32)}
+    (z,), _ = run_ort(S.lower(model, execution="quantized"), inputs, tmp_path)
+    assert np.isfinite(z).all()
+    assert_close_product(z, x, oracle("Q8_0", payload, (N, K)))

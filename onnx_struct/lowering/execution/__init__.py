@@ -30,6 +30,7 @@ from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.lowering.execution.emit import MS_DOMAIN, Emitter
 from onnx_struct.lowering.execution.recognize import Recognized, recognize
 from onnx_struct.lowering.execution.repack import GatherLayout, row_forms
+from onnx_struct.lowering.lower import leaf_tensor_name
 from onnx_struct.lowering.opsets import differing_ops
 from onnx_struct.payload.values import resolve_value
 from onnx_struct.schema.model import LoadedModel, copy_without_struct_values
@@ -74,6 +75,10 @@ def rewrite_for_execution(
     graph = proto.graph
     consumers, pinned = _uses(graph)
     taken = _names(loaded.proto.graph)
+    # The names lower gives the leaves of a value it keeps decoded (W::scale): the emitted
+    # initializers must not take them (found by a red-team pass: "'W::scale' is already used").
+    for name, (value, _) in candidates.items():
+        taken.update(leaf_tensor_name(name, leaf.path) for leaf in resolve_value(value, loaded).leaves)
     counter = itertools.count()
 
     def fresh(prefix: str) -> str:
@@ -87,11 +92,15 @@ def rewrite_for_execution(
     before: dict[int, list] = {}  # node index -> nodes emitted just before it
     removed: set[int] = set()
 
+    first_use: dict[tuple[str, int], int] = {}  # blocksum key -> the first node index that reads it
+
     def emit_at(index: int, action) -> None:
-        start = len(emitter.nodes)
+        start, requests = len(emitter.nodes), len(emitter.blocksum_requests)
         action()
         before.setdefault(index, []).extend(emitter.nodes[start:])
         del emitter.nodes[start:]
+        for key in emitter.blocksum_requests[requests:]:
+            first_use[key] = min(first_use.get(key, index), index)
 
     for name, (value, recognized) in candidates.items():
         rows, cols = recognized.shape
@@ -108,7 +117,10 @@ def rewrite_for_execution(
             bs = layout.spec.block_size
             nbits = emitter.emits_nbits
             weight = None if nbits else emitter.dequantize(name, inputs, bs)
-            has_bias = node.op_type == "Gemm" and len(node.input) > 2 and node.input[2]
+            # beta = 0: onnxruntime's Gemm (the decoded route) skips C, so an inf in it is not NaN
+            has_bias = (
+                node.op_type == "Gemm" and len(node.input) > 2 and node.input[2] and _attribute(node, "beta", 1.0) != 0
+            )
 
             def multiply(out: str, node_name: str = "") -> None:
                 if nbits:
@@ -194,6 +206,12 @@ def rewrite_for_execution(
             arrays.clear()
         reason = f"the graph imports opset {opset} and its operators {', '.join(changed)} differ at {MIN_OPSET}"
         return loaded, ExecutionReport(kept=dict.fromkeys(candidates, reason))
+    for key, blocksum in emitter.blocksum_nodes.items():  # each before the first node that reads it
+        ids = {id(node) for node in blocksum}
+        for index, emitted in before.items():
+            if any(id(node) in ids for node in emitted):
+                before[index] = [node for node in emitted if id(node) not in ids]
+        before[first_use[key]] = blocksum + before.get(first_use[key], [])
     # The overlay's messages are not onnx's classes: emitted protos go in through their bytes.
     nodes = []
     for j, node in enumerate(graph.node):

@@ -47,6 +47,11 @@ class Emitter:
         self.initializers: list[TensorProto] = []
         self.nodes: list = []
         self._blocksums: dict[tuple[str, int], str] = {}
+        # (x, block size) -> the nodes computing its blocksum, and every request for one, in order:
+        # a blocksum shared by weights whose consumers come in another order than their values
+        # must move before its first consumer (rewrite_for_execution does; found by a red-team pass).
+        self.blocksum_nodes: dict[tuple[str, int], list] = {}
+        self.blocksum_requests: list[tuple[str, int]] = []
         self._constants: dict[tuple, str] = {}
 
     @property
@@ -102,13 +107,16 @@ class Emitter:
         """``x [..., K]`` -> ``[..., K/bs]``: the sum of each block of ``block_size`` elements
         (shared by every weight of that block size the same ``x`` multiplies)."""
         key = (x, block_size)
+        self.blocksum_requests.append(key)
         if key not in self._blocksums:
+            start = len(self.nodes)
             shape = self.node("Shape", [x], f"{x}::shape", end=-1)
             blocked = self.node(
                 "Concat", [shape, self.constant([k // block_size, block_size])], f"{x}::blocked", axis=0
             )
             grouped = self.node("Reshape", [x, blocked], f"{x}::blocks")
             self._blocksums[key] = self.node("ReduceSum", [grouped, self.constant([-1])], f"{x}::blocksum", keepdims=0)
+            self.blocksum_nodes[key] = self.nodes[start:]
         return self._blocksums[key]
 
     def matmul(self, x: str, weight: str, minimum: str | None, k: int, block_size: int, output: str) -> None:
