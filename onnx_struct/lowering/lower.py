@@ -13,8 +13,6 @@ See docs/semantics.md, "Decoders, encoders and execution", for every decision ta
 from __future__ import annotations
 
 import dataclasses
-import functools
-import hashlib
 import os
 from collections.abc import Callable
 
@@ -33,6 +31,7 @@ from onnx_struct.check.inference import LogicalTypes
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import Leaf, TypeTable, element_label
 from onnx_struct.lowering.leaf_tensors import dense_byte_run, leaf_to_tensor
+from onnx_struct.lowering.names import SEPARATOR, leaf_tensor_name, short_name
 from onnx_struct.lowering.opsets import reconcile_opsets
 from onnx_struct.payload import external
 from onnx_struct.payload.values import constant_tensor, resolve_value, value_declaration
@@ -46,7 +45,6 @@ from onnx_struct.schema.opaque import opaque_inside as _opaque_inside
 from onnx_struct.schema.projections import stock_view
 from onnx_struct.schema.walk import walk_graphs, walk_nodes
 
-SEPARATOR = "::"
 # The highest IR version the oldest supported onnxruntime (pyproject: onnxruntime>=1.32) loads. A
 # constant, not a probe of the installed onnxruntime: lowering never imports it, and its output
 # does not depend on what is installed (tests/test_lower.py checks the constant against the probe).
@@ -69,28 +67,6 @@ _TYPE_IR = {
     },
     **{getattr(TensorProto, n): 14 for n in ("FLOAT6E2M3", "FLOAT6E3M2") if hasattr(TensorProto, n)},
 }
-
-
-def leaf_tensor_name(value_name: str, leaf_path: str) -> str:
-    """The lowered name of a leaf: ``"<value or input name>::<leaf path>"`` (``"w::"`` for a root
-    whose single leaf has the empty path; a leaf path over MAX_LOWERED_NAME_CHARS shortened)."""
-    return f"{value_name}{SEPARATOR}{short_name(leaf_path)}"
-
-
-# Declaration-level names the lowered model repeats once per value (a leaf path in each value's
-# leaf names, a decoder's name in each call node) are shortened past this many characters: a 1 MB
-# decoder name in a 2 MB model of 2,500 values made 2.5 GB (MemoryError; found by a red-team pass).
-MAX_LOWERED_NAME_CHARS = 256
-
-
-@functools.lru_cache(maxsize=256)  # a leaf path is shortened once, not once per value
-def short_name(name: str) -> str:
-    """``name``, or when longer than MAX_LOWERED_NAME_CHARS its first 64 characters, ``~`` and 16
-    hex digits of its hash."""
-    if len(name) <= MAX_LOWERED_NAME_CHARS:
-        return name
-    digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
-    return f"{name[:64]}~{digest}"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,7 +30,7 @@ from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.lowering.execution.emit import MS_DOMAIN, Emitter
 from onnx_struct.lowering.execution.recognize import Recognized, recognize
 from onnx_struct.lowering.execution.repack import GatherLayout, row_forms
-from onnx_struct.lowering.lower import leaf_tensor_name
+from onnx_struct.lowering.names import leaf_tensor_name
 from onnx_struct.lowering.opsets import differing_ops
 from onnx_struct.payload.values import resolve_value
 from onnx_struct.schema.model import LoadedModel, copy_without_struct_values
