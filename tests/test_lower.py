@@ -482,6 +482,19 @@ def test_a_graph_conversion_that_would_reuse_a_name_is_refused():
     S.check_model(model, full_check=True)
     with pytest.raises(S.ValidationError, match="converter failed: it gave a second value the name 's_intermediate'"):
         S.lower(model)
+    # The same inside an If branch: the converter adapts subgraphs too (found by a review).
+    branch = oh.make_graph(
+        [oh.make_node("Softmax", ["X"], ["s"], axis=0), oh.make_node("Add", ["s", "s_intermediate"], ["b"])],
+        "branch",
+        [],
+        [oh.make_tensor_value_info("b", TensorProto.FLOAT, [2, 4])],
+    )
+    del model.graph.node[:]
+    model.graph.input.append(oh.make_tensor_value_info("c", TensorProto.BOOL, []))
+    model.graph.node.append(oh.make_node("If", ["c"], ["Y"], then_branch=branch, else_branch=branch))
+    S.check_model(model, full_check=True)
+    with pytest.raises(S.ValidationError, match="converter failed: it gave a second value the name 's_intermediate'"):
+        S.lower(model)
 
 
 def test_hardmax_is_not_converted_across_opset_13():

@@ -199,6 +199,12 @@ def test_out_is_written_anew_never_over_the_input_nor_through_a_link(converted, 
     assert (folder / "old.out").read_bytes() != b"old"
     assert not [p.name for p in folder.iterdir() if p.name.endswith(".tmp")]  # no temporary left behind
 
+    # OUT is the user's own name, not a location a model states: a ':' is a character on POSIX
+    # (the model-location rules called it absolute; found by a review).
+    colon = cli(*(a.format(out="x:y.out") for a in WRITERS[command]), cwd=folder)
+    assert colon.returncode == 0, colon.stderr
+    assert (folder / "x:y.out").stat().st_size > 0
+
 
 # ---------------------------------------------------------------------- files that are not models
 def test_an_empty_file_is_called_empty_by_check_and_inspect(tmp_path):

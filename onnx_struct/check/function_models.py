@@ -87,6 +87,7 @@ def tensor_type(elem_type: int, shape: Sequence[int]) -> onnx.TypeProto:
 RUNTIME_DOMAINS = frozenset(
     {
         "ai.onnx.ml",
+        "ai.onnx.preview",
         "ai.onnx.training",
         "ai.onnx.preview.training",
         "com.microsoft",

@@ -21,7 +21,9 @@ from onnx_struct.payload.external_write import DirectoryWriter
 
 
 def refuse_inputs(output: str | os.PathLike, inputs: Sequence[str | os.PathLike]) -> pathlib.Path:
-    """``output`` as a Path; a UsageError when it is one of the ``inputs`` files."""
+    """``output`` as a Path; a UsageError when it is one of the ``inputs`` files. (The external
+    files an input model names are not looked for: that would parse the model again, payloads
+    included.)"""
     output = pathlib.Path(output)
     for source in inputs:
         try:
@@ -40,7 +42,7 @@ def write_output(
     output = refuse_inputs(output, inputs)
     try:
         with DirectoryWriter(output.absolute().parent) as writer:
-            write(writer.open(output.name, "OUT", exclusive=True))
+            write(writer.open(output.name, "OUT", exclusive=True, model_location=False))
             writer.commit("OUT")
     except ValidationError as error:
         raise _as_usage(output, error) from None
@@ -52,7 +54,7 @@ def write_model_with_external_tensors(
     """A plain model too large for one protobuf, as OUT and ``OUT.data``, written the same way."""
     output = refuse_inputs(output, inputs)
     try:
-        save_plain_with_external_tensors(model, output, location=f"{output.name}.data")
+        save_plain_with_external_tensors(model, output, location=f"{output.name}.data", model_location=False)
     except ValidationError as error:
         raise _as_usage(output, error) from None
 

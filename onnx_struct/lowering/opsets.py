@@ -88,14 +88,22 @@ UNADAPTED_MEANING_CHANGES = {
 
 
 def _reused_names(graph: onnx.GraphProto) -> set[str]:
-    """Names a node of ``graph`` defines that a graph input, initializer or earlier node defines."""
-    seen = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    reused = set()
-    for node in graph.node:
-        for name in node.output:
-            if name in seen and name:
-                reused.add(name)
-            seen.add(name)
+    """Names a node defines that a graph input, initializer or earlier node of its graph, or of a
+    graph enclosing it, already defines (subgraphs too: the converter adapts their nodes as well;
+    found by a review)."""
+    reused: set[str] = set()
+    stack = [(graph, frozenset())]
+    while stack:
+        current, outer = stack.pop()
+        seen = set(outer) | {i.name for i in current.input} | {t.name for t in current.initializer}
+        for node in current.node:
+            for attribute in node.attribute:
+                for sub in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
+                    stack.append((sub, frozenset(seen)))
+            for name in node.output:
+                if name in seen and name:
+                    reused.add(name)
+                seen.add(name)
     return reused
 
 

@@ -100,7 +100,12 @@ def save_with_external_data(
 
 
 def save_plain_with_external_tensors(
-    model: onnx.ModelProto, path: str | os.PathLike, *, location: str | None = None, size_threshold: int = 1024
+    model: onnx.ModelProto,
+    path: str | os.PathLike,
+    *,
+    location: str | None = None,
+    size_threshold: int = 1024,
+    model_location: bool = True,
 ) -> None:
     """Save a plain ONNX model of any size (protobuf's 2 GiB included) with its initializers of at
     least ``size_threshold`` bytes in ``location`` (default ``<model file name>.data``), as
@@ -109,10 +114,10 @@ def save_plain_with_external_tensors(
     its bytes, as :func:`save_with_external_data` copies its input."""
     path = pathlib.Path(path)
     shared = location if location is not None else f"{path.name}.data"
-    external.check_location(shared, "location")
+    external.check_location(shared, "location")  # the model will state it: its rules apply
     with DirectoryWriter(path.absolute().parent.resolve()) as writer:
         _move_tensors_out(model, _store(writer, shared, 1, None), size_threshold)
-        writer.open(path.name, "path", exclusive=True).write(model.SerializeToString())
+        writer.open(path.name, "path", exclusive=True, model_location=model_location).write(model.SerializeToString())
         writer.commit("path")
 
 

@@ -276,6 +276,34 @@ def test_integer_division_by_constants_is_allowed(op):
     np.testing.assert_array_equal(S.decode("W", model, runtime="reference"), expected.astype(np.float32))
 
 
+@pytest.mark.parametrize("divisor", [[3, 2, 5, 7], [3, 0, 5, 7], [3, -1, 5, 7]])
+def test_a_constant_leaf_divisor_is_read_for_the_rule(divisor):
+    """A divisor from a constant field of the declaration counts as a constant (without 0 or -1)."""
+    nodes = [
+        oh.make_node("Cast", ["values"], ["v"], to=T.INT32),
+        oh.make_node("Div", ["v", "by"], ["q"]),
+        cast("q", "y"),
+    ]
+    declaration = S.make_structure(
+        [
+            S.make_field("values", S.make_tensor_type(T.UINT8, [4])),
+            S.make_constant_field("by", np.array(divisor, np.int32)),
+        ],
+        decoder=decoder(nodes, inputs=("values", "by")),
+    )
+    graph = oh.make_graph([], "g", [], [])
+    model = oh.make_model(graph, opset_imports=OPSET, ir_version=10)
+    S.add_struct_types(model, declaration)
+    S.add_struct_values(model, S.make_struct_value("W", 0, raw_data=bytes([200, 7, 100, 255])))
+    if 0 in divisor or -1 in divisor:
+        with pytest.raises(S.ValidationError, match="constant without 0 or -1"):
+            S.check_model(model)
+        return
+    S.check_model(model, full_check=True)
+    expected = np.trunc(np.array([200, 7, 100, 255]) / np.array(divisor)).astype(np.float32)
+    np.testing.assert_array_equal(S.decode("W", model), expected)
+
+
 def test_hostile_encoder_is_refused_by_check_model_and_encode(tmp_path):
     """Encoders follow the same policy: a Loop encoder never runs."""
     body = oh.make_graph(

@@ -32,7 +32,7 @@ from onnx_struct.lowering.execution.recognize import Recognized, recognize
 from onnx_struct.lowering.execution.repack import GatherLayout, row_forms
 from onnx_struct.lowering.names import leaf_tensor_name
 from onnx_struct.lowering.opsets import differing_ops
-from onnx_struct.payload.values import resolve_value
+from onnx_struct.payload.values import resolve_value, value_declaration
 from onnx_struct.schema.model import LoadedModel, copy_without_struct_values
 from onnx_struct.schema.walk import walk_nodes
 
@@ -77,8 +77,10 @@ def rewrite_for_execution(
     taken = _names(loaded.proto.graph)
     # The names lower gives the leaves of a value it keeps decoded (W::scale): the emitted
     # initializers must not take them (found by a red-team pass: "'W::scale' is already used").
-    for name, (value, _) in candidates.items():
-        taken.update(leaf_tensor_name(name, leaf.path) for leaf in resolve_value(value, loaded).leaves)
+    table = TypeTable(loaded.struct_types)
+    for name, (value, _) in candidates.items():  # the leaves' paths only: no payload is read
+        declaration = value_declaration(value, table, name)
+        taken.update(leaf_tensor_name(name, leaf.path) for leaf in table.leaves(declaration, name))
     counter = itertools.count()
 
     def fresh(prefix: str) -> str:
