@@ -192,3 +192,23 @@ def test_check_model_of_saved_model_with_external_tensors(tmp_path, monkeypatch)
             path.unlink()
     messages = [str(d) for d in onnx_struct.validate(tmp_path / "m.onnx")]
     assert any("external_data: external file" in m and "cannot be opened" in m for m in messages), messages
+
+
+def test_two_values_of_one_name_keep_their_own_payloads(tmp_path):
+    """An invalid model (check_model refuses the duplicate name) is still saved and loaded back
+    without losing data: values were read by name, so the second got the first one's bytes
+    (found by a red-team pass)."""
+    graph = onnx.helper.make_graph([], "g", [], [])
+    model = onnx.helper.make_model(graph)
+    first, second = bytes([1]) * 16, bytes([2]) * 32
+    add_struct_values(
+        model,
+        make_struct_value("w", make_array(T.UINT8, 16), raw_data=first),
+        make_struct_value("w", make_array(T.UINT8, 32), raw_data=second),
+    )
+    path = tmp_path / "m.onnx"
+    save_with_external_data(model, path, size_threshold=0)
+    loaded = load_with_external_data(path, inline_struct_payloads=True)
+    assert [v.raw_data for v in onnx_struct.get_struct_values(loaded)] == [first, second]
+    with pytest.raises(ValidationError, match="duplicate struct value name"):
+        onnx_struct.check_model(path)

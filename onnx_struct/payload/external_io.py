@@ -23,9 +23,11 @@ import re
 import onnx
 
 from onnx_struct.errors import ValidationError
+from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.payload import external
 from onnx_struct.payload.external_write import DirectoryWriter
-from onnx_struct.payload.view import view
+from onnx_struct.payload.values import resolve_value
+from onnx_struct.payload.view import view_of
 from onnx_struct.schema.model import LoadedModel, ModelLike, from_onnx, load, to_onnx
 
 __all__ = ["save_with_external_data", "save_plain_with_external_tensors", "load_with_external_data"]
@@ -73,7 +75,8 @@ def save_with_external_data(
         external.load_external_tensors(stock, source.base_dir)
     proto = from_onnx(stock)
     values = list(proto.graph.struct_initializer)
-    payloads = [_payload(source, value, i) for i, value in enumerate(values)]
+    table = TypeTable(source.struct_types)
+    payloads = [_payload(source, value, i, table) for i, value in enumerate(values)]
 
     path = pathlib.Path(path)
     directory = path.absolute().parent.resolve()  # the model file's own name is not resolved
@@ -167,18 +170,23 @@ def load_with_external_data(path: str | os.PathLike, *, inline_struct_payloads: 
     if not inline_struct_payloads:
         return stock
     overlay = from_onnx(stock)
+    table = TypeTable(source.struct_types)
     for i, value in enumerate(overlay.graph.struct_initializer):
         if len(value.external_data):
-            value.raw_data = _payload(source, value, i).tobytes()
+            value.raw_data = _payload(source, value, i, table).tobytes()
             del value.external_data[:]
     return to_onnx(overlay)
 
 
-def _payload(source: LoadedModel, value, index: int):
-    """The verified payload bytes of ``value``, in memory (external ones read by ``view``)."""
+def _payload(source: LoadedModel, value, index: int, table: TypeTable):
+    """The verified payload bytes of ``value``, in memory (external ones read through its view).
+    The value itself is resolved, at its index, with the model's table: by name a second value of
+    that name got the first one's bytes, and finding a value's path by a scan was N^2 over N
+    values (both found by a red-team pass)."""
     if not len(value.external_data):
         return memoryview(value.raw_data)
-    return memoryview(view(value.name, source).buffer)
+    where = element_label(f"graph.struct_initializer[{index}]", value.name)
+    return memoryview(view_of(resolve_value(value, source, where=where, table=table)).buffer)
 
 
 def _stem(name, fallback: str) -> str:
@@ -193,11 +201,17 @@ class _FileNames:
 
     def __init__(self, taken) -> None:
         self.taken = set(taken)
+        self.next_suffix: dict[str, int] = {}  # wanted name -> the next suffix to try
 
     def claim(self, wanted: str) -> str:
         stem, dot, suffix = wanted.partition(".bin") if wanted.endswith(".bin") else (wanted, "", "")
-        name, n = wanted, 1
+        # Each wanted name resumes where its last claim stopped: N names sanitized alike probed
+        # 1, 2, ... again each time, N^2 (found by a red-team pass).
+        name, n = wanted, self.next_suffix.get(wanted, 1)
+        if n > 1:
+            name = f"{stem}.{n - 1}{dot}{suffix}"
         while name in self.taken:
             name, n = f"{stem}.{n}{dot}{suffix}", n + 1
+        self.next_suffix[wanted] = n
         self.taken.add(name)
         return name
