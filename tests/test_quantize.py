@@ -579,3 +579,24 @@ def test_a_padded_gemm_weight_keeps_the_flipped_trans_b():
     session = ort.InferenceSession(S.lower(quantized).SerializeToString(), providers=["CPUExecutionProvider"])
     (got,) = session.run(None, {"X": x})
     np.testing.assert_allclose(got, x @ gguf_roundtrip(np.ascontiguousarray(w.T), Q.Q8_0).T, rtol=1e-5, atol=1e-5)
+
+
+def test_an_unloaded_external_tensor_is_not_looked_for_in_the_working_directory(tmp_path, monkeypatch):
+    """A ModelProto whose other initializer is external and not loaded: onnxruntime, given the
+    lowered model's bytes, read it from the working directory, so the verdict depended on where
+    the caller stood (found by a red-team pass). It has no directory to be read from: refused."""
+    model = synthetic_model()
+    bias = next(t for t in model.graph.initializer if t.name == "b2")
+    data = bias.raw_data or np.asarray(numpy_helper.to_array(bias)).tobytes()
+    (tmp_path / "local.bin").write_bytes(data)
+    bias.ClearField("raw_data")
+    del bias.float_data[:]
+    bias.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", "local.bin"), ("offset", "0"), ("length", str(len(data)))):
+        bias.external_data.add(key=key, value=value)
+    monkeypatch.chdir(tmp_path)  # where onnxruntime found local.bin before
+    with pytest.raises(
+        S.ValidationError,
+        match=r"graph.initializer\[\d+\] \('b2'\).external_data: an external tensor needs the model's directory",
+    ):
+        quantize(model, "Q8_0")

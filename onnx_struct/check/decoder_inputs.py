@@ -11,6 +11,7 @@ from __future__ import annotations
 import onnx
 
 from onnx_struct.errors import ValidationError
+from onnx_struct.layout.leaves import some_leaf_paths
 from onnx_struct.layout.table import Leaf, LeafLookup
 
 Leaves = tuple[Leaf, ...] | LeafLookup
@@ -29,7 +30,7 @@ def _bind(names, leaves: Leaves, where: str, role: str, allow_constants: bool) -
             if isinstance(by_path, LeafLookup):
                 known = by_path.preview()
             else:
-                known = ", ".join(repr(p) for p in by_path) or "none"
+                known = some_leaf_paths(by_path)
             raise ValidationError(
                 where, f"{role} {name!r} binds to no leaf (leaves: {known})", code="unknown_leaf", leaf=name
             )

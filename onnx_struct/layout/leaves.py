@@ -10,6 +10,7 @@ computed without enumerating them and checked against the leaf limits (docs/secu
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from typing import Literal
 
@@ -255,3 +256,15 @@ def read_constant(tensor: onnx.TensorProto, path: str) -> np.ndarray:
         return onnx.numpy_helper.to_array(tensor)
     except Exception as error:  # onnx raises assorted types for inconsistent tensors
         raise ValidationError(path, f"constant tensor is not readable: {error}", code="bad_constant") from None
+
+
+def some_leaf_paths(paths) -> str:
+    """At most five of ``paths`` (an iterable of leaf paths), each shortened to 80 characters, for a
+    message (docs/security.md): listing every one made a 1.5 MB message per unknown leaf (found by
+    a red-team pass)."""
+    shown = [p if len(p) <= 80 else f"{p[:77]}..." for p in itertools.islice(paths, 5)]
+    known = ", ".join(repr(p) for p in shown) or "none"
+    total = len(paths) if hasattr(paths, "__len__") else None
+    if total is not None and total > len(shown):
+        known += f", ... ({total} leaves)"
+    return known

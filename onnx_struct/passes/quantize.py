@@ -55,6 +55,7 @@ from onnx_struct.passes.quantize_plan import (
 )
 from onnx_struct.runtime.codec import encode
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
+from onnx_struct.runtime.session import external_tensors_in_memory
 from onnx_struct.schema.model import add_struct_values, from_onnx, load, to_onnx
 
 __all__ = [
@@ -268,6 +269,15 @@ def runtime_error(model: onnx.ModelProto) -> str:
         if lowered.ByteSize() >= 2**31:
             # one protobuf cannot hold it: the caller's decoder probe is the check (it ran one block)
             return ""
+        # External tensors left in the model (an unloaded initializer) would be resolved by
+        # onnxruntime against the working directory (found by a red-team pass): a model without a
+        # directory has none to read them from, which is the refusal.
+        files = external_tensors_in_memory(lowered, None)
+        if files:
+            names = list(files)
+            options.add_external_initializers_from_files_in_memory(
+                names, [files[n] for n in names], [len(files[n]) for n in names]
+            )
         ort.InferenceSession(lowered.SerializeToString(), options, providers=["CPUExecutionProvider"])
     except ValidationError as error:
         return str(error)

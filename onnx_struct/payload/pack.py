@@ -38,7 +38,7 @@ from numpy.typing import ArrayLike
 
 from onnx_struct.errors import LeafNotFoundError, ValidationError
 from onnx_struct.layout.bit_writes import write_leaf
-from onnx_struct.layout.leaves import Leaf, read_constant
+from onnx_struct.layout.leaves import Leaf, read_constant, some_leaf_paths
 from onnx_struct.layout.table import TypeTable
 from onnx_struct.limits import MAX_PACK_ZERO_FILL_BYTES
 from onnx_struct.payload.values import declaration_or_index, layout_and_size, load_declarations
@@ -82,7 +82,7 @@ def pack(
     for path, value in leaves.items():
         leaf = by_path.get(path)
         if leaf is None:
-            known = ", ".join(repr(p) for p in by_path) or "none"
+            known = some_leaf_paths(by_path)
             raise LeafNotFoundError(f"leaf {path!r}", f"unknown leaf; leaves are: {known}", leaf=path)
         array = coerce_leaf(value, leaf, cast=cast)
         if leaf.kind != "constant":
@@ -171,6 +171,11 @@ def coerce_leaf(value: ArrayLike, leaf: Leaf, *, cast: Cast = "exact") -> np.nda
                 # without infinities overflow to NaN), is still a loss
                 wide, source = back.astype(np.float64), array.astype(np.float64)
                 lost = (np.isinf(wide) & ~np.isinf(source)) | (np.isnan(wide) & ~np.isnan(source))
+                # A type without NaN or infinities (FLOAT4E2M1, FLOAT6) saturates: NaN became -0.0
+                # and inf or 1e6 became 6.0 (found by a red-team pass); a value past the type's
+                # largest finite one is a loss there too.
+                lost |= ~np.isfinite(source) & np.isfinite(wide)
+                lost |= np.isfinite(source) & (np.abs(source) > float(ml_dtypes.finfo(target).max))
             elif array.dtype.kind in "iu" and target.kind in "iu" and array.dtype.kind != target.kind:
                 # numpy converts between signed and unsigned modulo 2^bits, and back again: -1 made
                 # a UINT64 2^64-1 that converted back to -1, so the round trip did not see it

@@ -9,7 +9,6 @@ read by the bit kernels of :mod:`onnx_struct.layout.bits` (zero-copy where the l
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Iterator, Mapping
 
@@ -17,7 +16,7 @@ import numpy as np
 
 from onnx_struct.errors import LeafNotFoundError
 from onnx_struct.layout.bits import read_leaf
-from onnx_struct.layout.leaves import Leaf
+from onnx_struct.layout.leaves import Leaf, some_leaf_paths
 from onnx_struct.layout.table import TypeTable
 from onnx_struct.payload.values import (
     ExternalPayload,
@@ -85,11 +84,8 @@ class StructView(Mapping):
         except KeyError:
             # At most five paths of 80 characters (docs/security.md): listing all of them made a
             # 1.6 MB message per miss (found by a red-team pass).
-            shown = [p if len(p) <= 80 else f"{p[:77]}..." for p in itertools.islice(self._by_path, 5)]
-            known = ", ".join(repr(p) for p in shown) or "none"
-            if len(self._by_path) > len(shown):
-                known += f", ... ({len(self._by_path)} leaves)"
             shown_path = path if not isinstance(path, str) or len(path) <= 80 else f"{path[:77]}..."
+            known = some_leaf_paths(self._by_path)
             raise LeafNotFoundError(self.where, f"no leaf {shown_path!r}; leaves are: {known}", leaf=path) from None
 
     def __getitem__(self, path: str) -> np.ndarray:
@@ -149,7 +145,12 @@ def view_buffer(buffer, struct_type: StructTypeProto | int, model=None, *, name:
     where = f"struct value {name!r}" if name else "buffer"
     declaration, _ = declaration_or_index(struct_type, table, f"{where}.type")
     layout, nbytes = layout_and_size(table, declaration, where)
-    data = memoryview(buffer).cast("B") if not isinstance(buffer, np.ndarray) else buffer.reshape(-1).view(np.uint8)
+    if isinstance(buffer, np.ndarray):
+        # reshape(-1) does not copy a strided 1-D array, and view() then refused it (ValueError;
+        # found by a red-team pass): its elements' bytes in C order, copied only when needed.
+        data = np.ascontiguousarray(buffer).reshape(-1).view(np.uint8)
+    else:
+        data = memoryview(buffer).cast("B")
     if len(data) != nbytes:
         raise size_mismatch(where, len(data), nbytes)
     return StructView(data, layout, name)

@@ -19,7 +19,7 @@ from onnx_struct.check.function_models import tensor_type
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import TypeTable
 from onnx_struct.payload import external
-from onnx_struct.payload.pack import pack
+from onnx_struct.payload.pack import check_zero_fill, pack
 from onnx_struct.payload.values import declaration_or_index, load_declarations, resolve_value
 from onnx_struct.payload.view import StructView, view_of
 from onnx_struct.runtime import parallel
@@ -132,8 +132,12 @@ def encode(
             encoder_path, f"input dtype {x.dtype} has no ONNX element type", code="unknown_element_type"
         )
     feed = Feed(elem_type, x.shape, array=x)
-    # The policy's budget also counts the payload the encoder writes.
-    written = table.size(declaration, where) // 8
+    # The policy's budget also counts the leaves the encoder writes, and the payload they leave to
+    # zero-fill is checked first: the declared size alone let an encoder allocate 256 bytes per
+    # byte of a 2^40-byte padding leaf before pack refused it (found by a red-team pass).
+    nbytes = table.size(declaration, where) // 8
+    check_zero_fill(nbytes, [(leaf, None) for leaf in bound.values()], encoder_path)
+    written = sum(leaf.count * leaf.bit_width for leaf in bound.values()) // 8
     runner = cached_runner(
         encoder,
         encoder_path,

@@ -10,6 +10,7 @@ created: their leaves (hence the lowered graph's inputs) are unknown until run t
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -19,7 +20,9 @@ import onnx
 from google.protobuf.message import EncodeError
 
 from onnx_struct.errors import ValidationError
+from onnx_struct.layout import dtypes
 from onnx_struct.limits import PROTOBUF_LIMIT
+from onnx_struct.lowering.execution.emit import IN_MEMORY_LOCATION
 from onnx_struct.lowering.lower import StructInput, lower_model
 from onnx_struct.payload import external
 from onnx_struct.payload.view import StructView, view, view_buffer
@@ -27,6 +30,7 @@ from onnx_struct.runtime.feeds import Feed, leaf_feeds, ortvalue_to_numpy
 from onnx_struct.runtime.file_backed import held_lightly, inline_own_file_tensors
 from onnx_struct.runtime.heap import release_free_memory
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
+from onnx_struct.runtime.weights_file import FILE_NAME as WEIGHTS_FILE_NAME
 from onnx_struct.runtime.weights_file import write_weights_file
 from onnx_struct.schema.model import LoadedModel, ModelLike, StructProto, StructTypeProto, load
 
@@ -136,12 +140,21 @@ class InferenceSession:
         # The repacked arrays go to onnxruntime through a temporary external-data file when one
         # can be written (its lowest peak: weights_file.py), else in memory, where onnxruntime
         # copies them while it loads the model (OrtApi::AddExternalInitializers).
+        # Tensors the lowered model references in the model's directory (payload leaves kept in
+        # place, stock external initializers) are read here, under the model-directory rules, and
+        # handed to onnxruntime in memory: given the folder, onnxruntime mapped those files, so a
+        # file truncated after the session was made killed the process (SIGBUS) and one rewritten
+        # changed the outputs (found by a red-team pass). It copies them while it creates the session.
         weights = write_weights_file(lowering.model, arrays, self._base_dir) if arrays else None
-        folder = weights.directory if weights is not None else self._base_dir
-        if folder is not None and (weights is not None or _has_external_tensors(lowering.model)):
-            # where onnxruntime finds the external data of a model it is given as bytes
+        in_memory_files = external_tensors_in_memory(lowering.model, self._base_dir)
+        if in_memory_files:
+            names = list(in_memory_files)
+            buffers = [in_memory_files[n] for n in names]
+            options.add_external_initializers_from_files_in_memory(names, buffers, [len(b) for b in buffers])
+        if weights is not None:
+            # where onnxruntime finds the repacked weights of a model it is given as bytes
             options.add_session_config_entry(
-                "session.model_external_initializers_file_folder_path", _folder_name(folder)
+                "session.model_external_initializers_file_folder_path", _folder_name(weights.directory)
             )
         if weights is not None:
             arrays.clear()
@@ -265,8 +278,43 @@ class InferenceSession:
         return view(value, self._declarations, base_dir=self._base_dir)
 
 
-def _has_external_tensors(model: onnx.ModelProto) -> bool:
-    return any(external.is_external(tensor) for _, tensor in external.model_tensors(model))
+def external_tensors_in_memory(model: onnx.ModelProto, base_dir) -> dict[str, np.ndarray]:
+    """Every external tensor of ``model`` (but the repacked weights' placeholders) read under the
+    model-directory rules and re-pointed at a file of its own, whole, in memory: file name ->
+    its bytes, for ``add_external_initializers_from_files_in_memory``."""
+    files: dict[str, np.ndarray] = {}
+    for where, tensor in external.model_tensors(model):
+        if not external.is_external(tensor):
+            continue
+        entries = {e.key: e.value for e in tensor.external_data}
+        if entries.get("location") in (IN_MEMORY_LOCATION, WEIGHTS_FILE_NAME):
+            continue  # the repacked weights (and what weights_file.py copied): handed over already
+        if base_dir is None:
+            raise ValidationError(
+                f"{where}.external_data",
+                "an external tensor needs the model's directory (base_dir)",
+                code="no_base_dir",
+            )
+        ref = external.parse_external_data(tensor.external_data, f"{where}.external_data")
+        file, length = external.resolve(ref, base_dir, f"{where}.external_data")
+        if ref.length is None:  # onnxruntime takes the size from the type, not the rest of the file
+            bits = dtypes.bit_width(tensor.data_type) or 0
+            needed = -(-math.prod(tensor.dims) * bits // 8)
+            if needed > length:
+                raise ValidationError(
+                    f"{where}.external_data",
+                    f"external file {file.name!r} holds {length} bytes from offset {ref.offset}; the tensor needs {needed}",
+                    code="file_too_short",
+                    offset=ref.offset,
+                    length=needed,
+                )
+            length = needed
+        name = f"onnx_struct.memory.{len(files)}"
+        files[name] = external.read_range(file, ref.offset, length, f"{where}.external_data")
+        del tensor.external_data[:]
+        for key, value in (("location", name), ("offset", "0"), ("length", str(length))):
+            tensor.external_data.add(key=key, value=value)
+    return files
 
 
 def _folder_name(folder: str | os.PathLike) -> str:

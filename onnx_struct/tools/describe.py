@@ -175,9 +175,14 @@ def _declaration_node(
         node["type"] = "structure"
         children = []
         position = offset
-        for i, field in enumerate(declaration.structure.field):
+        fields = declaration.structure.field
+        for i, field in enumerate(fields):
+            if budget[0] <= 0:  # the budget bounds a structure's own fields too (found by a red-team pass)
+                node["truncated_children"] = len(fields) - i
+                break
             where = element_label(f"{path}.structure.field[{i}]", field.name)
             if field.WhichOneof("content") == "constant":
+                budget[0] -= 1
                 children.append(_constant_node(field.name, field.constant, position))
                 continue
             child = _type_node(field.type, table, f"{where}.type", position, budget, field.name, depth)
@@ -194,7 +199,11 @@ def _declaration_node(
         record = sum(c.bit_width for c in packing.component)
         node.update(type=f"bit_packing[{packing.dimension}]", dimension=packing.dimension, stride_bits=record)
         children, position = [], offset
-        for component in packing.component:
+        for i, component in enumerate(packing.component):
+            budget[0] -= 1
+            if budget[0] <= 0:  # 8,000 components under 200 references printed 1.6M lines
+                node["truncated_children"] = len(packing.component) - i
+                break
             children.append(
                 {
                     "name": component.name,
@@ -362,6 +371,8 @@ def _tree_lines(children) -> list[str]:
                 kind += f" = {node.get('value', '?')}"
             if node.get("truncated"):
                 kind += " (not expanded)"
+            if node.get("truncated_children"):
+                kind += f" ({node['truncated_children']} more parts not shown)"
             grandchildren = node.get("children", [])
             if node["kind"] == "reference" and grandchildren:  # show the referenced declaration's parts
                 target = grandchildren[0]
