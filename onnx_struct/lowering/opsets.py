@@ -70,6 +70,12 @@ def convert_default_opset(model: onnx.ModelProto, version: int) -> onnx.ModelPro
     reused = _reused_names(converted.graph) - _reused_names(model.graph)
     if reused:  # e.g. Softmax_12_13 names its Softmax "<output>_intermediate" without asking
         raise OpsetConversionError(f"it gave a second value the name {sorted(reused)[0]!r}")
+    # The graph's signature and value_info as they were: the converter's IR dropped an elem_type
+    # set to 0, which onnx's checker then refused (found by the long fuzz run on lower), and its
+    # shape inference leaves a value_info per intermediate and refined output shapes behind.
+    for field in ("input", "output", "value_info"):
+        del getattr(converted.graph, field)[:]
+        getattr(converted.graph, field).extend(getattr(model.graph, field))
     return converted
 
 

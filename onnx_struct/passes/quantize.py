@@ -303,8 +303,8 @@ def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, .
     the converter's reason (else ""): the quantized model is still valid, and the reason is what
     quantize reports if onnxruntime then refuses the quantized model.
 
-    The converter also runs shape inference and leaves its results behind (a value_info for every
-    intermediate, refined output shapes); those are dropped again, so only the opset changes.
+    The converter also runs shape inference; convert_default_opset keeps the graph's own signature
+    and value_info, so only the opset and the adapted nodes change.
     """
     needed = max((o.version for o in fmt.decoder(shape).opset_import if o.domain in ("", "ai.onnx")), default=0)
     have = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
@@ -317,10 +317,7 @@ def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, .
             f"the {fmt.name} decoder needs the model at opset {needed}, it imports {have}, and onnx's version "
             f"converter failed: {error}"
         )
-    for field in ("value_info", "output"):
-        del getattr(converted.graph, field)[:]
-        getattr(converted.graph, field).extend(getattr(model.graph, field))
-    return converted, ""
+    return converted, ""  # its signature and value_info as they were (convert_default_opset)
 
 
 def _check_weight_data(tensor: onnx.TensorProto, index: int) -> None:
