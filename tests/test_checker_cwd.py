@@ -168,3 +168,19 @@ def test_without_a_temporary_directory_onnx_checks_as_it_would(tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     with pytest.raises(S.ValidationError, match="onnx.checker: .*c.bin"):
         S.check_model(path)
+
+
+def test_a_relative_base_dir_is_fixed_when_the_model_is_loaded(tmp_path, monkeypatch):
+    """Found by a red-team pass: a relative ``base_dir`` stayed relative and was resolved at each
+    read, so after an ``os.chdir`` a view read another directory's file of that name."""
+    for folder, byte in (("first", 7), ("second", 9)):
+        (tmp_path / folder / "a").mkdir(parents=True)
+        (tmp_path / folder / "a" / "w.bin").write_bytes(bytes([byte]) * 4)
+    model = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], []))
+    value = S.make_struct_value("w", S.make_array(onnx.TensorProto.UINT8, 4))
+    value.external_data.add(key="location", value="w.bin")
+    S.add_struct_values(model, value)
+    monkeypatch.chdir(tmp_path / "first")
+    loaded = S.load_model(model.SerializeToString(), base_dir="a")
+    monkeypatch.chdir(tmp_path / "second")
+    np.testing.assert_array_equal(S.view("w", loaded)[""], [7, 7, 7, 7])

@@ -204,9 +204,12 @@ def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = No
 
     An ``onnx.ModelProto`` is not serialized until something needs more than its struct parts.
     """
+    # A relative base_dir is fixed here, as a model's own directory is: resolved at each read, it
+    # followed the process's working directory (os.chdir between calls read another file; found by
+    # a red-team pass).
+    directory = pathlib.Path(base_dir).resolve() if base_dir is not None else None
     if isinstance(model, LoadedModel):
-        return model if base_dir is None else model.rebased(pathlib.Path(base_dir))
-    directory = pathlib.Path(base_dir) if base_dir is not None else None
+        return model if directory is None else model.rebased(directory)
     if isinstance(model, pb.ModelProto):
         return LoadedModel(model, directory)
     if isinstance(model, onnx.ModelProto):
