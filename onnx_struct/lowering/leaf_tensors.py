@@ -42,7 +42,7 @@ def leaf_to_tensor(name: str, leaf: Leaf, struct_view: StructView, elem_type: in
         return tensor
     array = contiguous(struct_view[leaf.path])
     if array.dtype == np.bool_:  # a payload byte other than 0 or 1 means true: written as ONNX writes it
-        array = np.not_equal(array.view(np.uint8), 0)
+        array = np.asarray(np.not_equal(array.view(np.uint8), 0))  # 0-d: numpy returns a scalar
     if leaf.bit_width % 8 or array.dtype.itemsize * 8 != (
         leaf.bit_width if leaf.kind == "tensor" else array.dtype.itemsize * 8
     ):

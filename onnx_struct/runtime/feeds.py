@@ -61,7 +61,7 @@ class Feed:
         if array.dtype == np.bool_:
             # A view exposes a BOOL leaf's payload byte as is (0x76 stays 0x76); onnxruntime's Cast
             # then gave 118.0 where the reference evaluator gives 1.0 (found by a red-team pass).
-            array = np.not_equal(array.view(np.uint8), 0)
+            array = np.asarray(np.not_equal(array.view(np.uint8), 0))  # 0-d: numpy returns a scalar
         if array.dtype.kind == "V" or array.dtype.type.__module__.startswith("ml_dtypes"):
             # bfloat16, float8*, float8e8m0: same-size unsigned view, typed by ONNX element type.
             carrier = array.view(np.dtype(f"u{array.dtype.itemsize}"))
