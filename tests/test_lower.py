@@ -541,14 +541,7 @@ def test_a_decoder_in_a_runtimes_own_domain_is_not_replaced_by_its_operator(doma
 def test_a_scalar_bool_leaf_decodes():
     """Found by the long fuzz run on decode: the normalization of a 0-d BOOL leaf gave
     onnxruntime a numpy scalar, which it refused (RuntimeError)."""
-    decoder = oh.make_function(
-        "t",
-        "to_float",
-        ["x"],
-        ["y"],
-        [oh.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)],
-        [oh.make_opsetid("", 21)],
-    )
+    decoder = cast_decoder(name="to_float")
     declaration = S.make_structure([S.make_field("x", TensorProto.BOOL)], decoder=decoder)
     value = S.make_struct_value("b", declaration, raw_data=bytes([0x76]))
     assert S.decode(value).tolist() == 1.0
@@ -560,14 +553,7 @@ def test_a_bool_byte_other_than_0_or_1_is_true_on_every_runtime(aligned, tmp_pat
     """Found by a red-team pass: onnxruntime's Cast of a BOOL leaf whose payload byte is 0x76 gave
     118.0 (decode) where the reference evaluator, numpy and InferenceSession gave 1.0. The view
     keeps the byte (docs/semantics.md); what a runtime is given holds 0 or 1."""
-    decoder = oh.make_function(
-        "t",
-        "to_float",
-        ["x"],
-        ["y"],
-        [oh.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)],
-        [oh.make_opsetid("", 21)],
-    )
+    decoder = cast_decoder(name="to_float")
     graph = oh.make_graph(
         [oh.make_node("Identity", ["W"], ["Y"])], "g", [], [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [2])]
     )

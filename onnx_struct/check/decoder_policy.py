@@ -214,11 +214,12 @@ def _check_integer_divisor(node, values: dict[str, onnx.TypeProto], constants: d
     if len(node.input) < 2:
         return
     elem_type = values.get(node.input[1], onnx.TypeProto()).tensor_type.elem_type
-    if elem_type not in _INTEGER_TYPES:
+    kind = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type)).kind if elem_type in ELEMENT_TYPES else ""
+    if kind not in ("i", "u"):
         return
     source = constants.get(node.input[1])
     divisor = _as_array(source) if source is not None else None
-    signed = elem_type in _SIGNED_TYPES
+    signed = kind == "i"
     if divisor is None or np.any(divisor == 0) or (signed and np.any(divisor == -1)):
         raise ValidationError(
             where,
@@ -226,10 +227,6 @@ def _check_integer_divisor(node, values: dict[str, onnx.TypeProto], constants: d
             "(runtimes fail or differ on those, and onnxruntime's INT64_MIN / -1 crashes the process)",
             code="decoder_policy",
         )
-
-
-_SIGNED_TYPES = frozenset({TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64})
-_INTEGER_TYPES = _SIGNED_TYPES | {TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64}
 
 
 def _body_model(function, inputs, initializers) -> onnx.ModelProto:

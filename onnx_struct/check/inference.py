@@ -24,6 +24,7 @@ from onnx_struct.check import decoder_inputs as bindings
 from onnx_struct.check import decoder_policy
 from onnx_struct.check.function_models import onnx_elem_type, tensor_type
 from onnx_struct.errors import ValidationError
+from onnx_struct.layout import dtypes
 from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.payload.values import constant_tensor
 from onnx_struct.schema.model import LoadedModel, ModelLike, StructProto, StructTypeProto, load, to_onnx
@@ -186,14 +187,13 @@ def _describe(type_proto: onnx.TypeProto) -> str:
     if kind != "tensor_type":
         return _KIND_NAMES.get(kind, kind)
     tensor = type_proto.tensor_type
-    name = onnx.TensorProto.DataType.Name(tensor.elem_type) if tensor.elem_type in _KNOWN_TYPES else tensor.elem_type
+    name = dtypes.type_name(tensor.elem_type)
     if not tensor.HasField("shape"):
         return f"tensor({name})"
     dims = ",".join(str(d.dim_value) if d.HasField("dim_value") else (d.dim_param or "?") for d in tensor.shape.dim)
     return f"tensor({name})[{dims}]"
 
 
-_KNOWN_TYPES = frozenset(onnx.TensorProto.DataType.values())
 _KIND_NAMES = {
     "sequence_type": "a sequence",
     "map_type": "a map",

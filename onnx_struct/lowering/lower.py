@@ -173,7 +173,7 @@ class _Lowerer:
         # id(decoder) -> (the decoder, its key): a decoder shared by many values is serialized
         # once (the reference held keeps the id from being reused).
         self.function_keys: dict[int, tuple[onnx.FunctionProto, bytes]] = {}
-        self.function_ids: set[tuple[str, str]] = set()  # (domain, name) of every registered function
+        self.function_ids = {(f.domain, f.name) for f in stock.functions}  # taken by the model's own, then decoders
         self.bindings: dict[int, _Binding] = {}  # id(declaration) -> its decoder's binding
         self.calls: list[onnx.NodeProto] = []
         self.leaf_types: set[int] = set()
@@ -218,8 +218,6 @@ class _Lowerer:
             return self.functions[key]
         fn = registered_function(decoder)
         fn.name = short_name(fn.name)  # each call node repeats it
-        if not self.function_ids:
-            self.function_ids = {(f.domain, f.name) for f in self.out.functions}
         base, k = fn.name, 1
         while (fn.domain, fn.name) in self.function_ids:
             k += 1
