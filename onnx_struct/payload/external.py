@@ -106,15 +106,18 @@ def check_location(location: str, path: str) -> None:
 
 def resolve(ref: ExternalRef, base_dir: os.PathLike | str, path: str) -> tuple[pathlib.Path, int]:
     """The file of ``ref`` inside ``base_dir`` (symlinks resolved) and the referenced length,
-    checked to be inside a regular file. Only ``stat`` is called: no byte is read."""
+    checked to be inside a regular file. Only ``stat`` is called: no byte is read. A model file
+    reached through a symlink also admits files in the directory it resolves into
+    (:class:`~onnx_struct.schema.model.ModelDirectory`)."""
     root = pathlib.Path(base_dir).resolve()
+    roots = [root, *filter(None, [getattr(base_dir, "resolved_file_directory", None)])]
     try:
         target = (root / ref.location).resolve()
     except (OSError, RuntimeError) as error:  # Python 3.11 raises RuntimeError on a symlink loop
         raise ValidationError(
             path, f"external location {ref.location!r} cannot be resolved: {error}", code="file_unreadable"
         ) from None
-    if not target.is_relative_to(root):
+    if not any(target.is_relative_to(allowed) for allowed in roots):
         raise ValidationError(
             path, f"location {ref.location!r} resolves outside the model directory", code="file_outside_model_dir"
         )

@@ -34,6 +34,26 @@ ModelLike = Union[onnx.ModelProto, "pb.ModelProto", bytes, str, os.PathLike]
 STOCK_CUT_MIN_BYTES = 16 << 20
 
 
+class ModelDirectory(type(pathlib.Path())):
+    """The directory of a model file as its path names it (the file's own name not resolved, as
+    onnx and onnxruntime take it), carrying the directory of the file that name resolves to when
+    that differs. A location is looked up in the first and may resolve into either: Hugging Face's
+    cache links ``snapshots/<rev>/m.onnx`` and ``m.onnx.data`` to files in ``blobs/``, which
+    onnxruntime accepts the same way (microsoft/onnxruntime#27374)."""
+
+    resolved_file_directory: pathlib.Path | None = None
+
+
+def model_directory(path: str | os.PathLike) -> pathlib.Path:
+    """Where the external files of the model file at ``path`` are looked up (see ModelDirectory)."""
+    path = pathlib.Path(path)
+    directory = ModelDirectory(path.absolute().parent.resolve())
+    resolved = path.resolve().parent
+    if resolved != directory:
+        directory.resolved_file_directory = resolved
+    return directory
+
+
 class LoadedModel:
     """An overlay model plus where its external payloads live (None: in memory, no file).
 
@@ -225,7 +245,7 @@ def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = No
         data = _read_model_file(path)  # a FIFO, device or directory is refused unopened
         if not data:  # parses as an empty ModelProto, which onnx.checker would blame for its ir_version
             raise ValidationError("", f"{path}: the file is empty (0 bytes), not an ONNX model", code="not_parsable")
-        return LoadedModel(_parse(data, str(path)), directory if directory is not None else path.resolve().parent, data)
+        return LoadedModel(_parse(data, str(path)), directory if directory is not None else model_directory(path), data)
     raise TypeError(f"expected onnx.ModelProto, bytes or a path, got {type(model).__name__}")
 
 
