@@ -206,6 +206,35 @@ def test_out_is_written_anew_never_over_the_input_nor_through_a_link(converted, 
     assert (folder / "x:y.out").stat().st_size > 0
 
 
+@pytest.mark.parametrize("command", [c for c in WRITERS if c != "from-gguf"])
+def test_out_is_never_a_file_the_input_model_references(tmp_path, command):
+    """`lower m.onnx w.gguf` where m.onnx's payloads are in w.gguf replaced the payload file: the
+    input was destroyed, and a lowered model keeping references into it with it."""
+    write_gguf(tmp_path / "w.gguf", TENSORS)
+    converted = cli("from-gguf", "w.gguf", "tiny.onnx", "--reference", cwd=tmp_path)
+    assert converted.returncode == 0, converted.stderr
+    before = (tmp_path / "w.gguf").read_bytes()
+    result = cli(*(a.format(out="w.gguf") for a in WRITERS[command]), cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "w.gguf: is the file tiny.onnx references at graph.struct_initializer[" in one_line(result)
+    assert (tmp_path / "w.gguf").read_bytes() == before
+    assert cli("check", "tiny.onnx", cwd=tmp_path).returncode == 0
+
+
+def test_out_is_never_the_data_file_of_an_input_models_stock_tensor(tmp_path):
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["T"], ["y"])], "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256])]
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.arange(256, dtype=np.float32), "T"))
+    onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True, location="t.data", size_threshold=0)
+    before = (tmp_path / "t.data").read_bytes()
+    result = cli("lower", "m.onnx", "t.data", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "t.data: is the file m.onnx references at graph.initializer[0] ('T')" in one_line(result)
+    assert (tmp_path / "t.data").read_bytes() == before
+
+
 # ---------------------------------------------------------------------- files that are not models
 def test_an_empty_file_is_called_empty_by_check_and_inspect(tmp_path):
     (tmp_path / "empty.onnx").write_bytes(b"")

@@ -3,43 +3,83 @@
 
 So OUT is never written through a symlink and an existing file is never truncated in place (a
 red-team pass found every command writing through a link at OUT, and `lower m.onnx m.onnx`
-replacing the model it read). OUT naming an input file, or a link, directory or other
-non-regular file, is a usage error (exit 2).
+replacing the model it read). OUT naming an input file or a file an input model references, or
+a link, directory or other non-regular file, is a usage error (exit 2).
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import BinaryIO
 
 from onnx_struct.cli import UsageError
 from onnx_struct.errors import ValidationError
+from onnx_struct.layout.table import element_label
+from onnx_struct.payload import external
 from onnx_struct.payload.external_io import save_plain_with_external_tensors
 from onnx_struct.payload.external_write import DirectoryWriter
+from onnx_struct.schema.model import load
 
 
-def refuse_inputs(output: str | os.PathLike, inputs: Sequence[str | os.PathLike]) -> pathlib.Path:
-    """``output`` as a Path; a UsageError when it is one of the ``inputs`` files. (The external
-    files an input model names are not looked for: that would parse the model again, payloads
-    included.)"""
+def refuse_inputs(
+    output: str | os.PathLike, inputs: Sequence[str | os.PathLike], models: Sequence[str | os.PathLike] = ()
+) -> pathlib.Path:
+    """``output`` as a Path; a UsageError when it is one of the ``inputs`` files or a file one of
+    the input ``models`` references (replacing it would destroy the input, and the output too
+    when it keeps references into it). The models are read again only when ``output`` already
+    exists: a new file cannot be an input's."""
     output = pathlib.Path(output)
     for source in inputs:
-        try:
-            same = os.path.samefile(output, source)
-        except OSError:  # one of them does not exist (yet): not the same file
-            same = False
-        if same:
+        if _same_file(output, source):
             raise UsageError(f"{output}: is the input file {source}; write the result to another file")
+    if models and os.path.isfile(output):
+        for model in models:
+            for where, file in _referenced_files(model):
+                if _same_file(output, file):
+                    raise UsageError(f"{output}: is the file {model} references at {where}; write the result to another file")
     return output
 
 
+def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet): not the same file
+        return False
+
+
+def _referenced_files(model: str | os.PathLike) -> Iterator[tuple[str, pathlib.Path]]:
+    """(path, file) of each external reference of the model at ``model`` that resolves under the
+    model-directory rules (those that do not are the command's own errors, already reported)."""
+    try:
+        loaded = load(model)
+    except ValidationError:
+        return
+    references = [
+        (element_label(f"graph.struct_initializer[{k}]", value.name), value.external_data)
+        for k, value in enumerate(loaded.proto.graph.struct_initializer)
+    ]
+    references += [(where, tensor.external_data) for where, tensor in external.model_tensors(loaded.proto)]
+    for where, entries in references:
+        if not len(entries):
+            continue
+        try:
+            file, _ = external.resolve(external.parse_external_data(entries, where), loaded.base_dir, where)
+        except ValidationError:
+            continue
+        yield where, file
+
+
 def write_output(
-    output: str | os.PathLike, write: Callable[[BinaryIO], None], *, inputs: Sequence[str | os.PathLike] = ()
+    output: str | os.PathLike,
+    write: Callable[[BinaryIO], None],
+    *,
+    inputs: Sequence[str | os.PathLike] = (),
+    models: Sequence[str | os.PathLike] = (),
 ) -> None:
-    """Call ``write(handle)`` on a new file that then replaces ``output``."""
-    output = refuse_inputs(output, inputs)
+    """Call ``write(handle)`` on a new file that then replaces ``output`` (see refuse_inputs)."""
+    output = refuse_inputs(output, inputs, models)
     try:
         with DirectoryWriter(output.absolute().parent) as writer:
             write(writer.open(output.name, "OUT", exclusive=True, model_location=False))
@@ -49,10 +89,11 @@ def write_output(
 
 
 def write_model_with_external_tensors(
-    model, output: str | os.PathLike, *, inputs: Sequence[str | os.PathLike] = ()
+    model, output: str | os.PathLike, *, inputs: Sequence[str | os.PathLike] = (), models: Sequence[str | os.PathLike] = ()
 ) -> None:
     """A plain model too large for one protobuf, as OUT and ``OUT.data``, written the same way."""
-    output = refuse_inputs(output, inputs)
+    output = refuse_inputs(output, inputs, models)
+    refuse_inputs(output.with_name(f"{output.name}.data"), inputs, models)
     try:
         save_plain_with_external_tensors(model, output, location=f"{output.name}.data", model_location=False)
     except ValidationError as error:
