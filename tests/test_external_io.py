@@ -212,3 +212,14 @@ def test_two_values_of_one_name_keep_their_own_payloads(tmp_path):
     assert [v.raw_data for v in onnx_struct.get_struct_values(loaded)] == [first, second]
     with pytest.raises(ValidationError, match="duplicate struct value name"):
         onnx_struct.check_model(path)
+
+
+def test_a_link_swapped_in_after_resolution_is_named_a_link(tmp_path):
+    """The reader opens a resolved file without following links; a link found there (swapped in
+    since) was reported as "is not a regular file, not a regular file"."""
+    from onnx_struct.payload import external
+
+    (tmp_path / "real.bin").write_bytes(bytes(4))
+    (tmp_path / "w.bin").symlink_to("real.bin")
+    with pytest.raises(ValidationError, match=r"^v: external file 'w.bin' is a symbolic link, not a regular file; refused unopened$"):
+        external.read_range(tmp_path / "w.bin", 0, 4, "v")

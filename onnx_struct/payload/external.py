@@ -205,10 +205,11 @@ def _kind(mode: int) -> str:
         (stat.S_ISCHR, "a character device"),
         (stat.S_ISBLK, "a block device"),
         (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISLNK, "a symbolic link"),  # where links are not followed
     ):
         if test(mode):
             return name
-    return "not a regular file"
+    return "a special file"  # said as "X is a special file, not a regular file"
 
 
 def _open_regular(file: str | os.PathLike, path: str, what: str, *, follow: bool) -> tuple[int, int]:
