@@ -221,5 +221,7 @@ def test_a_link_swapped_in_after_resolution_is_named_a_link(tmp_path):
 
     (tmp_path / "real.bin").write_bytes(bytes(4))
     (tmp_path / "w.bin").symlink_to("real.bin")
-    with pytest.raises(ValidationError, match=r"^v: external file 'w.bin' is a symbolic link, not a regular file; refused unopened$"):
+    with pytest.raises(
+        ValidationError, match=r"^v: external file 'w.bin' is a symbolic link, not a regular file; refused unopened$"
+    ):
         external.read_range(tmp_path / "w.bin", 0, 4, "v")

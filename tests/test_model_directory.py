@@ -23,7 +23,10 @@ PAYLOAD = bytes([1, 2, 3, 4])
 def _model(payload: bytes = PAYLOAD) -> onnx.ModelProto:
     """One struct value V (UINT8[4], Cast decoder) and one stock initializer T beside it."""
     graph = helper.make_graph(
-        [helper.make_node("Add", ["V", "T"], ["y"])], "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])]
+        [helper.make_node("Add", ["V", "T"], ["y"])],
+        "g",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
     model.graph.initializer.append(numpy_helper.from_array(np.frombuffer(payload, np.uint8).astype(np.float32), "T"))
@@ -86,7 +89,9 @@ def test_a_payload_linked_elsewhere_is_still_refused(tmp_path, linked_model):
     else:
         (real_dir / "m.onnx").rename(model_dir / "m.onnx")
     os.symlink("../c/secret.bin", model_dir / "w.bin")
-    with pytest.raises(S.ValidationError, match=r"struct_initializer\[0\] \('V'\)\.external_data: .*outside the model directory"):
+    with pytest.raises(
+        S.ValidationError, match=r"struct_initializer\[0\] \('V'\)\.external_data: .*outside the model directory"
+    ):
         S.decode("V", str(model_dir / "m.onnx"))
     with pytest.raises(S.ValidationError, match="outside the model directory"):
         S.check_model(str(model_dir / "m.onnx"))
@@ -103,7 +108,9 @@ def test_lower_keeps_references_only_where_they_stay_valid(tmp_path):
     os.symlink("../blobs/w.bin", snapshot / "w.bin")
     out = snapshot / "lowered.onnx"
     done = subprocess.run(
-        [sys.executable, "-m", "onnx_struct", "lower", str(snapshot / "m.onnx"), str(out)], capture_output=True, text=True
+        [sys.executable, "-m", "onnx_struct", "lower", str(snapshot / "m.onnx"), str(out)],
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr
     onnx.checker.check_model(str(out))
@@ -121,7 +128,9 @@ def test_lower_into_another_directory_takes_the_stock_tensors_along(tmp_path):
     _save(_model(), tmp_path / "src" / "m.onnx")
     out = tmp_path / "dst" / "lowered.onnx"
     done = subprocess.run(
-        [sys.executable, "-m", "onnx_struct", "lower", str(tmp_path / "src" / "m.onnx"), str(out)], capture_output=True, text=True
+        [sys.executable, "-m", "onnx_struct", "lower", str(tmp_path / "src" / "m.onnx"), str(out)],
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == 0, done.stderr
     onnx.checker.check_model(str(out))

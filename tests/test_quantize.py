@@ -521,6 +521,28 @@ def test_weights_seen_outside_the_main_graph_nodes_are_kept():
     assert planned.skipped == {"Wsub": "a subgraph uses it", "Wout": "it is also a graph input or output"}
 
 
+def test_weights_training_info_names_are_kept():
+    """A weight named by a training graph or an update binding stayed a MatMul weight: quantize
+    replaced it, and the binding named an initializer the model no longer had."""
+    graph = oh.make_graph(
+        [oh.make_node("MatMul", ["X", name], [f"Y{name}"]) for name in ("Wbound", "Wread", "Wfree")],
+        "trained",
+        [oh.make_tensor_value_info("X", TensorProto.FLOAT, [3, 64])],
+        [oh.make_tensor_value_info(f"Y{name}", TensorProto.FLOAT, [3, 64]) for name in ("Wbound", "Wread", "Wfree")],
+        [weight(name, (64, 64)) for name in ("Wbound", "Wread", "Wfree")],
+    )
+    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+    training = model.training_info.add()
+    step = oh.make_graph([oh.make_node("Mul", ["Wread", "Wread"], ["Wnew"])], "step", [], [])
+    training.algorithm.CopyFrom(step)
+    training.update_binding.add(key="Wbound", value="Wnew")
+    onnx.checker.check_model(model)
+    planned = plan(model, "Q8_0")
+    assert [w.name for w in planned.weights] == ["Wfree"]
+    reason = "training_info uses it (a training graph or binding names it)"
+    assert planned.skipped == {"Wbound": reason, "Wread": reason}
+
+
 def test_conv_kernels_grouped_along_the_output_axis():
     model = conv_model()
     quantized = quantize(model, "Q8_0", op_types=("Conv",), min_elements=1024, group_axis="output")

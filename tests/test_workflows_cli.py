@@ -223,7 +223,10 @@ def test_out_is_never_a_file_the_input_model_references(tmp_path, command):
 
 def test_out_is_never_the_data_file_of_an_input_models_stock_tensor(tmp_path):
     graph = helper.make_graph(
-        [helper.make_node("Identity", ["T"], ["y"])], "g", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256])]
+        [helper.make_node("Identity", ["T"], ["y"])],
+        "g",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256])],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
     model.graph.initializer.append(onnx.numpy_helper.from_array(np.arange(256, dtype=np.float32), "T"))

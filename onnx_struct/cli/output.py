@@ -38,7 +38,9 @@ def refuse_inputs(
         for model in models:
             for where, file in _referenced_files(model):
                 if _same_file(output, file):
-                    raise UsageError(f"{output}: is the file {model} references at {where}; write the result to another file")
+                    raise UsageError(
+                        f"{output}: is the file {model} references at {where}; write the result to another file"
+                    )
     return output
 
 
@@ -89,7 +91,11 @@ def write_output(
 
 
 def write_model_with_external_tensors(
-    model, output: str | os.PathLike, *, inputs: Sequence[str | os.PathLike] = (), models: Sequence[str | os.PathLike] = ()
+    model,
+    output: str | os.PathLike,
+    *,
+    inputs: Sequence[str | os.PathLike] = (),
+    models: Sequence[str | os.PathLike] = (),
 ) -> None:
     """A plain model too large for one protobuf, as OUT and ``OUT.data``, written the same way."""
     output = refuse_inputs(output, inputs, models)

@@ -86,7 +86,7 @@ def quantize(
     ``format`` is a BlockFormat or a registered name (case-insensitive) of a format with an
     encoder. A weight is eligible when it is a FLOAT initializer with at least ``min_elements``
     elements, consumed only as the weight input of nodes in ``op_types`` of the main graph (not
-    a graph input or output, not used by a subgraph): 2-D for MatMul, Gemm and Gather, a 3-D to
+    a graph input or output, not used by a subgraph or named by training_info): 2-D for MatMul, Gemm and Gather, a 3-D to
     5-D kernel for Conv. ``group_axis`` chooses the axis the blocks run along: "input" (K of
     ``X @ W``, as GGUF and MatMulNBits group; ``I*kh*kw`` of a Conv kernel) or "output" (N); see
     the module docstring for the trade-off. Adding "Gather" to ``op_types`` also quantizes

@@ -150,6 +150,7 @@ def build_plan(
         for position, name in enumerate(node.input):
             uses.setdefault(name, []).append((node, position))
     in_subgraphs = _names_used_in_subgraphs(graph)
+    in_training = _names_used_in_training(stock)
     interface = {v.name for v in graph.input} | {v.name for v in graph.output}
     taken = _all_names(graph) | {v.name for v in load(stock).struct_values}
 
@@ -165,6 +166,8 @@ def build_plan(
                 result.other[tensor.name] = _why_not_considered(consumers, op_types)
             continue
         reason = _ineligible(tensor, consumers, op_types, min_elements, interface, in_subgraphs)
+        if not reason and tensor.name in in_training:  # a binding or training graph would name a value no longer there
+            reason = "training_info uses it (a training graph or binding names it)"
         if not reason:
             reason, weight = _planned(tensor, consumers, fmt, group_axis, pad, taken)
             if weight is not None:
@@ -265,6 +268,18 @@ def _names_used_in_subgraphs(graph: onnx.GraphProto) -> set[str]:
         for node in sub.node:
             names.update(node.input)
         names.update(o.name for o in sub.output)
+    return names
+
+
+def _names_used_in_training(model: onnx.ModelProto) -> set[str]:
+    names: set[str] = set()
+    for info in model.training_info:
+        names.update(b.key for b in (*info.initialization_binding, *info.update_binding))
+        for root in (info.initialization, info.algorithm):
+            for _, sub in walk_graphs(root):
+                for node in sub.node:
+                    names.update(node.input)
+                names.update(o.name for o in sub.output)
     return names
 
 
