@@ -13,9 +13,9 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from support.models import cast_decoder
 
 import onnx_struct as S
-from support.models import cast_decoder
 
 PAYLOAD = bytes([1, 2, 3, 4])
 
