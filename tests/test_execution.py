@@ -159,11 +159,12 @@ def test_reference_evaluator_runs_the_standard_qdq_graph(name):
 
 def test_a_value_consumed_elsewhere_keeps_its_decoder(tmp_path):
     payload = random_payload("Q4_K", (N, K), SEED, sane=True)
-    extra = [oh.make_node("ReduceSum", ["W"], ["total"], keepdims=0)]
+    extra = [oh.make_node("ReduceSum", ["W"], ["total"], keepdims=0, name="sum")]
     model = weight_model("Q4_K", payload, extra, [oh.make_tensor_value_info("total", TensorProto.FLOAT, [])])
     loaded, report = rewrite_for_execution(load(model))
     assert sorted(report.rewritten["W"]) == ["Gather 'embed'", "Gemm 'gemm'", "MatMul 'matmul'"]
-    assert "W" in report.kept and report.dropped == []
+    # The reason names the reader (it said "other nodes, a subgraph or a graph output")
+    assert report.kept == {"W": "also read by ReduceSum 'sum' (input 0)"} and report.dropped == []
     lowered = S.lower(model, execution="quantized")
     decoders = [n for n in lowered.graph.node if n.domain == FORMAT_DOMAIN]
     assert [n.output[0] for n in decoders] == ["W"]  # only ReduceSum reads the decoded W
@@ -175,6 +176,22 @@ def test_a_value_consumed_elsewhere_keeps_its_decoder(tmp_path):
     np.testing.assert_allclose(total, w.astype(np.float64).sum(), rtol=1e-5)
 
 
+def test_a_transpose_without_perm_is_the_2d_transpose(tmp_path):
+    """Transpose's default perm reverses the axes: [1, 0] for W. Without the attribute the MatMul
+    kept its decoder (a red-team note); it now takes the quantized route as with perm=[1, 0]."""
+    payload = random_payload("Q4_0", (N, K), SEED, sane=True)
+    model = weight_model("Q4_0", payload)
+    del model.graph.node[0].attribute[:]
+    loaded, report = rewrite_for_execution(load(model))
+    assert sorted(report.rewritten["W"]) == ["Gather 'embed'", "Gemm 'gemm'", "MatMul 'matmul'"]
+    assert report.kept == {} and report.dropped == ["W"]
+    lowered = S.lower(model, execution="quantized")
+    assert not [n for n in lowered.graph.node if n.op_type == "Transpose"]
+    inputs = feeds(np.random.default_rng(SEED))
+    (y, _, _), _ = run_ort(lowered, inputs, tmp_path)
+    assert_close_product(y, inputs["x"], oracle("Q4_0", payload, (N, K)))
+
+
 def test_untransposed_weight_and_foreign_declarations_keep_the_decoder():
     """W [K, N] read directly as MatMul's B has blocks along N: not MatMulNBits' layout. The
     declaration's name plays no part (it is free text): a renamed root with the registry's exact
@@ -184,7 +201,8 @@ def test_untransposed_weight_and_foreign_declarations_keep_the_decoder():
     model.graph.node[1].input[1] = "W"  # x [3, K] @ W [N, K]: shapes disagree, only lowering is checked
     del model.graph.node[0]
     loaded, report = rewrite_for_execution(load(model))
-    assert sorted(report.rewritten["W"]) == ["Gather 'embed'", "Gemm 'gemm'"] and "W" in report.kept
+    assert sorted(report.rewritten["W"]) == ["Gather 'embed'", "Gemm 'gemm'"]
+    assert report.kept == {"W": "also read by MatMul 'matmul' (input 1)"}
 
     renamed = S.from_onnx(weight_model("Q4_0", payload))
     renamed.struct_types[-1].name = "my_weight"

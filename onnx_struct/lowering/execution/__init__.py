@@ -156,7 +156,8 @@ def rewrite_for_execution(
             node = graph.node[j]
             if node.domain not in STANDARD_DOMAINS:  # a custom Gather or Transpose is not the operator
                 continue
-            if node.op_type == "Transpose" and list(_attribute(node, "perm", [])) == [1, 0]:
+            # A 2-D Transpose without perm reverses the axes: perm [1, 0] too.
+            if node.op_type == "Transpose" and list(_attribute(node, "perm", [1, 0])) == [1, 0]:
                 t = node.output[0]
                 if t in pinned:
                     continue
@@ -194,7 +195,7 @@ def rewrite_for_execution(
         if done:
             report.rewritten[name] = done
         if consumers.get(name) or name in pinned:
-            report.kept[name] = "also consumed by other nodes, a subgraph or a graph output"
+            report.kept[name] = _why_kept(graph, consumers.get(name, []), name, pinned)
         elif done:
             report.dropped.append(name)
 
@@ -250,6 +251,20 @@ def _candidates(loaded: LoadedModel, report: ExecutionReport) -> dict[str, tuple
             continue
         found[value.name] = (value, recognized)
     return found
+
+
+def _why_kept(graph, readers: list[tuple[int, int]], name: str, pinned: set[str]) -> str:
+    """Why a value also keeps its decoder, naming the readers the rewrite did not take."""
+    reasons = []
+    if readers:
+        named = [f"{graph.node[j].op_type} {graph.node[j].name!r} (input {slot})" for j, slot in readers[:3]]
+        more = f" and {len(readers) - 3} more" if len(readers) > 3 else ""
+        reasons.append(f"also read by {', '.join(named)}{more}")
+    if any(o.name == name for o in graph.output):
+        reasons.append("a graph output")
+    elif name in pinned:
+        reasons.append("read by a subgraph")
+    return "; ".join(reasons)
 
 
 def _uses(graph) -> tuple[dict[str, list[tuple[int, int]]], set[str]]:
