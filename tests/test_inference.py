@@ -160,3 +160,29 @@ def test_install_routes_infer_shapes_and_uninstall_restores_the_originals():
     assert onnx.shape_inference.infer_shapes is original_infer
     assert onnx.checker.check_model is original_check
     assert not hooks.installed()
+
+
+@pytest.mark.parametrize("inline", [False, True])
+def test_each_decoder_is_typed_once_per_call(monkeypatch, inline):
+    """infer_shapes typed every value's decoder twice (for its logical view, then for the
+    value_info it writes), and the full check twice when an output declares a value's logical
+    type (the conflict rule, then the logical view); an inline declaration once per use."""
+    from onnx_struct.check import decoder_policy
+
+    calls = []
+    original = decoder_policy._analyze  # the analysis proper (check_sizes memoizes it by label)
+    monkeypatch.setattr(decoder_policy, "_analyze", lambda *a, **k: calls.append(a[3]) or original(*a, **k))
+    decoder_policy._cache.clear()
+    model = linear_model(bytes(64))
+    model.graph.output.append(oh.make_tensor_value_info("weight", TensorProto.FLOAT, [128]))
+    if inline:
+        (value,) = S.get_struct_values(model)
+        value.struct_type.CopyFrom(S.get_struct_types(model)[value.type])
+        value.type = -1
+        S.set_struct_values(model, [value])
+    S.infer_shapes(model)
+    assert len(calls) == 1, calls
+    calls.clear()
+    decoder_policy._cache.clear()
+    S.check_model(model, full_check=True)
+    assert len(calls) == 1, calls

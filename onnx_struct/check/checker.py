@@ -218,8 +218,9 @@ class _Checker(GraphRules):
 
     # ------------------------------------------------------------------ stock onnx
     def check_stock(self, full_check: bool) -> None:
+        types = inference.LogicalTypes(self.loaded) if full_check else None  # one for both rules
         if full_check:
-            for conflict in inference.declared_type_conflicts(self.loaded):
+            for conflict in inference.declared_type_conflicts(self.loaded, types):
                 self.report(conflict)
             if self.diagnostics:
                 return
@@ -227,7 +228,7 @@ class _Checker(GraphRules):
             if full_check:
                 # Struct values get their logical (decoded) types, so onnx's shape inference sees
                 # what the consuming nodes will see.
-                view = inference.logical_view(self.loaded, stock_view(self.loaded, self.struct_type_protos))
+                view = inference.logical_view(self.loaded, stock_view(self.loaded, self.struct_type_protos), types)
             else:
                 view = checker_view(
                     self.loaded,

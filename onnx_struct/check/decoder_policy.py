@@ -80,22 +80,27 @@ def check_sizes(
     static shape and that all of them fit the policy's budget (``allowance_bytes`` adds the
     bytes an encoder writes to its leaves). Applies :func:`check_structure` first. Memoized."""
     digest = hashlib.blake2b(digest_size=20)
-    digest.update(f"{where}\0{allowance_bytes}\0".encode(errors="replace"))
+    digest.update(f"{allowance_bytes}\0".encode())
     digest.update(function.SerializeToString(deterministic=True))
     for name, type_proto in inputs:
         digest.update(name.encode(errors="replace") + b"\0" + type_proto.SerializeToString(deterministic=True))
     for tensor in initializers:
         digest.update(tensor.SerializeToString(deterministic=True))
-    key = digest.digest()
+    # Types do not depend on where the function is: one analysis serves every path that names it
+    # (the checker's policy check and the logical types label a declaration differently). An
+    # error names its path, so it is kept per path.
+    typed = digest.digest()
+    failed = hashlib.blake2b(typed + where.encode(errors="replace"), digest_size=20).digest()
     with _cache_lock:
+        key = typed if typed in _cache else failed
         hit = _cache.get(key)
         if hit is not None:
             _cache.move_to_end(key)
     if hit is None:
         try:
-            hit = (_analyze(function, inputs, initializers, where, allowance_bytes), None)
+            hit, key = (_analyze(function, inputs, initializers, where, allowance_bytes), None), typed
         except ValidationError as error:
-            hit = (None, error)
+            hit, key = (None, error), failed
         with _cache_lock:
             _cache[key] = hit
             while len(_cache) > _CACHE_SIZE:

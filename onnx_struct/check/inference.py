@@ -42,6 +42,9 @@ class LogicalTypes:
         self.loaded = loaded
         self.table = TypeTable(loaded.struct_types)
         self._by_index: dict[int, onnx.TypeProto | None] = {}
+        # Inline declarations by their bytes: a value named by many outputs, or typed by both the
+        # full check's conflict rule and its logical view, is typed once.
+        self._by_inline: dict[bytes, onnx.TypeProto | None] = {}
 
     def of_declaration(self, declaration: StructTypeProto, where: str) -> onnx.TypeProto | None:
         """The decoder's output type, or None when the declaration has no decoder."""
@@ -58,7 +61,10 @@ class LogicalTypes:
 
     def of_value(self, value: StructProto, where: str) -> onnx.TypeProto | None:
         if value.HasField("struct_type"):
-            return self.of_declaration(value.struct_type, f"{where}.struct_type")
+            key = value.struct_type.SerializeToString()
+            if key not in self._by_inline:
+                self._by_inline[key] = self.of_declaration(value.struct_type, f"{where}.struct_type")
+            return self._by_inline[key]
         return self.of_index(value.type)
 
 
@@ -126,7 +132,7 @@ def _name_types(loaded: LoadedModel, types: LogicalTypes) -> dict[str, onnx.Type
     return out
 
 
-def declared_type_conflicts(loaded: LoadedModel) -> list[ValidationError]:
+def declared_type_conflicts(loaded: LoadedModel, types: LogicalTypes | None = None) -> list[ValidationError]:
     """Main-graph outputs and value_info that name a struct value or exactly typed struct input
     with a type other than its logical type: not a tensor type (a sequence, a map, ...), or a tensor
     type of another element type, rank, or a dimension both give. The logical view retypes them,
@@ -144,9 +150,9 @@ def declared_type_conflicts(loaded: LoadedModel) -> list[ValidationError]:
     declared = [entry for entry in declared if entry[2].name in struct]
     if not declared:  # the common case: no logical type is computed again
         return []
-    types = LogicalTypes(loaded)
+    types = types or LogicalTypes(loaded)
     conflicts = []
-    by_name: dict[str, onnx.TypeProto | None] = {}  # an inline declaration is typed once, not per entry
+    by_name: dict[str, onnx.TypeProto | None] = {}
     for field, j, info in declared:
         if info.name not in by_name:
             kind, source = struct[info.name]
@@ -203,13 +209,17 @@ _KIND_NAMES = {
 }
 
 
-def logical_view(loaded: LoadedModel, stock: onnx.ModelProto) -> onnx.ModelProto:
+def logical_view(
+    loaded: LoadedModel, stock: onnx.ModelProto, types: LogicalTypes | None = None, name_types=None
+) -> onnx.ModelProto:
     """``stock``, a :func:`stock_view` (struct values as Opaque graph inputs) with every struct value, and every
     main-graph input/output/value_info of an exact struct type whose declaration has a decoder,
     typed by its logical type, so that onnx's full checker and shape inference see what the
-    nodes consume. Struct parts without a decoder stay Opaque."""
-    types = LogicalTypes(loaded)
-    return retyped_view(stock, _name_types(loaded, types), types.of_index)
+    nodes consume. Struct parts without a decoder stay Opaque. ``types`` and ``name_types`` (its
+    ``_name_types``): what the caller has computed already."""
+    types = types or LogicalTypes(loaded)
+    name_types = name_types if name_types is not None else _name_types(loaded, types)
+    return retyped_view(stock, name_types, types.of_index)
 
 
 def infer_shapes(
@@ -227,7 +237,9 @@ def infer_shapes(
         if not isinstance(value.name, str):  # proto2 leaves it undecoded; the checker's rule and message
             where = element_label(f"graph.struct_initializer[{k}]", value.name)
             raise ValidationError(where, "struct value name is not valid UTF-8", code="invalid_utf8")
-    logical = logical_view(loaded, stock_view(loaded))
+    types = LogicalTypes(loaded)
+    value_types = _name_types(loaded, types)
+    logical = logical_view(loaded, stock_view(loaded), types, value_types)
     try:
         inferred = _stock_infer_shapes(logical, check_type, strict_mode, data_prop)
     except onnx.shape_inference.InferenceError as error:
@@ -244,7 +256,6 @@ def infer_shapes(
     result.CopyFrom(loaded.proto)
     names = struct_names(loaded)
     _copy_back(result.graph, inferred.graph, skip=set(names))
-    value_types = _name_types(loaded, LogicalTypes(loaded))
     existing = {info.name: info for info in result.graph.value_info}
     for value in loaded.struct_values:
         if value.name in value_types:
