@@ -39,8 +39,6 @@ def run(args: argparse.Namespace) -> int:
             raise
         return fail(args, error, EXIT_USAGE, with_input=True)  # NAME names nothing: usage, as inspect --value
     # A handle: np.save given a name appends ".npy" to it.
-    write_output(
-        args.output, lambda handle: np.save(handle, value, allow_pickle=False), inputs=[args.model], models=[args.model]
-    )
+    write_output(args.output, lambda handle: np.save(handle, value, allow_pickle=False), models=[args.model])
     print(f"{args.name}: {value.dtype} {list(value.shape)} -> {args.output}")
     return EXIT_OK

@@ -50,9 +50,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         if args.svg is not None:
             svg = layout_svg(args.path, args.type)
-            write_output(
-                args.svg, lambda handle: handle.write(svg.encode("utf-8")), inputs=[args.path], models=[args.path]
-            )
+            write_output(args.svg, lambda handle: handle.write(svg.encode("utf-8")), models=[args.path])
             print(f"{args.svg}: layout of {args.type} written")
             return EXIT_OK
         description = describe(args.path, args.value)

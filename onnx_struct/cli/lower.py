@@ -47,9 +47,9 @@ def run(args: argparse.Namespace) -> int:
     if not same_directory:  # the stock tensors' references too would name files the output has not
         external.load_external_tensors(model, directory)
     if model.ByteSize() > PROTOBUF_LIMIT:
-        write_model_with_external_tensors(model, output, inputs=[source], models=[source])
+        write_model_with_external_tensors(model, output, models=[source])
     else:
         data = model.SerializeToString()
-        write_output(output, lambda handle: handle.write(data), inputs=[source], models=[source])
+        write_output(output, lambda handle: handle.write(data), models=[source])
     print(f"{args.output}: {len(model.graph.initializer)} initializers, {len(model.functions)} decoder functions")
     return EXIT_OK

@@ -26,12 +26,12 @@ from onnx_struct.schema.model import load
 def refuse_inputs(
     output: str | os.PathLike, inputs: Sequence[str | os.PathLike], models: Sequence[str | os.PathLike] = ()
 ) -> pathlib.Path:
-    """``output`` as a Path; a UsageError when it is one of the ``inputs`` files or a file one of
-    the input ``models`` references (replacing it would destroy the input, and the output too
-    when it keeps references into it). The models are read again only when ``output`` already
-    exists: a new file cannot be an input's."""
+    """``output`` as a Path; a UsageError when it is one of the ``inputs`` or ``models`` files (the
+    input models), or a file an input model references (replacing it would destroy the input, and
+    the output too when it keeps references into it). The models are read again only when
+    ``output`` already exists: a new file cannot be an input's."""
     output = pathlib.Path(output)
-    for source in inputs:
+    for source in (*inputs, *models):
         if _same_file(output, source):
             raise UsageError(f"{output}: is the input file {source}; write the result to another file")
     if models and os.path.isfile(output):

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     check_model(model)
     output = pathlib.Path(args.output)
     data = model.SerializeToString()
-    write_output(output, lambda handle: handle.write(data), inputs=[args.input], models=[args.input])
+    write_output(output, lambda handle: handle.write(data), models=[args.input])
     if not args.quiet:
         for line in report(planned, op_types):
             print(line, file=sys.stderr)
