@@ -42,6 +42,7 @@ from onnx_struct.check.decoder_structure import (
     check_structure,
     first_line,
 )
+from onnx_struct.check.function_models import signature_digest
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import dtypes
 
@@ -79,18 +80,11 @@ def check_sizes(
     ``initializers`` (constant leaves, by name) are bound, after checking that every value has a
     static shape and that all of them fit the policy's budget (``allowance_bytes`` adds the
     bytes an encoder writes to its leaves). Applies :func:`check_structure` first. Memoized."""
-    digest = hashlib.blake2b(digest_size=20)
-    digest.update(f"{allowance_bytes}\0".encode())
-    digest.update(function.SerializeToString(deterministic=True))
-    for name, type_proto in inputs:
-        digest.update(name.encode(errors="replace") + b"\0" + type_proto.SerializeToString(deterministic=True))
-    for tensor in initializers:
-        digest.update(tensor.SerializeToString(deterministic=True))
     # Types do not depend on where the function is: one analysis serves every path that names it
     # (the checker's policy check and the logical types label a declaration differently). An
     # error names its path, so it is kept per path.
-    typed = digest.digest()
-    failed = hashlib.blake2b(typed + where.encode(errors="replace"), digest_size=20).digest()
+    typed = signature_digest(function, inputs, initializers, str(allowance_bytes))
+    failed = hashlib.blake2b(typed + where.encode("utf-8", "surrogatepass"), digest_size=32).digest()
     with _cache_lock:
         key = typed if typed in _cache else failed
         hit = _cache.get(key)

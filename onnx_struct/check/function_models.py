@@ -12,6 +12,7 @@ Nothing here imports onnxruntime: :mod:`onnx_struct.runtime` runs these models, 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 import numpy as np
@@ -32,6 +33,35 @@ PACKED_TYPES = frozenset(
 
 
 # ---------------------------------------------------------------------- leaves as ONNX tensors
+def signature_digest(
+    function: onnx.FunctionProto,
+    inputs: Sequence[tuple[str, onnx.TypeProto]],
+    initializers: Sequence[TensorProto],
+    *labels: str,
+) -> bytes:
+    """A digest of ``function`` bound to ``inputs`` (name, type) and ``initializers``, and of
+    ``labels``: the key of the caches of analyses and runners. Every piece goes in after its
+    length, so no two different signatures give one byte stream (bare concatenation let a decoder
+    with a trailing unknown field and a constant without those bytes hash alike: one declaration
+    took another's analysis and passed the policy; found by a red-team pass)."""
+    digest = hashlib.blake2b(digest_size=32)
+
+    def piece(data: bytes) -> None:
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+
+    for label in labels:
+        piece(label.encode("utf-8", "surrogatepass"))
+    piece(function.SerializeToString(deterministic=True))
+    piece(len(inputs).to_bytes(8, "little"))
+    for name, type_proto in inputs:
+        piece(name.encode("utf-8", "surrogatepass"))
+        piece(type_proto.SerializeToString(deterministic=True))
+    for tensor in initializers:
+        piece(tensor.SerializeToString(deterministic=True))
+    return digest.digest()
+
+
 def contiguous(array: np.ndarray) -> np.ndarray:
     """A C-contiguous copy of ``array`` (the array itself if it already is).
 

@@ -19,7 +19,6 @@ than the installed onnxruntime supports is a ValidationError naming the declarat
 from __future__ import annotations
 
 import collections
-import hashlib
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
@@ -29,9 +28,7 @@ import onnx
 from onnx import TensorProto, numpy_helper
 
 from onnx_struct.check import decoder_policy
-from onnx_struct.check.function_models import (
-    function_model,
-)
+from onnx_struct.check.function_models import function_model, signature_digest
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import dtypes
 from onnx_struct.payload import buffer_pool
@@ -307,14 +304,9 @@ def cached_runner(
     is onnxruntime's intra-op thread count (default :data:`INTRA_OP_THREADS`); ``fallback`` and
     ``allowance_bytes``: see :class:`FunctionRunner`."""
     threads = INTRA_OP_THREADS if threads is None else threads
-    digest = hashlib.blake2b(digest_size=20)
-    digest.update(f"{runtime}/{threads}/{fallback}/{allowance_bytes}/{where}".encode(errors="replace"))
-    digest.update(function.SerializeToString(deterministic=True))
-    for name, type_proto in inputs:
-        digest.update(name.encode() + b"\0" + type_proto.SerializeToString(deterministic=True))
-    for tensor in initializers:
-        digest.update(tensor.SerializeToString(deterministic=True))
-    key = digest.digest()
+    key = signature_digest(
+        function, inputs, initializers, runtime, str(threads), str(fallback), str(allowance_bytes), where
+    )
     runner = _cached(key)
     if runner is not None:
         return runner
