@@ -138,3 +138,47 @@ def test_lower_into_another_directory_takes_the_stock_tensors_along(tmp_path):
 
     (y,) = ReferenceEvaluator(str(out)).run(None, {})
     assert y.tolist() == [2.0 * b for b in PAYLOAD]
+
+
+def test_a_tensor_without_length_is_inlined_at_its_types_size(tmp_path):
+    """Inlining a stock tensor whose external_data has no length took the rest of the file, as
+    onnx.load does; onnxruntime takes the type's size, and refused the lowered or re-saved model
+    (raw_data of 32 bytes for FLOAT[4]; found by a red-team pass)."""
+    import onnxruntime as ort
+
+    (tmp_path / "src").mkdir()
+    (tmp_path / "dst").mkdir()
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["T"], ["y"])],
+        "g",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    tensor = model.graph.initializer.add(name="T", data_type=TensorProto.FLOAT, dims=[4])
+    tensor.data_location = TensorProto.EXTERNAL
+    tensor.external_data.add(key="location", value="t.bin")
+    (tmp_path / "src" / "t.bin").write_bytes(np.float32([1, 2, 3, 4, 9, 9, 9, 9]).tobytes())
+    onnx.save(model, tmp_path / "src" / "m.onnx")
+    (expected,) = ort.InferenceSession(str(tmp_path / "src" / "m.onnx")).run(None, {})  # the oracle
+    assert expected.tolist() == [1, 2, 3, 4]
+
+    out = tmp_path / "dst" / "lowered.onnx"
+    done = subprocess.run(
+        [sys.executable, "-m", "onnx_struct", "lower", str(tmp_path / "src" / "m.onnx"), str(out)],
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    (y,) = ort.InferenceSession(str(out)).run(None, {})
+    assert y.tolist() == expected.tolist()
+
+    S.save_with_external_data(str(tmp_path / "src" / "m.onnx"), tmp_path / "dst" / "saved.onnx", size_threshold=1 << 20)
+    (y,) = ort.InferenceSession(str(tmp_path / "dst" / "saved.onnx")).run(None, {})
+    assert y.tolist() == expected.tolist()
+
+    (tmp_path / "src" / "t.bin").write_bytes(np.float32([1, 2, 3]).tobytes())  # shorter than the type
+    with pytest.raises(
+        S.ValidationError, match=r"graph\.initializer\[0\] \('T'\).*fewer than the 16 bytes of the tensor's type"
+    ):
+        S.load_with_external_data(str(tmp_path / "src" / "m.onnx"))

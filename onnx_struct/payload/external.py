@@ -17,6 +17,7 @@ rules.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import pathlib
 import re
@@ -27,6 +28,7 @@ import numpy as np
 import onnx
 
 from onnx_struct.errors import NotRegularFileError, ValidationError
+from onnx_struct.layout import dtypes
 from onnx_struct.layout.table import UINT64_MAX, element_label
 from onnx_struct.limits import MAX_EXTERNAL_DIGITS
 from onnx_struct.payload import buffer_pool
@@ -293,9 +295,24 @@ def _changed(path: str, file: pathlib.Path, size: int, needed: int) -> Validatio
 
 
 def read_tensor_data(tensor: onnx.TensorProto, base_dir: os.PathLike | str, path: str) -> bytes:
-    """The external bytes of a stock tensor, read under the model-directory rules."""
+    """The external bytes of a stock tensor, read under the model-directory rules. Without a
+    ``length``, a tensor of a fixed-width type takes its type's size, as onnxruntime reads it
+    (onnx reads to the end of the file: an inlined tensor then held the file's trailing bytes
+    too, and onnxruntime refused it; found by a red-team pass); other types run to the end."""
     ref = parse_external_data(tensor.external_data, path)
     file, length = resolve(ref, base_dir, path)
+    bits = dtypes.bit_width(tensor.data_type)
+    if ref.length is None and bits is not None and all(d >= 0 for d in tensor.dims):
+        needed = -(-math.prod(tensor.dims) * bits // 8)
+        if needed > length:
+            raise ValidationError(
+                path,
+                f"{ref.location!r} holds {length} bytes after offset {ref.offset}, fewer than the {needed} "
+                f"bytes of the tensor's type",
+                bytes_needed=ref.offset + needed,
+                code="file_too_short",
+            )
+        length = needed
     return read_range(file, ref.offset, length, path).tobytes()
 
 

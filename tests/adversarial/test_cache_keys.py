@@ -47,11 +47,14 @@ def test_a_colliding_declaration_does_not_take_anothers_analysis(models):
 
 def test_a_colliding_decoder_does_not_run_anothers_runner():
     """decode of B after decode of A returned A's [1, 4] (the runner cache's key collided)."""
-    code = COLLIDING + """
+    code = (
+        COLLIDING
+        + """
 a = S.decode("v0", model(A))
 b = S.decode("v0", model(B))
 expected = np.ones((4, 1), np.float32) * np.ones(4, np.float32)  # numpy's broadcast of Flatten(c) * c
 assert a.shape == (1, 4) and b.shape == expected.shape == (4, 4), (a.shape, b.shape)
 raise S.ValidationError("done", "decoded apart")
 """
+    )
     run_bounded(code, {"n": 4}, cpu_seconds=30, memory_mib=400).assert_validation_error("done")
