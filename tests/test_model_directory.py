@@ -182,3 +182,30 @@ def test_a_tensor_without_length_is_inlined_at_its_types_size(tmp_path):
         S.ValidationError, match=r"graph\.initializer\[0\] \('T'\).*fewer than the 16 bytes of the tensor's type"
     ):
         S.load_with_external_data(str(tmp_path / "src" / "m.onnx"))
+
+
+def test_a_session_feed_resolves_in_both_directories(tmp_path):
+    """A struct input fed as an external StructProto of a linked model: view resolved it into the
+    linked file's directory, the session's run did not (its base directory lost the second root;
+    found by a red-team pass)."""
+    blobs, snapshot = tmp_path / "blobs", tmp_path / "snap"
+    blobs.mkdir()
+    snapshot.mkdir()
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["W"], ["y"])],
+        "g",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    (index,) = S.add_struct_types(model, S.make_array(TensorProto.UINT8, 4, decoder=cast_decoder()))
+    S.add_value_infos(model, inputs=[S.make_struct_value_info("W", index)])
+    onnx.save(model, blobs / "m.onnx")
+    (blobs / "w.bin").write_bytes(PAYLOAD)
+    os.symlink("../blobs/m.onnx", snapshot / "m.onnx")
+    os.symlink("../blobs/w.bin", snapshot / "w.bin")
+    feed = S.make_struct_value("W", index, external_data={"location": "w.bin", "offset": 0, "length": 4})
+    path = str(snapshot / "m.onnx")
+    assert S.view(feed, path)[""].tolist() == list(PAYLOAD)
+    (y,) = S.InferenceSession(path).run(None, {"W": feed})
+    assert y.tolist() == [float(b) for b in PAYLOAD]

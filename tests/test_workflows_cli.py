@@ -238,6 +238,46 @@ def test_out_is_never_the_data_file_of_an_input_models_stock_tensor(tmp_path):
     assert (tmp_path / "t.data").read_bytes() == before
 
 
+def test_out_is_never_a_referenced_file_the_rules_would_refuse(tmp_path):
+    """A data file with a second hard link is refused by the model-directory rules, so the OUT
+    check skipped it, and `decode m.onnx V -o t.bin` (a command that does not read T) replaced it
+    (found by a red-team pass)."""
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["T"], ["y"])],
+        "g",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.float32([1, 2, 3, 4]), "T"))
+    declaration = S.make_array(TensorProto.UINT8, 4, decoder=helper.make_function(
+        "t", "cast", ["x"], ["y"], [helper.make_node("Cast", ["x"], ["y"], to=TensorProto.FLOAT)], [helper.make_opsetid("", 21)]
+    ))  # fmt: skip
+    (index,) = S.add_struct_types(model, declaration)
+    S.add_struct_values(model, S.make_struct_value("V", index, raw_data=bytes(4)))
+    onnx.save(model, tmp_path / "m.onnx", save_as_external_data=True, location="t.bin", size_threshold=0)
+    os.link(tmp_path / "t.bin", tmp_path / "t.bin.bak")
+    before = (tmp_path / "t.bin").read_bytes()
+    result = cli("decode", "m.onnx", "V", "-o", "t.bin", cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert "t.bin: is the file m.onnx references at graph.initializer[0] ('T')" in one_line(result)
+    assert (tmp_path / "t.bin").read_bytes() == before
+
+
+def test_a_model_linked_to_itself_is_one_line(tmp_path):
+    """`lower loop.onnx out.onnx` with loop.onnx -> loop.onnx let Python's RuntimeError ('Symlink
+    loop') out as a traceback (found by a red-team pass)."""
+    (tmp_path / "loop.onnx").symlink_to("loop.onnx")
+    for args in (
+        ["lower", "loop.onnx", "out.onnx"],
+        ["check", "loop.onnx"],
+        ["quantize", "loop.onnx", "q.onnx", "--format", "q8_0"],
+    ):
+        result = cli(*args, cwd=tmp_path)
+        assert result.returncode in (1, 2), (args, result.stderr)
+        assert "loop.onnx" in one_line(result) and "Traceback" not in result.stderr, args
+
+
 # ---------------------------------------------------------------------- files that are not models
 def test_an_empty_file_is_called_empty_by_check_and_inspect(tmp_path):
     (tmp_path / "empty.onnx").write_bytes(b"")

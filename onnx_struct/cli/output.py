@@ -47,13 +47,14 @@ def refuse_inputs(
 def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     try:
         return os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (yet): not the same file
+    except (OSError, ValueError):  # one of them does not exist (yet), or names no file (a NUL): not the same file
         return False
 
 
 def _referenced_files(model: str | os.PathLike) -> Iterator[tuple[str, pathlib.Path]]:
-    """(path, file) of each external reference of the model at ``model`` that resolves under the
-    model-directory rules (those that do not are the command's own errors, already reported)."""
+    """(path, file) of each external reference of the model at ``model``: where its location
+    leads, whether or not the model-directory rules would admit the file (a file they refuse, e.g.
+    one with a second hard link, is still the input's and was replaced; found by a red-team pass)."""
     try:
         loaded = load(model)
     except ValidationError:
@@ -67,10 +68,10 @@ def _referenced_files(model: str | os.PathLike) -> Iterator[tuple[str, pathlib.P
         if not len(entries):
             continue
         try:
-            file, _ = external.resolve(external.parse_external_data(entries, where), loaded.base_dir, where)
+            location = external.parse_external_data(entries, where).location
         except ValidationError:
             continue
-        yield where, file
+        yield where, pathlib.Path(loaded.base_dir) / location
 
 
 def write_output(

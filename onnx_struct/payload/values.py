@@ -21,7 +21,7 @@ from onnx import TensorProto
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import Leaf, TypeTable, element_label
 from onnx_struct.payload import external
-from onnx_struct.schema.model import LoadedModel, StructProto, StructTypeProto, load
+from onnx_struct.schema.model import LoadedModel, ModelDirectory, StructProto, StructTypeProto, load
 
 __all__ = [
     "ResolvedValue",
@@ -234,7 +234,10 @@ def resolve_value(
         where = where or value_where(proto, loaded)
     else:
         raise TypeError(f"expected a StructProto or the name of a struct value, got {type(value).__name__}")
-    directory = pathlib.Path(base_dir) if base_dir is not None else (loaded.base_dir if loaded else None)
+    if base_dir is not None:  # a ModelDirectory (a session passes its model's) keeps its second root
+        directory = base_dir if isinstance(base_dir, ModelDirectory) else pathlib.Path(base_dir)
+    else:
+        directory = loaded.base_dir if loaded else None
     table = table if table is not None else TypeTable(declarations)
     declaration = value_declaration(proto, table, where)
     leaves, nbytes, label = _root_layout(proto, declaration, table, where)

@@ -47,8 +47,11 @@ class ModelDirectory(type(pathlib.Path())):
 def model_directory(path: str | os.PathLike) -> pathlib.Path:
     """Where the external files of the model file at ``path`` are looked up (see ModelDirectory)."""
     path = pathlib.Path(path)
-    directory = ModelDirectory(path.absolute().parent.resolve())
-    resolved = path.resolve().parent
+    try:
+        directory = ModelDirectory(path.absolute().parent.resolve())
+        resolved = path.resolve().parent
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError in Python 3.11): reading the file fails
+        return ModelDirectory(path.absolute().parent)
     if resolved != directory:
         directory.resolved_file_directory = resolved
     return directory
@@ -227,7 +230,10 @@ def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = No
     # A relative base_dir is fixed here, as a model's own directory is: resolved at each read, it
     # followed the process's working directory (os.chdir between calls read another file; found by
     # a red-team pass).
-    directory = pathlib.Path(base_dir).resolve() if base_dir is not None else None
+    if isinstance(base_dir, ModelDirectory):  # a loaded model's own: resolved, with its second root
+        directory = base_dir
+    else:
+        directory = pathlib.Path(base_dir).resolve() if base_dir is not None else None
     if isinstance(model, LoadedModel):
         return model if directory is None else model.rebased(directory)
     if isinstance(model, pb.ModelProto):
