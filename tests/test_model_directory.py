@@ -209,3 +209,23 @@ def test_a_session_feed_resolves_in_both_directories(tmp_path):
     assert S.view(feed, path)[""].tolist() == list(PAYLOAD)
     (y,) = S.InferenceSession(path).run(None, {"W": feed})
     assert y.tolist() == [float(b) for b in PAYLOAD]
+
+
+def test_a_looping_base_dir_or_destination_is_an_os_error(tmp_path):
+    """Python 3.11's Path.resolve raises RuntimeError on a symlink loop: it escaped from a
+    base_dir, a save destination and a location's directory (found by a red-team pass). A path
+    the caller names is an OSError (ELOOP), as a missing one is; a location is a ValidationError."""
+    import errno
+
+    (tmp_path / "d").symlink_to("d")
+    model = _model()
+    for call in (
+        lambda: S.check_model(model, base_dir=tmp_path / "d"),
+        lambda: S.InferenceSession(model, base_dir=tmp_path / "d"),
+        lambda: S.save_with_external_data(model, tmp_path / "d" / "m.onnx"),
+    ):
+        with pytest.raises(OSError) as caught:
+            call()
+        assert caught.value.errno == errno.ELOOP
+    with pytest.raises(S.ValidationError, match=r"^location: 'd/w.bin': its directory cannot be resolved"):
+        S.save_with_external_data(model, tmp_path / "m.onnx", location="d/w.bin", size_threshold=0)

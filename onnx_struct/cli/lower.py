@@ -14,7 +14,7 @@ from onnx_struct.cli.output import write_model_with_external_tensors, write_outp
 from onnx_struct.limits import PROTOBUF_LIMIT
 from onnx_struct.lowering.lower import lower
 from onnx_struct.payload import external
-from onnx_struct.schema.model import model_directory
+from onnx_struct.schema.model import model_directory, resolve_path
 
 INPUT = "input"
 HELP = "lower struct values to leaf initializers + decoder calls (exit 0 ok, 1 invalid, 2 usage/I-O)"
@@ -42,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     source, output = pathlib.Path(args.input), pathlib.Path(args.output)
     # Kept references stay valid only if the output's directory is the one they are looked up in.
     directory = model_directory(source)
-    same_directory = directory.resolved_file_directory is None and directory == output.absolute().parent.resolve()
+    same_directory = directory.resolved_file_directory is None and directory == resolve_path(output.absolute().parent)
     model = lower(source, compact=args.compact, keep_external=same_directory, execution=args.execution)
     if not same_directory:  # the stock tensors' references too would name files the output has not
         external.load_external_tensors(model, directory)

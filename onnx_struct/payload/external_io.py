@@ -28,7 +28,7 @@ from onnx_struct.payload import external
 from onnx_struct.payload.external_write import DirectoryWriter
 from onnx_struct.payload.values import resolve_value
 from onnx_struct.payload.view import view_of
-from onnx_struct.schema.model import LoadedModel, ModelLike, from_onnx, load, to_onnx
+from onnx_struct.schema.model import LoadedModel, ModelLike, from_onnx, load, resolve_path, to_onnx
 
 __all__ = ["save_with_external_data", "save_plain_with_external_tensors", "load_with_external_data"]
 
@@ -79,7 +79,7 @@ def save_with_external_data(
     payloads = [_payload(source, value, i, table) for i, value in enumerate(values)]
 
     path = pathlib.Path(path)
-    directory = path.absolute().parent.resolve()  # the model file's own name is not resolved
+    directory = resolve_path(path.absolute().parent)  # the model file's own name is not resolved
     shared = location if location is not None else f"{path.name}.data"
     if not one_file_per_value:
         external.check_location(shared, "location")
@@ -118,7 +118,7 @@ def save_plain_with_external_tensors(
     path = pathlib.Path(path)
     shared = location if location is not None else f"{path.name}.data"
     external.check_location(shared, "location")  # the model will state it: its rules apply
-    with DirectoryWriter(path.absolute().parent.resolve()) as writer:
+    with DirectoryWriter(resolve_path(path.absolute().parent)) as writer:
         _move_tensors_out(model, _store(writer, shared, 1, None), size_threshold)
         writer.open(path.name, "path", exclusive=True, model_location=model_location).write(model.SerializeToString())
         writer.commit("path")

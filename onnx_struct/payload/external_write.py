@@ -15,6 +15,7 @@ import stat
 
 from onnx_struct.errors import ValidationError
 from onnx_struct.payload.external import _NOFOLLOW, _kind, check_location
+from onnx_struct.schema.model import resolve_path
 
 
 def _create_new(destination: pathlib.Path) -> tuple[pathlib.Path, int]:
@@ -40,7 +41,7 @@ class DirectoryWriter:
     """
 
     def __init__(self, directory: pathlib.Path) -> None:
-        self.root = pathlib.Path(directory).resolve()
+        self.root = resolve_path(directory)
         self._pending: dict[pathlib.Path, tuple[str, pathlib.Path, object]] = {}
 
     def __enter__(self) -> DirectoryWriter:
@@ -67,7 +68,10 @@ class DirectoryWriter:
         return handle
 
     def _destination(self, name: str, where: str) -> pathlib.Path:
-        parent = (self.root / name).parent.resolve()
+        try:
+            parent = resolve_path((self.root / name).parent)
+        except OSError as error:
+            raise ValidationError(where, f"{name!r}: its directory cannot be resolved: {error.strerror}") from None
         if not parent.is_relative_to(self.root) or not parent.is_dir():
             raise ValidationError(
                 where, f"{name!r} is not in a directory inside {str(self.root)!r}", code="file_outside_model_dir"

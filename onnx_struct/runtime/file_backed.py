@@ -18,7 +18,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from onnx_struct.errors import ValidationError
 from onnx_struct.payload import external
 from onnx_struct.schema import struct_parts, wire_format
-from onnx_struct.schema.model import STOCK_CUT_MIN_BYTES, LoadedModel, copy_without_struct_values
+from onnx_struct.schema.model import STOCK_CUT_MIN_BYTES, LoadedModel, copy_without_struct_values, resolve_path
 
 
 def file_backed(loaded: LoadedModel, model_file: str | os.PathLike) -> LoadedModel | None:
@@ -29,14 +29,14 @@ def file_backed(loaded: LoadedModel, model_file: str | os.PathLike) -> LoadedMod
     data = loaded.serialized
     if data is None or loaded.base_dir is None:
         return None
-    file = pathlib.Path(model_file).resolve()
     try:
+        file = resolve_path(model_file)
         info = file.stat()
     except OSError:
         return None
     # The resolver's rules, so that no read is refused later: inside the model directory, one
     # link, and (for the offsets) the size that was read; and a name that is a valid location.
-    if file.parent != pathlib.Path(loaded.base_dir).resolve() or info.st_nlink != 1 or info.st_size != len(data):
+    if file.parent != pathlib.Path(loaded.base_dir) or info.st_nlink != 1 or info.st_size != len(data):
         return None
     try:
         file.name.encode()  # a name that is not UTF-8 (surrogate escapes) cannot be a location
@@ -87,7 +87,7 @@ def inline_own_file_tensors(model, base_dir: str | os.PathLike, model_file: str 
     depend on the model's file once it exists (onnxruntime would map it, and a later rewrite of
     the file would change the outputs or truncate the mapping), and ``lowered`` is then what
     :func:`onnx_struct.lower` makes of the model read whole."""
-    name = pathlib.Path(model_file).resolve().name
+    name = resolve_path(model_file).name
     for where, tensor in external.model_tensors(model):
         if external.is_external(tensor) and any(e.key == "location" and e.value == name for e in tensor.external_data):
             tensor.raw_data = external.read_tensor_data(tensor, base_dir, f"{where}.external_data")

@@ -9,6 +9,7 @@ with ``MergeFromString``, so nothing else in the model is touched or copied.
 
 from __future__ import annotations
 
+import errno
 import os
 import pathlib
 from collections.abc import Callable, Iterable
@@ -44,13 +45,23 @@ class ModelDirectory(type(pathlib.Path())):
     resolved_file_directory: pathlib.Path | None = None
 
 
+def resolve_path(path: str | os.PathLike) -> pathlib.Path:
+    """``Path(path).resolve()`` with a symlink loop an OSError (ELOOP), as the OS reports it, not
+    Python 3.11's RuntimeError (which escaped from a base_dir or destination that loops; found by
+    a red-team pass)."""
+    try:
+        return pathlib.Path(path).resolve()
+    except RuntimeError:
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), os.fspath(path)) from None
+
+
 def model_directory(path: str | os.PathLike) -> pathlib.Path:
     """Where the external files of the model file at ``path`` are looked up (see ModelDirectory)."""
     path = pathlib.Path(path)
     try:
-        directory = ModelDirectory(path.absolute().parent.resolve())
-        resolved = path.resolve().parent
-    except (OSError, RuntimeError):  # a symlink loop (RuntimeError in Python 3.11): reading the file fails
+        directory = ModelDirectory(resolve_path(path.absolute().parent))
+        resolved = resolve_path(path).parent
+    except OSError:  # a symlink loop: reading the file reports it
         return ModelDirectory(path.absolute().parent)
     if resolved != directory:
         directory.resolved_file_directory = resolved
@@ -233,7 +244,7 @@ def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = No
     if isinstance(base_dir, ModelDirectory):  # a loaded model's own: resolved, with its second root
         directory = base_dir
     else:
-        directory = pathlib.Path(base_dir).resolve() if base_dir is not None else None
+        directory = resolve_path(base_dir) if base_dir is not None else None
     if isinstance(model, LoadedModel):
         return model if directory is None else model.rebased(directory)
     if isinstance(model, pb.ModelProto):

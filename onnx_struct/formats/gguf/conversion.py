@@ -32,7 +32,7 @@ from onnx_struct.errors import ValidationError
 from onnx_struct.formats.function_builder import OPSET
 from onnx_struct.formats.gguf.validate import check_gguf_bytes
 from onnx_struct.schema.builders import make_array, make_struct_value
-from onnx_struct.schema.model import add_struct_types, add_struct_values, from_onnx, to_onnx
+from onnx_struct.schema.model import add_struct_types, add_struct_values, from_onnx, resolve_path, to_onnx
 
 # metadata_props keys added besides the GGUF keys themselves.
 VALUE_TYPES_KEY = "onnx_struct.gguf.value_types"  # JSON object: GGUF key -> value type, e.g. "ARRAY[STRING]"
@@ -188,7 +188,7 @@ def _graph_name(source: pathlib.Path) -> str:
 
 def _location(source: pathlib.Path, model_dir: str | os.PathLike | None) -> str:
     base = pathlib.Path(model_dir) if model_dir is not None else source.parent
-    relative = pathlib.Path(os.path.relpath(source.resolve(), base.resolve()))
+    relative = pathlib.Path(os.path.relpath(resolve_path(source), resolve_path(base)))
     if relative.is_absolute() or ".." in relative.parts:
         raise ValidationError(
             str(source),
