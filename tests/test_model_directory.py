@@ -39,6 +39,20 @@ def _save(model: onnx.ModelProto, path) -> None:
     S.save_with_external_data(model, path, location="w.bin", size_threshold=0)
 
 
+def _lower_and_run(source, out) -> None:
+    """`onnx-struct lower SOURCE OUT`; OUT passes onnx's checker and onnx's reference evaluator
+    computes V + T from it (the oracle: the payload's bytes, twice)."""
+    from onnx.reference import ReferenceEvaluator
+
+    done = subprocess.run(
+        [sys.executable, "-m", "onnx_struct", "lower", str(source), str(out)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    onnx.checker.check_model(str(out))
+    (y,) = ReferenceEvaluator(str(out)).run(None, {})
+    assert y.tolist() == [2.0 * b for b in PAYLOAD]
+
+
 def test_a_linked_model_reads_the_files_beside_its_link_as_onnx_does(tmp_path):
     """a/m.onnx -> ../b/m.onnx with a w.bin in both: onnx.load reads the stock tensor from a/,
     so the struct payload comes from a/ too (it came from b/, the linked file's directory)."""
@@ -107,17 +121,7 @@ def test_lower_keeps_references_only_where_they_stay_valid(tmp_path):
     os.symlink("../blobs/m.onnx", snapshot / "m.onnx")
     os.symlink("../blobs/w.bin", snapshot / "w.bin")
     out = snapshot / "lowered.onnx"
-    done = subprocess.run(
-        [sys.executable, "-m", "onnx_struct", "lower", str(snapshot / "m.onnx"), str(out)],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    onnx.checker.check_model(str(out))
-    from onnx.reference import ReferenceEvaluator
-
-    (y,) = ReferenceEvaluator(str(out)).run(None, {})
-    assert y.tolist() == [2.0 * b for b in PAYLOAD]
+    _lower_and_run(snapshot / "m.onnx", out)
 
 
 def test_lower_into_another_directory_takes_the_stock_tensors_along(tmp_path):
@@ -127,17 +131,7 @@ def test_lower_into_another_directory_takes_the_stock_tensors_along(tmp_path):
     (tmp_path / "dst").mkdir()
     _save(_model(), tmp_path / "src" / "m.onnx")
     out = tmp_path / "dst" / "lowered.onnx"
-    done = subprocess.run(
-        [sys.executable, "-m", "onnx_struct", "lower", str(tmp_path / "src" / "m.onnx"), str(out)],
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    onnx.checker.check_model(str(out))
-    from onnx.reference import ReferenceEvaluator
-
-    (y,) = ReferenceEvaluator(str(out)).run(None, {})
-    assert y.tolist() == [2.0 * b for b in PAYLOAD]
+    _lower_and_run(tmp_path / "src" / "m.onnx", out)
 
 
 def test_a_tensor_without_length_is_inlined_at_its_types_size(tmp_path):
