@@ -50,12 +50,15 @@ def signature_digest(
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
 
+    def text(name: str | bytes) -> None:  # a name that is not UTF-8 comes as bytes (found by the fuzzer)
+        piece(b"b" + name if isinstance(name, bytes) else b"s" + name.encode("utf-8", "surrogatepass"))
+
     for label in labels:
-        piece(label.encode("utf-8", "surrogatepass"))
+        text(label)
     piece(function.SerializeToString(deterministic=True))
     piece(len(inputs).to_bytes(8, "little"))
     for name, type_proto in inputs:
-        piece(name.encode("utf-8", "surrogatepass"))
+        text(name)
         piece(type_proto.SerializeToString(deterministic=True))
     for tensor in initializers:
         piece(tensor.SerializeToString(deterministic=True))
