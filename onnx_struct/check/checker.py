@@ -22,7 +22,7 @@ from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.payload import external
 from onnx_struct.payload import values as resolver
-from onnx_struct.schema import wire
+from onnx_struct.schema import utf8, wire
 from onnx_struct.schema.model import LoadedModel, ModelLike, StructTypeProto, load
 from onnx_struct.schema.projections import (
     checker_view,
@@ -83,8 +83,18 @@ class _Checker(GraphRules):
         self.check_wire()
         self.check_external_tensors()
         self.check_graph_rules()
+        if not self.diagnostics:  # after the rules, which name the strings they bind more precisely
+            self.check_strings()
         if not self.diagnostics:  # onnx's findings only count on a model that follows the proposal
             self.check_stock(full_check)
+
+    def check_strings(self) -> None:
+        """Every string in the model is UTF-8 (schema/utf8.py): what passes the check never hands
+        ``bytes`` to code that expects a name, whichever field it is in."""
+        try:
+            utf8.check_model_utf8(self.loaded)
+        except ValidationError as error:
+            self.report(error)
 
     # ------------------------------------------------------------------ values
     def check_values(self) -> None:

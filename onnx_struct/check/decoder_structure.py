@@ -15,6 +15,7 @@ from onnx import TensorProto
 from onnx_struct import limits
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import dtypes
+from onnx_struct.schema import utf8
 
 STANDARD_DOMAINS = ("", "ai.onnx")
 
@@ -57,6 +58,7 @@ def check_structure(function: onnx.FunctionProto, where: str, ir_version: int = 
     structural rules of the policy; ``ir_version`` is the model's, for onnx's function checker."""
     if not isinstance(function.name, str) or not isinstance(function.domain, str):
         raise ValidationError(where, "the function's name or domain is not valid UTF-8", code="invalid_utf8")
+    utf8.check_utf8(function, where)  # any other string: its inputs, outputs, attributes, nodes
     if function.domain in STANDARD_DOMAINS and onnx.defs.has(function.name, ""):  # onnx registers under ""
         raise ValidationError(
             where,

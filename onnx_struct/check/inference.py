@@ -27,6 +27,7 @@ from onnx_struct.errors import ValidationError
 from onnx_struct.layout import dtypes
 from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.payload.values import constant_tensor
+from onnx_struct.schema import utf8
 from onnx_struct.schema.model import LoadedModel, ModelLike, StructProto, StructTypeProto, load, to_onnx
 from onnx_struct.schema.opaque import OPAQUE_DOMAIN
 from onnx_struct.schema.projections import retyped_view, stock_view
@@ -237,6 +238,7 @@ def infer_shapes(
         if not isinstance(value.name, str):  # proto2 leaves it undecoded; the checker's rule and message
             where = element_label(f"graph.struct_initializer[{k}]", value.name)
             raise ValidationError(where, "struct value name is not valid UTF-8", code="invalid_utf8")
+    utf8.check_model_utf8(loaded)  # any other string, as check_model finds it
     types = LogicalTypes(loaded)
     value_types = _name_types(loaded, types)
     logical = logical_view(loaded, stock_view(loaded), types, value_types)

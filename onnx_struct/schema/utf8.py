@@ -1,0 +1,141 @@
+"""Strings that are not UTF-8, anywhere in a message: found at C speed, named by path.
+
+onnx.proto is proto2, and proto2 parsers do not validate UTF-8: upb hands a ``string`` field that
+holds other bytes to Python as ``bytes``. Code that expects ``str`` then fails in its own way, in
+onnx.helper, onnxruntime's bindings and ours; the fuzzer found such a place at a time (a function
+output name, an operator type, a decoder input name). Checking each place cannot end. protobuf's
+``string`` is UTF-8 text by definition, and proto3 parsers refuse anything else. So a twin of the
+schemas in proto3 syntax (same messages, field numbers and types; no defaults, labels or options)
+parses the same bytes, and upb itself validates every string in them. Only when the twin refuses
+does a walk look for the first such string, to name its path.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import DecodeError
+
+from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
+from onnx_struct.errors import ValidationError
+
+
+def check_model_utf8(loaded) -> None:
+    """:func:`check_utf8` for a :class:`~onnx_struct.schema.model.LoadedModel`, without a copy of
+    its inline payloads: the twin parses the bytes stock views parse, which lack the main graph's
+    struct value records in a large model (their payloads would be copied a third time: the
+    session's peak memory, docs/benchmarks.md); those values' strings are read one by one."""
+    data = loaded.stock_serialized
+    check_utf8(loaded.proto, data=data)
+    if data is loaded.serialized:
+        return
+    for k, value in enumerate(loaded.proto.graph.struct_initializer):
+        where = f"graph.struct_initializer[{k}] ({value.name!r})" if value.name else f"graph.struct_initializer[{k}]"
+        for name in ("name", "doc_string"):
+            if isinstance(getattr(value, name), bytes):
+                raise _refusal(f"{where}.{name}")
+        for i, entry in enumerate(value.external_data):
+            check_utf8(entry, f"{where}.external_data[{i}]")
+        if value.HasField("struct_type"):
+            check_utf8(value.struct_type, f"{where}.struct_type")
+
+
+def check_utf8(message, where: str = "", data: bytes | None = None) -> None:
+    """Raise a ValidationError (code ``invalid_utf8``) naming the first string field of ``message``
+    (an onnx or overlay message) that is not UTF-8. ``data``: its serialization, if at hand."""
+    if data is None:
+        data = message.SerializeToString()
+    try:
+        _twin(message.DESCRIPTOR.full_name).FromString(data)
+        return
+    except DecodeError:
+        pass  # only UTF-8 can fail here: ``message`` itself was parsed from the same bytes
+    found = _first_bytes_string(message)
+    if found is None:  # the twin refused for another reason (never seen): protobuf's parse stands
+        return
+    raise _refusal(".".join(p for p in (where, found) if p))
+
+
+def _refusal(path: str) -> ValidationError:
+    return ValidationError(path, "a string that is not valid UTF-8 (protobuf's string type)", code="invalid_utf8")
+
+
+def _first_bytes_string(message) -> str | None:
+    """The path (below ``message``) of the first string field that holds bytes, depth first in field
+    order; iterative, as a hostile model may be deeply nested. Bytes fields are never read."""
+    stack = [("", message)]
+    while stack:
+        path, current = stack.pop()
+        children = []
+        for name, kind, repeated in _fields(current.DESCRIPTOR):
+            prefix = f"{path}.{name}" if path else name
+            if kind == "string":
+                if repeated:
+                    for i, item in enumerate(getattr(current, name)):
+                        if isinstance(item, bytes):
+                            return f"{prefix}[{i}]"
+                elif isinstance(getattr(current, name), bytes):
+                    return prefix
+            elif repeated:
+                for i, item in enumerate(getattr(current, name)):
+                    label = getattr(item, "name", "") if "name" in item.DESCRIPTOR.fields_by_name else ""
+                    children.append((f"{prefix}[{i}] ({label!r})" if label else f"{prefix}[{i}]", item))
+            elif current.HasField(name):
+                children.append((prefix, getattr(current, name)))
+        stack.extend(reversed(children))
+    return None
+
+
+@functools.cache
+def _fields(descriptor) -> tuple[tuple[str, str, bool], ...]:
+    """(name, "string" or "message", repeated) of the fields a walk must read, in field order."""
+    kinds = {FieldDescriptor.TYPE_STRING: "string", FieldDescriptor.TYPE_MESSAGE: "message"}
+    return tuple(
+        (f.name, kinds[f.type], f.is_repeated)
+        for f in sorted(descriptor.fields, key=lambda f: f.number)
+        if f.type in kinds
+    )
+
+
+@functools.cache
+def _twin(full_name: str):
+    """The proto3 twin class of the message type ``full_name`` (overlay or onnx)."""
+    return message_factory.GetMessageClass(_twin_pool().FindMessageTypeByName(full_name))
+
+
+@functools.cache
+def _twin_pool() -> descriptor_pool.DescriptorPool:
+    pool = descriptor_pool.DescriptorPool()
+    for file in _with_dependencies(pb.DESCRIPTOR):
+        proto = descriptor_pb2.FileDescriptorProto()
+        file.CopyToProto(proto)
+        proto.syntax = "proto3"
+        proto.ClearField("options")
+        _as_proto3(proto.message_type)
+        pool.Add(proto)
+    return pool
+
+
+def _with_dependencies(file, seen: set | None = None) -> list:
+    seen = set() if seen is None else seen
+    if file.name in seen:
+        return []
+    seen.add(file.name)
+    files = [f for dependency in file.dependencies for f in _with_dependencies(dependency, seen)]
+    return [*files, file]
+
+
+def _as_proto3(messages) -> None:
+    # What proto3 forbids, and nothing a parse depends on: required labels, defaults, extension
+    # ranges, proto2 packing options (a proto3 parser accepts packed and unpacked alike).
+    for message in messages:
+        for field in message.field:
+            if field.label == FieldDescriptor.LABEL_REQUIRED:
+                field.label = FieldDescriptor.LABEL_OPTIONAL
+            field.ClearField("default_value")
+            field.ClearField("options")
+        message.ClearField("extension_range")
+        message.ClearField("options")
+        _as_proto3(message.nested_type)
