@@ -53,17 +53,21 @@ def string_fields(message, path: str = "") -> Iterator[tuple[str, object, str, i
 def variants(model: bytes) -> Iterator[tuple[str, bytes]]:
     """(field path, model bytes) with one string field's bytes made non-UTF-8, for each field."""
     try:
-        count = sum(1 for _ in string_fields(MODEL.FromString(model)))
+        parsed = MODEL.FromString(model)
     except Exception:  # noqa: BLE001 - not a model protobuf parses: nothing to sweep
         return
-    for k in range(count):
-        copy = MODEL.FromString(model)
-        where, message, name, index = list(string_fields(copy))[k]
-        if index is None:
-            setattr(message, name, MARK)
+    for where, message, name, index in list(string_fields(parsed)):  # one parse, each field set and restored
+        field = getattr(message, name) if index is not None else None
+        original = field[index] if field is not None else getattr(message, name)
+        if field is not None:
+            field[index] = MARK
         else:
-            getattr(message, name)[index] = MARK
-        yield where, copy.SerializeToString().replace(MARK.encode(), BAD)
+            setattr(message, name, MARK)
+        yield where, parsed.SerializeToString().replace(MARK.encode(), BAD)
+        if field is not None:
+            field[index] = original
+        else:
+            setattr(message, name, original)
 
 
 class _Hang(Exception):
