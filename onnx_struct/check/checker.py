@@ -228,6 +228,12 @@ class _Checker(GraphRules):
 
     # ------------------------------------------------------------------ stock onnx
     def check_stock(self, full_check: bool) -> None:
+        if full_check:
+            # The plain check first: the full check's view is rebuilt without unknown fields, so
+            # bytes onnx cannot parse (field 0 in an unknown group, which upb accepts) reach only it.
+            self.check_stock(False)
+            if self.diagnostics:
+                return
         types = inference.LogicalTypes(self.loaded) if full_check else None  # one for both rules
         if full_check:
             for conflict in inference.declared_type_conflicts(self.loaded, types):
