@@ -112,10 +112,8 @@ def _check_onnx_function(function: onnx.FunctionProto, where: str, ir_version: i
         raise ValidationError(
             where, "invalid function: a string in it is not valid UTF-8", code="invalid_utf8"
         ) from None
-    except ValueError:  # onnx's C++ protobuf refuses bytes upb parsed (field 0 in an unknown group)
-        raise ValidationError(
-            where, "invalid function: onnx cannot parse it (a malformed unknown field)", code="invalid_function"
-        ) from None
+    except ValueError as error:  # e.g. onnx's C++ protobuf refusing bytes upb parsed (field 0 in a group)
+        raise ValidationError(where, f"invalid function: {first_line(error)}", code="invalid_function") from None
 
 
 def _check_node(node: onnx.NodeProto, where: str) -> int:

@@ -243,7 +243,7 @@ HOSTILE = {
     "non_utf8_name": (lambda: _non_utf8("name"), "UTF-8"),
     "non_utf8_domain": (lambda: _non_utf8("domain"), "UTF-8"),
     "cast_to_0": (_cast_to_0, "Cast"),
-    "unknown_group_with_field_0": (_unknown_group_with_field_0, ""),
+    "unknown_group_with_field_0": (_unknown_group_with_field_0, "Unable to parse proto"),
     "constant_of_type_255": (_constant_of_type_255, "255"),
     "named_like_a_standard_operator": (_named_like_a_standard_operator, "Relu"),
     "named_like_a_standard_operator_in_ai_onnx": (
