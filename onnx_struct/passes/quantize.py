@@ -40,6 +40,7 @@ from onnx_struct.errors import ValidationError
 from onnx_struct.formats.base import BlockFormat
 from onnx_struct.lowering.lower import lower
 from onnx_struct.lowering.opsets import OpsetConversionError, convert_default_opset
+from onnx_struct.passes.quantize_detach import detach_weights
 from onnx_struct.passes.quantize_plan import (
     DEFAULT_OP_TYPES,
     WEIGHT_INPUT,
@@ -53,6 +54,7 @@ from onnx_struct.passes.quantize_plan import (
     resolve_format,
     unique_name,
 )
+from onnx_struct.passes.quantize_sites import all_graph_names
 from onnx_struct.runtime.codec import encode
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
 from onnx_struct.runtime.session import external_tensors_in_memory
@@ -84,12 +86,17 @@ def quantize(
     """A copy of ``model`` whose eligible weights are struct values in ``format``.
 
     ``format`` is a BlockFormat or a registered name (case-insensitive) of a format with an
-    encoder. A weight is eligible when it is a FLOAT initializer with at least ``min_elements``
-    elements, consumed only as the weight input of nodes in ``op_types`` of the main graph (not
-    a graph input or output, not used by a subgraph or named by training_info): 2-D for MatMul, Gemm and Gather, a 3-D to
-    5-D kernel for Conv. ``group_axis`` chooses the axis the blocks run along: "input" (K of
-    ``X @ W``, as GGUF and MatMulNBits group; ``I*kh*kw`` of a Conv kernel) or "output" (N); see
-    the module docstring for the trade-off. Adding "Gather" to ``op_types`` also quantizes
+    encoder. A weight is eligible when it is a FLOAT tensor with at least ``min_elements``
+    elements, read only as the weight input of nodes in ``op_types``, wherever it is defined: an
+    initializer or a ``Constant`` node of the main graph or of a subgraph (If/Loop/Scan bodies), or
+    a ``Constant`` node of a model-local function; its readers are followed into subgraphs and
+    through function calls (:mod:`onnx_struct.passes.quantize_sites`); a weight shared by several
+    nodes is one struct value. Not eligible: a graph input or output, a name training_info uses.
+    Struct values live in the main graph: a subgraph reads its weight from the outer scope, a
+    function gets it as a new input (:mod:`onnx_struct.passes.quantize_detach`). 2-D for MatMul,
+    Gemm and Gather, a 3-D to 5-D kernel for Conv. ``group_axis`` chooses the axis the blocks run
+    along: "input" (K of ``X @ W``, as GGUF and MatMulNBits group; ``I*kh*kw`` of a Conv kernel)
+    or "output" (N); see the module docstring for the trade-off. Adding "Gather" to ``op_types`` also quantizes
     embedding tables read by ``Gather(axis=0)``, with blocks along each row, as GGUF stores
     ``token_embd``. A grouped axis that is not a multiple of the block size is padded with zeros
     (``pad=False``: such a weight is kept as float instead).
@@ -114,35 +121,25 @@ def quantize(
     fmt = resolve_format(format)
     if isinstance(op_types, str):  # would be read letter by letter
         raise TypeError(f"op_types: expected a sequence of operator names, got the string {op_types!r}")
-    planned = build_plan(stock, fmt, tuple(op_types), min_elements, group_axis, pad)
+    options = (fmt, tuple(op_types), min_elements, group_axis, pad)
+    planned = build_plan(stock, *options)
     result = onnx.ModelProto()
     result.CopyFrom(stock)
     if not planned.weights:
         return result
-    weights = {w.name: w for w in planned.weights}
-    for i, tensor in enumerate(stock.graph.initializer):  # before anything is sized by their dims
-        if tensor.name in weights:
-            _check_weight_data(tensor, i)
+    for w in planned.weights:  # before anything is sized by their dims
+        _check_weight_data(planned.sites[w.label].tensor, f"{w.where}: {w.kind} {w.name!r}")
     if not allow_reference_only:
         # one block through the decoder first: a format onnxruntime cannot decode is refused before encoding
         _refuse_if(runtime_error(_probe_model(fmt, fmt.block_size)), fmt)
     result, conversion_failure = _upgrade_opset(result, fmt, planned.weights[0].stored_shape)
-    graph = result.graph
+    planned = build_plan(result, *options)  # its sites are the copy's own nodes, rewritten below
+    taken = all_graph_names(result) | {v.name for v in load(stock).struct_values}
+    taken |= {w.value_name for w in planned.weights} | {w.decoded_name for w in planned.weights}
     # checked above (_check_weight_data): raw_data is copied out of protobuf on every read
-    arrays = {t.name: numpy_helper.to_array(t) for t in graph.initializer if t.name in weights}
-
-    kept = [t for t in graph.initializer if t.name not in weights]
-    del graph.initializer[:]
-    graph.initializer.extend(kept)
-    # A value_info would now describe the wrong orientation (transB) or a name no node produces.
-    kept_infos = [v for v in graph.value_info if v.name not in weights]
-    del graph.value_info[:]
-    graph.value_info.extend(kept_infos)
-    for node in graph.node:
-        weight = weights.get(node.input[1]) if node.op_type == "Gemm" and len(node.input) > 1 else None
-        if weight is not None and weight.transpose == "transB":
-            _flip_trans_b(node)
-    taken = _names(graph) | {v.name for v in load(stock).struct_values} | {w.value_name for w in planned.weights}
+    arrays = {w.label: numpy_helper.to_array(planned.sites[w.label].tensor) for w in planned.weights}
+    detach_weights(result, planned)
+    graph = result.graph
     restoring = [node for weight in planned.weights for node in _restore_nodes(weight, graph, taken)]
     # The restoring nodes read only struct values and constants, so they may run first; keep the graph sorted.
     nodes = restoring + list(graph.node)
@@ -153,7 +150,7 @@ def quantize(
     roots: dict[tuple[int, ...], int] = {}  # stored shape -> root declaration, shared by same-shape weights
     values = []
     for weight in planned.weights:
-        stored = stored_array(arrays[weight.name], weight)
+        stored = stored_array(arrays.pop(weight.label), weight)
         if weight.stored_shape not in roots:
             roots[weight.stored_shape] = fmt.add_to_model(overlay, weight.stored_shape)
         values.append(encode_array(stored, roots[weight.stored_shape], overlay, weight.value_name))
@@ -235,7 +232,7 @@ def _restore_nodes(weight: PlannedWeight, graph: onnx.GraphProto, taken: set[str
         steps.append("Reshape")
     nodes, source = [], weight.value_name
     for i, op in enumerate(steps):
-        target = weight.name if i == len(steps) - 1 else unique_name(f"{weight.name}/{op}_out", taken)
+        target = weight.decoded_name if i == len(steps) - 1 else unique_name(f"{weight.name}/{op}_out", taken)
         node_name = unique_name(f"{weight.name}/{op}", taken)
         if op == "Slice":
             kept = weight.stored_shape[-1] - weight.pad
@@ -320,10 +317,9 @@ def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, .
     return converted, ""  # its signature and value_info as they were (convert_default_opset)
 
 
-def _check_weight_data(tensor: onnx.TensorProto, index: int) -> None:
+def _check_weight_data(tensor: onnx.TensorProto, where: str) -> None:
     """The weight's data holds exactly as many values as its dims say, in one piece
     (numpy_helper.to_array would raise a bare ValueError)."""
-    where = f"graph.initializer[{index}] ({tensor.name!r})"
     if tensor.HasField("segment"):
         raise ValidationError(where, "a segmented tensor (TensorProto.segment) cannot be quantized", code="invalid")
     n = math.prod(tensor.dims)
@@ -335,19 +331,3 @@ def _check_weight_data(tensor: onnx.TensorProto, index: int) -> None:
             expected=4 * n,
             actual=held,
         )
-
-
-def _flip_trans_b(node: onnx.NodeProto) -> None:
-    for attribute in node.attribute:
-        if attribute.name == "transB":
-            attribute.i = 0 if attribute.i else 1
-            return
-    node.attribute.append(onnx.helper.make_attribute("transB", 1))
-
-
-def _names(graph: onnx.GraphProto) -> set[str]:
-    names = {t.name for t in graph.initializer} | {v.name for v in graph.input} | {v.name for v in graph.output}
-    for node in graph.node:
-        names.update(node.input)
-        names.update(node.output)
-    return names

@@ -23,6 +23,7 @@ from google.protobuf.message import DecodeError
 from onnx_struct import formats
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.base import BlockFormat
+from onnx_struct.passes.quantize_sites import MAIN, Site, all_graph_names, find_sites
 from onnx_struct.payload.external_io import load_with_external_data
 from onnx_struct.schema.model import load
 from onnx_struct.schema.walk import walk_graphs
@@ -44,6 +45,14 @@ class PlannedWeight:
     transpose: Literal["none", "node", "transB"]  # how the consumers see the original orientation
     pad: int = 0  # zeros appended to the stored tensor's last axis (sliced off after decoding)
     reshape: bool = False  # a Conv kernel stored as [O, I*kh*kw] (Reshape restores it)
+    where: str = MAIN  # the graph or function that defined it ("graph": the main graph)
+    kind: Literal["initializer", "constant"] = "initializer"
+    decoded_name: str = ""  # the main-graph value holding the restored weight ("": ``name``)
+
+    @property
+    def label(self) -> str:
+        """The name, with its scope unless it is the main graph (the key of a :class:`Plan`'s dicts)."""
+        return self.name if self.where == MAIN else f"{self.name} (in {self.where})"
 
 
 @dataclasses.dataclass
@@ -51,8 +60,10 @@ class Plan:
     """What :func:`quantize` will do: the weights it replaces and why others are left alone.
 
     ``skipped``: weights of the chosen op types kept as they are, with the reason; ``other``:
-    every other FLOAT initializer, with the reason it was not considered (another op type, not a
-    weight); ``elements``: element counts of every FLOAT initializer, for coverage figures.
+    every other FLOAT tensor (initializer or Constant, in any graph or function), with the reason
+    it was not considered (another op type, not a weight); ``elements``: element counts of every
+    FLOAT tensor, for coverage figures. Keys are labels (:attr:`PlannedWeight.label`): the name, with
+    its scope when it is not the main graph's.
     """
 
     format: BlockFormat
@@ -60,7 +71,8 @@ class Plan:
     skipped: dict[str, str]
     other: dict[str, str] = dataclasses.field(default_factory=dict)
     elements: dict[str, int] = dataclasses.field(default_factory=dict)
-    unquantized_ops: dict[str, str] = dataclasses.field(default_factory=dict)  # name -> its consumers' op type
+    unquantized_ops: dict[str, str] = dataclasses.field(default_factory=dict)  # label -> its consumers' op type
+    sites: dict[str, Site] = dataclasses.field(default_factory=dict, repr=False, compare=False)  # label -> site
 
     def coverage(self) -> tuple[int, int]:
         """(elements quantized, elements of all FLOAT initializers)."""
@@ -139,51 +151,54 @@ def read_model(model: onnx.ModelProto | bytes | str | os.PathLike) -> onnx.Model
 def build_plan(
     stock: onnx.ModelProto, fmt: BlockFormat, op_types: Sequence[str], min_elements: int, group_axis: str, pad: bool
 ) -> Plan:
+    """The plan for ``stock`` (see :func:`plan`); its sites point into ``stock`` itself."""
     unknown = [op for op in op_types if op not in WEIGHT_INPUT]
     if unknown:
         raise ValueError(f"op_types {unknown} are not supported; the weight input is known for {sorted(WEIGHT_INPUT)}")
     if group_axis not in ("input", "output"):
         raise ValueError(f"group_axis must be 'input' or 'output', not {group_axis!r}")
-    graph = stock.graph
-    uses: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
-    for node in graph.node:
-        for position, name in enumerate(node.input):
-            uses.setdefault(name, []).append((node, position))
-    in_subgraphs = _names_used_in_subgraphs(graph)
     in_training = _names_used_in_training(stock)
-    interface = {v.name for v in graph.input} | {v.name for v in graph.output}
-    taken = _all_names(graph) | {v.name for v in load(stock).struct_values}
+    inputs = {v.name for v in stock.graph.input}
+    taken = all_graph_names(stock) | {v.name for v in load(stock).struct_values}
 
     result = Plan(fmt, [], {})
-    for tensor in graph.initializer:
-        consumers = uses.get(tensor.name, [])
-        if tensor.data_type == onnx.TensorProto.FLOAT:
-            result.elements[tensor.name] = math.prod(tensor.dims)
-            weight_ops = [n.op_type for n, p in consumers if WEIGHT_INPUT.get(n.op_type) == p]
-            result.unquantized_ops[tensor.name] = (weight_ops or [n.op_type for n, _ in consumers] or ["-"])[0]
-        if not any(node.op_type in op_types and position == WEIGHT_INPUT[node.op_type] for node, position in consumers):
-            if tensor.data_type == onnx.TensorProto.FLOAT:
-                result.other[tensor.name] = _why_not_considered(consumers, op_types)
+    for site in find_sites(stock):
+        tensor = site.tensor
+        if tensor is None or tensor.data_type != onnx.TensorProto.FLOAT:
             continue
-        reason = _ineligible(tensor, consumers, op_types, min_elements, interface, in_subgraphs)
-        if not reason and tensor.name in in_training:  # a binding or training graph would name a value no longer there
+        label = site.label
+        result.sites[label] = site
+        consumers = [(use.node, use.position) for use in site.uses]
+        result.elements[label] = site.elements
+        weight_ops = [n.op_type for n, p in consumers if WEIGHT_INPUT.get(n.op_type) == p]
+        result.unquantized_ops[label] = (weight_ops or [n.op_type for n, _ in consumers] or ["-"])[0]
+        if not any(node.op_type in op_types and position == WEIGHT_INPUT[node.op_type] for node, position in consumers):
+            result.other[label] = _why_not_considered(consumers, op_types, site.pinned)
+            continue
+        reason = _ineligible(tensor, consumers, op_types, min_elements)
+        if not reason and site.where == MAIN and site.name in inputs:
+            reason = "it is also a graph input"
+        if not reason and site.pinned:
+            reason = f"it is {site.pinned}"
+        if not reason and site.where == MAIN and site.name in in_training:
+            # a binding or training graph would name a value no longer there
             reason = "training_info uses it (a training graph or binding names it)"
         if not reason:
-            reason, weight = _planned(tensor, consumers, fmt, group_axis, pad, taken)
+            reason, weight = _planned(site, fmt, group_axis, pad, taken)
             if weight is not None:
                 result.weights.append(weight)
-                result.unquantized_ops.pop(tensor.name, None)
+                result.unquantized_ops.pop(label, None)
                 continue
-        result.skipped[tensor.name] = reason
+        result.skipped[label] = reason
     return result
 
 
-def _planned(tensor, consumers, fmt: BlockFormat, group_axis: str, pad: bool, taken: set[str]):
-    shape = tuple(int(d) for d in tensor.dims)
+def _planned(site: Site, fmt: BlockFormat, group_axis: str, pad: bool, taken: set[str]):
+    shape = tuple(int(d) for d in site.tensor.dims)
     # The reduction axis K of each consumer: axis 0 of W for MatMul and Gemm(transB=0), 1 for transB=1;
     # a Gather(axis=0) table keeps its rows (each block is part of one embedding vector); a Conv
     # kernel [O, I, kh, kw] is flattened to [O, I*kh*kw], whose axis 1 is K.
-    k_axes = {_k_axis(node) for node, _ in consumers}
+    k_axes = {_k_axis(use.node) for use in site.uses}
     if len(k_axes) != 1:
         return "its consumers disagree on which axis is the input axis", None
     (k_axis,) = k_axes
@@ -203,28 +218,38 @@ def _planned(tensor, consumers, fmt: BlockFormat, group_axis: str, pad: bool, ta
             "(pad=True stores it padded with zeros)"
         ), None
     stored_shape = (*unpadded[:-1], unpadded[-1] + extra)
+    # transB is flipped on the Gemm nodes themselves: not on a function body's node reading a
+    # formal input, which other call sites share.
     if not transposed:
         how = "none"
-    elif all(node.op_type == "Gemm" for node, _ in consumers):
+    elif all(use.node.op_type == "Gemm" and not use.via_call for use in site.uses):
         how = "transB"
     else:
         how = "node"
     suffix = ("_T" if how == "node" else "") + ("_padded" if extra else "") + ("_2d" if reshape else "")
-    value_name = _unique(tensor.name + suffix, taken) if suffix else tensor.name
-    return "", PlannedWeight(tensor.name, value_name, shape, stored_shape, how, extra, reshape)
+    main = site.where == MAIN
+    # A struct value lives in the main graph: a subgraph's or function's weight gets a fresh
+    # main-graph name there (the scope that read it is pointed at that name).
+    value_name = _unique(site.name + suffix, taken) if suffix or not main else site.name
+    restored = (suffix and not main) and _unique(site.name, taken)
+    decoded = site.name if main else (restored or value_name)
+    weight = PlannedWeight(
+        site.name, value_name, shape, stored_shape, how, extra, reshape, site.where, site.kind, decoded
+    )
+    return "", weight
 
 
-def _why_not_considered(consumers, op_types: Sequence[str]) -> str:
+def _why_not_considered(consumers, op_types: Sequence[str], pinned: str) -> str:
     weight_of = sorted({n.op_type for n, p in consumers if WEIGHT_INPUT.get(n.op_type) == p} - set(op_types))
     if weight_of:
         return f"a {'/'.join(weight_of)} weight; {'/'.join(weight_of)} is not in op_types"
     if not consumers:
-        return "no node of the main graph reads it"
+        return f"no node reads it; it is {pinned}" if pinned else "no node reads it, in any graph or function"
     ops = sorted({f"{n.op_type} (input {p})" for n, p in consumers})
     return f"not a weight: read by {', '.join(ops)}"
 
 
-def _ineligible(tensor, consumers, op_types, min_elements, interface, in_subgraphs) -> str:
+def _ineligible(tensor, consumers, op_types, min_elements) -> str:
     if tensor.data_location == onnx.TensorProto.EXTERNAL:
         return "its data is external and not loaded (pass a path, or onnx.load the model with its data)"
     if tensor.data_type != onnx.TensorProto.FLOAT:
@@ -238,10 +263,6 @@ def _ineligible(tensor, consumers, op_types, min_elements, interface, in_subgrap
         return f"its dims {list(tensor.dims)} are negative"
     if math.prod(tensor.dims) < min_elements:  # math.prod: numpy's product would wrap around
         return f"it has {math.prod(tensor.dims)} elements, fewer than min_elements={min_elements}"
-    if tensor.name in interface:
-        return "it is also a graph input or output"
-    if tensor.name in in_subgraphs:
-        return "a subgraph uses it"
     for node, position in consumers:
         if node.op_type not in op_types or position != WEIGHT_INPUT[node.op_type]:
             return f"node {node.name or node.op_type!r} uses it as input {position}, not as an eligible weight"
@@ -262,15 +283,6 @@ def _k_axis(node: onnx.NodeProto) -> int | str:
     return 0
 
 
-def _names_used_in_subgraphs(graph: onnx.GraphProto) -> set[str]:
-    names: set[str] = set()
-    for _, sub in itertools.islice(walk_graphs(graph), 1, None):  # every graph but ``graph`` itself
-        for node in sub.node:
-            names.update(node.input)
-        names.update(o.name for o in sub.output)
-    return names
-
-
 def _names_used_in_training(model: onnx.ModelProto) -> set[str]:
     names: set[str] = set()
     for info in model.training_info:
@@ -280,14 +292,6 @@ def _names_used_in_training(model: onnx.ModelProto) -> set[str]:
                 for node in sub.node:
                     names.update(node.input)
                 names.update(o.name for o in sub.output)
-    return names
-
-
-def _all_names(graph: onnx.GraphProto) -> set[str]:
-    names = {t.name for t in graph.initializer} | {v.name for v in graph.input} | {v.name for v in graph.output}
-    for node in graph.node:
-        names.update(node.input)
-        names.update(node.output)
     return names
 
 
