@@ -34,6 +34,11 @@ def run(args: argparse.Namespace) -> int:
         raise
     if args.json:
         report = {"path": args.path, "valid": not diagnostics, "diagnostics": [d.to_dict() for d in diagnostics]}
+        # A file that is no model at all (empty, corrupt, a GGUF file): the "error" key, as for an
+        # I/O failure, beside the diagnostic (README: --json output has "error" when it cannot be read).
+        unreadable = next((d for d in diagnostics if getattr(d, "code", "") == "not_parsable"), None)
+        if unreadable is not None:
+            report["error"] = unreadable.to_dict()
         print_json(report)
     elif diagnostics:
         for diagnostic in diagnostics:

@@ -65,7 +65,11 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"path": args.path, **description})
     else:
-        print(format_text(description))
+        text = format_text(description)
+        if not description["struct_types"] and not description["struct_values"]:
+            # a plain ONNX model: a line that says so, not an empty one (after its metadata, if any)
+            text = "\n".join(filter(None, [text, f"{args.path}: no struct parts (no struct_types, no struct values)"]))
+        print(text)
     errors = [
         entry["error"] for entry in description["struct_types"] + description["struct_values"] if "error" in entry
     ]

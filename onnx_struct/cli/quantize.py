@@ -1,12 +1,20 @@
 """Quantize the MatMul/Gemm (and on request Gather, Conv) weights of an ONNX model into a block
 format (struct values).
 
-The payload of each replaced weight is computed by the format's own encoder in onnxruntime; the
-result is checked with onnx_struct.check_model and loaded (lowered) into an onnxruntime session
-before it is written: a format onnxruntime cannot decode is refused (exit 1) unless
---allow-reference-only. The summary on stderr names every weight replaced, every weight kept
-(with the reason), every float initializer of another op type, and what share of the float
-elements each op type leaves unquantized.
+Weights are found wherever the model keeps them: initializers and Constant nodes of the main graph
+and of subgraphs (If/Loop/Scan bodies), Constant nodes of model-local functions. The payload of
+each replaced weight is computed by the format's own encoder in onnxruntime; the result is checked
+with onnx_struct.check_model and loaded (lowered) into an onnxruntime session before it is
+written: a format onnxruntime cannot decode is refused (exit 1) unless --allow-reference-only.
+
+The report on stderr (--json: on stdout, as JSON) has one line per float tensor: quantized (the
+format, bytes before and after, whether onnx_struct.InferenceSession runs it quantized or decoded
+and why, the relative error of its op's output on a calibration input: random, or
+--calibration FILE.npz), kept (the reason) or not considered (the reason); then the coverage by
+op type, and a warning for every error above --warn-above.
+
+onnx-struct quantize model.onnx model.q4_0.onnx --format q4_0
+onnx-struct quantize model.onnx out.onnx --format q8_0 --op-types MatMul,Gemm,Conv --calibration inputs.npz --json
 """
 
 from __future__ import annotations
@@ -16,13 +24,34 @@ import pathlib
 import sys
 
 from onnx_struct.check.checker import check_model
-from onnx_struct.cli import EXIT_OK, UsageError
+from onnx_struct.cli import EXIT_OK, UsageError, print_json
 from onnx_struct.cli.output import write_output
-from onnx_struct.passes.quantize import WEIGHT_INPUT, Plan, plan, quantize, read_model
-from onnx_struct.passes.quantize_plan import DEFAULT_OP_TYPES, resolve_format
+from onnx_struct.passes.quantize_plan import DEFAULT_OP_TYPES, WEIGHT_INPUT, read_model, resolve_format
+from onnx_struct.passes.quantize_report import DEFAULT_THRESHOLD, quantize_with_report
 
 INPUT = "input"
 HELP = "quantize MatMul/Gemm (and Gather, Conv) weights into a block format, e.g. --format Q4_0 (exit 0 ok, 1 invalid, 2 usage/I-O)"
+
+
+def _count(text: str) -> int:
+    """A whole number of elements, 0 or more (argparse: anything else is a usage error)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:  # NaN too
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,7 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="input",
         help="axis the blocks group: the input axis K as GGUF does (default), or the output axis N",
     )
-    parser.add_argument("--min-elements", type=int, default=4096, help="leave smaller weights as float (default 4096)")
+    parser.add_argument(
+        "--min-elements", type=_count, default=4096, help="leave smaller weights as float (default 4096)"
+    )
     parser.add_argument(
         "--op-types",
         default=",".join(DEFAULT_OP_TYPES),
@@ -55,7 +86,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="write the model even if onnxruntime cannot run it (e.g. OCP_MXFP4: only a reference decoder runs it)",
     )
-    parser.add_argument("--quiet", action="store_true", help="print nothing on success")
+    parser.add_argument(
+        "--calibration",
+        metavar="FILE.npz",
+        help="the model's inputs (an .npz, one array per input name) to measure each op's error on (default: random)",
+    )
+    parser.add_argument(
+        "--warn-above",
+        type=_fraction,
+        default=DEFAULT_THRESHOLD,
+        metavar="ERROR",
+        help=f"warn about a weight whose op's relative output error exceeds this (default {DEFAULT_THRESHOLD})",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
+    parser.add_argument("--quiet", action="store_true", help="print nothing on success (warnings still)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -70,50 +114,35 @@ def run(args: argparse.Namespace) -> int:
         fmt = resolve_format(args.format)
     except (KeyError, ValueError) as error:
         raise UsageError(f"--format: {error.args[0]}") from None
+    output = pathlib.Path(args.output)
+    parent = output.absolute().parent
+    if not parent.is_dir():  # before any work: the output's directory, not the model, is at fault
+        raise UsageError(f"OUT {args.output}: the directory {parent} does not exist")
     options = {"op_types": op_types, "min_elements": args.min_elements, "group_axis": args.group_axis}
     options["pad"] = not args.no_pad
     source = read_model(args.input)
-    planned = plan(source, fmt, **options)
-    model = quantize(source, fmt, **options, allow_reference_only=args.allow_reference_only)
+    model, report = quantize_with_report(
+        source,
+        fmt,
+        **options,
+        allow_reference_only=args.allow_reference_only,
+        calibration=args.calibration,
+        threshold=args.warn_above,
+    )
     check_model(model)
-    output = pathlib.Path(args.output)
     data = model.SerializeToString()
     write_output(output, lambda handle: handle.write(data), models=[args.input])
-    if not args.quiet:
-        for line in report(planned, op_types):
+    if args.json:
+        print_json({"path": str(output), "bytes": len(data), **report.to_json()})
+    elif not args.quiet:
+        for line in report.summary(op_types):
             print(line, file=sys.stderr)
+        kept = sum(w.status == "kept" for w in report.weights)
         print(
-            f"{output}: {len(planned.weights)} weights in {planned.format.name}, {len(planned.skipped)} kept, {len(data)} bytes",
+            f"{output}: {len(report.quantized)} weights in {report.format}, {kept} kept, {len(data)} bytes",
             file=sys.stderr,
         )
+    if args.quiet or args.json:
+        for text in report.warnings:
+            print(f"onnx-struct quantize: warning: {text}", file=sys.stderr)
     return EXIT_OK
-
-
-def report(planned: Plan, op_types: tuple[str, ...]) -> list[str]:
-    """One line per weight replaced, kept or of another op type, then the coverage by op type."""
-    lines = []
-    for w in planned.weights:
-        how = f"stored as {list(w.stored_shape)}"
-        if w.pad:
-            how += f", its grouped axis padded from {w.stored_shape[-1] - w.pad} to {w.stored_shape[-1]} with zeros"
-        lines.append(f"quantized {w.name} {list(w.shape)}: {how}")
-    lines += [f"kept {name}: {reason}" for name, reason in planned.skipped.items()]
-    lines += [f"not considered {name}: {reason}" for name, reason in planned.other.items()]
-    done, total = planned.coverage()
-    if total:
-        lines.append(f"coverage: {done} of {total} float initializer elements quantized ({_percent(done, total)})")
-        for op, count in planned.not_quantized_by_op().items():
-            if not count:
-                continue
-            why = ""
-            if op in WEIGHT_INPUT and op not in op_types:
-                why = f": {op} is not in --op-types (add it: --op-types {','.join((*op_types, op))})"
-            elif op == "-":
-                op = "read by no node"
-            lines.append(f"not quantized: {op} ({_percent(count, total)} of the float elements){why}")
-    return lines
-
-
-def _percent(part: int, whole: int) -> str:
-    share = 100 * part / whole
-    return f"{share:.0f}%" if share >= 1 or share == 0 else f"{share:.2g}%"

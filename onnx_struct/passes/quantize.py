@@ -117,6 +117,29 @@ def quantize(
         onnx.save(q, "model.q4_0.onnx")
         session = onnxruntime.InferenceSession(onnx_struct.lower(q).SerializeToString())
     """
+    return quantize_and_plan(
+        model,
+        format,
+        op_types=op_types,
+        min_elements=min_elements,
+        group_axis=group_axis,
+        pad=pad,
+        allow_reference_only=allow_reference_only,
+    )[0]
+
+
+def quantize_and_plan(
+    model: onnx.ModelProto | str | os.PathLike,
+    format: str | BlockFormat,
+    *,
+    op_types: Iterable[str] = DEFAULT_OP_TYPES,
+    min_elements: int = 4096,
+    group_axis: GroupAxis = "input",
+    pad: bool = True,
+    allow_reference_only: bool = False,
+) -> tuple[onnx.ModelProto, Plan, onnx.ModelProto]:
+    """:func:`quantize`, also returning its plan and the model it read (the plan's sites point
+    into that model, which is left as it was): what :mod:`.quantize_report` describes."""
     stock = read_model(model)
     fmt = resolve_format(format)
     if isinstance(op_types, str):  # would be read letter by letter
@@ -126,7 +149,8 @@ def quantize(
     result = onnx.ModelProto()
     result.CopyFrom(stock)
     if not planned.weights:
-        return result
+        return result, planned, stock
+    first_plan = planned
     for w in planned.weights:  # before anything is sized by their dims
         _check_weight_data(planned.sites[w.label].tensor, f"{w.where}: {w.kind} {w.name!r}")
     if not allow_reference_only:
@@ -171,7 +195,7 @@ def quantize(
                     code="not_runnable",
                 )
         _refuse_if(problem, fmt)
-    return quantized
+    return quantized, first_plan, stock
 
 
 def _refuse_if(problem: str, fmt: BlockFormat) -> None:

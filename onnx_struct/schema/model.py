@@ -279,10 +279,19 @@ def load_model(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | Non
     return loaded
 
 
+GGUF_MAGIC = b"GGUF"  # the first four bytes of every GGUF file (gguf.GGUF_MAGIC, little-endian)
+
+
 def _parse(data: bytes, origin: str) -> pb.ModelProto:
     try:
         return pb.ModelProto.FromString(data)
     except DecodeError as error:
+        if data[:4] == GGUF_MAGIC:  # a GGUF file under an .onnx name: say what it is and what reads it
+            raise ValidationError(
+                "",
+                f"{origin} is a GGUF file, not an ONNX model; convert it first: onnx-struct from-gguf {origin} OUT.onnx",
+                code="not_parsable",
+            ) from None
         raise ValidationError(
             "", f"{origin} is not a parsable ONNX model (protobuf: {_reason(error)})", code="not_parsable"
         ) from None

@@ -1,0 +1,186 @@
+"""The error each quantized weight introduces: the relative error of its op's output.
+
+For a weight ``W`` quantized to ``Wq`` and each node reading it, the op is computed twice on the
+same input ``x`` (float64 for MatMul, Gemm and Gather; onnxruntime's float32 Conv for Conv), and
+the error is ``||op(x, Wq) - op(x, W)|| / ||op(x, W)||``; a weight read by several nodes reports
+the largest. ``x`` is what the node reads in the float model on the calibration input (the
+model's inputs: random by default, or the caller's arrays), taken from a run of the float model
+in onnxruntime with those values added as outputs. Where that is not available (a node in a
+subgraph or function body, a model onnxruntime cannot run on the calibration input) ``x`` is
+random: standard normal rows for MatMul/Gemm/Conv, every row for Gather; the report says which.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from onnx_struct.passes.quantize_plan import PlannedWeight
+from onnx_struct.passes.quantize_sites import MAIN, Site
+from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
+
+CALIBRATION_ROWS = 8  # rows of a synthetic MatMul/Gemm input
+SPATIAL = 16  # spatial size of a synthetic Conv input, plus the kernel's reach
+_NUMPY = {
+    onnx.TensorProto.FLOAT: np.float32,
+    onnx.TensorProto.DOUBLE: np.float64,
+    onnx.TensorProto.FLOAT16: np.float16,
+    onnx.TensorProto.INT64: np.int64,
+    onnx.TensorProto.INT32: np.int32,
+    onnx.TensorProto.INT8: np.int8,
+    onnx.TensorProto.UINT8: np.uint8,
+    onnx.TensorProto.BOOL: np.bool_,
+}
+
+
+def random_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
+    """A random input for every graph input that is not an initializer: standard normal floats,
+    zeros for integers and booleans (indices and flags that are valid whatever the model), every
+    dimension without a fixed size set to 1."""
+    generator = np.random.default_rng(seed)
+    initializers = {t.name for t in model.graph.initializer}
+    feeds = {}
+    for value in model.graph.input:
+        if value.name in initializers or not value.type.HasField("tensor_type"):
+            continue
+        tensor_type = value.type.tensor_type
+        dtype = _NUMPY.get(tensor_type.elem_type)
+        if dtype is None:
+            continue
+        shape = [d.dim_value if d.HasField("dim_value") else 1 for d in tensor_type.shape.dim]
+        if np.issubdtype(dtype, np.floating):
+            feeds[value.name] = generator.standard_normal(shape).astype(dtype)
+        else:
+            feeds[value.name] = np.zeros(shape, dtype)
+    return feeds
+
+
+def activations(model: onnx.ModelProto, feeds: dict[str, np.ndarray], names: set[str]) -> tuple[dict, str]:
+    """The values ``names`` take in the float ``model`` on ``feeds`` (onnxruntime), and "" or why
+    the model could not be run (then the dict is empty)."""
+    ort = load_onnxruntime()
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    outputs = {o.name for o in probe.graph.output}
+    wanted = sorted(n for n in names if n)
+    for name in wanted:
+        if name not in outputs:
+            probe.graph.output.add().name = name  # no type: onnxruntime infers it
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        inputs = {i.name for i in session.get_inputs()}
+        values = session.run(wanted, {k: v for k, v in feeds.items() if k in inputs})
+    except ort_errors() as error:
+        return {}, str(error).strip().splitlines()[0][:300]
+    return dict(zip(wanted, values, strict=True)), ""
+
+
+def output_errors(lowered: onnx.ModelProto, feeds: dict[str, np.ndarray], reference: dict) -> dict[str, float]:
+    """Relative L2 error of each output of ``lowered`` (the quantized model, plain ONNX) against
+    ``reference`` (the float model's outputs on ``feeds``); {} when onnxruntime cannot run it."""
+    if lowered.ByteSize() >= 2**31:  # one protobuf cannot hold it: not measured
+        return {}
+    ort = load_onnxruntime()
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    try:
+        session = ort.InferenceSession(lowered.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        inputs = {i.name for i in session.get_inputs()}
+        got = session.run(list(reference), {k: v for k, v in feeds.items() if k in inputs})
+    except ort_errors():
+        return {}
+    return {
+        name: _relative((np.asarray(want, np.float64), np.asarray(value, np.float64)))
+        for (name, want), value in zip(reference.items(), got, strict=True)
+    }
+
+
+def restored(decoded: np.ndarray, weight: PlannedWeight) -> np.ndarray:
+    """The logical weight from its decoded stored tensor: padding sliced off, transposed back,
+    reshaped to a Conv kernel (the restoring nodes' computation)."""
+    kept = decoded[..., : decoded.shape[-1] - weight.pad] if weight.pad else decoded
+    kept = kept.T if weight.transpose != "none" else kept
+    return kept.reshape(weight.shape)
+
+
+def op_input_names(site: Site) -> set[str]:
+    """The activations the main-graph readers of ``site`` read besides the weight."""
+    names = set()
+    for use in site.uses:
+        if use.where == MAIN and not use.via_call:
+            names.add(use.node.input[1 - use.position] if use.node.op_type == "Gather" else use.node.input[0])
+    return names
+
+
+def weight_error(site: Site, w: np.ndarray, wq: np.ndarray, values: dict, seed: int = 0) -> tuple[float, bool]:
+    """(the largest relative error of an op reading the weight, whether every reader's input was
+    the calibration's own activation)."""
+    worst, measured = 0.0, True
+    generator = np.random.default_rng(seed)
+    for use in site.uses:
+        node = use.node
+        source = node.input[0] if node.op_type != "Gather" else node.input[1]
+        x = values.get(source) if use.where == MAIN and not use.via_call else None
+        measured &= x is not None
+        worst = max(worst, _relative(_op(node, use.position, x, w, wq, generator)))
+    return worst, measured
+
+
+def _relative(pair: tuple[np.ndarray, np.ndarray]) -> float:
+    reference, quantized = pair
+    norm = float(np.linalg.norm(reference))
+    diff = float(np.linalg.norm(quantized - reference))
+    return diff / norm if norm else (0.0 if diff == 0 else math.inf)
+
+
+def _attribute(node: onnx.NodeProto, name: str, default):
+    return next((helper.get_attribute_value(a) for a in node.attribute if a.name == name), default)
+
+
+def _op(node, position: int, x, w: np.ndarray, wq: np.ndarray, generator) -> tuple[np.ndarray, np.ndarray]:
+    """(op(x, W), op(x, Wq)) for the reader ``node``."""
+    w64, q64 = w.astype(np.float64), wq.astype(np.float64)
+    if node.op_type == "Gather":
+        rows = np.arange(w.shape[0]) if x is None else np.asarray(x, np.int64) % w.shape[0]
+        return w64[rows], q64[rows]
+    if node.op_type == "Conv":
+        return _conv(node, x, w, wq, generator)
+    if node.op_type == "Gemm":
+        if _attribute(node, "transB", 0):
+            w64, q64 = w64.T, q64.T
+        if x is not None and _attribute(node, "transA", 0):
+            x = np.asarray(x).T
+    if x is None:
+        x = generator.standard_normal((CALIBRATION_ROWS, w64.shape[0]))
+    x = np.asarray(x, np.float64)
+    return x @ w64, x @ q64
+
+
+def _conv(node, x, w: np.ndarray, wq: np.ndarray, generator) -> tuple[np.ndarray, np.ndarray]:
+    """onnxruntime's float32 Conv with the node's attributes, on ``x`` or a random input."""
+    ort = load_onnxruntime()
+    attributes = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if x is None:
+        group = int(attributes.get("group", 1))
+        dilations = attributes.get("dilations", [1] * (w.ndim - 2))
+        spatial = [SPATIAL + (k - 1) * d for k, d in zip(w.shape[2:], dilations, strict=True)]
+        x = generator.standard_normal((1, w.shape[1] * group, *spatial)).astype(np.float32)
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], **attributes)
+    graph = helper.make_graph(
+        [conv],
+        "conv",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)],
+        [onnx.numpy_helper.from_array(np.ascontiguousarray(w, np.float32), "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    reference = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    model.graph.initializer[0].CopyFrom(onnx.numpy_helper.from_array(np.ascontiguousarray(wq, np.float32), "w"))
+    quantized = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    feed = {"x": np.asarray(x, np.float32)}
+    return reference.run(None, feed)[0].astype(np.float64), quantized.run(None, feed)[0].astype(np.float64)
