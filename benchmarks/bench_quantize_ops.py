@@ -107,7 +107,7 @@ def main() -> int:
         shape = "x".join(map(str, model.graph.initializer[0].dims))
         for batch in batches:
             feed = feeds(op, width, batch)
-            times = interleaved_minimum([lambda s=s: s.run(None, feed) for s in sessions], args.repeat)
+            times = interleaved_minimum([lambda s=s, f=feed: s.run(None, f) for s in sessions], args.repeat)
             ratios = " | ".join(f"{t / times[0]:.2f}x" for t in times[1:])
             print(f"| {op} | {shape} | {batch} | {times[0] * 1e3:.2f} | {ratios} |")
     return 0

@@ -83,3 +83,17 @@ def test_a_gguf_file_named_onnx_is_recognised(gguf_as_onnx, tmp_path, capsys, co
     assert main(args) == 1
     err = capsys.readouterr().err
     assert f"{gguf_as_onnx} is a GGUF file, not an ONNX model; convert it first: onnx-struct from-gguf" in err
+
+
+def test_quantize_external_writes_the_payloads_beside_the_model(plain, tmp_path):
+    import onnx_struct as S  # noqa: PLC0415
+
+    out = tmp_path / "q.onnx"
+    assert main(["quantize", plain, str(out), "--format", "Q8_0", "--external", "--quiet"]) == 0
+    (value,) = S.get_struct_values(out)
+    assert value.name == "W_T" and len(value.external_data) and not value.raw_data
+    data = (tmp_path / "q.onnx.data").read_bytes()
+    assert len(data) == 64 * 2 * 34  # W^T [64, 64]: 128 Q8_0 blocks of 34 bytes (GGML_QUANT_SIZES)
+    x = np.ones((1, 64), np.float32)
+    got = S.InferenceSession(str(out), accuracy_level=0).run(None, {"X": x})[0]
+    np.testing.assert_allclose(got, x @ np.ones((64, 64)), rtol=1e-3)

@@ -642,3 +642,17 @@ def test_an_unloaded_external_tensor_is_not_looked_for_in_the_working_directory(
         match=r"graph.initializer\[\d+\] \('b2'\).external_data: an external tensor needs the model's directory",
     ):
         quantize(model, "Q8_0")
+
+
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0"])
+def test_encoding_in_row_chunks_gives_the_same_bytes(model, fmt, monkeypatch):
+    """quantize encodes ENCODE_CHUNK elements of whole rows at a time (bounded memory): with chunks
+    of 1 and 3 rows the payload is still exactly gguf-py's for the whole tensor."""
+    import onnx_struct.passes.quantize as q  # noqa: PLC0415
+
+    w = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for chunk in (1, 3 * 64):
+        monkeypatch.setattr(q, "ENCODE_CHUNK", chunk)
+        values = {v.name: v for v in S.get_struct_values(quantize(model, fmt))}
+        assert values["W1_T"].raw_data == gguf.quants.quantize(np.ascontiguousarray(w["W1"].T), Q[fmt]).tobytes()
+        assert values["W2"].raw_data == gguf.quants.quantize(w["W2"], Q[fmt]).tobytes()

@@ -25,11 +25,13 @@ import sys
 
 from onnx_struct.check.checker import check_model
 from onnx_struct.cli import EXIT_OK, UsageError, print_json
-from onnx_struct.cli.output import write_output
+from onnx_struct.cli.output import refuse_inputs, write_output
 from onnx_struct.passes.quantize_plan import DEFAULT_OP_TYPES, WEIGHT_INPUT, read_model, resolve_format
 from onnx_struct.passes.quantize_report import DEFAULT_THRESHOLD, quantize_with_report
+from onnx_struct.payload.external_io import save_with_external_data
 
 INPUT = "input"
+PROTOBUF_LIMIT = 2**31  # bytes one serialized protobuf message can hold
 HELP = "quantize MatMul/Gemm (and Gather, Conv) weights into a block format, e.g. --format Q4_0 (exit 0 ok, 1 invalid, 2 usage/I-O)"
 
 
@@ -98,6 +100,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ERROR",
         help=f"warn about a weight whose op's relative output error exceeds this (default {DEFAULT_THRESHOLD})",
     )
+    parser.add_argument(
+        "--external",
+        action="store_true",
+        help="write the struct payloads and large tensors to OUT.data beside OUT (automatic over 2 GiB)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON on stdout")
     parser.add_argument("--quiet", action="store_true", help="print nothing on success (warnings still)")
 
@@ -130,16 +137,23 @@ def run(args: argparse.Namespace) -> int:
         threshold=args.warn_above,
     )
     check_model(model)
-    data = model.SerializeToString()
-    write_output(output, lambda handle: handle.write(data), models=[args.input])
+    if args.external or model.ByteSize() >= PROTOBUF_LIMIT:  # one protobuf cannot hold 2 GiB
+        refuse_inputs(output, [], [args.input])
+        refuse_inputs(output.with_name(f"{output.name}.data"), [], [args.input])
+        save_with_external_data(model, output, location=f"{output.name}.data")
+        size = output.stat().st_size
+    else:
+        data = model.SerializeToString()
+        write_output(output, lambda handle: handle.write(data), models=[args.input])
+        size = len(data)
     if args.json:
-        print_json({"path": str(output), "bytes": len(data), **report.to_json()})
+        print_json({"path": str(output), "bytes": size, **report.to_json()})
     elif not args.quiet:
         for line in report.summary(op_types):
             print(line, file=sys.stderr)
         kept = sum(w.status == "kept" for w in report.weights)
         print(
-            f"{output}: {len(report.quantized)} weights in {report.format}, {kept} kept, {len(data)} bytes",
+            f"{output}: {len(report.quantized)} weights in {report.format}, {kept} kept, {size} bytes",
             file=sys.stderr,
         )
     if args.quiet or args.json:

@@ -58,6 +58,7 @@ from onnx_struct.passes.quantize_sites import all_graph_names
 from onnx_struct.runtime.codec import encode
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
 from onnx_struct.runtime.session import external_tensors_in_memory
+from onnx_struct.schema.builders import make_struct_value
 from onnx_struct.schema.model import add_struct_values, from_onnx, load, to_onnx
 
 __all__ = [
@@ -125,6 +126,7 @@ def quantize(
         group_axis=group_axis,
         pad=pad,
         allow_reference_only=allow_reference_only,
+        keep_source=False,
     )[0]
 
 
@@ -137,20 +139,30 @@ def quantize_and_plan(
     group_axis: GroupAxis = "input",
     pad: bool = True,
     allow_reference_only: bool = False,
-) -> tuple[onnx.ModelProto, Plan, onnx.ModelProto]:
+    keep_source: bool = True,
+) -> tuple[onnx.ModelProto, Plan | None, onnx.ModelProto | None]:
     """:func:`quantize`, also returning its plan and the model it read (the plan's sites point
-    into that model, which is left as it was): what :mod:`.quantize_report` describes."""
+    into that model, which is left as it was): what :mod:`.quantize_report` describes.
+
+    ``keep_source=False`` (what :func:`quantize` does): a model read here from a path or bytes is
+    rewritten in place, not copied, and dropped once its skeleton is in the result; the plan and
+    model returned are then None. Together with encoding one weight at a time (in row chunks),
+    this keeps quantize's peak memory near the size of the model once (docs/semantics.md)."""
     stock = read_model(model)
+    rewrite_in_place = not keep_source and not isinstance(model, onnx.ModelProto)
     fmt = resolve_format(format)
     if isinstance(op_types, str):  # would be read letter by letter
         raise TypeError(f"op_types: expected a sequence of operator names, got the string {op_types!r}")
     options = (fmt, tuple(op_types), min_elements, group_axis, pad)
     planned = build_plan(stock, *options)
-    result = onnx.ModelProto()
-    result.CopyFrom(stock)
+    if rewrite_in_place:
+        result = stock
+    else:
+        result = onnx.ModelProto()
+        result.CopyFrom(stock)
     if not planned.weights:
         return result, planned, stock
-    first_plan = planned
+    first_plan = planned if keep_source else None
     for w in planned.weights:  # before anything is sized by their dims
         _check_weight_data(planned.sites[w.label].tensor, f"{w.where}: {w.kind} {w.name!r}")
     if not allow_reference_only:
@@ -160,8 +172,17 @@ def quantize_and_plan(
     planned = build_plan(result, *options)  # its sites are the copy's own nodes, rewritten below
     taken = all_graph_names(result) | {v.name for v in load(stock).struct_values}
     taken |= {w.value_name for w in planned.weights} | {w.decoded_name for w in planned.weights}
-    # checked above (_check_weight_data): raw_data is copied out of protobuf on every read
-    arrays = {w.label: numpy_helper.to_array(planned.sites[w.label].tensor) for w in planned.weights}
+    # One weight at a time: its float array, the stored (transposed, padded) copy and its encoding
+    # live together, never two weights' arrays (docs/semantics.md, "Quantize's memory"). The roots
+    # are declared in a scratch model first and again, identically, in the result below.
+    scratch = from_onnx(onnx.helper.make_model(onnx.helper.make_graph([], "scratch", [], [])))
+    scratch_roots: dict[tuple[int, ...], int] = {}
+    values = []
+    for weight in planned.weights:
+        # checked above (_check_weight_data): raw_data is copied out of protobuf on every read
+        stored = stored_array(numpy_helper.to_array(planned.sites[weight.label].tensor), weight)
+        values.append(_encode_rows(stored, fmt, scratch, scratch_roots, weight.value_name))
+        del stored
     detach_weights(result, planned)
     graph = result.graph
     restoring = [node for weight in planned.weights for node in _restore_nodes(weight, graph, taken)]
@@ -171,19 +192,21 @@ def quantize_and_plan(
     graph.node.extend(nodes)
 
     overlay = from_onnx(result)
+    if rewrite_in_place:  # the source's tensors (its arena) are not needed any more
+        del result, stock, graph, nodes, restoring  # every reference into its arena
+        planned.sites = {}
     roots: dict[tuple[int, ...], int] = {}  # stored shape -> root declaration, shared by same-shape weights
-    values = []
-    for weight in planned.weights:
-        stored = stored_array(arrays.pop(weight.label), weight)
+    for weight, value in zip(planned.weights, values, strict=True):
         if weight.stored_shape not in roots:
             roots[weight.stored_shape] = fmt.add_to_model(overlay, weight.stored_shape)
-        values.append(encode_array(stored, roots[weight.stored_shape], overlay, weight.value_name))
+        value.type = roots[weight.stored_shape]
     add_struct_values(overlay, *values)
     quantized = to_onnx(overlay)
     if not allow_reference_only:
         problem = runtime_error(quantized)
         if problem:  # is it the format? The model may not run as given, or not at the decoder's opset
-            as_given = "" if conversion_failure else runtime_error(stock)
+            source = read_model(model) if rewrite_in_place else stock  # as given, before the rewrite
+            as_given = "" if conversion_failure else runtime_error(source)
             cause = conversion_failure or (
                 as_given and f"onnxruntime cannot run the model given to quantize either: {as_given}"
             )
@@ -195,7 +218,7 @@ def quantize_and_plan(
                     code="not_runnable",
                 )
         _refuse_if(problem, fmt)
-    return quantized, first_plan, stock
+    return quantized, first_plan, (stock if keep_source else None)
 
 
 def _refuse_if(problem: str, fmt: BlockFormat) -> None:
@@ -285,6 +308,9 @@ def runtime_error(model: onnx.ModelProto) -> str:
     ort = load_onnxruntime()
     options = ort.SessionOptions()
     options.log_severity_level = 3  # its refusal is reported here; its warnings on the way are noise
+    # Loading is the question (kernels, types, opsets), not speed: without graph optimizations
+    # onnxruntime does not fold the decoders into float32 weights, a copy as large as the float model.
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
         lowered = lower(model)
         if lowered.ByteSize() >= 2**31:
@@ -306,6 +332,23 @@ def runtime_error(model: onnx.ModelProto) -> str:
         first = str(error).strip().splitlines()[0]
         return first if len(first) <= 300 else first[:297] + "..."
     return ""
+
+
+ENCODE_CHUNK = 1 << 20  # elements per encoder run: its intermediate tensors stay a few MiB
+
+
+def _encode_rows(stored: np.ndarray, fmt: BlockFormat, scratch, roots: dict, name: str):
+    """``stored`` encoded ``ENCODE_CHUNK`` elements of whole rows at a time: blocks run along
+    the last axis, so a row's blocks never depend on another row's and the payload is the
+    chunks' payloads in order. ``roots``: chunk shape -> root index in ``scratch``."""
+    rows = max(1, ENCODE_CHUNK // max(1, stored.shape[-1]))
+    parts = []
+    for start in range(0, stored.shape[0], rows):
+        chunk = stored[start : start + rows]
+        if chunk.shape not in roots:
+            roots[chunk.shape] = fmt.add_to_model(scratch, chunk.shape)
+        parts.append(encode_array(chunk, roots[chunk.shape], scratch, name).raw_data)
+    return make_struct_value(name, 0, raw_data=b"".join(parts))  # its type is set in the result
 
 
 def encode_array(array: np.ndarray, root_index: int, model, name: str):

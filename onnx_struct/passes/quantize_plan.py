@@ -24,8 +24,8 @@ from onnx_struct import formats
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.base import BlockFormat
 from onnx_struct.passes.quantize_sites import MAIN, Site, all_graph_names, find_sites
-from onnx_struct.payload.external_io import load_with_external_data
-from onnx_struct.schema.model import load
+from onnx_struct.payload.external import load_external_tensors
+from onnx_struct.schema.model import load, read_stock_model
 from onnx_struct.schema.walk import walk_graphs
 
 GroupAxis = Literal["input", "output"]
@@ -139,7 +139,9 @@ def read_model(model: onnx.ModelProto | bytes | str | os.PathLike) -> onnx.Model
         if isinstance(model, (bytes, bytearray)):
             return onnx.load_from_string(bytes(model))
         # onnx_struct's file rules: a FIFO is refused unopened, external tensors stay in the model's directory
-        return load_with_external_data(os.fspath(model))
+        stock, directory = read_stock_model(os.fspath(model))
+        load_external_tensors(stock, directory)
+        return stock
     except DecodeError as error:
         raise ValidationError("", f"{origin} is not an ONNX model: {error}", code="not_parsable") from None
     except onnx.checker.ValidationError as error:  # onnx's checks of external data locations

@@ -266,6 +266,23 @@ def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = No
     raise TypeError(f"expected onnx.ModelProto, bytes or a path, got {type(model).__name__}")
 
 
+def read_stock_model(path: str | os.PathLike) -> tuple[onnx.ModelProto, ModelDirectory]:
+    """The model file at ``path`` parsed by onnx alone (struct parts stay unknown fields), and its
+    directory: :func:`load`'s file rules and errors (a FIFO refused unopened, an empty, corrupt or
+    GGUF file a ValidationError) without the overlay parse, so a pass that rewrites a plain model
+    holds the file once, not three times."""
+    path = pathlib.Path(path)
+    data = _read_model_file(path)
+    if not data:
+        raise ValidationError("", f"{path}: the file is empty (0 bytes), not an ONNX model", code="not_parsable")
+    try:
+        proto = onnx.ModelProto.FromString(data)
+    except DecodeError:
+        _parse(data, str(path))  # raises load()'s error for these bytes
+        raise
+    return proto, model_directory(path)
+
+
 def load_model(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = None) -> LoadedModel:
     """Parse a model once for many calls: every public function accepts the result in place of
     the model, and skips re-reading the file or re-serializing an ``onnx.ModelProto`` (which costs
