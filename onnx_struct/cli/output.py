@@ -20,7 +20,9 @@ from onnx_struct.layout.table import element_label
 from onnx_struct.payload import external
 from onnx_struct.payload.external_io import save_plain_with_external_tensors
 from onnx_struct.payload.external_write import DirectoryWriter
-from onnx_struct.schema.model import load
+from onnx_struct.schema.model import load, model_directory, read_model_file
+from onnx_struct.schema.skeleton import split_initializer_data
+from onnx_struct.schema.wire_format import Malformed
 
 
 def refuse_inputs(
@@ -56,8 +58,13 @@ def _referenced_files(model: str | os.PathLike) -> Iterator[tuple[str, pathlib.P
     leads, whether or not the model-directory rules would admit the file (a file they refuse, e.g.
     one with a second hard link, is still the input's and was replaced; found by a red-team pass)."""
     try:
-        loaded = load(model)
-    except ValidationError:
+        # Without the bytes of its large initializers (inline data references no file): the
+        # model is read once, not parsed whole beside the result being written.
+        data = read_model_file(model)
+        skeleton, _ = split_initializer_data(data)
+        del data
+        loaded = load(skeleton, model_directory(model))
+    except (ValidationError, Malformed):
         return
     references = [
         (element_label(f"graph.struct_initializer[{k}]", value.name), value.external_data)

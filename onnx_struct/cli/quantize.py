@@ -26,7 +26,7 @@ import sys
 from onnx_struct.check.checker import check_model
 from onnx_struct.cli import EXIT_OK, UsageError, print_json
 from onnx_struct.cli.output import refuse_inputs, write_output
-from onnx_struct.passes.quantize_plan import DEFAULT_OP_TYPES, WEIGHT_INPUT, read_model, resolve_format
+from onnx_struct.passes.quantize_plan import DEFAULT_OP_TYPES, WEIGHT_INPUT, resolve_format
 from onnx_struct.passes.quantize_report import DEFAULT_THRESHOLD, quantize_with_report
 from onnx_struct.payload.external_io import save_with_external_data
 
@@ -125,11 +125,14 @@ def run(args: argparse.Namespace) -> int:
     parent = output.absolute().parent
     if not parent.is_dir():  # before any work: the output's directory, not the model, is at fault
         raise UsageError(f"OUT {args.output}: the directory {parent} does not exist")
+    # OUT is not the input nor a file it references: checked now, before the model is quantized,
+    # so that the input is not read again while the result is held (docs/semantics.md, "Quantize")
+    refuse_inputs(output, [], [args.input])
+    refuse_inputs(output.with_name(f"{output.name}.data"), [], [args.input])
     options = {"op_types": op_types, "min_elements": args.min_elements, "group_axis": args.group_axis}
     options["pad"] = not args.no_pad
-    source = read_model(args.input)
     model, report = quantize_with_report(
-        source,
+        args.input,  # a path: its large weights are read from the file one at a time
         fmt,
         **options,
         allow_reference_only=args.allow_reference_only,
@@ -138,13 +141,11 @@ def run(args: argparse.Namespace) -> int:
     )
     check_model(model)
     if args.external or model.ByteSize() >= PROTOBUF_LIMIT:  # one protobuf cannot hold 2 GiB
-        refuse_inputs(output, [], [args.input])
-        refuse_inputs(output.with_name(f"{output.name}.data"), [], [args.input])
         save_with_external_data(model, output, location=f"{output.name}.data")
         size = output.stat().st_size
     else:
         data = model.SerializeToString()
-        write_output(output, lambda handle: handle.write(data), models=[args.input])
+        write_output(output, lambda handle: handle.write(data))  # (refused inputs checked above)
         size = len(data)
     if args.json:
         print_json({"path": str(output), "bytes": size, **report.to_json()})

@@ -44,6 +44,7 @@ from onnx_struct.passes.quantize_detach import detach_weights
 from onnx_struct.passes.quantize_plan import (
     DEFAULT_OP_TYPES,
     WEIGHT_INPUT,
+    DeferredData,
     GroupAxis,
     Plan,
     PlannedWeight,
@@ -51,6 +52,7 @@ from onnx_struct.passes.quantize_plan import (
     encodable_names,
     plan,
     read_model,
+    read_model_deferred,
     resolve_format,
     unique_name,
 )
@@ -148,8 +150,11 @@ def quantize_and_plan(
     rewritten in place, not copied, and dropped once its skeleton is in the result; the plan and
     model returned are then None. Together with encoding one weight at a time (in row chunks),
     this keeps quantize's peak memory near the size of the model once (docs/semantics.md)."""
-    stock = read_model(model)
     rewrite_in_place = not keep_source and not isinstance(model, onnx.ModelProto)
+    if rewrite_in_place and not isinstance(model, (bytes, bytearray)):
+        stock, deferred = read_model_deferred(model)  # its large initializers' data stays in the file
+    else:
+        stock, deferred = read_model(model), None
     fmt = resolve_format(format)
     if isinstance(op_types, str):  # would be read letter by letter
         raise TypeError(f"op_types: expected a sequence of operator names, got the string {op_types!r}")
@@ -164,10 +169,14 @@ def quantize_and_plan(
         return result, planned, stock
     first_plan = planned if keep_source else None
     for w in planned.weights:  # before anything is sized by their dims
-        _check_weight_data(planned.sites[w.label].tensor, f"{w.where}: {w.kind} {w.name!r}")
+        held = deferred.runs[w.name][1] if _is_deferred(w, deferred) else None
+        _check_weight_data(planned.sites[w.label].tensor, _site_path(planned.sites[w.label]), held)
     if not allow_reference_only:
         # one block through the decoder first: a format onnxruntime cannot decode is refused before encoding
         _refuse_if(runtime_error(_probe_model(fmt, fmt.block_size)), fmt)
+    if deferred is not None and _needs_upgrade(result, fmt, planned.weights[0].stored_shape):
+        deferred.restore(result.graph)  # onnx's converter sees a whole model
+        deferred = None
     result, conversion_failure = _upgrade_opset(result, fmt, planned.weights[0].stored_shape)
     planned = build_plan(result, *options)  # its sites are the copy's own nodes, rewritten below
     taken = all_graph_names(result) | {v.name for v in load(stock).struct_values}
@@ -180,7 +189,10 @@ def quantize_and_plan(
     values = []
     for weight in planned.weights:
         # checked above (_check_weight_data): raw_data is copied out of protobuf on every read
-        stored = stored_array(numpy_helper.to_array(planned.sites[weight.label].tensor), weight)
+        tensor = planned.sites[weight.label].tensor
+        array = deferred.array(tensor) if _is_deferred(weight, deferred) else numpy_helper.to_array(tensor)
+        stored = stored_array(array, weight)
+        del array
         values.append(_encode_rows(stored, fmt, scratch, scratch_roots, weight.value_name))
         del stored
     detach_weights(result, planned)
@@ -191,17 +203,21 @@ def quantize_and_plan(
     del graph.node[:]
     graph.node.extend(nodes)
 
-    overlay = from_onnx(result)
-    if rewrite_in_place:  # the source's tensors (its arena) are not needed any more
-        del result, stock, graph, nodes, restoring  # every reference into its arena
-        planned.sites = {}
+    if deferred is not None:  # the initializers kept as float get their data back
+        deferred.restore(result.graph)
+    # Declarations first, while the model holds no payload (each is found by reading the model's
+    # struct parts); then the values one at a time, each merged in as its own small fragment.
     roots: dict[tuple[int, ...], int] = {}  # stored shape -> root declaration, shared by same-shape weights
     for weight, value in zip(planned.weights, values, strict=True):
         if weight.stored_shape not in roots:
-            roots[weight.stored_shape] = fmt.add_to_model(overlay, weight.stored_shape)
+            roots[weight.stored_shape] = fmt.add_to_model(result, weight.stored_shape)
         value.type = roots[weight.stored_shape]
-    add_struct_values(overlay, *values)
-    quantized = to_onnx(overlay)
+    while values:
+        add_struct_values(result, values.pop(0))
+    quantized = result
+    if rewrite_in_place:  # nothing else refers to the source any more
+        del result, stock, graph, nodes, restoring
+        planned.sites = {}
     if not allow_reference_only:
         problem = runtime_error(quantized)
         if problem:  # is it the format? The model may not run as given, or not at the decoder's opset
@@ -384,13 +400,39 @@ def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, .
     return converted, ""  # its signature and value_info as they were (convert_default_opset)
 
 
-def _check_weight_data(tensor: onnx.TensorProto, where: str) -> None:
+def _site_path(site) -> str:
+    """The weight's path: ``graph.initializer[0] ('W')``, ``<graph>.node[3] ('W').attribute ('value')``."""
+    if site.kind == "initializer":
+        index = next(i for i, t in enumerate(site.owner.initializer) if t.name == site.name)
+        return f"{site.where}.initializer[{index}] ({site.name!r})"
+    index = next(i for i, n in enumerate(site.owner.node) if n.op_type == "Constant" and n.output[:1] == [site.name])
+    return f"{site.where}.node[{index}] ({site.name!r}).attribute ({site.node.attribute[0].name!r})"
+
+
+def _is_deferred(weight: PlannedWeight, deferred: DeferredData | None) -> bool:
+    """Whether ``weight``'s data was left in the model file (a main-graph initializer)."""
+    return (
+        deferred is not None
+        and weight.where == "graph"
+        and weight.kind == "initializer"
+        and weight.name in deferred.runs
+    )
+
+
+def _needs_upgrade(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, ...]) -> bool:
+    needed = max((o.version for o in fmt.decoder(shape).opset_import if o.domain in ("", "ai.onnx")), default=0)
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0) < needed
+
+
+def _check_weight_data(tensor: onnx.TensorProto, where: str, held: int | None = None) -> None:
     """The weight's data holds exactly as many values as its dims say, in one piece
-    (numpy_helper.to_array would raise a bare ValueError)."""
+    (numpy_helper.to_array would raise a bare ValueError); ``held``: the bytes of data left in
+    the file for it."""
     if tensor.HasField("segment"):
         raise ValidationError(where, "a segmented tensor (TensorProto.segment) cannot be quantized", code="invalid")
     n = math.prod(tensor.dims)
-    held = len(tensor.raw_data) if tensor.HasField("raw_data") else 4 * len(tensor.float_data)
+    if held is None:
+        held = len(tensor.raw_data) if tensor.HasField("raw_data") else 4 * len(tensor.float_data)
     if held != 4 * n:
         raise ValidationError(
             where,

@@ -58,12 +58,18 @@ def random_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]
     return feeds
 
 
-def activations(model: onnx.ModelProto, feeds: dict[str, np.ndarray], names: set[str]) -> tuple[dict, str]:
+def activations(
+    model: onnx.ModelProto, feeds: dict[str, np.ndarray], names: set[str], *, owned: bool = False
+) -> tuple[dict, str]:
     """The values ``names`` take in the float ``model`` on ``feeds`` (onnxruntime), and "" or why
-    the model could not be run (then the dict is empty)."""
+    the model could not be run (then the dict is empty). ``owned``: ``model`` is the caller's
+    throw-away copy, given outputs in place rather than copied again."""
     ort = load_onnxruntime()
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
+    if owned:
+        probe = model
+    else:
+        probe = onnx.ModelProto()
+        probe.CopyFrom(model)
     outputs = {o.name for o in probe.graph.output}
     wanted = sorted(n for n in names if n)
     for name in wanted:
@@ -71,8 +77,11 @@ def activations(model: onnx.ModelProto, feeds: dict[str, np.ndarray], names: set
             probe.graph.output.add().name = name  # no type: onnxruntime infers it
     options = ort.SessionOptions()
     options.log_severity_level = 4  # a failure is returned; onnxruntime's own log of it is noise
+    data = probe.SerializeToString()
+    del probe  # (the caller's reference, if any, is its own)
     try:
-        session = ort.InferenceSession(probe.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        del data
         inputs = {i.name for i in session.get_inputs()}
         values = session.run(wanted, {k: v for k, v in feeds.items() if k in inputs})
     except ort_errors() as error:
@@ -133,9 +142,17 @@ def weight_error(site: Site, w: np.ndarray, wq: np.ndarray, values: dict, seed: 
 
 def _relative(pair: tuple[np.ndarray, np.ndarray]) -> float:
     reference, quantized = pair
-    norm = float(np.linalg.norm(reference))
-    diff = float(np.linalg.norm(quantized - reference))
+    norm = _norm(reference)
+    diff = _norm(quantized - reference)
     return diff / norm if norm else (0.0 if diff == 0 else math.inf)
+
+
+def _norm(a: np.ndarray) -> float:
+    """The L2 norm, summed in float64 row block by row block (no float64 copy of a large array)."""
+    flat = a.reshape(len(a), -1) if a.ndim > 1 else a.reshape(1, -1)
+    step = max(1, (1 << 20) // max(1, flat.shape[1]))
+    total = sum(float(np.sum(np.square(flat[i : i + step], dtype=np.float64))) for i in range(0, len(flat), step))
+    return total**0.5
 
 
 def _attribute(node: onnx.NodeProto, name: str, default):
@@ -143,22 +160,24 @@ def _attribute(node: onnx.NodeProto, name: str, default):
 
 
 def _op(node, position: int, x, w: np.ndarray, wq: np.ndarray, generator) -> tuple[np.ndarray, np.ndarray]:
-    """(op(x, W), op(x, Wq)) for the reader ``node``."""
-    w64, q64 = w.astype(np.float64), wq.astype(np.float64)
+    """(op(x, W), op(x, Wq)) for the reader ``node``, in float32 (the product of ``x`` with
+    ``Wq - W`` added to the reference: no float64 copy of a weight is made)."""
     if node.op_type == "Gather":
-        rows = np.arange(w.shape[0]) if x is None else np.asarray(x, np.int64) % w.shape[0]
-        return w64[rows], q64[rows]
+        if x is None:  # every row: the table itself
+            return w, wq
+        rows = np.asarray(x, np.int64) % w.shape[0]
+        return w[rows], wq[rows]
     if node.op_type == "Conv":
         return _conv(node, x, w, wq, generator)
-    if node.op_type == "Gemm":
-        if _attribute(node, "transB", 0):
-            w64, q64 = w64.T, q64.T
-        if x is not None and _attribute(node, "transA", 0):
-            x = np.asarray(x).T
+    if node.op_type == "Gemm" and _attribute(node, "transB", 0):
+        w, wq = w.T, wq.T
     if x is None:
-        x = generator.standard_normal((CALIBRATION_ROWS, w64.shape[0]))
-    x = np.asarray(x, np.float64)
-    return x @ w64, x @ q64
+        x = generator.standard_normal((CALIBRATION_ROWS, w.shape[0]))
+    elif node.op_type == "Gemm" and _attribute(node, "transA", 0):
+        x = np.asarray(x).T
+    x = np.asarray(x, np.float32)
+    reference = x @ w
+    return reference, reference + x @ (wq - w)
 
 
 def _conv(node, x, w: np.ndarray, wq: np.ndarray, generator) -> tuple[np.ndarray, np.ndarray]:

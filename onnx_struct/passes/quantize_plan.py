@@ -17,6 +17,7 @@ import os
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
@@ -25,8 +26,10 @@ from onnx_struct.errors import ValidationError
 from onnx_struct.formats.base import BlockFormat
 from onnx_struct.passes.quantize_sites import MAIN, Site, all_graph_names, find_sites
 from onnx_struct.payload.external import load_external_tensors
-from onnx_struct.schema.model import load, read_stock_model
+from onnx_struct.schema.model import load, model_directory, read_model_file, read_stock_model
+from onnx_struct.schema.skeleton import read_run, split_initializer_data
 from onnx_struct.schema.walk import walk_graphs
+from onnx_struct.schema.wire_format import Malformed
 
 GroupAxis = Literal["input", "output"]
 # The input position of the weight, per supported op type (Gather: the table of an embedding lookup).
@@ -148,6 +151,47 @@ def read_model(model: onnx.ModelProto | bytes | str | os.PathLike) -> onnx.Model
         if isinstance(error, ValidationError):
             raise
         raise ValidationError("graph.initializer", f"external data: {error}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class DeferredData:
+    """The raw_data of main-graph initializers left in the model file (``runs``: name -> (offset,
+    length)), read back one tensor at a time (:func:`read_model_deferred`)."""
+
+    path: str
+    runs: dict[str, tuple[int, int]]
+
+    def array(self, tensor: onnx.TensorProto) -> np.ndarray:
+        offset, length = self.runs[tensor.name]
+        data = read_run(self.path, offset, length)
+        return np.frombuffer(data, dtype="<f4").reshape(tuple(tensor.dims))
+
+    def restore(self, graph: onnx.GraphProto) -> None:
+        """Bring the data back into every initializer of ``graph`` that still lacks it."""
+        for tensor in graph.initializer:
+            if tensor.name in self.runs and not tensor.raw_data:
+                tensor.raw_data = read_run(self.path, *self.runs[tensor.name])
+
+
+def read_model_deferred(path: str | os.PathLike) -> tuple[onnx.ModelProto, DeferredData]:
+    """:func:`read_model` of a file, with the data of its large main-graph initializers left in
+    the file (:mod:`onnx_struct.schema.skeleton`): the model is held once, for an instant, as
+    bytes, and its weights are then read one at a time."""
+    path = os.fspath(path)
+    data = read_model_file(path)
+    try:
+        skeleton, runs = split_initializer_data(data)
+        del data
+        stock = onnx.ModelProto.FromString(skeleton)
+    except (Malformed, DecodeError):
+        return read_model(path), DeferredData(path, {})  # raises the parse error read_model gives
+    try:
+        load_external_tensors(stock, model_directory(path))
+    except onnx.checker.ValidationError as error:
+        if isinstance(error, ValidationError):
+            raise
+        raise ValidationError("graph.initializer", f"external data: {error}") from None
+    return stock, DeferredData(path, runs)
 
 
 def build_plan(

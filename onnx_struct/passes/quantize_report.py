@@ -28,7 +28,18 @@ from onnx_struct.lowering.execution import rewrite_for_execution
 from onnx_struct.lowering.lower import lower
 from onnx_struct.passes import quantize_error
 from onnx_struct.passes.quantize import quantize_and_plan
-from onnx_struct.passes.quantize_plan import DEFAULT_OP_TYPES, WEIGHT_INPUT, GroupAxis, Plan, PlannedWeight
+from onnx_struct.passes.quantize_plan import (
+    DEFAULT_OP_TYPES,
+    WEIGHT_INPUT,
+    DeferredData,
+    GroupAxis,
+    Plan,
+    PlannedWeight,
+    build_plan,
+    read_model,
+    read_model_deferred,
+    resolve_format,
+)
 from onnx_struct.passes.quantize_sites import MAIN, Site
 from onnx_struct.runtime.codec import decode
 from onnx_struct.schema.model import load
@@ -38,6 +49,10 @@ from onnx_struct.schema.model import load
 # weights), and 0.13-0.22 on the worst Conv layers of RapidOCR's models, whose errors compound
 # into garbled text: those are flagged.
 DEFAULT_THRESHOLD = 0.1
+# Random calibration runs the float model (for each op's own input and the output errors) only up
+# to this many bytes of weights left in the file: onnxruntime holds the float model besides this
+# process, about 3x the model at once (within quantize's bound of 1.5x + 200 MiB up to here) (docs/semantics.md, "Quantize"); --calibration always runs it.
+CALIBRATION_RUN_BYTES = 32 << 20
 # Why a Conv kernel runs decoded: onnxruntime fuses a blocked DequantizeLinear into MatMul
 # (MatMulNBits) only; its QLinearConv/ConvInteger take one scale per tensor or channel, not per block.
 CONV_DECODED = (
@@ -203,17 +218,34 @@ def quantize_with_report(
             print(line)
     """
     given = _calibration(None, calibration, seed) if calibration is not None else None  # a bad file before the work
-    quantized, planned, stock = quantize_and_plan(
-        model,
-        format,
-        op_types=op_types,
-        min_elements=min_elements,
-        group_axis=group_axis,
-        pad=pad,
+    fmt = resolve_format(format)
+    options = {"op_types": op_types, "min_elements": min_elements, "group_axis": group_axis, "pad": pad}
+    # The report's view of the model is never rewritten: from a path, a skeleton whose large
+    # weights stay in the file (read back one at a time), while quantize reads the file itself.
+    if isinstance(model, (str, os.PathLike)):
+        stock, deferred = read_model_deferred(model)
+    else:
+        stock, deferred = read_model(model), None
+    if isinstance(op_types, str):  # would be read letter by letter
+        raise TypeError(f"op_types: expected a sequence of operator names, got the string {op_types!r}")
+    planned = build_plan(stock, fmt, tuple(op_types), min_elements, group_axis, pad)
+    quantized = quantize_and_plan(
+        model if deferred is not None else stock,
+        fmt,
+        **options,
         allow_reference_only=allow_reference_only,
-    )
+        keep_source=False,
+    )[0]
     feeds, source = given or _calibration(stock, None, seed)
-    return quantized, build_report(stock, quantized, planned, feeds, source, threshold, seed)
+    held = sum(length for _, length in deferred.runs.values()) if deferred is not None else 0
+    run_float = given is not None or held <= CALIBRATION_RUN_BYTES
+    if not run_float:
+        source += (
+            f" not run: the model's {held / 2**20:.0f} MiB of weights would be held by onnxruntime besides "
+            "this process; random op inputs instead (--calibration FILE runs it)"
+        )
+    report = build_report(stock, quantized, planned, feeds, source, threshold, seed, deferred, run_float)
+    return quantized, report
 
 
 def _calibration(stock: onnx.ModelProto | None, calibration, seed: int) -> tuple[dict[str, np.ndarray], str]:
@@ -244,18 +276,26 @@ def build_report(
     source: str,
     threshold: float,
     seed: int = 0,
+    deferred: DeferredData | None = None,
+    run_float: bool = True,
 ) -> QuantizeReport:
-    """The report for ``quantized``, made from ``stock`` by ``planned`` (a plan built on ``stock``)."""
+    """The report for ``quantized``, made from ``stock`` by ``planned`` (a plan built on ``stock``;
+    ``deferred``: where the data of its large initializers is, when ``stock`` is a skeleton).
+    ``run_float``: run the float model on ``feeds`` for the ops' inputs and the output errors."""
     fmt = planned.format
     names = set().union(*(quantize_error.op_input_names(planned.sites[w.label]) for w in planned.weights))
     outputs = [o.name for o in stock.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT]
     if planned.weights:
         names |= set(outputs)
-    values, failure = quantize_error.activations(stock, feeds, names) if names else ({}, "")
+    values, failure = {}, "not run"
+    if names and run_float:
+        whole = _whole(stock, deferred)
+        values, failure = quantize_error.activations(whole, feeds, names, owned=whole is not stock)
+        del whole
     output_errors = {}
     if planned.weights and not failure:
         output_errors = quantize_error.output_errors(lower(quantized), feeds, {k: values[k] for k in outputs})
-    if failure:
+    if failure and failure != "not run":
         source += f" (onnxruntime could not run the float model on it: {failure}; random op inputs instead)"
     execution = _execution(quantized) if planned.weights else None
     weights = []
@@ -287,7 +327,10 @@ def build_report(
                 )
             )
             continue
-        w = numpy_helper.to_array(site.tensor)
+        from_file = (
+            deferred is not None and site.where == MAIN and site.kind == "initializer" and site.name in deferred.runs
+        )
+        w = deferred.array(site.tensor) if from_file else numpy_helper.to_array(site.tensor)
         wq = quantize_error.restored(decode(weight.value_name, quantized), weight)
         error, measured = quantize_error.weight_error(site, w, wq, values, seed)
         how, why = _how_it_runs(weight, site, fmt, execution)
@@ -309,6 +352,16 @@ def build_report(
             )
         )
     return QuantizeReport(fmt.name, source, threshold, weights, output_errors)
+
+
+def _whole(stock: onnx.ModelProto, deferred: DeferredData | None) -> onnx.ModelProto:
+    """``stock`` with every weight's data (a copy, when some of it is still in the file)."""
+    if deferred is None or not deferred.runs:
+        return stock
+    whole = onnx.ModelProto()
+    whole.CopyFrom(stock)
+    deferred.restore(whole.graph)
+    return whole
 
 
 def _execution(quantized: onnx.ModelProto):

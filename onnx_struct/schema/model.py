@@ -266,15 +266,23 @@ def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = No
     raise TypeError(f"expected onnx.ModelProto, bytes or a path, got {type(model).__name__}")
 
 
+def read_model_file(path: str | os.PathLike) -> bytes:
+    """The bytes of the model file at ``path``, under :func:`load`'s file rules (a FIFO, device
+    or directory refused unopened); an empty file is a ValidationError (``not_parsable``)."""
+    path = pathlib.Path(path)
+    data = _read_model_file(path)
+    if not data:
+        raise ValidationError("", f"{path}: the file is empty (0 bytes), not an ONNX model", code="not_parsable")
+    return data
+
+
 def read_stock_model(path: str | os.PathLike) -> tuple[onnx.ModelProto, ModelDirectory]:
     """The model file at ``path`` parsed by onnx alone (struct parts stay unknown fields), and its
     directory: :func:`load`'s file rules and errors (a FIFO refused unopened, an empty, corrupt or
     GGUF file a ValidationError) without the overlay parse, so a pass that rewrites a plain model
     holds the file once, not three times."""
     path = pathlib.Path(path)
-    data = _read_model_file(path)
-    if not data:
-        raise ValidationError("", f"{path}: the file is empty (0 bytes), not an ONNX model", code="not_parsable")
+    data = read_model_file(path)
     try:
         proto = onnx.ModelProto.FromString(data)
     except DecodeError:
