@@ -18,12 +18,12 @@ rapidocr-onnxruntime``: only the .onnx files are read); a missing one is skipped
 
 from __future__ import annotations
 
-import importlib.metadata
 import pathlib
 import sys
 
 import numpy as np
 import onnx
+from eval_quantize import package_file  # the one lookup of a file shipped in an installed package
 
 VARIANTS = (  # (format, op types)
     ("Q8_0", ("MatMul", "Gemm")),
@@ -31,14 +31,6 @@ VARIANTS = (  # (format, op types)
     ("Q8_0", ("MatMul", "Gemm", "Conv")),
     ("Q4_0", ("MatMul", "Gemm", "Conv")),
 )
-
-
-def package_file(distribution: str, suffix: str) -> pathlib.Path | None:
-    try:
-        files = importlib.metadata.distribution(distribution).files or []
-    except importlib.metadata.PackageNotFoundError:
-        return None
-    return next((pathlib.Path(f.locate()) for f in files if str(f).endswith(suffix)), None)
 
 
 def _session(model: onnx.ModelProto):

@@ -12,21 +12,10 @@ from __future__ import annotations
 
 import os
 
+from onnx_struct.schema.model import length_delimited
 from onnx_struct.schema.wire_format import LEN, Malformed, skip, varint
 
 _MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_NAME, _TENSOR_RAW_DATA = 7, 5, 8, 9
-
-
-def _encode_varint(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
 
 
 def _copy(data, start: int, end: int, replace) -> bytes:
@@ -38,7 +27,6 @@ def _copy(data, start: int, end: int, replace) -> bytes:
         tag_start = pos
         tag, pos = varint(data, pos, end)
         if tag & 7 == LEN:
-            tag_end = pos
             length, value = varint(data, pos, end)
             pos = value + length
             if pos > end:  # a length past its message: not protobuf
@@ -47,8 +35,7 @@ def _copy(data, start: int, end: int, replace) -> bytes:
             if rewrite is not None:
                 new = rewrite(value, pos)
                 if new is not None:
-                    out += data[tag_start:tag_end]
-                    out += _encode_varint(len(new)) + new
+                    out += length_delimited(tag >> 3, new)
                 continue
         else:
             pos = skip(data, pos, end, tag)
