@@ -50,8 +50,9 @@ from onnx_struct.schema.model import load
 # into garbled text: those are flagged.
 DEFAULT_THRESHOLD = 0.1
 # Random calibration runs the float model (for each op's own input and the output errors) only up
-# to this many bytes of weights left in the file: onnxruntime holds the float model besides this
-# process, about 3x the model at once (within quantize's bound of 1.5x + 200 MiB up to here) (docs/semantics.md, "Quantize"); --calibration always runs it.
+# to this many bytes of weights left in the file: onnxruntime then holds the float model besides
+# this process, about 3x the model at once, which stays within quantize's memory goal (1.5x the
+# model + 200 MiB) up to here (docs/semantics.md, "Quantize"). --calibration FILE always runs it.
 CALIBRATION_RUN_BYTES = 32 << 20
 # Why a Conv kernel runs decoded: onnxruntime fuses a blocked DequantizeLinear into MatMul
 # (MatMulNBits) only; its QLinearConv/ConvInteger take one scale per tensor or channel, not per block.
