@@ -183,6 +183,7 @@ assert t[:3].tolist() == [0.0, 1.0, 2.0] and t[-1] == 255.0, t[:4]
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_the_session_does_not_depend_on_the_model_file(model, tmp_path, mode):
     """Found by a red-team pass: the decoder path kept a file-backed value's leaf as a reference

@@ -320,11 +320,13 @@ def imported_modules(code: str) -> tuple[subprocess.CompletedProcess, set[str]]:
     return result, modules
 
 
+@pytest.mark.slow
 def test_import_onnx_struct_leaves_onnxruntime_out():
     _, modules = imported_modules("import onnx_struct")
     assert "onnxruntime" not in modules
 
 
+@pytest.mark.slow
 def test_lower_leaves_onnxruntime_out():
     code = (
         "import onnx, onnx_struct.lowering.lower, onnx_struct; from support.models import linear_model\n"
@@ -338,6 +340,7 @@ def test_lower_leaves_onnxruntime_out():
     assert result.stdout.split() == ["linear", "Add", "Relu", "linear"], result.stdout
 
 
+@pytest.mark.slow
 def test_cli_help_leaves_onnxruntime_out():
     # What ``python -m onnx_struct --help`` runs (runpy is how -m runs a module).
     code = "import runpy, sys; sys.argv[1:] = ['--help']; runpy.run_module('onnx_struct', run_name='__main__', alter_sys=True)"

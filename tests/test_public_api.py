@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import onnx
 import onnx.checker
+import pytest
 
 import onnx_struct as S
 
@@ -55,6 +56,7 @@ def test_formats_names_are_exactly_the_pinned_ones():
         assert getattr(formats, name) is not None, name
 
 
+@pytest.mark.slow
 def test_cli_subcommands_are_exactly_the_pinned_ones():
     """``python -m onnx_struct --help`` lists the subcommands, in this order."""
     import os

@@ -70,6 +70,7 @@ def _workflow_inputs(directory: Path) -> dict[str, np.ndarray]:
     return {"gguf": from_gguf, "quantize": x.astype(np.float64) @ w_q4_0}
 
 
+@pytest.mark.slow
 def test_readme_three_workflows_run_as_written(tmp_path, monkeypatch):
     text = README.read_text()
     section = text[text.index("## Three workflows") :]

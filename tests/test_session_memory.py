@@ -21,6 +21,9 @@ import pathlib
 import pytest
 from adversarial.bounded import run_bounded
 
+# Every test here starts a child process (tests/support/tiers.py).
+pytestmark = pytest.mark.slow
+
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 K = N = 4096
 LAYERS = 2

@@ -18,6 +18,9 @@ from onnx import TensorProto, helper
 from adversarial import gguf_bytes as G
 from adversarial.bounded import run_bounded
 
+# Every test here starts a child process (tests/support/tiers.py).
+pytestmark = pytest.mark.slow
+
 RUN_ALL = """
 import contextlib, io, json, traceback
 from onnx_struct.cli import main

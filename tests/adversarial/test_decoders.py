@@ -264,6 +264,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_decoder_is_refused_everywhere(case, tmp_path):
     build, contains = HOSTILE[case]
@@ -324,6 +325,7 @@ def test_a_constant_leaf_divisor_is_read_for_the_rule(divisor):
     np.testing.assert_array_equal(S.decode("W", model), expected)
 
 
+@pytest.mark.slow
 def test_hostile_encoder_is_refused_by_check_model_and_encode(tmp_path):
     """Encoders follow the same policy: a Loop encoder never runs."""
     body = oh.make_graph(
@@ -375,6 +377,7 @@ raise last
 
 
 # ---------------------------------------------------------------------- huge valid declarations
+@pytest.mark.slow
 @pytest.mark.parametrize("count", [10**7, 10**8])
 def test_full_check_of_a_huge_declaration_costs_no_memory_per_element(count, tmp_path):
     """A 144-byte model: {values: INT4[count]} with a Cast decoder, as a struct-typed graph input.
@@ -401,6 +404,7 @@ assert [d.dim_value for d in neg.type.tensor_type.shape.dim] == [ARG["count"]], 
     assert out.error is None, f"{out.error}: {out.message}\n{out.traceback}"
 
 
+@pytest.mark.slow
 def test_full_check_of_a_4096x4096_iq4_xs_declaration_is_cheap(tmp_path):
     """The real-file case: check --full on a model with one IQ4_XS 4096 x 4096 weight took 10 s
     and 3.9 GB."""
@@ -417,6 +421,7 @@ S.check_model(model, full_check=True)
     assert out.error is None, f"{out.error}: {out.message}\n{out.traceback}"
 
 
+@pytest.mark.slow
 def test_decode_of_a_big_int4_value_needs_its_output_and_little_more(tmp_path):
     """10^7 INT4 elements (5 MB of payload) decode to 40 MB of float32: the policy's analysis
     adds nothing per element."""
@@ -432,6 +437,7 @@ assert y.shape == (ARG["count"],) and y.dtype == np.float32 and not y.any()
 
 
 # ---------------------------------------------------------------------- the stock graph
+@pytest.mark.slow
 def test_stock_graph_input_of_an_unknown_element_type_is_a_validation_error(tmp_path):
     graph = oh.make_graph(
         [oh.make_node("Add", ["X", "W"], ["Y"])],
@@ -464,6 +470,7 @@ expected = -payload.astype(np.float32)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "feed",
     [
@@ -490,6 +497,7 @@ np.testing.assert_array_equal(y, expected)
     assert out.error is None, f"{out.error}: {out.message}\n{out.traceback}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("feed", ["np.array([b'x'] * 8, dtype=object)", "np.array(['abcdefgh'])", "'payload as text'"])
 def test_session_refuses_what_is_not_payload_bytes(feed):
     out = run_bounded(SESSION + f"session.run(None, {{'W': {feed}}})\n", cpu_seconds=10, memory_mib=200)
