@@ -1,0 +1,230 @@
+"""Tiny random llama-shaped GGUF files written with gguf-py, and an independent float64 numpy
+forward of them (gguf-py's dequantize, ggml's RoPE and RMSNorm, grouped-query attention written
+out), the oracle for the decoder graph of onnx_struct.tools.llm_graph. No package code here.
+Importing this module needs gguf; callers importorskip it first."""
+
+from __future__ import annotations
+
+import dataclasses
+import pathlib
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
+from gguf import quants as gq
+
+# ggml block layouts: where each block's FLOAT16 scales sit, so random blocks get sane ones.
+K_SCALES = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q2_K": (80, 82), "Q6_K": (208,), "Q3_K": (108,)}
+
+
+@dataclasses.dataclass
+class TinyLlama:
+    architecture: str = "llama"
+    n_layers: int = 2
+    n_embd: int = 256
+    n_ff: int = 512
+    n_heads: int = 8
+    n_kv_heads: int = 2
+    n_vocab: int = 96
+    context_length: int = 128
+    rms_eps: float = 1e-5
+    freq_base: float = 10000.0
+    tied: bool = True
+    rope_freqs: bool = False
+    # tensor kind ("attn_q", "ffn_down", "token_embd", "output", ...) -> GGML type; default default_type
+    types: dict[str, str] = dataclasses.field(default_factory=dict)
+    default_type: str = "Q4_0"
+    seed: int = 0
+    tokens: list[str] | None = None  # the vocabulary (tokenizer.ggml.tokens); default "t0", "t1", ...
+    token_scores: list[float] | None = None
+    token_types: list[int] | None = None
+    tokenizer_model: str = "llama"
+    merges: list[str] | None = None
+    bos: int = 1
+    eos: int = 2
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_heads
+
+    @property
+    def biases(self) -> bool:
+        return self.architecture == "qwen2"
+
+    @property
+    def neox(self) -> bool:
+        return self.architecture == "qwen2"
+
+
+def _shapes(c: TinyLlama) -> dict[str, tuple[int, ...]]:
+    q, kv = c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim
+    shapes = {"token_embd.weight": (c.n_vocab, c.n_embd), "output_norm.weight": (c.n_embd,)}
+    if not c.tied:
+        shapes["output.weight"] = (c.n_vocab, c.n_embd)
+    if c.rope_freqs:
+        shapes["rope_freqs.weight"] = (c.head_dim // 2,)
+    for i in range(c.n_layers):
+        layer = {
+            "attn_norm.weight": (c.n_embd,),
+            "attn_q.weight": (q, c.n_embd),
+            "attn_k.weight": (kv, c.n_embd),
+            "attn_v.weight": (kv, c.n_embd),
+            "attn_output.weight": (c.n_embd, q),
+            "ffn_norm.weight": (c.n_embd,),
+            "ffn_gate.weight": (c.n_ff, c.n_embd),
+            "ffn_up.weight": (c.n_ff, c.n_embd),
+            "ffn_down.weight": (c.n_embd, c.n_ff),
+        }
+        if c.biases:
+            layer.update({"attn_q.bias": (q,), "attn_k.bias": (kv,), "attn_v.bias": (kv,)})
+        shapes.update({f"blk.{i}.{k}": v for k, v in layer.items()})
+    return shapes
+
+
+def _kind(name: str) -> str:
+    parts = name.split(".")
+    return parts[2] if parts[0] == "blk" else parts[0]
+
+
+def _payload(type_name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """uint8 [rows, bytes per row] for a quantized type, the float32 array for F32."""
+    scale = 1.0 / np.sqrt(shape[-1])
+    x = (rng.standard_normal(shape) * scale).astype(np.float32)
+    if type_name == "F32":
+        return x
+    qtype = GGMLQuantizationType[type_name]
+    if type_name not in K_SCALES:
+        return gq.quantize(x, qtype)
+    block_size, type_size = GGML_QUANT_SIZES[qtype]
+    blocks = rng.integers(0, 256, (x.size // block_size, type_size), dtype=np.uint8)
+    codes = 64 if type_name in ("Q6_K", "Q3_K") else 16
+    for offset in K_SCALES[type_name]:
+        d = (rng.uniform(0.5, 1.5, len(blocks)) * 4 * scale / (codes * 32)).astype(np.float16)
+        blocks[:, offset : offset + 2] = d.view(np.uint8).reshape(-1, 2)
+    return blocks.reshape(shape[0], -1)
+
+
+def write_gguf(path: pathlib.Path, c: TinyLlama) -> None:
+    """Write the tiny model ``c`` to ``path`` with gguf-py (the metadata llama.cpp requires)."""
+    rng = np.random.default_rng(c.seed)
+    w = GGUFWriter(str(path), c.architecture)
+    w.add_name("tiny")
+    w.add_block_count(c.n_layers)
+    w.add_context_length(c.context_length)
+    w.add_embedding_length(c.n_embd)
+    w.add_feed_forward_length(c.n_ff)
+    w.add_head_count(c.n_heads)
+    w.add_head_count_kv(c.n_kv_heads)
+    w.add_layer_norm_rms_eps(c.rms_eps)
+    w.add_rope_freq_base(c.freq_base)
+    w.add_rope_dimension_count(c.head_dim)
+    w.add_tokenizer_model(c.tokenizer_model)
+    tokens = c.tokens or [f"t{i}" for i in range(c.n_vocab)]
+    w.add_token_list(tokens)
+    if c.token_scores is not None or c.tokenizer_model == "llama":
+        w.add_token_scores(c.token_scores or [0.0] * len(tokens))
+    w.add_token_types(c.token_types or [1] * len(tokens))
+    if c.merges is not None:
+        w.add_token_merges(c.merges)
+    w.add_bos_token_id(c.bos)
+    w.add_eos_token_id(c.eos)
+    for name, shape in _shapes(c).items():
+        kind = _kind(name)
+        if len(shape) == 1:
+            values = rng.uniform(0.8, 1.2, shape).astype(np.float32) if "norm" in name else None
+            if kind == "rope_freqs":
+                values = rng.uniform(1.0, 8.0, shape).astype(np.float32)
+            if values is None:  # a bias
+                values = (rng.standard_normal(shape) * 0.1).astype(np.float32)
+            w.add_tensor(name, values)
+            continue
+        type_name = c.types.get(kind, c.default_type)
+        data = _payload(type_name, shape, rng)
+        w.add_tensor(name, data, raw_dtype=None if type_name == "F32" else GGMLQuantizationType[type_name])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+# ------------------------------------------------------------------------------- the oracle
+
+
+def read_weights(path: pathlib.Path) -> dict[str, np.ndarray]:
+    """Every tensor of the file as float64, dequantized by gguf-py."""
+    from gguf import GGUFReader
+
+    out = {}
+    for t in GGUFReader(str(path)).tensors:
+        data = np.asarray(t.data)
+        if t.tensor_type != GGMLQuantizationType.F32:
+            data = gq.dequantize(data, GGMLQuantizationType(t.tensor_type))
+        out[t.name] = data.astype(np.float64).reshape([int(d) for d in reversed(t.shape.tolist())])
+    return out
+
+
+def _rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def _rope(x: np.ndarray, positions: np.ndarray, c: TinyLlama, freqs: np.ndarray | None) -> np.ndarray:
+    """ggml_rope on x [seq, heads, d]: NORM mode rotates (x[2i], x[2i+1]), NEOX (x[i], x[i+d/2]),
+    by the angle p * base^(-2i/d) / freq_factor[i]."""
+    d = x.shape[-1]
+    theta = c.freq_base ** (-np.arange(0, d, 2) / d)
+    if freqs is not None:
+        theta = theta / freqs
+    angle = positions[:, None, None] * theta[None, None, :]
+    cos, sin = np.cos(angle), np.sin(angle)
+    if c.neox:
+        x0, x1 = x[..., : d // 2], x[..., d // 2 :]
+    else:
+        x0, x1 = x[..., 0::2], x[..., 1::2]
+    r0, r1 = x0 * cos - x1 * sin, x0 * sin + x1 * cos
+    out = np.empty_like(x)
+    if c.neox:
+        out[..., : d // 2], out[..., d // 2 :] = r0, r1
+    else:
+        out[..., 0::2], out[..., 1::2] = r0, r1
+    return out
+
+
+def forward(
+    weights: dict[str, np.ndarray], c: TinyLlama, ids: np.ndarray, cache: list | None = None
+) -> tuple[np.ndarray, list]:
+    """Logits [seq, vocab] (float64) of ``ids`` after the tokens held in ``cache`` (a list of
+    (keys, values) per layer, [seq, kv_heads, d]); returns the logits and the longer cache."""
+    cache = cache or [(np.zeros((0, c.n_kv_heads, c.head_dim)),) * 2 for _ in range(c.n_layers)]
+    past = cache[0][0].shape[0]
+    seq = len(ids)
+    positions = np.arange(past, past + seq, dtype=np.float64)
+    freqs = weights.get("rope_freqs.weight")
+    h = weights["token_embd.weight"][ids]
+    group = c.n_heads // c.n_kv_heads
+    new_cache = []
+    for i in range(c.n_layers):
+        w = {k[len(f"blk.{i}.") :]: v for k, v in weights.items() if k.startswith(f"blk.{i}.")}
+        x = _rms_norm(h, w["attn_norm.weight"], c.rms_eps)
+        q, k, v = (x @ w[f"attn_{n}.weight"].T + w.get(f"attn_{n}.bias", 0.0) for n in "qkv")
+        q = _rope(q.reshape(seq, c.n_heads, c.head_dim), positions, c, freqs)
+        k = _rope(k.reshape(seq, c.n_kv_heads, c.head_dim), positions, c, freqs)
+        keys = np.concatenate([cache[i][0], k])
+        values = np.concatenate([cache[i][1], v.reshape(seq, c.n_kv_heads, c.head_dim)])
+        new_cache.append((keys, values))
+        kh = np.repeat(keys, group, axis=1)  # query head j reads kv head j // group
+        vh = np.repeat(values, group, axis=1)
+        scores = np.einsum("qhd,khd->hqk", q, kh) / np.sqrt(c.head_dim)
+        allowed = np.arange(past + seq)[None, :] <= positions[:, None]  # causal
+        scores = np.where(allowed[None], scores, -np.inf)
+        scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+        scores /= scores.sum(axis=-1, keepdims=True)
+        attn = np.einsum("hqk,khd->qhd", scores, vh).reshape(seq, -1)
+        h = h + attn @ w["attn_output.weight"].T
+        x = _rms_norm(h, w["ffn_norm.weight"], c.rms_eps)
+        gate, up = x @ w["ffn_gate.weight"].T, x @ w["ffn_up.weight"].T
+        h = h + (gate / (1 + np.exp(-gate)) * up) @ w["ffn_down.weight"].T
+    head = weights["token_embd.weight" if c.tied else "output.weight"]
+    return _rms_norm(h, weights["output_norm.weight"], c.rms_eps) @ head.T, new_cache
+
+
+def relative_rms(actual: np.ndarray, expected: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((actual - expected) ** 2)) / np.sqrt(np.mean(expected**2)))
