@@ -228,3 +228,70 @@ def forward(
 
 def relative_rms(actual: np.ndarray, expected: np.ndarray) -> float:
     return float(np.sqrt(np.mean((actual - expected) ** 2)) / np.sqrt(np.mean(expected**2)))
+
+
+# ------------------------------------------------------------------------- test vocabularies
+SPM_PIECES = [
+    "▁", "e", "t", "a", "o", "n", "h", "l", "r", "s", "d", "w", "i", "c", "u", "f", "é", "🙂",
+    "▁t", "he", "▁the", "▁a", "ll", "llo", "▁he", "▁hello", "▁w", "or", "▁wor", "ld", "▁world",
+    "▁c", "af", "▁caf", "▁café", "in", "▁in", "on", "▁on", "▁▁", "▁▁▁", "st", "▁st", "an", "▁an", "and", "▁and",
+]  # fmt: skip
+
+
+def spm_vocab() -> dict[str, object]:
+    """A llama (SentencePiece-style) vocabulary: <unk>, <s>, </s>, the 256 byte pieces, then
+    SPM_PIECES with distinct scores. As in a trained SentencePiece vocabulary, every character of
+    a piece is a piece."""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + SPM_PIECES
+    scores = [0.0, 0.0, 0.0] + [0.0] * 256 + [-float(i) for i in range(len(SPM_PIECES))]
+    types = [2, 3, 3] + [6] * 256 + [1] * len(SPM_PIECES)
+    return {"tokens": tokens, "token_scores": scores, "token_types": types, "n_vocab": len(tokens)}
+
+
+def spm_tokenize(tokens: list[str], scores: list[float], text: str, bos: int = 1) -> list[int]:
+    """llama.cpp's llm_tokenizer_spm written out plainly: one space prefixed, spaces as "▁", the
+    text split into characters, then the adjacent pair whose concatenation is the piece of highest
+    score merged (ties: leftmost) until none is a piece; leftover characters become <0xXX> bytes."""
+    ids = {}
+    for i, piece in enumerate(tokens):
+        ids.setdefault(piece, i)
+    symbols = list((" " + text).replace(" ", "\u2581")) if text else []  # llama.cpp: no fragment, no prefix
+    while True:
+        best = None
+        for i in range(len(symbols) - 1):
+            merged = symbols[i] + symbols[i + 1]
+            if merged in ids and (best is None or scores[ids[merged]] > scores[ids[best[1]]]):
+                best = (i, merged)
+        if best is None:
+            break
+        symbols[best[0] : best[0] + 2] = [best[1]]
+    out = [bos]
+    for s in symbols:
+        out += [ids[s]] if s in ids else [ids[f"<0x{b:02X}>"] for b in s.encode()]
+    return out
+
+
+def spm_detokenize(tokens: list[str], ids: list[int]) -> str:
+    """The text of ids: pieces joined, <0xXX> pieces as bytes, "▁" as a space, control pieces
+    (<s>, </s>) left out, the one prefixed space removed."""
+    data = b""
+    for i in ids:
+        piece = tokens[i]
+        if piece in ("<s>", "</s>", "<unk>"):
+            continue
+        if piece.startswith("<0x") and len(piece) == 6:
+            data += bytes([int(piece[3:5], 16)])
+        else:
+            data += piece.replace("\u2581", " ").encode()
+    text = data.decode(errors="replace")
+    return text[1:] if text.startswith(" ") else text
+
+
+def greedy(weights: dict[str, np.ndarray], c: TinyLlama, prompt: list[int], n: int) -> list[int]:
+    """n greedy tokens after prompt, through the oracle's cache."""
+    logits, cache = forward(weights, c, np.array(prompt))
+    out = []
+    for _ in range(n):
+        out.append(int(np.argmax(logits[-1])))
+        logits, cache = forward(weights, c, np.array(out[-1:]), cache)
+    return out
