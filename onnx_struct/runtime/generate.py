@@ -204,7 +204,8 @@ def generate(
         top_p: sample among the most probable tokens whose probability reaches p (1: all).
         seed: the sampling's random seed (None: fresh entropy).
         stream: called with each new piece of text as soon as it is complete.
-        threads, accuracy_level: see :class:`Generator` (ignored when ``model`` is one).
+        threads: onnxruntime's intra-op thread count (ignored when ``model`` is a Generator).
+        accuracy_level: MatMulNBits' (ignored when ``model`` is a Generator).
 
     Returns:
         A :class:`Generation`: the new text and tokens (stopped at EOS, which is not included).
