@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -101,7 +101,7 @@ class Generator:
 
     def generate(
         self,
-        prompt: str,
+        prompt: str | Sequence[int],
         *,
         max_new_tokens: int = 64,
         temperature: float = 0.0,
@@ -112,7 +112,7 @@ class Generator:
         stop_at_eos: bool = True,
     ) -> Generation:
         """See :func:`generate`."""
-        prompt_ids = self.tokenizer.encode(prompt)
+        prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
         if not prompt_ids:
             raise ValueError("the prompt has no tokens (an empty prompt without a BOS token)")
         length = len(prompt_ids) + max_new_tokens
@@ -182,7 +182,7 @@ class _Steps:
 
 def generate(
     model: ModelLike | Generator,
-    prompt: str,
+    prompt: str | Sequence[int],
     *,
     max_new_tokens: int = 64,
     temperature: float = 0.0,
@@ -197,7 +197,8 @@ def generate(
 
     Args:
         model: the model (path or ModelProto), or a :class:`Generator` to reuse its session.
-        prompt: the text; tokenized with the GGUF file's tokenizer, BOS first where it says so.
+        prompt: the text, tokenized with the GGUF file's tokenizer (BOS first where it says
+            so), or its token ids as they are.
         max_new_tokens: at most this many new tokens.
         temperature: 0 (default) is greedy; above 0 samples (with ``top_k``, ``top_p``).
         top_k: sample among the k most probable tokens only (0: all).

@@ -13,7 +13,9 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 from gguf import quants as gq
 
 # ggml block layouts: where each block's FLOAT16 scales sit, so random blocks get sane ones.
-K_SCALES = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q2_K": (80, 82), "Q6_K": (208,), "Q3_K": (108,)}
+SCALES = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q2_K": (80, 82), "Q6_K": (208,), "Q3_K": (108,), "Q4_0": (0,), "Q8_0": (0,)}
+# weight = d * (about this): the random scales d give weights of about 1/sqrt(fan_in)
+CODE_SIZE = {"Q4_K": 128, "Q5_K": 128, "Q2_K": 128, "Q6_K": 512, "Q3_K": 512, "Q4_0": 5, "Q8_0": 64}
 
 
 @dataclasses.dataclass
@@ -34,6 +36,7 @@ class TinyLlama:
     types: dict[str, str] = dataclasses.field(default_factory=dict)
     default_type: str = "Q4_0"
     seed: int = 0
+    random_blocks: bool = False  # Q4_0/Q8_0 as random blocks too (fast for big files), not quantized floats
     tokens: list[str] | None = None  # the vocabulary (tokenizer.ggml.tokens); default "t0", "t1", ...
     token_scores: list[float] | None = None
     token_types: list[int] | None = None
@@ -85,20 +88,17 @@ def _kind(name: str) -> str:
     return parts[2] if parts[0] == "blk" else parts[0]
 
 
-def _payload(type_name: str, shape: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+def _payload(type_name: str, shape: tuple[int, ...], rng: np.random.Generator, random_blocks: bool) -> np.ndarray:
     """uint8 [rows, bytes per row] for a quantized type, the float32 array for F32."""
     scale = 1.0 / np.sqrt(shape[-1])
-    x = (rng.standard_normal(shape) * scale).astype(np.float32)
-    if type_name == "F32":
-        return x
-    qtype = GGMLQuantizationType[type_name]
-    if type_name not in K_SCALES:
-        return gq.quantize(x, qtype)
+    qtype = GGMLQuantizationType[type_name] if type_name != "F32" else None
+    if type_name not in SCALES or (type_name in ("Q4_0", "Q8_0") and not random_blocks):
+        x = (rng.standard_normal(shape) * scale).astype(np.float32)
+        return x if qtype is None else gq.quantize(x, qtype)
     block_size, type_size = GGML_QUANT_SIZES[qtype]
-    blocks = rng.integers(0, 256, (x.size // block_size, type_size), dtype=np.uint8)
-    codes = 64 if type_name in ("Q6_K", "Q3_K") else 16
-    for offset in K_SCALES[type_name]:
-        d = (rng.uniform(0.5, 1.5, len(blocks)) * 4 * scale / (codes * 32)).astype(np.float16)
+    blocks = rng.integers(0, 256, (int(np.prod(shape)) // block_size, type_size), dtype=np.uint8)
+    for offset in SCALES[type_name]:
+        d = (rng.uniform(0.5, 1.5, len(blocks)) * scale / CODE_SIZE[type_name]).astype(np.float16)
         blocks[:, offset : offset + 2] = d.view(np.uint8).reshape(-1, 2)
     return blocks.reshape(shape[0], -1)
 
@@ -138,7 +138,7 @@ def write_gguf(path: pathlib.Path, c: TinyLlama) -> None:
             w.add_tensor(name, values)
             continue
         type_name = c.types.get(kind, c.default_type)
-        data = _payload(type_name, shape, rng)
+        data = _payload(type_name, shape, rng, c.random_blocks)
         w.add_tensor(name, data, raw_dtype=None if type_name == "F32" else GGMLQuantizationType[type_name])
     w.write_header_to_file()
     w.write_kv_data_to_file()
@@ -238,13 +238,14 @@ SPM_PIECES = [
 ]  # fmt: skip
 
 
-def spm_vocab() -> dict[str, object]:
+def spm_vocab(n_vocab: int | None = None) -> dict[str, object]:
     """A llama (SentencePiece-style) vocabulary: <unk>, <s>, </s>, the 256 byte pieces, then
-    SPM_PIECES with distinct scores. As in a trained SentencePiece vocabulary, every character of
-    a piece is a piece."""
-    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + SPM_PIECES
-    scores = [0.0, 0.0, 0.0] + [0.0] * 256 + [-float(i) for i in range(len(SPM_PIECES))]
-    types = [2, 3, 3] + [6] * 256 + [1] * len(SPM_PIECES)
+    SPM_PIECES with distinct scores (then "▁p<i>" pieces up to ``n_vocab``). As in a trained
+    SentencePiece vocabulary, every character of a piece is a piece."""
+    pieces = SPM_PIECES + [f"▁p{i}" for i in range((n_vocab or 0) - 259 - len(SPM_PIECES))]
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + pieces
+    scores = [0.0, 0.0, 0.0] + [0.0] * 256 + [-float(i) for i in range(len(pieces))]
+    types = [2, 3, 3] + [6] * 256 + [1] * len(pieces)
     return {"tokens": tokens, "token_scores": scores, "token_types": types, "n_vocab": len(tokens)}
 
 
@@ -295,3 +296,23 @@ def greedy(weights: dict[str, np.ndarray], c: TinyLlama, prompt: list[int], n: i
         out.append(int(np.argmax(logits[-1])))
         logits, cache = forward(weights, c, np.array(out[-1:]), cache)
     return out
+
+
+def run_llama_cpp(python: str, request: dict, workdir: pathlib.Path) -> dict[str, np.ndarray]:
+    """llama.cpp's answer to ``request`` (benchmarks/_llama_cpp_peer.py, run by ``python``, an
+    interpreter with llama-cpp-python)."""
+    import json
+    import subprocess
+
+    peer = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "_llama_cpp_peer.py"
+    (workdir / "request.json").write_text(json.dumps(request))
+    result = subprocess.run(
+        [python, str(peer), str(workdir / "request.json"), str(workdir / "result.npz")],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    if result.returncode:
+        raise RuntimeError(f"llama.cpp peer failed ({result.returncode}): {result.stderr[-2000:]}")
+    with np.load(workdir / "result.npz") as data:
+        return dict(data)
