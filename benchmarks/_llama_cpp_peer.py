@@ -8,7 +8,7 @@ REQUEST is a JSON object: ``model`` (the .gguf), ``task`` and its arguments:
 - ``tokenize``: ``texts`` -> ``ids_<i>`` (llama_tokenize with BOS, parse_special false);
 - ``logits``: ``tokens`` -> ``logits`` [n, vocab] of every position (F32 KV cache);
 - ``greedy``: ``tokens``, ``n_new`` -> ``generated`` (greedy ids), ``prompt_seconds``,
-  ``token_seconds`` (each step's eval), with ``threads``; ``kv`` "f32" or "f16" (default f16).
+  ``token_seconds`` (each step's eval), ``rss`` (peak resident bytes), with ``threads``; ``kv`` "f32" or "f16" (default f16).
 
 The model is loaded with ``use_extra_bufts`` as ``extra_bufts`` says (default true): on some CPUs
 llama.cpp's AMX buffer type crashed on quantized models, and false avoids it.
@@ -52,6 +52,15 @@ def _load(request: dict, *, logits_all: bool = False, vocab_only: bool = False) 
     )
 
 
+def _vmhwm() -> int:
+    """This process's peak resident set in bytes (Linux; 0 elsewhere)."""
+    try:
+        with open("/proc/self/status") as handle:
+            return next(int(line.split()[1]) * 1024 for line in handle if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return 0
+
+
 def _last_logits(llm: llama_cpp.Llama) -> np.ndarray:
     """The last evaluated position's logits (without logits_all, llama-cpp-python 0.3 no longer
     copies them into ``scores``: read llama.cpp's own buffer, which holds that one row)."""
@@ -86,6 +95,7 @@ def main(request_path: str, result_path: str) -> None:
             seconds.append(time.perf_counter() - start)
         out["generated"] = np.array(generated, np.int64)
         out["token_seconds"] = np.array(seconds)
+        out["rss"] = np.array(_vmhwm())
     else:
         raise SystemExit(f"unknown task {request['task']!r}")
     np.savez(result_path, **out)

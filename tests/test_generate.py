@@ -12,6 +12,7 @@ pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
 from support.llm import (  # noqa: E402
+    TEXTS,
     TinyLlama,
     greedy,
     read_weights,
@@ -27,17 +28,6 @@ from onnx_struct.formats.gguf.conversion import convert, decode_metadata  # noqa
 from onnx_struct.runtime.generate import Generator, sample  # noqa: E402
 from onnx_struct.runtime.tokenizer import GGUFTokenizer  # noqa: E402
 
-TEXTS = [
-    "hello world",
-    "the café 🙂",
-    "  and   in",
-    "xyz",
-    "",
-    " leading and trailing ",
-    "naïve 日本語 \t tab\nnewline",
-    "andandand hellohello",
-    "<s> is text here",
-]
 PROMPT = "hello world and the café"
 
 

@@ -22,8 +22,10 @@ pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
 from support.llm import (  # noqa: E402
+    TEXTS,
     TinyLlama,
     forward,
+    prompt_feeds,
     read_weights,
     relative_rms,
     run_llama_cpp,
@@ -51,15 +53,6 @@ pytestmark = [
     pytest.mark.skipif(not _has_llama_cpp(), reason="llama_cpp is not importable (ONNX_STRUCT_LLAMA_CPP_PYTHON)"),
 ]
 PROMPT = "hello world and the café"
-TEXTS = [
-    "hello world",
-    "the café 🙂",
-    "  and   in",
-    "xyz",
-    "",
-    " leading and trailing ",
-    "naïve 日本語 \t tab\nnewline",
-]
 F32_CONFIGS = {
     "llama-gqa": {},
     "qwen2": {"architecture": "qwen2", "tied": False},
@@ -68,12 +61,7 @@ F32_CONFIGS = {
 
 
 def _logits(model, config: TinyLlama, ids: list[int]) -> np.ndarray:
-    generator = Generator(model, accuracy_level=0)
-    empty = np.zeros((1, config.n_kv_heads, 0, config.head_dim), np.float32)
-    feeds = {"input_ids": np.array([ids]), "attention_mask": np.ones((1, len(ids)), np.int64)}
-    for i in range(config.n_layers):
-        feeds[f"past_key_values.{i}.key"] = feeds[f"past_key_values.{i}.value"] = empty
-    return generator.session.run(["logits"], feeds)[0][0]
+    return Generator(model, accuracy_level=0).session.run(["logits"], prompt_feeds(config, ids))[0][0]
 
 
 @pytest.mark.parametrize("name", sorted(F32_CONFIGS))

@@ -249,6 +249,29 @@ def spm_vocab(n_vocab: int | None = None) -> dict[str, object]:
     return {"tokens": tokens, "token_scores": scores, "token_types": types, "n_vocab": len(tokens)}
 
 
+# Strings for tokenizer comparisons: runs of spaces, tabs, newlines, accents, CJK, emoji (byte fallback).
+TEXTS = [
+    "hello world",
+    "the café 🙂",
+    "  and   in",
+    "xyz",
+    "",
+    " leading and trailing ",
+    "naïve 日本語 \t tab\nnewline",
+    "andandand hellohello",
+    "<s> is text here",
+]
+
+
+def prompt_feeds(c: TinyLlama, ids: list[int]) -> dict[str, np.ndarray]:
+    """The decoder graph's inputs for a whole prompt: past length 0."""
+    empty = np.zeros((1, c.n_kv_heads, 0, c.head_dim), np.float32)
+    feeds = {"input_ids": np.array([ids], np.int64), "attention_mask": np.ones((1, len(ids)), np.int64)}
+    for i in range(c.n_layers):
+        feeds[f"past_key_values.{i}.key"] = feeds[f"past_key_values.{i}.value"] = empty
+    return feeds
+
+
 def spm_tokenize(tokens: list[str], scores: list[float], text: str, bos: int = 1) -> list[int]:
     """llama.cpp's llm_tokenizer_spm written out plainly: one space prefixed, spaces as "▁", the
     text split into characters, then the adjacent pair whose concatenation is the piece of highest
