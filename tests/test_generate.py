@@ -14,6 +14,7 @@ pytest.importorskip("tokenizers")
 from support.llm import (  # noqa: E402
     TEXTS,
     TinyLlama,
+    bpe_vocab,
     greedy,
     read_weights,
     spm_detokenize,
@@ -53,6 +54,28 @@ def test_spm_token_ids_match_llama_cpp_algorithm(tiny, text):
     ids = tokenizer.encode(text)
     assert ids == expected
     assert tokenizer.decode(ids) == spm_detokenize(config.tokens, expected)
+
+
+# Hand-derived from bpe_vocab(): bytes are ids 0-255, merged pieces 256-267 in merge order
+# ("he", "Ġw", "or", "Ġwor", "Ġworl", "Ġworld", "ll", "Ġt", "Ġthe", "hell", "hello", "12"), BOS 268;
+# llama-bpe splits words, single spaces and digits in threes before merging.
+BPE_CASES = {
+    "hello world": [268, 266, 261],  # whole words that are tokens
+    "the 12345": [268, 116, 256, 32, 267, 51, 52, 53],  # "the" -> t + he; " "; "123" -> 12 + 3; "45"
+    "Hello": [268, 72, 101, 262, 111],  # no "H e" merge: H, e, ll, o
+    "h\u00e9llo": [268, 104, 195, 169, 262, 111],  # é as its two UTF-8 bytes
+}
+
+
+@pytest.mark.parametrize("text", sorted(BPE_CASES))
+def test_byte_level_bpe_token_ids(tmp_path, text):
+    path = tmp_path / "bpe.gguf"
+    write_gguf(
+        path, TinyLlama(**bpe_vocab(), default_type="F32", n_layers=1, n_embd=64, n_ff=64, n_heads=2, n_kv_heads=1)
+    )
+    tokenizer = GGUFTokenizer(decode_metadata(convert(path)))
+    assert tokenizer.encode(text) == BPE_CASES[text]
+    assert tokenizer.decode(BPE_CASES[text]) == text
 
 
 def test_greedy_generation_matches_numpy_forward(tiny, generator):

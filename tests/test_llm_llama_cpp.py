@@ -24,6 +24,7 @@ pytest.importorskip("tokenizers")
 from support.llm import (  # noqa: E402
     TEXTS,
     TinyLlama,
+    bpe_vocab,
     forward,
     prompt_feeds,
     read_weights,
@@ -79,8 +80,9 @@ def test_f32_logits_and_40_greedy_tokens_match_llama_cpp(tmp_path, name):
     assert ours == generated
 
 
-def test_token_ids_match_llama_cpp(tmp_path):
-    config = TinyLlama(**spm_vocab(), default_type="F32")
+@pytest.mark.parametrize("vocab", ["spm", "bpe"])
+def test_token_ids_match_llama_cpp(tmp_path, vocab):
+    config = TinyLlama(**(spm_vocab() if vocab == "spm" else bpe_vocab()), default_type="F32")
     path = tmp_path / "vocab.gguf"
     write_gguf(path, config)
     tokenizer = GGUFTokenizer(decode_metadata(convert(path)))

@@ -42,6 +42,8 @@ class TinyLlama:
     token_types: list[int] | None = None
     tokenizer_model: str = "llama"
     merges: list[str] | None = None
+    pre: str | None = None  # tokenizer.ggml.pre
+    add_bos: bool | None = None  # tokenizer.ggml.add_bos_token
     bos: int = 1
     eos: int = 2
 
@@ -125,6 +127,10 @@ def write_gguf(path: pathlib.Path, c: TinyLlama) -> None:
     w.add_token_types(c.token_types or [1] * len(tokens))
     if c.merges is not None:
         w.add_token_merges(c.merges)
+    if c.pre is not None:
+        w.add_tokenizer_pre(c.pre)
+    if c.add_bos is not None:
+        w.add_add_bos_token(c.add_bos)
     w.add_bos_token_id(c.bos)
     w.add_eos_token_id(c.eos)
     for name, shape in _shapes(c).items():
@@ -261,6 +267,37 @@ TEXTS = [
     "andandand hellohello",
     "<s> is text here",
 ]
+
+
+def byte_level(data: bytes) -> str:
+    """GPT-2's byte-to-character mapping: printable Latin-1 bytes stay, the others move to 256+."""
+    printable = [*range(33, 127), *range(161, 173), *range(174, 256)]
+    others = [b for b in range(256) if b not in printable]
+    table = {b: chr(b) for b in printable} | {b: chr(256 + i) for i, b in enumerate(others)}
+    return "".join(table[b] for b in data)
+
+
+BPE_MERGES = ["h e", "Ġ w", "o r", "Ġw or", "Ġwor l", "Ġworl d", "l l", "Ġ t", "Ġt he", "he ll", "hell o", "1 2"]
+
+
+def bpe_vocab() -> dict[str, object]:
+    """A byte-level BPE (gpt2) vocabulary: the 256 byte characters (ids 0-255, in byte order),
+    the results of BPE_MERGES (ids 256-267, in merge order), then <|begin_of_text|> (268) and
+    <|end_of_text|> (269), control tokens."""
+    tokens = [byte_level(bytes([b])) for b in range(256)]
+    tokens += ["".join(m.split(" ")) for m in BPE_MERGES] + ["<|begin_of_text|>", "<|end_of_text|>"]
+    types = [1] * (len(tokens) - 2) + [3, 3]
+    return {
+        "tokens": tokens,
+        "token_types": types,
+        "merges": BPE_MERGES,
+        "tokenizer_model": "gpt2",
+        "pre": "llama-bpe",
+        "bos": 268,
+        "eos": 269,
+        "add_bos": True,
+        "n_vocab": len(tokens),
+    }
 
 
 def prompt_feeds(c: TinyLlama, ids: list[int]) -> dict[str, np.ndarray]:
