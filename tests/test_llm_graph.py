@@ -1,7 +1,7 @@
 """The decoder graph of convert(..., graph=True) (onnx_struct/tools/llm_graph.py) against an
 independent float64 numpy forward (tests/support/llm.py) of tiny random llama GGUF files written
 with gguf-py: GQA, tied and untied heads, Q4_0/Q8_0/Q4_K/Q6_K/F32 mixes, qwen2's biases and NEOX
-rope, Llama 3.1-style rope_freqs; logits at accuracy_level=0 within 1e-4 relative RMS for a whole
+rope, Llama 3.1-style rope_freqs, mistral with linear rope scaling; logits at accuracy_level=0 within 1e-4 relative RMS for a whole
 prompt and for prefill + steps through the KV cache; greedy tokens identical."""
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ CONFIGS = {
     ),
     "mha-rope-freqs": TinyLlama(n_kv_heads=8, rope_freqs=True, seed=2, types={"token_embd": "F32"}),
     "qwen2-biases-neox": TinyLlama(architecture="qwen2", tied=False, seed=3, types={"ffn_up": "Q8_0"}),
+    "mistral-linear-rope": TinyLlama(architecture="mistral", linear_rope_factor=4.0, freq_base=500000.0, seed=4),
 }
 PROMPT = np.array([3, 17, 5, 42, 7, 9, 60, 1], np.int64)
 TOLERANCE = 1e-4

@@ -3,7 +3,8 @@ suite: llama.cpp compiles for 6-15 minutes, so it is an optional peer. Runs when
 in ONNX_STRUCT_LLAMA_CPP_PYTHON (default: this one) imports llama_cpp; skipped otherwise.
 
 - F32 weights, F32 KV cache: logits within 1e-5 relative RMS of llama.cpp's, 40 greedy tokens
-  identical (llama with GQA, qwen2's NEOX rope and biases, Llama 3.1-style rope_freqs);
+  identical (llama with GQA, qwen2's NEOX rope and biases, Llama 3.1-style rope_freqs, linear
+  rope scaling);
 - the SentencePiece test vocabulary: token ids identical to llama.cpp's tokenize;
 - Q4_0: ours within 1e-4 of the float64 forward; llama.cpp within 5% of it (it quantizes
   activations to Q8 and keeps its cache in F16: 1.5-3% is its usual distance).
@@ -58,6 +59,7 @@ F32_CONFIGS = {
     "llama-gqa": {},
     "qwen2": {"architecture": "qwen2", "tied": False},
     "rope-freqs": {"rope_freqs": True, "n_kv_heads": 4},
+    "linear-rope": {"linear_rope_factor": 4.0, "freq_base": 500000.0},
 }
 
 

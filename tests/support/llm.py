@@ -9,7 +9,7 @@ import dataclasses
 import pathlib
 
 import numpy as np
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, RopeScalingType
 from gguf import quants as gq
 
 # ggml block layouts: where each block's FLOAT16 scales sit, so random blocks get sane ones.
@@ -32,6 +32,7 @@ class TinyLlama:
     freq_base: float = 10000.0
     tied: bool = True
     rope_freqs: bool = False
+    linear_rope_factor: float | None = None  # rope.scaling.type linear with this factor
     # tensor kind ("attn_q", "ffn_down", "token_embd", "output", ...) -> GGML type; default default_type
     types: dict[str, str] = dataclasses.field(default_factory=dict)
     default_type: str = "Q4_0"
@@ -119,6 +120,9 @@ def write_gguf(path: pathlib.Path, c: TinyLlama) -> None:
     w.add_layer_norm_rms_eps(c.rms_eps)
     w.add_rope_freq_base(c.freq_base)
     w.add_rope_dimension_count(c.head_dim)
+    if c.linear_rope_factor is not None:
+        w.add_rope_scaling_type(RopeScalingType.LINEAR)
+        w.add_rope_scaling_factor(c.linear_rope_factor)
     w.add_tokenizer_model(c.tokenizer_model)
     tokens = c.tokens or [f"t{i}" for i in range(c.n_vocab)]
     w.add_token_list(tokens)
@@ -174,9 +178,9 @@ def _rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
 
 def _rope(x: np.ndarray, positions: np.ndarray, c: TinyLlama, freqs: np.ndarray | None) -> np.ndarray:
     """ggml_rope on x [seq, heads, d]: NORM mode rotates (x[2i], x[2i+1]), NEOX (x[i], x[i+d/2]),
-    by the angle p * base^(-2i/d) / freq_factor[i]."""
+    by the angle p * base^(-2i/d) / freq_factor[i] * freq_scale (1 / the linear factor)."""
     d = x.shape[-1]
-    theta = c.freq_base ** (-np.arange(0, d, 2) / d)
+    theta = c.freq_base ** (-np.arange(0, d, 2) / d) / (c.linear_rope_factor or 1.0)
     if freqs is not None:
         theta = theta / freqs
     angle = positions[:, None, None] * theta[None, None, :]
