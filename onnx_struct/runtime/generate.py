@@ -86,18 +86,25 @@ class Generator:
             options.intra_op_num_threads = int(threads)
             options.log_severity_level = 3
         self.session = InferenceSession(model, options, accuracy_level=accuracy_level)
-        metadata = decode_metadata(self.session.lowered)
-        self.tokenizer = GGUFTokenizer(metadata)
         inputs = {i.name: i.shape for i in self.session.get_inputs()}
-        if "input_ids" not in inputs or "past_key_values.0.key" not in inputs:
+        cache = inputs.get("past_key_values.0.key")
+        if "input_ids" not in inputs or cache is None or not all(isinstance(d, int) for d in cache[1::2]):
             raise ValidationError(
                 "graph.input",
-                "the model has no decoder graph (input_ids, past_key_values.*): convert with from-gguf --graph",
+                "the model has no decoder graph (input_ids, past_key_values.* [batch, n_kv_heads, past, "
+                "head_dim]): convert with from-gguf --graph",
                 code="not_a_decoder",
             )
+        metadata = decode_metadata(self.session.lowered)
+        self.tokenizer = GGUFTokenizer(metadata)
         self.n_layers = sum(1 for name in inputs if name.startswith("past_key_values.") and name.endswith(".key"))
-        _, self.n_kv_heads, _, self.head_dim = inputs["past_key_values.0.key"]
-        self.context_length = int(metadata.get(f"{metadata['general.architecture']}.context_length", 0))
+        self.n_kv_heads, self.head_dim = cache[1], cache[3]
+        context = metadata.get(f"{metadata.get('general.architecture')}.context_length")
+        if isinstance(context, bool) or not isinstance(context, int) or context <= 0:
+            raise ValidationError(
+                "gguf.kv['{arch}.context_length']", "missing or not a positive integer", code="missing_metadata"
+            )
+        self.context_length = context
 
     def generate(
         self,
