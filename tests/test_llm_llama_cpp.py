@@ -82,9 +82,11 @@ def test_f32_logits_and_40_greedy_tokens_match_llama_cpp(tmp_path, name):
     assert ours == generated
 
 
-@pytest.mark.parametrize("vocab", ["spm", "bpe"])
+@pytest.mark.parametrize("vocab", ["spm", "llama-bpe", "qwen2", "gpt-2", "default"])
 def test_token_ids_match_llama_cpp(tmp_path, vocab):
-    config = TinyLlama(**(spm_vocab() if vocab == "spm" else bpe_vocab()), default_type="F32")
+    """The SentencePiece test vocabulary, and the byte-level one under each pre-tokenizer."""
+    words = spm_vocab() if vocab == "spm" else {**bpe_vocab(), "pre": vocab}
+    config = TinyLlama(**words, default_type="F32")
     path = tmp_path / "vocab.gguf"
     write_gguf(path, config)
     tokenizer = GGUFTokenizer(decode_metadata(convert(path)))
