@@ -153,11 +153,12 @@ def run_theirs(llama_python: str, path: pathlib.Path, threads: int, ids: list[in
 
 
 def copy_bandwidth() -> float:
-    """Bytes per second numpy copies a 256 MiB array (best of 5): the memory-bandwidth figure."""
+    """Bytes per second numpy copies a 256 MiB array (best of 20: other processes only ever
+    lower it): the memory-bandwidth figure."""
     source = np.ones(256 * 2**20, np.uint8)
     target = np.empty_like(source)
     best = float("inf")
-    for _ in range(5):
+    for _ in range(20):
         start = time.perf_counter()
         np.copyto(target, source)
         best = min(best, time.perf_counter() - start)
