@@ -14,6 +14,7 @@ pytest.importorskip("gguf")
 from support.llm import TinyLlama, forward, read_weights, relative_rms, write_gguf  # noqa: E402
 
 import onnx_struct  # noqa: E402
+from onnx_struct.cli import main  # noqa: E402
 from onnx_struct.formats.gguf.conversion import convert  # noqa: E402
 from onnx_struct.tools import llm_graph  # noqa: E402
 
@@ -186,7 +187,7 @@ def test_refusals_name_what_is_missing(meta, table, path, words):
     assert words in str(caught.value)
 
 
-def test_a_refused_file_is_refused_by_convert(tmp_path):
+def test_a_refused_file_is_refused_by_convert(tmp_path, capsys):
     import gguf
 
     reader_free = tmp_path / "phi.gguf"
@@ -200,3 +201,7 @@ def test_a_refused_file_is_refused_by_convert(tmp_path):
     with pytest.raises(onnx_struct.ValidationError, match="architecture 'phi2' has no decoder graph"):
         convert(reader_free, graph=True)
     assert len(convert(reader_free).graph.node) == 0
+    assert main(["from-gguf", str(reader_free), str(tmp_path / "phi.onnx"), "--graph", "--quiet"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "gguf.kv['general.architecture']: architecture 'phi2' has no decoder graph" in line
+    assert not (tmp_path / "phi.onnx").exists()
