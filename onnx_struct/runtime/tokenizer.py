@@ -146,9 +146,7 @@ def _spm(metadata: Mapping[str, object], tokens: list[str]):
             f"must hold one score per token ({len(tokens)})",
             code="missing_metadata",
         )
-    vocab = {}
-    for i, piece in enumerate(tokens):
-        vocab.setdefault(piece, i)  # llama.cpp's token_to_id keeps the first of duplicate pieces
+    vocab = {piece: i for i, piece in enumerate(tokens)}  # llama.cpp's token_to_id: the last of duplicates
     # llama.cpp merges a pair whenever its concatenation is any piece of the vocabulary.
     merges = []
     for piece, i in vocab.items():
@@ -196,9 +194,7 @@ def _byte_bpe(metadata: Mapping[str, object], tokens: list[str]):
         if not sep:
             raise ValidationError(f"gguf.kv['tokenizer.ggml.merges'][{i}]", f"{line!r} is not two pieces")
         merges.append((left, right))
-    vocab = {}
-    for i, piece in enumerate(tokens):
-        vocab.setdefault(piece, i)
+    vocab = {piece: i for i, piece in enumerate(tokens)}
     tokenizer = tk.Tokenizer(tk.models.BPE(vocab=vocab, merges=merges, ignore_merges=whole_words))
     tokenizer.pre_tokenizer = tk.pre_tokenizers.Sequence(
         [

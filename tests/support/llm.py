@@ -317,9 +317,7 @@ def spm_tokenize(tokens: list[str], scores: list[float], text: str, bos: int = 1
     """llama.cpp's llm_tokenizer_spm written out plainly: one space prefixed, spaces as "▁", the
     text split into characters, then the adjacent pair whose concatenation is the piece of highest
     score merged (ties: leftmost) until none is a piece; leftover characters become <0xXX> bytes."""
-    ids = {}
-    for i, piece in enumerate(tokens):
-        ids.setdefault(piece, i)
+    ids = {piece: i for i, piece in enumerate(tokens)}  # llama.cpp's token_to_id[word] = i: the last wins
     symbols = list((" " + text).replace(" ", "\u2581")) if text else []  # llama.cpp: no fragment, no prefix
     while True:
         best = None
