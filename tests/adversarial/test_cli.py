@@ -77,6 +77,7 @@ COMMANDS = {
     "quantize": lambda src, tmp: ["quantize", src, str(tmp / "q.onnx"), "--format", "Q8_0"],
     "from-gguf": lambda src, tmp: ["from-gguf", src, str(tmp / "g.onnx"), "--quiet"],
     "from-gguf --reference": lambda src, tmp: ["from-gguf", src, str(tmp / "g.onnx"), "--reference", "--quiet"],
+    "generate": lambda src, tmp: ["generate", src, "--prompt", "hi", "--quiet"],
 }
 
 

@@ -371,6 +371,7 @@ _SUBCOMMANDS = {
     "lower": ["lower", "{fifo}", "{out}.onnx"],
     "quantize": ["quantize", "{fifo}", "{out}.onnx", "--format", "Q4_0"],
     "from-gguf": ["from-gguf", "{fifo}", "{out}.onnx"],
+    "generate": ["generate", "{fifo}", "--prompt", "hi"],
 }
 
 

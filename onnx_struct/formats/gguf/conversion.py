@@ -61,6 +61,7 @@ def convert(
     keep_unknown: bool = False,
     model_dir: str | os.PathLike | None = None,
     progress: Progress | None = None,
+    graph: bool = False,
 ) -> onnx.ModelProto:
     """Read the GGUF file ``path`` into an ONNX model whose struct values are its tensors.
 
@@ -77,12 +78,18 @@ def convert(
             Defaults to the .gguf's own directory.
         progress: called as ``progress(done, total, tensor_name)`` after each tensor, and once
             before the file is opened as ``progress(0, 0, label)`` (total unknown yet).
+        graph: also build the decoder graph of a llama-shaped model (llama, mistral, qwen2):
+            inputs ``input_ids``, ``attention_mask``, ``past_key_values.{i}.key/value``, outputs
+            ``logits`` and ``present.{i}.key/value`` (:mod:`onnx_struct.tools.llm_graph`,
+            docs/llm.md). Without it the graph has no nodes.
 
     Raises:
         ValidationError: the file is not a readable little-endian GGUF file whose counts,
             lengths and tensor ranges fit in it and in the limits of :mod:`onnx_struct.limits`,
             or a tensor's type has no registered format (and ``keep_unknown`` is false); the
             path names the header, key-value pair or tensor, e.g. ``gguf.tensors[5] ('w')``.
+            With ``graph``: the architecture, a metadata key or a tensor does not fit the decoder
+            graph (:func:`onnx_struct.tools.llm_graph.hyperparameters`).
         OSError: the file cannot be read, or is not a regular file (a FIFO, a directory).
 
     Example::
@@ -98,8 +105,8 @@ def convert(
     reader = _open(gguf, source)
     location = _location(source, model_dir) if reference else None
 
-    graph = onnx.helper.make_graph([], _graph_name(source), [], [])
-    stock = onnx.helper.make_model(graph, producer_name="onnx_struct.formats.gguf")
+    empty = onnx.helper.make_graph([], _graph_name(source), [], [])
+    stock = onnx.helper.make_model(empty, producer_name="onnx_struct.formats.gguf")
     stock.doc_string = f"Tensors and metadata of the GGUF file {source.name}; the graph has no nodes."
     for key, value in metadata_props(reader, gguf).items():
         stock.metadata_props.add(key=key, value=value)
@@ -115,10 +122,12 @@ def convert(
                 code="limit_exceeded",
             )
     roots: dict[tuple[str, tuple[int, ...]], int] = {}  # (format, shape) -> root index, shared by same-shape tensors
+    tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
     for i, tensor in enumerate(reader.tensors):
         where = f"gguf.tensors[{i}] ({tensor.name!r})"
         shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))  # numpy order: GGUF's ne0 is the last
         type_name = gguf.GGMLQuantizationType(tensor.tensor_type).name
+        tensors[tensor.name] = (type_name, shape)
         root = _root_index(model, type_name, shape, int(tensor.n_bytes), roots, keep_unknown, gguf, where)
         if location is not None:
             external = {"location": location, "offset": int(tensor.data_offset), "length": int(tensor.n_bytes)}
@@ -131,7 +140,12 @@ def convert(
         if progress is not None:
             progress(i + 1, len(reader.tensors), tensor.name)
     _match_decoder_opsets(model)
-    return to_onnx(model)
+    if not graph:
+        return to_onnx(model)
+    # issue 28 moves this converter out of formats/; the graph builder already lives in tools/.
+    from onnx_struct.tools.llm_graph import add_decoder_graph  # noqa: PLC0415
+
+    return add_decoder_graph(to_onnx(model), tensors)
 
 
 def _match_decoder_opsets(model) -> None:
