@@ -57,6 +57,8 @@ def _llama_cpp_available():
     # Asked when a test of this module runs, not at collection: the fast tier starts no process.
     if not _has_llama_cpp():
         pytest.skip("llama_cpp is not importable (ONNX_STRUCT_LLAMA_CPP_PYTHON)")
+
+
 PROMPT = "hello world and the café"
 F32_CONFIGS = {
     "llama-gqa": {},
