@@ -41,14 +41,15 @@ class InferenceSession:
     ``sess_options``, ``providers`` and ``**ort_kwargs`` go to ``onnxruntime.InferenceSession``.
     External payloads are read from the model's directory (or ``base_dir``).
 
-    Memory: without ``sess_options`` (the session then owns its options), quantized weights are
-    repacked range by range straight into ``com.microsoft.MatMulNBits``' inputs, written to a
-    temporary external-data file that onnxruntime reads (removed once the session exists; in
-    memory through ``add_external_initializers`` where no such file can be written), so the model
-    bytes stay small and no Python copy outlives the creation; ``lowered`` shows those
-    initializers as placeholders (external data at ``onnx_struct.in_memory``). With
-    ``sess_options`` the weights travel inside the lowered model as ``DequantizeLinear`` inputs
-    (the caller's options object is not given arrays it would keep). docs/execution.md, "Memory".
+    Memory: quantized weights are repacked range by range straight into
+    ``com.microsoft.MatMulNBits``' inputs, written to a temporary external-data file that
+    onnxruntime reads (removed once the session exists), so the model bytes stay small and no
+    Python copy outlives the creation; ``lowered`` shows those initializers as placeholders
+    (external data at ``onnx_struct.in_memory``). A caller's ``sess_options`` is never changed
+    (the model then goes to onnxruntime by path, beside that file): set thread counts there.
+    docs/execution.md, "Memory". A model without struct parts is handed to onnxruntime as it is,
+    and the stock part of any model is onnxruntime's to judge (docs/semantics.md, "Drop-in
+    behaviour"); onnxruntime's refusal is a ValidationError that is also its own exception class.
 
     >>> session = InferenceSession("model.onnx")
     >>> session.run(None, {"X": x, "W": struct_value_or_payload_bytes})
@@ -89,7 +90,7 @@ class InferenceSession:
         # The quantized weights' MatMulNBits nodes are emitted directly (what onnxruntime's fusion
         # would make of DequantizeLinear + MatMul, at its default accuracy level 4) and their
         # repacked arrays handed to onnxruntime outside the model bytes (docs/execution.md,
-        # "Memory"), with or without a caller's options: those are never changed (see _deliver).
+        # "Memory"), with or without a caller's options: those are never changed (runtime/delivery.py).
         in_memory = execution == "quantized"
         if in_memory and accuracy_level is None and sess_options is not None:
             accuracy_level = configured_accuracy_level(sess_options)
