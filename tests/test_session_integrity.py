@@ -205,3 +205,30 @@ def test_an_ir3_model_keeps_its_initializers_constant_when_lowered():
     y, v = session.run(None, {"x": x})
     assert y.tobytes() == expected_y.tobytes()
     np.testing.assert_array_equal(v, [1, 2, 3, 4])
+
+
+def test_quantizes_probe_never_reads_the_working_directory(tmp_path, monkeypatch):
+    """quantize's probe of a model given without a directory: an external tensor is a refusal,
+    whatever the working directory holds (a file named weights.bin there was read before)."""
+    from onnx_struct.passes.quantize import runtime_error  # noqa: PLC0415
+
+    path, _ = plain_bias_model(tmp_path)
+    model = onnx.load(path, load_external_data=False)
+    monkeypatch.chdir(tmp_path)  # weights.bin is right here
+    assert "base_dir" in runtime_error(model)
+
+
+def test_one_session_run_from_threads_gives_the_sequential_outputs(tmp_path):
+    """Concurrent runs of one session (quantized weights, a caller's options) give what the same
+    runs give one after another."""
+    from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+
+    path, _, _ = bias_model(tmp_path)
+    session = S.InferenceSession(path, ort.SessionOptions())
+    rng = np.random.default_rng(6)
+    inputs = [rng.standard_normal((3, K)).astype(np.float32) for _ in range(16)]
+    sequential = [session.run(None, {"x": x})[0] for x in inputs]
+    with ThreadPoolExecutor(4) as pool:
+        concurrent = list(pool.map(lambda x: session.run(None, {"x": x})[0], inputs))
+    for a, b in zip(concurrent, sequential, strict=True):
+        assert a.tobytes() == b.tobytes()
