@@ -269,3 +269,25 @@ def test_byte_flipped_plain_models_are_judged_as_onnxruntime_judges_them():
     for case in cases:
         result = run_bounded(BYTE_FLIP_CHILD, {"data": case.hex()}, cpu_seconds=30, memory_mib=1024)
         assert result.error is None, (case.hex(), result.message)
+
+
+@pytest.mark.parametrize("name", sorted(_mutations()))
+def test_a_struct_model_with_an_invalid_stock_part_is_run_or_refused_cleanly(name):
+    """The same corpus with a struct value added (a decoder at opset 21: the lowering converts the
+    graph's opset): the session runs it, with onnxruntime's outputs for the stock part, or
+    refuses it with a ValidationError, never another exception."""
+    from test_lower import cast_decoder  # noqa: PLC0415
+
+    plain = _mutations()[name]
+    model = _mutations()[name]
+    model.graph.output.append(oh.make_tensor_value_info("v", TensorProto.FLOAT, [4]))
+    (index,) = S.add_struct_types(model, S.make_array(TensorProto.UINT8, 4, decoder=cast_decoder()))
+    S.add_struct_values(model, S.make_struct_value("v", index, raw_data=bytes([1, 2, 3, 4])))
+    try:
+        y, v = S.InferenceSession(model).run(None, FEEDS)
+    except S.ValidationError:
+        return
+    np.testing.assert_array_equal(v, [1, 2, 3, 4])
+    stock = outcome(stock_session, plain.SerializeToString(), FEEDS)
+    if stock[0] == "ran":
+        assert y.tobytes() == stock[1][0].tobytes()
