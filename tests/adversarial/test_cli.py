@@ -15,6 +15,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+import onnx_struct as S
 from adversarial import gguf_bytes as G
 from adversarial.bounded import run_bounded
 
@@ -124,8 +125,13 @@ def test_a_multi_line_checker_message_is_printed_on_one_line(tmp_path):
     model.graph.node[0].input.append("extra")  # onnx's checker answers on several lines
     path = tmp_path / "bad.onnx"
     path.write_bytes(model.SerializeToString())
+    # lower returns a model without struct parts as given (docs/semantics.md, "Drop-in
+    # behaviour"): one struct declaration makes it check the model first.
+    S.add_struct_types(model, S.make_array(TensorProto.UINT8, 4))
+    struct_path = tmp_path / "bad_struct.onnx"
+    struct_path.write_bytes(model.SerializeToString())
     report = _run_all(
-        tmp_path, {"check": ["check", str(path)], "lower": ["lower", str(path), str(tmp_path / "l.onnx")]}
+        tmp_path, {"check": ["check", str(path)], "lower": ["lower", str(struct_path), str(tmp_path / "l.onnx")]}
     )
     for command, got in report.items():
         _assert_one_line(command, got, 1)

@@ -265,3 +265,34 @@ assert counts["escapes"] == 0 and counts["conversions accepted"] > 0, counts
 """
     out = run_bounded(code, str(pathlib.Path(__file__).parents[1]), cpu_seconds=30, memory_mib=300)
     assert out.error is None, out.traceback
+
+
+SHRINK = r"""
+import os
+from onnx_struct.formats.gguf import convert
+
+def shrink(done, total, name):
+    if done == 1:  # the first tensor is read: the file loses the others' bytes
+        os.truncate(ARG["path"], ARG["size"])
+
+try:
+    convert(ARG["path"], progress=shrink)
+except S.ValidationError as error:
+    assert error.code == "file_changed" and error.path.startswith("gguf.tensors[1]"), error
+else:
+    raise AssertionError("the shrunken file converted")
+"""
+
+
+@pytest.mark.slow
+def test_a_file_that_shrinks_during_conversion_is_a_validation_error_not_a_signal(tmp_path):
+    """gguf-py memory-maps the file: a tensor read through the map after the file was truncated
+    touched pages past its end and killed the process (SIGBUS). Tensors are read from the open
+    file instead; the truncation is a short read."""
+    size = 1 << 20  # four float32 tensors of 1 MiB each, page-aligned
+    infos = [G.tensor_info(f"t{i}", [size // 4], G.F32, i * size) for i in range(4)]
+    data = G.gguf(tensors=infos, data=b"\1" * (4 * size))
+    path = _write(tmp_path, data)
+    header = len(data) - 4 * size
+    outcome = run_bounded(SHRINK, {"path": path, "size": header + size // 2}, cpu_seconds=30)
+    assert outcome.returncode == 0 and outcome.error is None, (outcome.returncode, outcome.message, outcome.stderr)
