@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import onnx
 
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.gguf.conversion import decode_metadata
@@ -63,6 +64,23 @@ def sample(
     return int(order[rng.choice(len(order), p=probs)])
 
 
+def _not_a_decoder() -> ValidationError:
+    return ValidationError(
+        "graph.input",
+        "the model has no decoder graph (input_ids, past_key_values.* [batch, n_kv_heads, past, "
+        "head_dim]): convert with from-gguf --graph",
+        code="not_a_decoder",
+    )
+
+
+def _graph_input_names(model: ModelLike) -> set[str]:
+    """The main graph's input names, read without the model's external data."""
+    if isinstance(model, (str, os.PathLike)):
+        model = onnx.load(os.fspath(model), load_external_data=False)
+    graph = getattr(model, "graph", None)
+    return {i.name for i in graph.input} if graph is not None else set()
+
+
 class Generator:
     """A decoder model loaded for generation: its session, tokenizer and KV cache layout.
 
@@ -85,16 +103,18 @@ class Generator:
             options = load_onnxruntime().SessionOptions()
             options.intra_op_num_threads = int(threads)
             options.log_severity_level = 3
-        self.session = InferenceSession(model, options, accuracy_level=accuracy_level)
+        try:
+            self.session = InferenceSession(model, options, accuracy_level=accuracy_level)
+        except ValidationError as error:
+            # onnxruntime refuses a graph without nodes (from-gguf without --graph) as it refuses
+            # any empty graph: name what is missing instead of its initialization failure.
+            if "input_ids" not in _graph_input_names(model):
+                raise _not_a_decoder() from error
+            raise
         inputs = {i.name: i.shape for i in self.session.get_inputs()}
         cache = inputs.get("past_key_values.0.key")
         if "input_ids" not in inputs or cache is None or not all(isinstance(d, int) for d in cache[1::2]):
-            raise ValidationError(
-                "graph.input",
-                "the model has no decoder graph (input_ids, past_key_values.* [batch, n_kv_heads, past, "
-                "head_dim]): convert with from-gguf --graph",
-                code="not_a_decoder",
-            )
+            raise _not_a_decoder()
         metadata = decode_metadata(self.session.lowered)
         self.tokenizer = GGUFTokenizer(metadata)
         self.n_layers = sum(1 for name in inputs if name.startswith("past_key_values.") and name.endswith(".key"))

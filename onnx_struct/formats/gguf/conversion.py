@@ -107,12 +107,14 @@ def convert(
         progress(0, 0, f"reading the header and metadata of {source.name}")
     reader, fd = _open(gguf, source)
     try:
-        return _convert(gguf, source, reader, fd, reference, keep_unknown, model_dir, progress)
+        return _convert(gguf, source, reader, fd, reference, keep_unknown, model_dir, progress, graph)
     finally:
         os.close(fd)
 
 
-def _convert(gguf, source, reader, fd: int, reference, keep_unknown, model_dir, progress) -> onnx.ModelProto:
+def _convert(
+    gguf, source, reader, fd: int, reference, keep_unknown, model_dir, progress, graph: bool
+) -> onnx.ModelProto:
     """:func:`convert` over the open file ``fd`` and gguf-py's reader of it."""
     location = _location(source, model_dir) if reference else None
 
