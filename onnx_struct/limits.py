@@ -66,6 +66,10 @@ MAX_FUNCTION_CONSTANT_BYTES = 16 << 20
 # tables of about 2 MiB at small shapes; a Loop, a 4 GiB ConstantOfShape or a broadcast outer
 # product of the payload cannot pass.
 FUNCTION_EXPANSION = 256
+# An encoder's factor instead (encoders run only on a caller's own arrays, in encode and quantize):
+# the K-quant encoders replay ggml's scale searches, 16 to 22 candidate scales per weight, each a
+# few float32 tensors the size of the input; Q4_K needs about 430x (4-byte inputs), Q5_K 370x.
+ENCODER_EXPANSION = 1024
 FUNCTION_BASE_BYTES = 64 << 20
 
 # Elements onnx's data propagation may see when a decoder's shapes are not static from shapes

@@ -12,6 +12,7 @@ import numpy as np
 
 from onnx_struct.formats.base import BlockFormat, FormatSpec, register_formats
 from onnx_struct.formats.function_builder import FLOAT16, INT8, UINT8, FunctionBuilder, field
+from onnx_struct.formats.gguf._kquant_encode import encode_q4_k, encode_q5_k, encode_q6_k
 from onnx_struct.formats.gguf._ops import (
     add_rows,
     bit_fields,
@@ -181,6 +182,7 @@ FORMATS: dict[str, BlockFormat] = register_formats(
                 field("qs", UINT8, (128,), "4-bit quants: per 32 bytes, low nibbles then high nibbles"),
             ],
             _decode_q4_k,
+            encode_q4_k,
             description="GGML Q4_K: 256 weights = d*scale * q4 - dmin*min per 32.",
         ),
         FormatSpec(
@@ -195,6 +197,7 @@ FORMATS: dict[str, BlockFormat] = register_formats(
                 field("qs", UINT8, (128,), "low 4 bits: per 32 bytes, low nibbles then high nibbles"),
             ],
             _decode_q5_k,
+            encode_q5_k,
             description="GGML Q5_K: 256 weights = d*scale * q5 - dmin*min per 32.",
         ),
         FormatSpec(
@@ -208,6 +211,7 @@ FORMATS: dict[str, BlockFormat] = register_formats(
                 field("d", FLOAT16, doc=_D),
             ],
             _decode_q6_k,
+            encode_q6_k,
             description="GGML Q6_K: 256 weights = d*scale * (q6 - 32) per 16.",
         ),
     ],
