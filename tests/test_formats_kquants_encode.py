@@ -16,7 +16,7 @@ from support.ggml_kquants import GOLDEN_DIR, GOLDEN_TYPES, QK_K, Reference, find
 from onnx_struct import formats
 
 # the quant's top level: a normal block's error is at most (max - min) / NMAX per weight
-NMAX = {"Q4_K": 15, "Q5_K": 31, "Q6_K": 63}
+NMAX = {"Q2_K": 3, "Q3_K": 7, "Q4_K": 15, "Q5_K": 31, "Q6_K": 63}
 
 
 def _golden(name: str) -> tuple[np.ndarray, np.ndarray]:
@@ -52,10 +52,11 @@ def test_golden_blocks_are_blocks_of_their_input(name):
     payload = blocks.tobytes()
     y = oracle_gguf.dequantize(name, payload, x.shape)
     assert_same_floats(run_decode(formats.get(name), x.shape, payload, "onnxruntime"), y)
-    normal = np.abs(x).max(axis=1) >= 1e-2  # FLOAT16 scales well above their subnormals
+    magnitude = np.abs(x).max(axis=1)
+    normal = (magnitude >= 1e-2) & (magnitude <= 1e4)  # FLOAT16 scales, float32 sums in range
     spread = np.maximum(x.max(axis=1), 0) - np.minimum(x.min(axis=1), 0)
     error = np.abs(y - x).max(axis=1)
-    assert normal.sum() >= 28
+    assert normal.sum() >= 20
     assert (error[normal] <= spread[normal] / NMAX[name]).all()
     assert not blocks[0].any()  # the zero block
 

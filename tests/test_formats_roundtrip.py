@@ -13,7 +13,7 @@ pytest.importorskip("gguf")  # the GGUF family's oracle
 
 # Encoders whose oracle is llama.cpp, not gguf-py (which has no K-quant quantizer): their bytes
 # are checked against llama.cpp's golden blocks in test_formats_kquants_encode.py.
-LLAMA_CPP_ENCODERS = {"Q4_K", "Q5_K", "Q6_K"}
+LLAMA_CPP_ENCODERS = {"Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"}
 
 
 @pytest.mark.parametrize("name", formats.names())

@@ -501,7 +501,7 @@ def test_session_refuses_what_is_not_payload_bytes(feed):
 def test_every_registered_format_passes_the_policy(shape):
     """Every registered format's decoder and encoder, at a small and a real weight shape (the
     budget is per input byte plus a fixed allowance, so the big shape is the binding one)."""
-    from onnx_struct import formats
+    from onnx_struct import formats, limits
     from onnx_struct.check import decoder_policy
     from onnx_struct.layout.table import TypeTable
 
@@ -520,6 +520,7 @@ def test_every_registered_format_passes_the_policy(shape):
                 [],
                 f"{name}.encoder",
                 allowance_bytes=table.size(root, name) // 8,
+                expansion=limits.ENCODER_EXPANSION,
             )
 
 

@@ -25,7 +25,7 @@ import numpy as np
 QK_K = 256
 BLOCK_BYTES = {"Q2_K": 84, "Q3_K": 110, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "data" / "kquant_golden"
-GOLDEN_TYPES = ("Q4_K", "Q5_K", "Q6_K")
+GOLDEN_TYPES = ("Q4_K", "Q5_K", "Q6_K", "Q3_K", "Q2_K")
 
 
 def find_library() -> Path | None:
@@ -65,7 +65,8 @@ class Reference:
 def hard_blocks(seed: int, rows: int = 32) -> np.ndarray:
     """``[rows, 256]`` float32, one block per row: the cases where ggml's branches and ties matter
     (zero, constant, zero sub-blocks, an outlier, integer ties, a +-max tie, tiny values whose
-    FLOAT16 scale underflows, large values, all-positive), then normal rows at varied scales."""
+    FLOAT16 scale underflows, large values, all-positive, float32 extremes), then normal rows at
+    varied scales."""
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((rows, QK_K))
     x *= np.ldexp(1.0, rng.integers(-6, 6, (rows, 1)))
@@ -88,6 +89,10 @@ def hard_blocks(seed: int, rows: int = 32) -> np.ndarray:
     x[13, 128:] = rng.standard_normal(128) * 1e-3
     x[14] = np.round(x[14] * 4) / 4  # a coarse grid: many equal values
     x[15, 16:] = 0.0  # one non-zero sub-block
+    # extremes: subnormal ranges (scales overflow to inf), sums that overflow float32
+    x[16] *= 1e-38
+    x[17] *= 1e15
+    x[18] *= 1e30
     return x.astype(np.float32)
 
 

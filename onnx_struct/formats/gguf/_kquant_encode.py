@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnx_struct.formats.function_builder import FLOAT, FLOAT16, INT8, INT32, UINT8, FunctionBuilder
+from onnx_struct.formats.function_builder import BITCAST_OPSET, FLOAT, FLOAT16, INT8, UINT8, FunctionBuilder
 from onnx_struct.formats.gguf._kquant_search import (
     GROUP_MAX_EPS,
     f32,
     first_largest_magnitude,
+    make_q3_quants,
     make_qkx2_quants,
     make_qx_quants,
+    nearest_int,
     rounded,
     row_sum,
 )
@@ -63,11 +65,7 @@ def _positive_max(b: FunctionBuilder, values: str) -> str:
 def _six_bit(b: FunctionBuilder, values: str, top: str) -> str:
     """``MIN(63, (uint8_t) nearest_int(63/top * v))`` (``0`` factor when ``top`` is 0) as UINT8;
     the uint8 store wraps a negative value first, as C does."""
-    zero = b.const(f32(0))
-    factor = b.op("Where", b.op("Greater", top, zero), b.op("Div", b.const(f32(63)), top), zero)
-    whole = b.cast(b.op("Round", b.op("Mul", factor, values)), INT32)
-    wrapped = b.op("BitwiseAnd", whole, b.const(255, np.int32))
-    return b.cast(b.op("Min", wrapped, b.const(63, np.int32)), UINT8)
+    return b.cast(b.op("Min", _codes(b, values, top, 63), b.const(63, np.int32)), UINT8)
 
 
 def _k4_scales(b: FunctionBuilder, scale: str, minimum: str) -> str:
@@ -115,14 +113,14 @@ def _weighted_fit(b: FunctionBuilder, x: str, n: int, nmax: int, rmin: float, ns
 
 
 def encode_q4_k(n: int, shape: tuple[int, ...]):
-    b = FunctionBuilder("encode_Q4_K", ["x"], doc_string="ggml quantize_row_q4_K_ref")
+    b = FunctionBuilder("encode_Q4_K", ["x"], BITCAST_OPSET, doc_string="ggml quantize_row_q4_K_ref")
     quants, d, dmin, scales = _weighted_fit(b, "x", n, 15, -1.0, 20)
     qs = _pack_pairs(b, _blocks(b, quants, n, [4, 2, 32]), n, "qs")
     return b.build([d, dmin, scales, qs])
 
 
 def encode_q5_k(n: int, shape: tuple[int, ...]):
-    b = FunctionBuilder("encode_Q5_K", ["x"], doc_string="ggml quantize_row_q5_K_ref")
+    b = FunctionBuilder("encode_Q5_K", ["x"], BITCAST_OPSET, doc_string="ggml quantize_row_q5_K_ref")
     quants, d, dmin, scales = _weighted_fit(b, "x", n, 31, -0.5, 15)
     quants = _blocks(b, quants, n, [8, 32])  # row 2*j + t: the t-th 32 weights of the j-th 64
     fifth = b.op("Floor", b.op("Mul", quants, b.const(f32(1 / 16))))
@@ -135,7 +133,7 @@ def encode_q5_k(n: int, shape: tuple[int, ...]):
 
 
 def encode_q6_k(n: int, shape: tuple[int, ...]):
-    b = FunctionBuilder("encode_Q6_K", ["x"], doc_string="ggml quantize_row_q6_K_ref")
+    b = FunctionBuilder("encode_Q6_K", ["x"], BITCAST_OPSET, doc_string="ggml quantize_row_q6_K_ref")
     xt = _columns(b, "x", n, 16)
     quants, scale = make_qx_quants(b, xt, 16, 32)
     scale = b.reshape(scale, [n, 16])
@@ -143,7 +141,7 @@ def encode_q6_k(n: int, shape: tuple[int, ...]):
     zero_block = b.op("Less", top, b.const(GROUP_MAX_EPS))  # [n, 1]: ggml writes a zero block
     inverse = b.op("Div", b.const(f32(-128)), signed_top)
     d, d_value = _fp16_round_trip(b, b.op("Div", b.const(f32(1)), inverse))
-    sub = b.op("Min", b.op("Round", b.op("Mul", inverse, scale)), b.const(f32(127)))
+    sub = b.cast(_int8(b, b.op("Min", nearest_int(b, b.op("Mul", inverse, scale)), b.const(127, np.int32))), FLOAT)
     sub = b.op("Where", zero_block, b.const(f32(0)), sub)
     sub_scale = b.reshape(b.op("Mul", d_value, sub), [1, n * 16])
     quants = _requantize(b, xt, quants, sub_scale, None, -32, 31)
@@ -161,3 +159,83 @@ def encode_q6_k(n: int, shape: tuple[int, ...]):
     scales = b.cast(sub, INT8, out="scales")
     d = b.reshape(b.op("Where", b.reshape(zero_block, [n]), b.const(np.float16(0)), b.reshape(d, [n])), [n], out="d")
     return b.build([ql, qh, scales, d])
+
+
+def _pack_crumbs(b: FunctionBuilder, quants: str, n: int, out: str) -> str:
+    """2-bit quants ``[n, 2, 4, 32]`` (exact floats 0..3) -> ``qs [n, 64]``: per 128 weights,
+    byte ``l`` holds weight ``32*k + l`` in bits ``2k..2k+1``."""
+    shifts = b.const((4.0 ** np.arange(4, dtype=np.float32)).reshape(1, 1, 4, 1))
+    packed = b.op("ReduceSum", b.op("Mul", quants, shifts), b.axes(2), keepdims=0)
+    return b.cast(b.reshape(packed, [n, 64]), UINT8, out=out)
+
+
+def _int8(b: FunctionBuilder, value: str) -> str:
+    """An INT32 ``value`` as C's store into an ``int8_t`` leaves it (modulo 256, signed)."""
+    wrapped = b.op("BitwiseAnd", b.op("Add", value, b.const(128, np.int32)), b.const(255, np.int32))
+    return b.op("Sub", wrapped, b.const(128, np.int32))
+
+
+def _codes(b: FunctionBuilder, values: str, top: str, levels: int) -> str:
+    """``(uint8_t) nearest_int(levels/top * v)`` as INT32 0..255, for ``top > 0`` (else 0)."""
+    zero = b.const(f32(0))
+    factor = b.op("Where", b.op("Greater", top, zero), b.op("Div", b.const(f32(levels)), top), zero)
+    return b.op("BitwiseAnd", nearest_int(b, b.op("Mul", factor, values)), b.const(255, np.int32))
+
+
+def encode_q2_k(n: int, shape: tuple[int, ...]):
+    b = FunctionBuilder("encode_Q2_K", ["x"], BITCAST_OPSET, doc_string="ggml quantize_row_q2_K_ref")
+    xt = _columns(b, "x", n, 16)
+    quants, scale, the_min = make_qkx2_quants(b, xt, b.op("Abs", xt), 16, 3, -0.5, 0.1, 15, use_mad=True)
+    scale, the_min = b.reshape(scale, [n, 16]), b.reshape(the_min, [n, 16])
+    max_scale, max_min = _positive_max(b, scale), _positive_max(b, the_min)
+    # byte j: the 4-bit scale code | the minimum's code << 4 (C's uint8 stores wrap)
+    low = b.cast(_codes(b, scale, max_scale, 15), UINT8)
+    high = b.op(
+        "BitwiseAnd", b.op("Mul", _codes(b, the_min, max_min, 15), b.const(16, np.int32)), b.const(255, np.int32)
+    )
+    scales = b.op("BitwiseOr", low, b.cast(high, UINT8), out="scales")
+    d, d_value = _fp16_round_trip(b, b.op("Div", max_scale, b.const(f32(15))))
+    dmin, dmin_value = _fp16_round_trip(b, b.op("Div", max_min, b.const(f32(15))))
+    # the final pass reads the codes back from the stored bytes
+    sc = b.cast(b.op("BitwiseAnd", scales, b.const(15, np.uint8)), FLOAT)
+    m = b.cast(b.shr(scales, np.uint8(4)), FLOAT)
+    sub_scale = b.reshape(b.op("Mul", d_value, sc), [1, n * 16])
+    sub_min = b.reshape(b.op("Mul", dmin_value, m), [1, n * 16])
+    quants = _requantize(b, xt, quants, sub_scale, sub_min, 0, 3)
+    qs = _pack_crumbs(b, _blocks(b, quants, n, [2, 4, 32]), n, "qs")
+    return b.build([scales, qs, b.reshape(d, [n], out="d"), b.reshape(dmin, [n], out="dmin")])
+
+
+def encode_q3_k(n: int, shape: tuple[int, ...]):
+    b = FunctionBuilder("encode_Q3_K", ["x"], BITCAST_OPSET, doc_string="ggml quantize_row_q3_K_ref")
+    xt = _columns(b, "x", n, 16)
+    quants, scale = make_q3_quants(b, xt, 16, 4)
+    scale = b.reshape(scale, [n, 16])
+    _, signed_top = first_largest_magnitude(b, scale, 1)
+    zero = b.const(f32(0))
+    nonzero = b.op("Not", b.op("Equal", signed_top, zero))  # ggml: if (max_scale)
+    inverse = b.op("Div", b.const(f32(-32)), signed_top)
+    code = _int8(b, nearest_int(b, b.op("Mul", inverse, scale)))  # ggml stores it in an int8_t first
+    codes = b.cast(
+        b.op("Add", b.op("Clip", code, b.const(-32, np.int32), b.const(31, np.int32)), b.const(32, np.int32)), FLOAT
+    )
+    codes = b.op("Where", nonzero, codes, zero)  # [n, 16] in 0..63 (bytes stay 0 without a scale)
+    d, d_value = _fp16_round_trip(b, b.op("Where", nonzero, b.op("Div", b.const(f32(1)), inverse), zero))
+    sub_scale = b.reshape(b.op("Mul", d_value, b.op("Add", codes, b.const(f32(-32)))), [1, n * 16])
+    quants = _requantize(b, xt, quants, sub_scale, None, -4, 3)
+    # hmask byte l: bit r is the high bit of weight 32*r + l; qs the low two bits
+    quants = _blocks(b, quants, n, [8, 32])
+    high = b.cast(b.op("GreaterOrEqual", quants, b.const(f32(4))), FLOAT)
+    low = b.op("Sub", quants, b.op("Mul", high, b.const(f32(4))))
+    bits = b.const((2.0 ** np.arange(8, dtype=np.float32)).reshape(1, 8, 1))
+    hmask = b.cast(b.op("ReduceSum", b.op("Mul", high, bits), b.axes(1), keepdims=0), UINT8, out="hmask")
+    qs = _pack_crumbs(b, b.reshape(low, [n, 2, 4, 32]), n, "qs")
+    # scales: bytes 0-7 low nibbles of codes j and j + 8; byte 8 + m the top two bits of codes
+    # m, m + 4, m + 8, m + 12 at bits 0, 2, 4, 6
+    top = b.op("Floor", b.op("Mul", codes, b.const(f32(1 / 16))))
+    nibble = b.op("Sub", codes, b.op("Mul", top, b.const(f32(16))))
+    nibbles = b.op("Add", b.slice(nibble, 0, 8, 1), b.op("Mul", b.slice(nibble, 8, 16, 1), b.const(f32(16))))
+    shifts = b.const((4.0 ** np.arange(4, dtype=np.float32)).reshape(1, 4, 1))
+    tops = b.op("ReduceSum", b.op("Mul", b.reshape(top, [n, 4, 4]), shifts), b.axes(1), keepdims=0)
+    scales = b.cast(b.op("Concat", nibbles, tops, axis=1), UINT8, out="scales")
+    return b.build([hmask, qs, scales, b.reshape(d, [n], out="d")])

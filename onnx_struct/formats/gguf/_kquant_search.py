@@ -13,15 +13,16 @@ it beats the best so far. These recipes reproduce that choice bit for bit:
 - Each float32 operation is one ONNX op in C's evaluation order (``w*x*l`` is ``(w*x)*l``).
   ggml-quants.c is compiled without ``-march`` flags (it is in ggml-base, not the CPU backend),
   so the reference does not contract ``a*b+c`` into an FMA; each product is rounded on its own.
-- ``nearest_int`` (ggml's add-1.5*2^23 trick) is round half to even for ``|v| <= 2^22``, which is
-  ONNX ``Round``; every value rounded here is bounded by the quant range (a few hundred at most).
+- ``nearest_int`` is ggml's add-1.5*2^23 trick itself (BitCast, opset 26), not ONNX ``Round``:
+  the two agree up to ``2^22``, but extreme inputs (subnormal ranges, FLOAT16 scales that
+  overflow) reach inf and NaN quotients, where the trick's bits decide ggml's quants.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from onnx_struct.formats.function_builder import FunctionBuilder
+from onnx_struct.formats.function_builder import FLOAT, INT32, FunctionBuilder
 
 # ggml's GROUP_MAX_EPS: a sub-block (or a Q6_K block) whose largest magnitude is below it is zero.
 GROUP_MAX_EPS = np.float32(1e-15)
@@ -44,18 +45,33 @@ def row_sum(b: FunctionBuilder, terms: str, k: int, *, from_zero: bool = True) -
     return total
 
 
-def rounded(b: FunctionBuilder, value: str, low: float, high: float) -> str:
-    """``MAX(low, MIN(high, nearest_int(value)))`` as float32."""
-    return b.op("Clip", b.op("Round", value), b.const(f32(low)), b.const(f32(high)))
+def nearest_int(b: FunctionBuilder, value: str) -> str:
+    """ggml's ``nearest_int`` for any float32, as INT32: the low 23 bits of ``value + 1.5*2^23``
+    minus ``2^22``. Round half to even up to ``2^22``; past it (and for inf, NaN) the bits the
+    trick leaves (inf gives ``-2^22``, NaN 0), which ggml then clamps. Needs BitCast (opset 26)."""
+    bits = b.op("BitCast", b.op("Add", value, b.const(f32(12582912))), to=INT32)
+    return b.op("Sub", b.op("BitwiseAnd", bits, b.const(0x7FFFFF, np.int32)), b.const(0x400000, np.int32))
+
+
+def rounded(b: FunctionBuilder, value: str, low: int, high: int) -> str:
+    """``MAX(low, MIN(high, nearest_int(value)))`` as float32, for any float32 ``value`` (a
+    scale that overflowed to inf or a subnormal range gives inf and NaN quotients)."""
+    clamped = b.op("Clip", nearest_int(b, value), b.const(low, np.int32), b.const(high, np.int32))
+    return b.cast(clamped, FLOAT)
 
 
 def first_largest_magnitude(b: FunctionBuilder, x: str, axis: int) -> tuple[str, str]:
     """``(amax, max)`` along ``axis`` (kept): the largest ``|x|`` and the signed value of its first
-    occurrence, as ggml's ``if (ax > amax) { amax = ax; max = x[i]; }`` finds them."""
+    occurrence, as ggml's ``amax = max = 0; if (ax > amax) { amax = ax; max = x[i]; }`` finds
+    them: a NaN never wins (a sub-block scale is NaN when its sums overflowed) and without a
+    positive magnitude both stay 0."""
+    zero = b.const(f32(0))
     magnitude = b.op("Abs", x)
+    magnitude = b.op("Where", b.op("IsNaN", magnitude), zero, magnitude)
     first = b.op("ArgMax", magnitude, axis=axis, keepdims=1, select_last_index=0)
     amax = b.op("ReduceMax", magnitude, b.axes(axis), keepdims=1)
-    return amax, b.op("GatherElements", x, first, axis=axis)
+    signed = b.op("Where", b.op("Greater", amax, zero), b.op("GatherElements", x, first, axis=axis), zero)
+    return amax, signed
 
 
 def update(b: FunctionBuilder, take: str, pairs: list[tuple[str, str]]) -> list[str]:
@@ -170,3 +186,49 @@ def make_qkx2_quants(
     scale = b.op("Where", flat, zero, scale)
     the_min = b.op("Neg", b.op("Where", flat, low, minimum))
     return level, scale, the_min
+
+
+def make_q3_quants(b: FunctionBuilder, x: str, k: int, nmax: int, tries: int = 5) -> tuple[str, str]:
+    """ggml's ``make_q3_quants(k, nmax, x, L, do_rmse=true)`` on ``x [k, S]``.
+
+    Returns ``(L [k, S], scale [1, S])``, quants in ``0 .. 2*nmax - 1`` (0 for a zero sub-block).
+    Starting from ``nearest_int(-nmax / max * x)``, ggml revisits the weights one at a time, in
+    order, ``tries`` times: weight ``i`` moves to ``nearest_int(x*sl2/slx)`` (the sums without
+    it) when that raises ``sumlx^2 / suml2``; each step depends on the previous one, so the
+    ``tries * k`` steps are unrolled on rows ``[1, S]``. (ggml stops early after a pass that
+    changes nothing; the passes after it would change nothing either.)
+    """
+    amax, big = first_largest_magnitude(b, x, 0)
+    zero = b.const(f32(0))
+    level = rounded(b, b.op("Mul", b.op("Div", b.const(f32(-nmax)), big), x), -nmax, nmax - 1)
+    xs = b.ops("Split", x, count=k, axis=0, num_outputs=k)
+    levels = b.ops("Split", level, count=k, axis=0, num_outputs=k)
+    w = [b.op("Mul", row, row) for row in xs]
+    wx = [b.op("Mul", weight, row) for weight, row in zip(w, xs, strict=True)]
+    sumlx, suml2 = zero, zero
+    for i in range(k):
+        sumlx = b.op("Add", sumlx, b.op("Mul", wx[i], levels[i]))
+        suml2 = b.op("Add", suml2, b.op("Mul", b.op("Mul", w[i], levels[i]), levels[i]))
+    for _ in range(tries):
+        for i in range(k):
+            without = b.op("Sub", sumlx, b.op("Mul", wx[i], levels[i]))
+            sl2 = b.op("Sub", suml2, b.op("Mul", b.op("Mul", w[i], levels[i]), levels[i]))
+            new = rounded(b, b.op("Div", b.op("Mul", xs[i], sl2), without), -nmax, nmax - 1)
+            slx = b.op("Add", without, b.op("Mul", wx[i], new))
+            sl2 = b.op("Add", sl2, b.op("Mul", b.op("Mul", w[i], new), new))
+            better = b.op(
+                "Greater",
+                b.op("Mul", b.op("Mul", slx, slx), suml2),
+                b.op("Mul", b.op("Mul", sumlx, sumlx), sl2),
+            )
+            # ggml: slx > 0 (before the move), new != L[i], sl2 > 0 and the ratio grows
+            take = b.op(
+                "And",
+                b.op("And", b.op("Greater", without, zero), better),
+                b.op("And", b.op("Not", b.op("Equal", new, levels[i])), b.op("Greater", sl2, zero)),
+            )
+            levels[i], sumlx, suml2 = update(b, take, [(new, levels[i]), (slx, sumlx), (sl2, suml2)])
+    is_zero = b.op("Less", amax, b.const(GROUP_MAX_EPS))
+    level = b.op("Add", b.op("Concat", *levels, axis=0), b.const(f32(nmax)))
+    scale = b.op("Where", b.op("Greater", suml2, zero), b.op("Div", sumlx, suml2), zero)
+    return b.op("Where", is_zero, zero, level), b.op("Where", is_zero, zero, scale)

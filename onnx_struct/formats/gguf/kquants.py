@@ -12,7 +12,13 @@ import numpy as np
 
 from onnx_struct.formats.base import BlockFormat, FormatSpec, register_formats
 from onnx_struct.formats.function_builder import FLOAT16, INT8, UINT8, FunctionBuilder, field
-from onnx_struct.formats.gguf._kquant_encode import encode_q4_k, encode_q5_k, encode_q6_k
+from onnx_struct.formats.gguf._kquant_encode import (
+    encode_q2_k,
+    encode_q3_k,
+    encode_q4_k,
+    encode_q5_k,
+    encode_q6_k,
+)
 from onnx_struct.formats.gguf._ops import (
     add_rows,
     bit_fields,
@@ -156,6 +162,7 @@ FORMATS: dict[str, BlockFormat] = register_formats(
                 field("dmin", FLOAT16, doc=_DMIN),
             ],
             _decode_q2_k,
+            encode_q2_k,
             description="GGML Q2_K: 256 weights = d*scale * q2 - dmin*min per 16.",
         ),
         FormatSpec(
@@ -169,6 +176,7 @@ FORMATS: dict[str, BlockFormat] = register_formats(
                 field("d", FLOAT16, doc=_D),
             ],
             _decode_q3_k,
+            encode_q3_k,
             description="GGML Q3_K: 256 weights = d*(scale-32) * q3 per 16.",
         ),
         FormatSpec(
