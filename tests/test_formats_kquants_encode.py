@@ -11,7 +11,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from support.formats import assert_same_floats, run_decode, run_encode
-from support.ggml_kquants import GOLDEN_DIR, GOLDEN_TYPES, QK_K, Reference, find_library, hard_blocks
+from support.ggml_kquants import (
+    GOLDEN_DIR,
+    GOLDEN_TYPES,
+    QK_K,
+    Reference,
+    find_library,
+    hard_blocks,
+    model_quantize,
+)
 
 from onnx_struct import formats
 
@@ -85,3 +93,17 @@ def test_encoder_matches_llama_cpp_live(name):
         assert _mismatched(name, run_encode(formats.get(name), x, "onnxruntime"), expected) == []
         blocks += x.size // QK_K
     assert blocks == (64 * 4096 + 3 * 256 + 17 * 768 + 256 * 512) // QK_K
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", GOLDEN_TYPES)
+def test_encoder_matches_llama_model_quantize(name, tmp_path):
+    """End to end: an F32 GGUF quantized by llama.cpp's own llama_model_quantize (the hard rows
+    llama.cpp accepts, then random rows)."""
+    pytest.importorskip("llama_cpp")
+    pytest.importorskip("gguf")
+    x = (np.random.default_rng(3).standard_normal((64, 1024)) * 0.05).astype(np.float32)
+    x[:16, :QK_K] = hard_blocks(0)[:16]  # rows 16 and up include blocks llama.cpp's validation refuses
+    expected = model_quantize(name, x, tmp_path)
+    assert len(expected) == x.size // QK_K * formats.get(name).bytes_per_block
+    assert _mismatched(name, run_encode(formats.get(name), x, "onnxruntime"), np.frombuffer(expected, np.uint8)) == []

@@ -1,8 +1,8 @@
 """llama.cpp's own K-quant reference quantizers, called through ctypes, and the golden blocks.
 
-The oracle is ``quantize_row_q{2..6}_K_ref`` in the ``libggml-base`` shared library that
-llama-cpp-python installs (``llama_cpp/lib``), the same function ``llama_model_quantize`` calls
-for these types without an importance matrix. This module needs only numpy, so it runs in a
+The oracle is ``ggml_quantize_chunk`` in the ``libggml-base`` shared library that
+llama-cpp-python installs (``llama_cpp/lib``): the function ``llama_model_quantize`` calls for
+each tensor, which for these types without an importance matrix runs ``quantize_row_q*_K_ref``. This module needs only numpy, so it runs in a
 llama-cpp-python environment without onnx_struct. Regenerate the checked-in golden blocks with::
 
     python tests/support/ggml_kquants.py            # in a venv with llama-cpp-python
@@ -24,6 +24,7 @@ import numpy as np
 
 QK_K = 256
 BLOCK_BYTES = {"Q2_K": 84, "Q3_K": 110, "Q4_K": 144, "Q5_K": 176, "Q6_K": 210}
+GGML_TYPE = {"Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14}  # enum ggml_type
 GOLDEN_DIR = Path(__file__).resolve().parent.parent / "data" / "kquant_golden"
 GOLDEN_TYPES = ("Q4_K", "Q5_K", "Q6_K", "Q3_K", "Q2_K")
 
@@ -44,21 +45,28 @@ def find_library() -> Path | None:
 
 
 class Reference:
-    """The ggml library at ``path``: ``quantize(name, x)`` is the bytes its reference quantizer writes."""
+    """The ggml library at ``path``: ``quantize(name, x)`` is the bytes it writes for ``x``."""
 
     def __init__(self, path: Path | str) -> None:
         self.library = ctypes.CDLL(str(path))
         self.path = Path(path)
 
     def quantize(self, name: str, x: np.ndarray) -> bytes:
-        values = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
-        if values.size % QK_K:
-            raise ValueError(f"{values.size} values are not whole blocks of {QK_K}")
+        """``ggml_quantize_chunk`` over the rows of ``x`` (its last axis, whole blocks), with no
+        importance matrix: what ``llama_model_quantize`` calls per tensor, which for these
+        types is ``quantize_row_q*_K_ref`` on the whole chunk."""
+        values = np.ascontiguousarray(x, dtype=np.float32)
+        per_row = values.shape[-1]
+        if per_row % QK_K:
+            raise ValueError(f"rows of {per_row} values are not whole blocks of {QK_K}")
         out = np.zeros(values.size // QK_K * BLOCK_BYTES[name], np.uint8)
-        function = getattr(self.library, f"quantize_row_{name[:2].lower()}_K_ref")
-        function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
-        function.restype = None
-        function(values.ctypes.data, out.ctypes.data, values.size)
+        chunk = self.library.ggml_quantize_chunk
+        chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64]
+        chunk.argtypes += [ctypes.c_int64, ctypes.c_void_p]
+        chunk.restype = ctypes.c_size_t
+        written = chunk(GGML_TYPE[name], values.ctypes.data, out.ctypes.data, 0, values.size // per_row, per_row, None)
+        if written != out.size:
+            raise RuntimeError(f"ggml_quantize_chunk wrote {written} bytes, not {out.size}")
         return out.tobytes()
 
 
@@ -94,6 +102,44 @@ def hard_blocks(seed: int, rows: int = 32) -> np.ndarray:
     x[17] *= 1e15
     x[18] *= 1e30
     return x.astype(np.float32)
+
+
+# llama_model_quantize's ftype whose base type each K-quant is (a llama attn_q tensor gets it)
+MODEL_FTYPE = {"Q2_K": 10, "Q3_K": 12, "Q4_K": 15, "Q5_K": 17, "Q6_K": 18}  # _M mixes, Q2_K, Q6_K
+
+
+def model_quantize(name: str, x: np.ndarray, directory: Path) -> bytes:
+    """The bytes ``llama_model_quantize`` writes for ``x [rows, cols]`` as the one tensor
+    ``blk.0.attn_q.weight`` of an F32 llama GGUF (written with gguf-py), quantized with the
+    ftype whose base type is ``name``; needs llama-cpp-python and gguf. Raises RuntimeError when
+    llama.cpp refuses (its row validation rejects blocks with inf scales) or picks another type."""
+    import gguf
+    import llama_cpp
+
+    rows, cols = x.shape
+    source, target = directory / "f32.gguf", directory / f"{name}.gguf"
+    writer = gguf.GGUFWriter(str(source), "llama")
+    writer.add_context_length(128)
+    writer.add_embedding_length(cols)
+    writer.add_block_count(1)
+    writer.add_feed_forward_length(rows)
+    writer.add_head_count(8)
+    writer.add_head_count_kv(8)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_file_type(0)
+    writer.add_tensor("blk.0.attn_q.weight", np.ascontiguousarray(x, dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = MODEL_FTYPE[name]
+    if llama_cpp.llama_model_quantize(str(source).encode(), str(target).encode(), ctypes.byref(params)) != 0:
+        raise RuntimeError(f"llama_model_quantize refused the tensor as {name}")
+    (tensor,) = gguf.GGUFReader(str(target)).tensors
+    if tensor.tensor_type.name != name:
+        raise RuntimeError(f"llama_model_quantize wrote {tensor.tensor_type.name}, not {name}")
+    return np.asarray(tensor.data).tobytes()
 
 
 def write_golden(reference: Reference, directory: Path = GOLDEN_DIR) -> list[Path]:
