@@ -41,7 +41,8 @@ MAX_PACK_ZERO_FILL_BYTES = 256 << 20
 
 # ---------------------------------------------------------------------- decoders and encoders
 # (docs/security.md, "Decoder safety policy")
-# Nodes of one decoder or encoder. The registered formats use at most ~100; one run of the policy's
+# Nodes of one decoder or encoder. The registered decoders use at most ~100, the K-quant encoders
+# up to ~3,900 (Q4_K: ggml's 22 candidate scales unrolled); one run of the policy's
 # static analysis (onnx's inference) is linear in this, so it bounds the time check_model spends
 # per function together with MAX_SHAPE_FOLD_ROUNDS.
 MAX_FUNCTION_NODES = 4096
