@@ -69,6 +69,40 @@ def test_golden_blocks_are_blocks_of_their_input(name):
     assert not blocks[0].any()  # the zero block
 
 
+@pytest.mark.parametrize("name", ["Q4_K", "Q6_K"])
+def test_quantize_writes_llama_cpp_bytes_and_the_model_runs(name):
+    """quantize(--format q4_k) stores a MatMul weight [K, N] as its transpose [N, K]: with the
+    golden input as that transpose, the stored bytes are llama.cpp's, and InferenceSession runs
+    the quantized model as X @ (gguf-py's dequantized weight)."""
+    pytest.importorskip("gguf")
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    from support import oracle_gguf
+
+    import onnx_struct as S
+
+    x, blocks = _golden(name)
+    keep = (np.abs(x).max(axis=1) >= 1e-2) & (np.abs(x).max(axis=1) <= 1e4)
+    x, blocks = x[keep], blocks[keep]  # rows a float32 MatMul can multiply without overflow
+    weight = np.ascontiguousarray(x.T)  # [256, N]
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["X", "W"], ["Y"])],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, [2, QK_K])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, len(x)])],
+        [numpy_helper.from_array(weight, "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    quantized = formats.quantize(model, name.lower())
+    (value,) = S.get_struct_values(quantized)
+    assert value.raw_data == blocks.tobytes()
+    activations = np.random.default_rng(0).standard_normal((2, QK_K)).astype(np.float32)
+    (y,) = S.InferenceSession(quantized.SerializeToString(), accuracy_level=0).run(None, {"X": activations})
+    expected = activations.astype(np.float64) @ oracle_gguf.dequantize(name, value.raw_data, x.shape).T
+    np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-4 * np.abs(expected).max())
+    onnx.checker.check_model(S.lower(quantized))
+
+
 def test_golden_inputs_are_reproducible():
     for seed, name in enumerate(GOLDEN_TYPES):
         np.testing.assert_array_equal(_golden(name)[0], hard_blocks(seed))
