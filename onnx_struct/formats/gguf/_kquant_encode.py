@@ -112,6 +112,17 @@ def _weighted_fit(b: FunctionBuilder, x: str, n: int, nmax: int, rmin: float, ns
     return quants, b.reshape(d, [n], out="d"), b.reshape(dmin, [n], out="dmin"), _k4_scales(b, ls, lm)
 
 
+def _signed_fit(b: FunctionBuilder, n: int, search) -> tuple[str, str, str, str, str]:
+    """Q6_K/Q3_K's common start: per 16 weights, the signed scale ``search(xt)`` returns with the
+    quants; then the block's largest scale magnitude and that scale, signed (ggml's first
+    ``fabsf(scale) > amax``). Returns ``(xt, quants, scale [n, 16], amax, max_scale)``."""
+    xt = _columns(b, "x", n, 16)
+    quants, scale = search(xt)
+    scale = b.reshape(scale, [n, 16])
+    top, signed_top = first_largest_magnitude(b, scale, 1)
+    return xt, quants, scale, top, signed_top
+
+
 def encode_q4_k(n: int, shape: tuple[int, ...]):
     b = FunctionBuilder("encode_Q4_K", ["x"], BITCAST_OPSET, doc_string="ggml quantize_row_q4_K_ref")
     quants, d, dmin, scales = _weighted_fit(b, "x", n, 15, -1.0, 20)
@@ -134,10 +145,7 @@ def encode_q5_k(n: int, shape: tuple[int, ...]):
 
 def encode_q6_k(n: int, shape: tuple[int, ...]):
     b = FunctionBuilder("encode_Q6_K", ["x"], BITCAST_OPSET, doc_string="ggml quantize_row_q6_K_ref")
-    xt = _columns(b, "x", n, 16)
-    quants, scale = make_qx_quants(b, xt, 16, 32)
-    scale = b.reshape(scale, [n, 16])
-    top, signed_top = first_largest_magnitude(b, scale, 1)
+    xt, quants, scale, top, signed_top = _signed_fit(b, n, lambda xt: make_qx_quants(b, xt, 16, 32))
     zero_block = b.op("Less", top, b.const(GROUP_MAX_EPS))  # [n, 1]: ggml writes a zero block
     inverse = b.op("Div", b.const(f32(-128)), signed_top)
     d, d_value = _fp16_round_trip(b, b.op("Div", b.const(f32(1)), inverse))
@@ -208,10 +216,7 @@ def encode_q2_k(n: int, shape: tuple[int, ...]):
 
 def encode_q3_k(n: int, shape: tuple[int, ...]):
     b = FunctionBuilder("encode_Q3_K", ["x"], BITCAST_OPSET, doc_string="ggml quantize_row_q3_K_ref")
-    xt = _columns(b, "x", n, 16)
-    quants, scale = make_q3_quants(b, xt, 16, 4)
-    scale = b.reshape(scale, [n, 16])
-    _, signed_top = first_largest_magnitude(b, scale, 1)
+    xt, quants, scale, _, signed_top = _signed_fit(b, n, lambda xt: make_q3_quants(b, xt, 16, 4))
     zero = b.const(f32(0))
     nonzero = b.op("Not", b.op("Equal", signed_top, zero))  # ggml: if (max_scale)
     inverse = b.op("Div", b.const(f32(-32)), signed_top)

@@ -3,7 +3,8 @@
 Each decoder mirrors gguf-py's ``dequantize_blocks``: the sub-block scales are products
 ``d * scale`` in float32, then every weight is one more product (``dl * q``, via
 DequantizeLinear) and, for the formats with minimums, one subtraction (``- ml``), so the result
-is bit-identical. gguf-py has no quantizer for these types, so they have no encoder.
+is bit-identical. gguf-py has no quantizer for these types; their encoders
+(:mod:`._kquant_encode`) reproduce llama.cpp's reference quantizers byte for byte instead.
 """
 
 from __future__ import annotations
