@@ -219,12 +219,12 @@ def test_format_without_encoder_is_refused(model):
     no_encoder = dataclasses.replace(formats.get("Q8_0"), encoder=None)
     with pytest.raises(ValueError, match="has no encoder"):
         quantize(model, no_encoder)
-    # by name: the message lists only the formats quantize can write (Q4_K and the IQ types cannot)
-    with pytest.raises(ValueError, match="format Q4_K has no encoder: it can be read and decoded") as info:
-        quantize(model, "q4_k")
+    # by name: the message lists only the formats quantize can write (the IQ types cannot)
+    with pytest.raises(ValueError, match="format IQ4_XS has no encoder: it can be read and decoded") as info:
+        quantize(model, "iq4_xs")
     listed = str(info.value).split("quantize can write: ")[1].split(", ")
     assert listed == [n for n in formats.names() if formats.get(n).encoder is not None]
-    assert "Q4_0" in listed and not any(n.startswith("IQ") or n.endswith("_K") for n in listed)
+    assert {"Q4_0", "Q4_K", "Q6_K"} <= set(listed) and not any(n.startswith("IQ") for n in listed)
 
 
 def test_format_names_are_case_insensitive(model):
@@ -277,10 +277,10 @@ def test_cli_quantize_refusals(model, tmp_path):
     out = tmp_path / "q.onnx"
     result = cli("quantize", source, out, "--format", "NOPE")
     assert result.returncode == 2 and "--format: unknown format 'NOPE'; quantize can write: BF16, F16" in result.stderr
-    result = cli("quantize", source, out, "--format", "Q4_K")
+    result = cli("quantize", source, out, "--format", "IQ4_XS")
     assert result.returncode == 2
-    assert "--format: format Q4_K has no encoder: it can be read and decoded" in result.stderr
-    assert "IQ" not in result.stderr and "Q4_K," not in result.stderr  # only formats it can write are offered
+    assert "--format: format IQ4_XS has no encoder: it can be read and decoded" in result.stderr
+    assert "IQ4_XS," not in result.stderr and "Q4_K," in result.stderr  # only formats it can write are offered
     result = cli("quantize", source, out, "--format", "Q8_0", "--op-types", "MatMul,ConvTranspose")
     assert result.returncode == 2 and "--op-types ['ConvTranspose'] are not supported" in result.stderr
     assert not out.exists()
