@@ -17,6 +17,7 @@ from onnx_struct.payload.external_io import load_with_external_data, save_with_e
 from onnx_struct.payload.pack import make_struct_value_from_leaves, pack
 from onnx_struct.payload.view import StructView, view, view_buffer
 from onnx_struct.runtime.codec import decode, encode
+from onnx_struct.runtime.generate import generate
 from onnx_struct.runtime.session import InferenceSession
 from onnx_struct.schema.builders import (
     make_array,
@@ -70,6 +71,7 @@ __all__ = [
     "lower",
     "infer_shapes",
     "InferenceSession",
+    "generate",
     # builders
     "make_array",
     "make_bit_packing",

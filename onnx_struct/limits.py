@@ -41,7 +41,8 @@ MAX_PACK_ZERO_FILL_BYTES = 256 << 20
 
 # ---------------------------------------------------------------------- decoders and encoders
 # (docs/security.md, "Decoder safety policy")
-# Nodes of one decoder or encoder. The registered formats use at most ~100; one run of the policy's
+# Nodes of one decoder or encoder. The registered decoders use at most ~100, the K-quant encoders
+# up to ~3,900 (Q4_K: ggml's 22 candidate scales unrolled); one run of the policy's
 # static analysis (onnx's inference) is linear in this, so it bounds the time check_model spends
 # per function together with MAX_SHAPE_FOLD_ROUNDS.
 MAX_FUNCTION_NODES = 4096
@@ -66,6 +67,10 @@ MAX_FUNCTION_CONSTANT_BYTES = 16 << 20
 # tables of about 2 MiB at small shapes; a Loop, a 4 GiB ConstantOfShape or a broadcast outer
 # product of the payload cannot pass.
 FUNCTION_EXPANSION = 256
+# An encoder's factor instead (encoders run only on a caller's own arrays, in encode and quantize):
+# the K-quant encoders replay ggml's scale searches, 16 to 22 candidate scales per weight, each a
+# few float32 tensors the size of the input; Q4_K needs about 430x (4-byte inputs), Q5_K 370x.
+ENCODER_EXPANSION = 1024
 FUNCTION_BASE_BYTES = 64 << 20
 
 # Elements onnx's data propagation may see when a decoder's shapes are not static from shapes

@@ -9,6 +9,7 @@ from __future__ import annotations
 import onnx
 import pytest
 from support.models import base_model, linear_int4_128, model_with
+from support.tiers import no_child_processes
 
 __all__ = ["as_form", "base_model", "linear_int4_128", "model_with"]
 
@@ -28,3 +29,27 @@ def as_form(request, tmp_path):
 
     convert.form = request.param
     return convert
+
+
+# The fast tier stays in-process (tests/support/tiers.py): every phase of an unmarked test runs with
+# process creation refused, so a test that spawns a child fails until it is marked slow.
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _in_tier(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _in_tier(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    return (yield from _in_tier(item))
+
+
+def _in_tier(item):
+    if item.get_closest_marker("slow"):
+        return (yield)
+    with no_child_processes(item.nodeid):
+        return (yield)

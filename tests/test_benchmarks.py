@@ -10,6 +10,9 @@ import sys
 import numpy as np
 import pytest
 
+# Every test here starts a child process (tests/support/tiers.py).
+pytestmark = pytest.mark.slow
+
 BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 pytest.importorskip("gguf")
 

@@ -61,6 +61,7 @@ def test_unparsable_file_is_invalid(tmp_path, capsys):
     assert "not a parsable ONNX model" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_console_script_help_and_module_entry_point(tmp_path):
     exe = shutil.which("onnx-struct")
     commands = [[sys.executable, "-m", "onnx_struct"]] + ([[exe]] if exe else [])
@@ -71,6 +72,7 @@ def test_console_script_help_and_module_entry_point(tmp_path):
         assert result.returncode == 1 and "payload is 63 bytes" in result.stderr
 
 
+@pytest.mark.slow
 def test_json_diagnostics_carry_code_and_details_in_a_subprocess(tmp_path):
     """The console script's --json report: every diagnostic has its code and details, beside the
     fields it had before (path, reason, message and the flattened details)."""

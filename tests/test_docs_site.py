@@ -111,6 +111,7 @@ def _page(site: Path, name: str) -> str:
     return (site / name / "index.html").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 @needs_mkdocs
 @pytest.mark.parametrize(("page", "module_name"), REFERENCE.items())
 def test_reference_documents_every_public_name(site, page, module_name):
@@ -127,6 +128,7 @@ def test_reference_documents_every_public_name(site, page, module_name):
     assert not missing, f"{page}.md does not document {missing}"
 
 
+@pytest.mark.slow
 @needs_mkdocs
 def test_cli_page_is_the_live_help(site):
     text = html.unescape(re.sub(r"<[^>]+>", "", _page(site, "api/cli")))
@@ -137,6 +139,7 @@ def test_cli_page_is_the_live_help(site):
         assert result.stdout.strip() in text, f"onnx-struct {command} --help differs from docs/api/cli.md"
 
 
+@pytest.mark.slow
 @needs_mkdocs
 def test_quick_starts_and_design_docs_are_built(site):
     for page in [p.stem for p in QUICK_STARTS] + ["semantics", "security", "errors", "architecture", "formats"]:

@@ -319,27 +319,38 @@ def saved_weight_model(name: str, payload: bytes, tmp_path, n: int = N):
 @pytest.mark.parametrize("name", FORMATS)
 @pytest.mark.parametrize("level", [0, None])
 def test_session_emits_matmulnbits_with_the_fused_bytes(name, level, tmp_path):
-    """Without sess_options the session emits MatMulNBits over arrays handed to onnxruntime in
-    memory; outputs are bit for bit those of the standard lowering that onnxruntime fuses (the
-    route a caller's SessionOptions takes), at accuracy level 0 and at onnxruntime's default."""
+    """The session (with or without sess_options) emits MatMulNBits over arrays handed to
+    onnxruntime outside the model bytes; outputs are bit for bit those of stock onnxruntime over
+    the standard lowering, which it fuses, at accuracy level 0 and at onnxruntime's default."""
     from onnx_struct.lowering.execution.emit import IN_MEMORY_LOCATION  # noqa: PLC0415
 
     n = 7 if name in ("Q4_0", "Q4_K", "Q8_0") else N  # odd N: 4-bit codes packed across rows
     path = saved_weight_model(name, random_payload(name, (n, K), SEED, sane=True), tmp_path, n)
     in_memory = S.InferenceSession(path, accuracy_level=level)
-    standard = S.InferenceSession(path, ort.SessionOptions(), accuracy_level=level)
-    ops = [node.op_type for node in in_memory.lowered.graph.node]
-    assert ops.count("MatMulNBits") == 2 and "DequantizeLinear" not in ops
-    assert "DequantizeLinear" in [node.op_type for node in standard.lowered.graph.node]
+    callers = ort.SessionOptions()
+    if level is not None:  # the caller's own way of asking onnxruntime's fusion for a level
+        callers.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", str(level))
+    with_options = S.InferenceSession(path, callers)
+    lowered = S.lower(path, execution="quantized", keep_external=False)
+    assert "DequantizeLinear" in [node.op_type for node in lowered.graph.node]
+    options = ort.SessionOptions()
+    if level is not None:
+        options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", str(level))
+    standard = ort.InferenceSession(lowered.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    for session in (in_memory, with_options):
+        ops = [node.op_type for node in session.lowered.graph.node]
+        assert ops.count("MatMulNBits") == 2 and "DequantizeLinear" not in ops
     big = [t for t in in_memory.lowered.graph.initializer if np.prod(t.dims) >= 64]
     assert big and all(t.external_data[0].value == IN_MEMORY_LOCATION and not t.raw_data for t in big)
     inputs = feeds(np.random.default_rng(SEED))
     inputs["c"] = inputs["c"][:n]
     inputs["idx"] = np.minimum(inputs["idx"], n - 1)
-    for actual, expected in zip(in_memory.run(None, inputs), standard.run(None, inputs), strict=True):
-        np.testing.assert_array_equal(actual, expected)
-    with pytest.raises(NotImplementedError, match="providers"):
-        in_memory.set_providers(["CPUExecutionProvider"])
+    expected = standard.run(None, inputs)
+    for session in (in_memory, with_options):
+        for actual, wanted in zip(session.run(None, inputs), expected, strict=True):
+            np.testing.assert_array_equal(actual, wanted)
+        with pytest.raises(NotImplementedError, match="providers"):
+            session.set_providers(["CPUExecutionProvider"])
 
 
 @pytest.mark.parametrize("name", FORMATS)

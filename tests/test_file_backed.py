@@ -90,6 +90,7 @@ def test_values_point_at_their_own_bytes_in_the_model_file(model):
     assert S.view("T", backed).buffer.tobytes() == table
 
 
+@pytest.mark.slow  # in-process, over a second of CPU: a session over 27 MB of inline payloads
 def test_session_reads_the_model_file_and_matches_gguf_py(model, monkeypatch):
     path, weights, table = model
     seen = spy(monkeypatch)
@@ -102,6 +103,7 @@ def test_session_reads_the_model_file_and_matches_gguf_py(model, monkeypatch):
     np.testing.assert_array_equal(t, np.frombuffer(table, np.uint8).astype(np.float32))
 
 
+@pytest.mark.slow  # in-process, about a second of CPU per case: a session over 27 MB of inline payloads
 @pytest.mark.parametrize("case", ["bytes", "hard_link", "other_base_dir", "small"])
 def test_where_it_does_not_apply_the_session_holds_the_parse_and_runs_the_same(model, tmp_path, monkeypatch, case):
     path, weights, table = model
@@ -183,6 +185,7 @@ assert t[:3].tolist() == [0.0, 1.0, 2.0] and t[-1] == 255.0, t[:4]
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", sorted(MODES))
 def test_the_session_does_not_depend_on_the_model_file(model, tmp_path, mode):
     """Found by a red-team pass: the decoder path kept a file-backed value's leaf as a reference

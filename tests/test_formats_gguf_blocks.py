@@ -53,6 +53,8 @@ GGML_BLOCKS: dict[str, list[tuple[str, str, tuple[int, ...]]]] = {
 ONNX_TYPES = {"<f4": "FLOAT", F2: "FLOAT16", "<u2": "BFLOAT16", U1: "UINT8", I1: "INT8"}
 NAMES = list(GGML_BLOCKS)
 WITH_ENCODER = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
+# encoders whose oracle is llama.cpp, not gguf-py (tests/test_formats_kquants_encode.py)
+WITH_LLAMA_CPP_ENCODER = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
 RUNTIMES = ["onnxruntime", "reference"]
 
 # FLOAT16 bit patterns every scale field is tested with: quiet/signalling/negative NaN, +-inf,
@@ -179,7 +181,7 @@ def test_functions_follow_the_contract(name):
     assert (decoder.domain, decoder.name) == (FORMAT_DOMAIN, f"decode_{name}")
     assert list(decoder.input) == field_names and len(decoder.output) == 1
     functions = [decoder]
-    if name in WITH_ENCODER:
+    if name in WITH_ENCODER + WITH_LLAMA_CPP_ENCODER:
         encoder = fmt.encoder(shape)
         assert (encoder.domain, encoder.name) == (FORMAT_DOMAIN, f"encode_{name}")
         assert len(encoder.input) == 1 and list(encoder.output) == field_names

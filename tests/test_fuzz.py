@@ -55,6 +55,7 @@ def mutations(draw):
     return bytes(data)
 
 
+@pytest.mark.slow  # in-process, over a second of CPU: 300 mutated models
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutations())
 def test_mutated_models_give_only_validation_errors(data):

@@ -25,6 +25,7 @@ def bad_model():
     return model_with([linear_int4_128()], [S.make_struct_value("weight", 0, raw_data=bytes(63))])
 
 
+@pytest.mark.slow
 def test_import_changes_nothing():
     code = (
         "import onnx.checker, onnx.shape_inference; a = onnx.checker.check_model; b = onnx.shape_inference.infer_shapes;"

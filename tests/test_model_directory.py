@@ -111,6 +111,7 @@ def test_a_payload_linked_elsewhere_is_still_refused(tmp_path, linked_model):
         S.check_model(str(model_dir / "m.onnx"))
 
 
+@pytest.mark.slow
 def test_lower_keeps_references_only_where_they_stay_valid(tmp_path):
     """`onnx-struct lower` beside a linked model: the output is a plain file, so references that
     only the link's second directory admits are not kept; the output checks and runs."""
@@ -124,6 +125,7 @@ def test_lower_keeps_references_only_where_they_stay_valid(tmp_path):
     _lower_and_run(snapshot / "m.onnx", out)
 
 
+@pytest.mark.slow
 def test_lower_into_another_directory_takes_the_stock_tensors_along(tmp_path):
     """The lowered model kept its stock initializer's reference to w.bin, a file its new
     directory does not have: onnx.load failed on it (FileNotFoundError)."""
@@ -134,6 +136,7 @@ def test_lower_into_another_directory_takes_the_stock_tensors_along(tmp_path):
     _lower_and_run(tmp_path / "src" / "m.onnx", out)
 
 
+@pytest.mark.slow
 def test_a_tensor_without_length_is_inlined_at_its_types_size(tmp_path):
     """Inlining a stock tensor whose external_data has no length took the rest of the file, as
     onnx.load does; onnxruntime takes the type's size, and refused the lowered or re-saved model

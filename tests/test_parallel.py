@@ -364,6 +364,7 @@ if WARM:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("warm", [False, True])
 def test_decoding_while_the_interpreter_shuts_down(warm):
     """An atexit handler may decode: the helper threads are gone (or cannot start), so the

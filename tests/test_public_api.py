@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import onnx
 import onnx.checker
+import pytest
 
 import onnx_struct as S
 
@@ -12,7 +13,7 @@ import onnx_struct as S
 PUBLIC = {
     "StructTypeProto", "StructProto", "ValidationError", "LeafNotFoundError",
     "check_model", "validate", "size_in_bits", "install", "uninstall",
-    "decode", "encode", "lower", "infer_shapes", "InferenceSession",
+    "decode", "encode", "lower", "infer_shapes", "InferenceSession", "generate",
     "make_array", "make_bit_packing", "make_component", "make_constant_field", "make_field",
     "make_map_type_proto", "make_optional_type_proto", "make_sequence_type_proto", "make_struct_type_proto",
     "make_struct_value", "make_struct_value_info", "make_structure", "make_tensor_type", "make_type_reference",
@@ -36,7 +37,7 @@ FORMATS_PUBLIC = {
     "register",
     "register_formats",
 }
-SUBCOMMANDS = ["check", "inspect", "from-gguf", "quantize", "lower", "decode"]
+SUBCOMMANDS = ["check", "inspect", "from-gguf", "quantize", "lower", "decode", "generate"]
 
 
 def test_public_names_are_exactly_the_pinned_ones():
@@ -55,6 +56,7 @@ def test_formats_names_are_exactly_the_pinned_ones():
         assert getattr(formats, name) is not None, name
 
 
+@pytest.mark.slow
 def test_cli_subcommands_are_exactly_the_pinned_ones():
     """``python -m onnx_struct --help`` lists the subcommands, in this order."""
     import os

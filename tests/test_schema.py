@@ -162,6 +162,7 @@ def test_import_guard_refuses_a_clashing_onnx(monkeypatch):
         _proto._check_field_numbers()
 
 
+@pytest.mark.slow
 def test_generated_bindings_have_no_drift():
     pytest.importorskip("grpc_tools")
     root = Path(__file__).resolve().parent.parent
@@ -171,6 +172,7 @@ def test_generated_bindings_have_no_drift():
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.slow
 def test_generated_iq_grids_have_no_drift():
     """``python schemas/make_iq_grids.py --check`` reproduces iq_grids.py from gguf-py in memory."""
     pytest.importorskip("gguf")

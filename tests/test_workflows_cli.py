@@ -21,6 +21,9 @@ from onnx import TensorProto, helper
 
 import onnx_struct as S
 
+# Every test here starts a child process (tests/support/tiers.py).
+pytestmark = pytest.mark.slow
+
 gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -329,3 +329,24 @@ def check_model(
     diagnostics = _diagnostics(model, full_check, base_dir, stock_options, first_only=True)
     if diagnostics:
         raise diagnostics[0]
+
+
+class _StructPartsChecker(_Checker):
+    """check_model's rules without onnx's checker on the stock part (see check_struct_parts)."""
+
+    def check_stock(self, full_check: bool) -> None:
+        """The stock part is the runtime's to judge."""
+
+
+def check_struct_parts(model: ModelLike, *, base_dir: str | os.PathLike | None = None) -> None:
+    """Check a model's struct parts fully and its stock part only by the file-safety rules
+    (external tensors inside the model directory, no link escapes); raise the first
+    :class:`ValidationError` found.
+
+    What ``InferenceSession`` checks: a runtime judges the stock part as it judges any model
+    (onnxruntime runs unsorted nodes, duplicate metadata keys or ``ir_version`` 0, which
+    ``onnx.checker`` refuses). docs/semantics.md, "Drop-in behaviour".
+    """
+    diagnostics = _StructPartsChecker(load(model, base_dir)).run(False, first_only=True)
+    if diagnostics:
+        raise diagnostics[0]

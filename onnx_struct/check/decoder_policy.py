@@ -75,15 +75,19 @@ def check_sizes(
     initializers: Sequence[TensorProto],
     where: str,
     allowance_bytes: int = 0,
+    expansion: int | None = None,
 ) -> list[onnx.TypeProto]:
     """The types of ``function``'s outputs when ``inputs`` (name, tensor type) and
     ``initializers`` (constant leaves, by name) are bound, after checking that every value has a
     static shape and that all of them fit the policy's budget (``allowance_bytes`` adds the
-    bytes an encoder writes to its leaves). Applies :func:`check_structure` first. Memoized."""
+    bytes an encoder writes to its leaves; ``expansion`` replaces :data:`~onnx_struct.limits.FUNCTION_EXPANSION`,
+    e.g. by an encoder's :data:`~onnx_struct.limits.ENCODER_EXPANSION`). Applies :func:`check_structure`
+    first. Memoized."""
     # Types do not depend on where the function is: one analysis serves every path that names it
     # (the checker's policy check and the logical types label a declaration differently). An
     # error names its path, so it is kept per path.
-    typed = signature_digest(function, inputs, initializers, str(allowance_bytes))
+    expansion = limits.FUNCTION_EXPANSION if expansion is None else expansion
+    typed = signature_digest(function, inputs, initializers, str(allowance_bytes), str(expansion))
     failed = hashlib.blake2b(typed + where.encode("utf-8", "surrogatepass"), digest_size=32).digest()
     with _cache_lock:
         key = typed if typed in _cache else failed
@@ -92,7 +96,7 @@ def check_sizes(
             _cache.move_to_end(key)
     if hit is None:
         try:
-            hit, key = (_analyze(function, inputs, initializers, where, allowance_bytes), None), typed
+            hit, key = (_analyze(function, inputs, initializers, where, allowance_bytes, expansion), None), typed
         except ValidationError as error:
             hit, key = (None, error), failed
         with _cache_lock:
@@ -105,17 +109,19 @@ def check_sizes(
     return [_copy(t) for t in types]
 
 
-def check_function_model(model: onnx.ModelProto, where: str, allowance_bytes: int = 0) -> None:
+def check_function_model(
+    model: onnx.ModelProto, where: str, allowance_bytes: int = 0, expansion: int | None = None
+) -> None:
     """:func:`check_sizes` for a model built by :func:`onnx_struct.functions.function_model`."""
     if len(model.functions) != 1 or len(model.graph.node) != 1:
         raise ValidationError(
             where, "not a function model: one function and one call node expected", code="invalid_function"
         )
     inputs = [(info.name, info.type) for info in model.graph.input]
-    check_sizes(model.functions[0], inputs, list(model.graph.initializer), where, allowance_bytes)
+    check_sizes(model.functions[0], inputs, list(model.graph.initializer), where, allowance_bytes, expansion)
 
 
-def _analyze(function, inputs, initializers, where: str, allowance_bytes: int) -> list[onnx.TypeProto]:
+def _analyze(function, inputs, initializers, where: str, allowance_bytes: int, expansion: int) -> list[onnx.TypeProto]:
     check_structure(function, where)
     try:
         graph_model = _body_model(function, inputs, initializers)
@@ -147,7 +153,7 @@ def _analyze(function, inputs, initializers, where: str, allowance_bytes: int) -
         input_bytes += _bytes(values[name], where, name)
     for tensor in initializers:
         input_bytes += _bytes(values[tensor.name], where, tensor.name)
-    budget = limits.FUNCTION_EXPANSION * input_bytes + limits.FUNCTION_BASE_BYTES
+    budget = expansion * input_bytes + limits.FUNCTION_BASE_BYTES
     total = 0
     constants = _constant_values(function, initializers)
     for i, node in enumerate(function.node):
@@ -168,7 +174,7 @@ def _analyze(function, inputs, initializers, where: str, allowance_bytes: int) -
             raise ValidationError(
                 node_where,
                 f"its values reach {total} bytes, over the policy's budget of {budget} bytes "
-                f"({limits.FUNCTION_EXPANSION} per input byte + {limits.FUNCTION_BASE_BYTES})",
+                f"({expansion} per input byte + {limits.FUNCTION_BASE_BYTES})",
                 code="limit_exceeded",
                 actual=total,
                 limit=budget,

@@ -33,6 +33,7 @@ COMMANDS = {
     "quantize": "onnx_struct.cli.quantize",
     "lower": "onnx_struct.cli.lower",
     "decode": "onnx_struct.cli.decode",
+    "generate": "onnx_struct.cli.generate",
 }
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2

@@ -1,6 +1,7 @@
 """Convert a GGUF file into an ONNX model whose struct values are its tensors (bytes verbatim).
 
-With --reference the model points into the .gguf (external_data) instead of copying its tensors;
+With --graph the model also gets the decoder graph of a llama-shaped model (llama, mistral,
+qwen2; docs/llm.md), ready for `onnx-struct generate`. With --reference the model points into the .gguf (external_data) instead of copying its tensors;
 the .gguf must then be in OUT's directory (or below it), where the model looks for it. The model
 is checked (onnx_struct.check_model, external payloads resolved from OUT's directory) before it is
 written: nothing is written that `onnx-struct check` would reject.
@@ -31,6 +32,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--keep-unknown", action="store_true", help="keep tensors of unknown GGML types as raw UINT8 arrays"
+    )
+    parser.add_argument(
+        "--graph",
+        action="store_true",
+        help="also build the decoder graph (llama, mistral, qwen2): input_ids -> logits with a KV cache",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -81,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
             keep_unknown=args.keep_unknown,
             model_dir=output.parent if args.reference else None,
             progress=bar,
+            graph=args.graph,
         )
         bar.stage("serializing")
         data = model.SerializeToString()

@@ -20,7 +20,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from onnx_struct.check import decoder_inputs as bindings
-from onnx_struct.check.checker import check_model
+from onnx_struct.check.checker import check_model, check_struct_parts
 from onnx_struct.check.function_models import (
     PRIVATE_DOMAIN,
     onnx_elem_type,
@@ -33,10 +33,11 @@ from onnx_struct.layout.table import Leaf, TypeTable, element_label
 from onnx_struct.lowering.leaf_tensors import dense_byte_run, leaf_to_tensor
 from onnx_struct.lowering.names import SEPARATOR, leaf_tensor_name, short_name
 from onnx_struct.lowering.opsets import reconcile_opsets
+from onnx_struct.lowering.scope import has_struct_parts, read_names
 from onnx_struct.payload import external
 from onnx_struct.payload.values import constant_tensor, resolve_value, value_declaration
 from onnx_struct.payload.view import StructView, view_of
-from onnx_struct.schema.model import LoadedModel, ModelLike, StructTypeProto, load
+from onnx_struct.schema.model import LoadedModel, ModelLike, StructTypeProto, load, to_onnx
 from onnx_struct.schema.opaque import exact_index as _exact_index
 from onnx_struct.schema.opaque import (
     innermost_type,
@@ -83,6 +84,7 @@ class StructInput:
 class Lowering:
     model: onnx.ModelProto
     struct_inputs: dict[str, StructInput]
+    has_decoders: bool = False  # decoder functions were added (a model without them is stock's)
 
 
 def lower(
@@ -95,7 +97,11 @@ def lower(
 ) -> onnx.ModelProto:
     """A plain ONNX model computing what ``model`` computes, with decoders as local functions.
 
-    The model is checked first (``check_model``). ``compact=True`` also lists every leaf
+    A model without struct parts is returned as given (a copy, not checked: nothing in it is
+    lowered, and a runtime judges it as it judges any model). Any other model is checked first
+    (``check_model``); only the struct values the graph reads (subgraphs included) are lowered,
+    and the IR version is raised only as far as what is added needs (docs/semantics.md,
+    "Drop-in behaviour"). ``compact=True`` also lists every leaf
     initializer as a graph input (an *overridable* initializer): onnxruntime then does not
     constant-fold the decoders at session creation, so weights stay in their compact payload form
     in memory and are decoded on every run (see docs/semantics.md for measured peak memory).
@@ -121,6 +127,7 @@ def lower_model(
     accuracy_level: int | None = None,
     arrays: dict | None = None,
     after_check: Callable[[LoadedModel], LoadedModel] | None = None,
+    stock_check: bool = True,
 ) -> Lowering:
     """:func:`lower`, also returning how struct-typed graph inputs map to lowered leaf inputs.
 
@@ -129,9 +136,15 @@ def lower_model(
     receives the repacked arrays, the model holding placeholders for them
     (:func:`onnx_struct.lowering.execution.rewrite_for_execution`); ``after_check``: what to lower
     instead of the checked model, an equivalent one (``InferenceSession``: the same model holding
-    less memory, :mod:`onnx_struct.runtime.file_backed`)."""
+    less memory, :mod:`onnx_struct.runtime.file_backed`); ``stock_check=False``: the stock part
+    is left to the runtime (:func:`onnx_struct.check.checker.check_struct_parts`)."""
     loaded = load(model, base_dir)
-    check_model(loaded)
+    if not has_struct_parts(loaded):
+        return Lowering(_as_given(model, loaded), {})
+    if stock_check:
+        check_model(loaded)
+    else:
+        check_struct_parts(loaded)
     if after_check is not None:
         loaded = after_check(loaded)
     loaded = _execution_prepass(loaded, execution, accuracy_level, arrays)
@@ -180,6 +193,7 @@ class _Lowerer:
         self.struct_inputs: dict[str, StructInput] = {}
         self.decoded: list[str] = []  # names the decoder calls produce (struct values and inputs)
         graph = stock.graph
+        self.read = read_names(graph)  # a struct value no one reads is not lowered (scope.py)
         self.taken = {t.name for t in graph.initializer} | {i.name for i in graph.input}
         self.taken |= {o for n in walk_nodes(graph) for o in n.output}
 
@@ -197,8 +211,11 @@ class _Lowerer:
         del graph.node[:]
         graph.node.extend(self.calls + nodes)  # decoders first: they only read leaves
         self.out.functions.extend(self.functions.values())
+        source_ir = self.out.ir_version
         self.out.ir_version = self.ir_version()
-        return Lowering(self.out, self.struct_inputs)
+        if source_ir < 4 <= self.out.ir_version:
+            _initializers_stay_constant(self.out.graph)
+        return Lowering(self.out, self.struct_inputs, bool(self.functions))
 
     # ------------------------------------------------------------------ names and functions
     def claim(self, name: str, where: str) -> str:
@@ -259,6 +276,8 @@ class _Lowerer:
         where = element_label(f"graph.struct_initializer[{k}]", value.name)
         if not value_declaration(value, self.table, where).HasField("decoder"):
             return  # never consumed (the checker ensures it): it has no logical value to lower
+        if value.name not in self.read:
+            return  # no node and no output reads it: neither its decoder nor its weights are needed
         # The same path and errors as check and view; the model's table: sizes computed once per declaration.
         resolved = resolve_value(value, self.loaded, where=where, table=self.table)
         declaration, decl_where = resolved.declaration, resolved.declaration_path
@@ -406,10 +425,11 @@ class _Lowerer:
         return infos
 
     def ir_version(self) -> int:
-        """The source's IR version, raised to what the opsets, local functions (8) and leaf types
-        need; lowered to ORT_MAX_IR_VERSION when the source's is higher than anything needs."""
+        """The source's IR version, raised to what the opsets, local functions (8, when decoders
+        were added) and leaf types need; lowered to ORT_MAX_IR_VERSION when the source's is
+        higher than anything needs."""
         needed = max(
-            [8, helper.find_min_ir_version_for(list(self.out.opset_import), True)]
+            [8 if self.functions else 0, helper.find_min_ir_version_for(list(self.out.opset_import), True)]
             + [_TYPE_IR.get(t, 0) for t in self.leaf_types]
         )
         chosen = max(needed, self.out.ir_version)
@@ -419,6 +439,28 @@ class _Lowerer:
 
 
 # ---------------------------------------------------------------------- helpers
+def _as_given(model: ModelLike, loaded: LoadedModel) -> onnx.ModelProto:
+    """A model without struct parts, as a stock ModelProto equal to what was given."""
+    if isinstance(model, onnx.ModelProto):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        return copy
+    data = loaded.serialized
+    return onnx.ModelProto.FromString(data) if data is not None else to_onnx(loaded.proto)
+
+
+def _initializers_stay_constant(graph: onnx.GraphProto) -> None:
+    """Before IR 4 every initializer is also a graph input and runtimes treat it as a constant;
+    from IR 4 an initializer listed as an input is an overridable default (onnxruntime then
+    neither folds it nor hides it). A model raised past IR 3 keeps its meaning: the main graph's
+    inputs that name an initializer are dropped."""
+    constants = {t.name for t in graph.initializer} | {t.values.name for t in graph.sparse_initializer}
+    kept = [info for info in graph.input if info.name not in constants]
+    if len(kept) != len(graph.input):
+        del graph.input[:]
+        graph.input.extend(kept)
+
+
 def _struct_inside(type_proto) -> bool:
     """True when an overlay TypeProto is, or contains, a struct_type."""
     return innermost_type(type_proto).WhichOneof("value") == "struct_type"

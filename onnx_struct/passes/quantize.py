@@ -58,8 +58,8 @@ from onnx_struct.passes.quantize_plan import (
 )
 from onnx_struct.passes.quantize_sites import all_graph_names
 from onnx_struct.runtime.codec import encode
+from onnx_struct.runtime.delivery import external_tensors_in_memory
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
-from onnx_struct.runtime.session import external_tensors_in_memory
 from onnx_struct.schema.builders import make_struct_value
 from onnx_struct.schema.model import add_struct_values, from_onnx, load, to_onnx
 

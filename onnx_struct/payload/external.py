@@ -294,26 +294,41 @@ def _changed(path: str, file: pathlib.Path, size: int, needed: int) -> Validatio
     )
 
 
-def read_tensor_data(tensor: onnx.TensorProto, base_dir: os.PathLike | str, path: str) -> bytes:
-    """The external bytes of a stock tensor, read under the model-directory rules. Without a
-    ``length``, a tensor of a fixed-width type takes its type's size, as onnxruntime reads it
-    (onnx reads to the end of the file: an inlined tensor then held the file's trailing bytes
-    too, and onnxruntime refused it; found by a red-team pass); other types run to the end."""
+def tensor_range(tensor: onnx.TensorProto, base_dir: os.PathLike | str, path: str) -> tuple[pathlib.Path, int, int]:
+    """(file, offset, length) of a stock tensor's external bytes, checked under the model-directory
+    rules (``path`` names its ``external_data``). Without a ``length``, a tensor of a fixed-width
+    type takes its type's size, as onnxruntime reads it (onnx reads to the end of the file: an
+    inlined tensor then held the file's trailing bytes too, and onnxruntime refused it; found by a
+    red-team pass); other types run to the end. A negative dimension is refused here, naming the
+    tensor (onnxruntime refuses such a tensor too; numpy's ValueError escaped before)."""
+    if any(d < 0 for d in tensor.dims):
+        raise ValidationError(
+            path.removesuffix(".external_data") + ".dims",
+            f"external tensor has a negative dimension {list(tensor.dims)}",
+            code="bad_shape",
+        )
     ref = parse_external_data(tensor.external_data, path)
     file, length = resolve(ref, base_dir, path)
     bits = dtypes.bit_width(tensor.data_type)
-    if ref.length is None and bits is not None and all(d >= 0 for d in tensor.dims):
+    if ref.length is None and bits is not None:
         needed = -(-math.prod(tensor.dims) * bits // 8)
         if needed > length:
             raise ValidationError(
                 path,
                 f"{ref.location!r} holds {length} bytes after offset {ref.offset}, fewer than the {needed} "
                 f"bytes of the tensor's type",
+                offset=ref.offset,
+                length=needed,
                 bytes_needed=ref.offset + needed,
                 code="file_too_short",
             )
         length = needed
-    return read_range(file, ref.offset, length, path).tobytes()
+    return file, ref.offset, length
+
+
+def read_tensor_data(tensor: onnx.TensorProto, base_dir: os.PathLike | str, path: str) -> bytes:
+    """The external bytes of a stock tensor (:func:`tensor_range`), read under the model-directory rules."""
+    return read_range(*tensor_range(tensor, base_dir, path), path).tobytes()
 
 
 # ---------------------------------------------------------------------- tensors of a model

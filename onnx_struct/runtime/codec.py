@@ -13,6 +13,7 @@ import os
 import numpy as np
 from onnx import helper
 
+from onnx_struct import limits
 from onnx_struct.check import decoder_inputs as bindings
 from onnx_struct.check import decoder_policy
 from onnx_struct.check.function_models import tensor_type
@@ -145,6 +146,7 @@ def encode(
         [],
         runtime,
         allowance_bytes=written,
+        expansion=limits.ENCODER_EXPANSION,
     )
     outputs = runner.run({encoder.input[0]: feed})
     leaves = {}

@@ -12,6 +12,8 @@ import functools
 import onnx
 from onnx import TensorProto, helper
 
+from onnx_struct.errors import ValidationError
+
 
 def load_onnxruntime():
     """onnxruntime, imported on first use so that ``import onnx_struct`` never loads it."""
@@ -60,3 +62,20 @@ def ort_errors() -> tuple[type[BaseException], ...]:
 
     names = ("Fail", "InvalidGraph", "NotImplemented", "InvalidArgument", "RuntimeException", "EPFail")
     return tuple(getattr(state, n) for n in names if hasattr(state, n))
+
+
+@functools.cache
+def refusal_class(ort_class: type[BaseException]) -> type[ValidationError]:
+    """A :class:`ValidationError` that is also onnxruntime's ``ort_class``: what
+    ``InferenceSession`` raises when onnxruntime refuses a model, so that a caller's ``except``
+    clause for either keeps working (the session stands where onnxruntime's stood)."""
+    return type(ort_class.__name__, (ValidationError, ort_class), {"__module__": __name__, "__reduce__": _reduce})
+
+
+def _reduce(error: ValidationError):
+    return (_rebuild, (type(error).__name__, error.path, error.reason, error.details, error.code))
+
+
+def _rebuild(name: str, path: str, reason: str, details: dict, code: str) -> ValidationError:
+    (ort_class,) = [c for c in ort_errors() if c.__name__ == name]
+    return refusal_class(ort_class)(path, reason, code=code, **details)

@@ -122,14 +122,16 @@ class FunctionRunner:
         threads: int | None = None,
         fallback: bool = True,
         allowance_bytes: int = 0,
+        expansion: int | None = None,
     ) -> None:
         """``model`` is a function model (:func:`onnx_struct.functions.function_model`); it is
         checked against the decoder safety policy first (``allowance_bytes``: the bytes an encoder
-        writes to its leaves), so no runner is ever built for a function check_model refuses.
+        writes to its leaves; ``expansion``: the policy's bytes per input byte, default
+        :data:`~onnx_struct.limits.FUNCTION_EXPANSION`), so no runner is ever built for a function check_model refuses.
         ``fallback=False``: when onnxruntime cannot load the function, build nothing and warn
         nothing (the runner is then unusable: :meth:`output_shape` is None); for callers that
         have another way to run it."""
-        decoder_policy.check_function_model(model, where, allowance_bytes)
+        decoder_policy.check_function_model(model, where, allowance_bytes, expansion)
         self.where = where
         self.model = model
         self.threads = INTRA_OP_THREADS if threads is None else threads
@@ -299,13 +301,22 @@ def cached_runner(
     threads: int | None = None,
     fallback: bool = True,
     allowance_bytes: int = 0,
+    expansion: int | None = None,
 ) -> FunctionRunner:
     """The runner for this function and input signature, built once (bounded LRU). ``threads``
     is onnxruntime's intra-op thread count (default :data:`INTRA_OP_THREADS`); ``fallback`` and
-    ``allowance_bytes``: see :class:`FunctionRunner`."""
+    ``allowance_bytes`` and ``expansion``: see :class:`FunctionRunner`."""
     threads = INTRA_OP_THREADS if threads is None else threads
     key = signature_digest(
-        function, inputs, initializers, runtime, str(threads), str(fallback), str(allowance_bytes), where
+        function,
+        inputs,
+        initializers,
+        runtime,
+        str(threads),
+        str(fallback),
+        str(allowance_bytes),
+        str(expansion),
+        where,
     )
     runner = _cached(key)
     if runner is not None:
@@ -315,7 +326,13 @@ def cached_runner(
         if runner is not None:
             return runner
         runner = FunctionRunner(
-            function_model(function, inputs, initializers), where, runtime, threads, fallback, allowance_bytes
+            function_model(function, inputs, initializers),
+            where,
+            runtime,
+            threads,
+            fallback,
+            allowance_bytes,
+            expansion,
         )
         with _cache_lock:
             _cache[key] = runner

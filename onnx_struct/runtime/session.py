@@ -10,31 +10,22 @@ created: their leaves (hence the lowered graph's inputs) are unknown until run t
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import onnx
-from google.protobuf.message import EncodeError
 
 from onnx_struct.errors import ValidationError
-from onnx_struct.layout import dtypes
 from onnx_struct.limits import PROTOBUF_LIMIT
-from onnx_struct.lowering.execution.emit import IN_MEMORY_LOCATION
 from onnx_struct.lowering.lower import StructInput, lower_model
-from onnx_struct.payload import external
 from onnx_struct.payload.view import StructView, view, view_buffer
+from onnx_struct.runtime.delivery import configured_accuracy_level, deliver
 from onnx_struct.runtime.feeds import Feed, leaf_feeds, ortvalue_to_numpy
 from onnx_struct.runtime.file_backed import held_lightly, inline_own_file_tensors
-from onnx_struct.runtime.heap import release_free_memory
-from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
-from onnx_struct.runtime.weights_file import FILE_NAME as WEIGHTS_FILE_NAME
-from onnx_struct.runtime.weights_file import write_weights_file
+from onnx_struct.runtime.ort import load_onnxruntime, ort_errors, refusal_class
 from onnx_struct.schema.model import LoadedModel, ModelLike, StructProto, StructTypeProto, load
-
-# protobuf refuses to serialize a message of 2 GiB or more.
 
 
 class InferenceSession:
@@ -50,14 +41,15 @@ class InferenceSession:
     ``sess_options``, ``providers`` and ``**ort_kwargs`` go to ``onnxruntime.InferenceSession``.
     External payloads are read from the model's directory (or ``base_dir``).
 
-    Memory: without ``sess_options`` (the session then owns its options), quantized weights are
-    repacked range by range straight into ``com.microsoft.MatMulNBits``' inputs, written to a
-    temporary external-data file that onnxruntime reads (removed once the session exists; in
-    memory through ``add_external_initializers`` where no such file can be written), so the model
-    bytes stay small and no Python copy outlives the creation; ``lowered`` shows those
-    initializers as placeholders (external data at ``onnx_struct.in_memory``). With
-    ``sess_options`` the weights travel inside the lowered model as ``DequantizeLinear`` inputs
-    (the caller's options object is not given arrays it would keep). docs/execution.md, "Memory".
+    Memory: quantized weights are repacked range by range straight into
+    ``com.microsoft.MatMulNBits``' inputs, written to a temporary external-data file that
+    onnxruntime reads (removed once the session exists), so the model bytes stay small and no
+    Python copy outlives the creation; ``lowered`` shows those initializers as placeholders
+    (external data at ``onnx_struct.in_memory``). A caller's ``sess_options`` is never changed
+    (the model then goes to onnxruntime by path, beside that file): set thread counts there.
+    docs/execution.md, "Memory". A model without struct parts is handed to onnxruntime as it is,
+    and the stock part of any model is onnxruntime's to judge (docs/semantics.md, "Drop-in
+    behaviour"); onnxruntime's refusal is a ValidationError that is also its own exception class.
 
     >>> session = InferenceSession("model.onnx")
     >>> session.run(None, {"X": x, "W": struct_value_or_payload_bytes})
@@ -95,13 +87,13 @@ class InferenceSession:
 
         backed: list[bool] = []  # whether after_check made the model file-backed
 
-        # Without sess_options the session owns its options: the quantized weights' MatMulNBits
-        # nodes are emitted directly (what onnxruntime's fusion would make of DequantizeLinear +
-        # MatMul, at its default accuracy level 4) and their repacked arrays handed to onnxruntime
-        # in memory, never serialized into the model (docs/execution.md, "Memory"). A caller's
-        # options object is left without external initializers (they would stay in it, pointing
-        # at freed arrays, and clash with the next session's): the standard lowering then.
-        in_memory = execution == "quantized" and sess_options is None
+        # The quantized weights' MatMulNBits nodes are emitted directly (what onnxruntime's fusion
+        # would make of DequantizeLinear + MatMul, at its default accuracy level 4) and their
+        # repacked arrays handed to onnxruntime outside the model bytes (docs/execution.md,
+        # "Memory"), with or without a caller's options: those are never changed (runtime/delivery.py).
+        in_memory = execution == "quantized"
+        if in_memory and accuracy_level is None and sess_options is not None:
+            accuracy_level = configured_accuracy_level(sess_options)
         arrays: dict[str, np.ndarray] = {}
         lowering = lower_model(
             loaded,
@@ -110,6 +102,7 @@ class InferenceSession:
             accuracy_level=(4 if accuracy_level is None else int(accuracy_level)) if in_memory else None,
             arrays=arrays if in_memory else None,
             after_check=after_check,
+            stock_check=False,  # the stock part is onnxruntime's to judge (docs/semantics.md)
         )
         del loaded  # a model read from a file holds its bytes and inline payloads: not needed any more
         self._struct_inputs: dict[str, StructInput] = {
@@ -131,79 +124,36 @@ class InferenceSession:
                 actual=lowering.model.ByteSize(),
                 limit=PROTOBUF_LIMIT,
             )
-        options = sess_options if sess_options is not None else ort.SessionOptions()
-        if sess_options is None:
-            options.log_severity_level = 3  # compact lowering makes onnxruntime warn per leaf
-        if execution == "quantized" and accuracy_level is not None and not in_memory:
-            options.add_session_config_entry("session.qdq_matmulnbits_accuracy_level", str(int(accuracy_level)))
-        self._handed_over = bool(arrays)
-        # The repacked arrays go to onnxruntime through a temporary external-data file when one
-        # can be written (its lowest peak: weights_file.py), else in memory, where onnxruntime
-        # copies them while it loads the model (OrtApi::AddExternalInitializers).
-        # Tensors the lowered model references in the model's directory (payload leaves kept in
-        # place, stock external initializers) are read here, under the model-directory rules, and
-        # handed to onnxruntime in memory: given the folder, onnxruntime mapped those files, so a
-        # file truncated after the session was made killed the process (SIGBUS) and one rewritten
-        # changed the outputs (found by a red-team pass). It copies them while it creates the session.
-        weights = write_weights_file(lowering.model, arrays, self._base_dir) if arrays else None
-        in_memory_files = external_tensors_in_memory(lowering.model, self._base_dir)
-        if in_memory_files:
-            names = list(in_memory_files)
-            buffers = [in_memory_files[n] for n in names]
-            options.add_external_initializers_from_files_in_memory(names, buffers, [len(b) for b in buffers])
-        if weights is not None:
-            # where onnxruntime finds the repacked weights of a model it is given as bytes
-            options.add_session_config_entry(
-                "session.model_external_initializers_file_folder_path", _folder_name(weights.directory)
-            )
-        if weights is not None:
-            arrays.clear()
-            release_free_memory()  # the arrays are in the file now: their pages, before onnxruntime's
-        elif arrays:
-            names = list(arrays)
-            options.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(arrays[n]) for n in names])
         try:
-            try:
-                model_bytes = lowering.model.SerializeToString()
-            except EncodeError:  # protobuf's own limit, a few bytes under 2 GiB
-                raise ValidationError(
-                    "",
-                    "the lowered model is too large for protobuf to serialize; store the struct payloads "
-                    "externally (save_with_external_data)",
-                    code="limit_exceeded",
-                ) from None
-            if weights is not None:
-                weights.restore()  # ``lowered`` shows the placeholders, not a file about to be removed
-            self._session = ort.InferenceSession(
-                model_bytes, options, providers=providers or ["CPUExecutionProvider"], **ort_kwargs
+            self._session, self._recreatable = deliver(
+                ort, lowering.model, arrays, self._base_dir, sess_options, providers, ort_kwargs
             )
         except ort_errors() as error:  # e.g. a decoder needing a kernel onnxruntime lacks (FLOAT4E2M1 Cast)
             message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise ValidationError(
-                "",
-                f"onnxruntime {ort.__version__} cannot load the lowered model: {message} "
-                "(onnx_struct.decode falls back to onnx's reference evaluator for such decoders)",
-                code="runtime_failure",
+            what, hint = "the model", ""
+            if lowering.has_decoders:
+                what = "the lowered model"
+                hint = " (onnx_struct.decode falls back to onnx's reference evaluator for such decoders)"
+            raise refusal_class(type(error))(
+                "", f"onnxruntime {ort.__version__} cannot load {what}: {message}{hint}", code="runtime_failure"
             ) from None
         finally:
             arrays.clear()  # the Python copies go now; only onnxruntime's remain
-            if weights is not None:
-                weights.remove()
-        if self._handed_over:
-            # The options still name the freed arrays: onnxruntime must not create a session from
-            # them again (its run-time provider fallback and set_providers would); without them a
-            # re-creation fails cleanly on the placeholders instead.
+        if not self._recreatable:
+            # What onnxruntime would re-create the session from is gone (a removed temporary file,
+            # freed buffers): it must not try (its run-time provider fallback, set_providers);
+            # set_providers refuses instead.
             self._session.disable_fallback()
             self._session._sess_options_initial = None  # noqa: SLF001
 
     def set_providers(self, providers=None, provider_options=None) -> None:
-        """onnxruntime's, except for a session whose repacked weights were handed to onnxruntime
-        in memory (they exist only inside it): create a new InferenceSession with
-        ``providers=...`` instead."""
-        if self._handed_over:
+        """onnxruntime's, for a session created from self-contained model bytes; a session whose
+        weights reached onnxruntime outside them (repacked weights, external tensors: they exist
+        only inside onnxruntime now) refuses: create a new InferenceSession with ``providers=...``."""
+        if not self._recreatable:
             raise NotImplementedError(
-                "this onnx_struct.InferenceSession handed its repacked weights to onnxruntime and cannot "
-                "re-create its session; create a new one with providers=..."
+                "this onnx_struct.InferenceSession handed its weights to onnxruntime outside the model bytes "
+                "and cannot re-create its session; create a new one with providers=..."
             )
         self._session.set_providers(providers, provider_options)
 
@@ -276,60 +226,6 @@ class InferenceSession:
                 code="type_mismatch",
             )
         return view(value, self._declarations, base_dir=self._base_dir)
-
-
-def external_tensors_in_memory(model: onnx.ModelProto, base_dir) -> dict[str, np.ndarray]:
-    """Every external tensor of ``model`` (but the repacked weights' placeholders) read under the
-    model-directory rules and re-pointed at a file of its own, whole, in memory: file name ->
-    its bytes, for ``add_external_initializers_from_files_in_memory``."""
-    files: dict[str, np.ndarray] = {}
-    for where, tensor in external.model_tensors(model):
-        if not external.is_external(tensor):
-            continue
-        entries = {e.key: e.value for e in tensor.external_data}
-        if entries.get("location") in (IN_MEMORY_LOCATION, WEIGHTS_FILE_NAME):
-            continue  # the repacked weights (and what weights_file.py copied): handed over already
-        if base_dir is None:
-            raise ValidationError(
-                f"{where}.external_data",
-                "an external tensor needs the model's directory (base_dir)",
-                code="no_base_dir",
-            )
-        ref = external.parse_external_data(tensor.external_data, f"{where}.external_data")
-        file, length = external.resolve(ref, base_dir, f"{where}.external_data")
-        if ref.length is None:  # onnxruntime takes the size from the type, not the rest of the file
-            bits = dtypes.bit_width(tensor.data_type) or 0
-            needed = -(-math.prod(tensor.dims) * bits // 8)
-            if needed > length:
-                raise ValidationError(
-                    f"{where}.external_data",
-                    f"external file {file.name!r} holds {length} bytes from offset {ref.offset}; the tensor needs {needed}",
-                    code="file_too_short",
-                    offset=ref.offset,
-                    length=needed,
-                )
-            length = needed
-        name = f"onnx_struct.memory.{len(files)}"
-        files[name] = external.read_range(file, ref.offset, length, f"{where}.external_data")
-        del tensor.external_data[:]
-        for key, value in (("location", name), ("offset", "0"), ("length", str(length))):
-            tensor.external_data.add(key=key, value=value)
-    return files
-
-
-def _folder_name(folder: str | os.PathLike) -> str:
-    """The folder as onnxruntime's session config takes it (a UTF-8 string): a directory name that
-    is not valid UTF-8 made it raise TypeError."""
-    name = os.fspath(folder)
-    try:
-        name.encode()
-    except UnicodeEncodeError:
-        raise ValidationError(
-            "",
-            f"the model's directory {name!r} is not valid UTF-8: onnxruntime cannot be given it",
-            code="invalid_utf8",
-        ) from None
-    return name
 
 
 def _refuse_unnameable_signature(graph) -> None:

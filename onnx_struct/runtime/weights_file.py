@@ -29,9 +29,8 @@ from onnx_struct.payload.external import (
     is_external,
     is_main_initializer,
     model_tensors,
-    parse_external_data,
     read_range,
-    resolve,
+    tensor_range,
 )
 
 FILE_NAME = "weights.bin"
@@ -55,6 +54,15 @@ class WeightsFile:
 
     directory: str
     _originals: list[tuple[onnx.TensorProto, list[tuple[str, str]]]]
+    moved: set[str] = dataclasses.field(default_factory=set)  # paths of the tensors now in the file
+
+    def write_model(self, model: onnx.ModelProto) -> str:
+        """``model`` saved beside the weights: the path to give onnxruntime, which then resolves
+        the file's references in this directory with nothing set on the caller's options."""
+        path = os.path.join(self.directory, "model.onnx")
+        with open(path, "xb") as file:
+            file.write(model.SerializeToString())
+        return path
 
     def restore(self) -> None:
         """Put the model's external references back as they were (placeholders included)."""
@@ -68,27 +76,29 @@ class WeightsFile:
 
 
 def write_weights_file(
-    model: onnx.ModelProto, arrays: Mapping[str, np.ndarray], base_dir: str | os.PathLike | None
+    model: onnx.ModelProto,
+    arrays: Mapping[str, np.ndarray],
+    base_dir: str | os.PathLike | None,
+    *,
+    copy_all: bool = False,
 ) -> WeightsFile | None:
     """Write every external tensor of ``model`` (the placeholders from ``arrays``, the others
     copied from ``base_dir`` under the model-directory rules) to one new file and point the model
     at it. None, with nothing changed, when the file cannot be written (no temporary directory,
-    disk full), an external tensor has no directory to be read from, or the others hold more
-    than the weights plus 256 MiB: the caller then hands the arrays over in memory."""
+    disk full), an external tensor has no directory to be read from, or (unless ``copy_all``)
+    the others hold more than the weights plus 256 MiB: the caller then hands the arrays over in
+    memory."""
     # (where, tensor, None for a placeholder or the (file, offset, length) of a model's own tensor)
     tensors = []
     for where, tensor in model_tensors(model):
         if is_external(tensor):
-            own = not _is_placeholder(where, tensor, arrays)
+            own = not is_placeholder(where, tensor, arrays)
             if own and base_dir is None:
                 return None
             tensors.append((where, tensor, _source(tensor, base_dir, f"{where}.external_data") if own else None))
     sources = [source for _, _, source in tensors if source is not None]
-    # Without a ``length`` onnxruntime takes the tensor's size from its type and ours would be
-    # the rest of the file: such a tensor is left to onnxruntime (the in-memory route).
-    if any(length is None for _, _, length in sources):
-        return None
-    if sum(length for _, _, length in sources) > _COPY_ALLOWANCE + sum(a.nbytes for a in arrays.values()):
+    allowance = _COPY_ALLOWANCE + sum(a.nbytes for a in arrays.values())
+    if not copy_all and sum(length for _, _, length in sources) > allowance:
         return None
     try:
         directory = tempfile.mkdtemp(prefix="onnx_struct-weights-")
@@ -107,6 +117,7 @@ def write_weights_file(
                 else:
                     _copy_range(file, source, f"{where}.external_data")
                 written._originals.append((tensor, [(e.key, e.value) for e in tensor.external_data]))
+                written.moved.add(where)
                 _point(tensor, [("location", FILE_NAME), ("offset", str(offset)), ("length", str(size))])
                 offset += size
         if model.ByteSize() > PROTOBUF_LIMIT:  # the new entries are longer than the placeholders'
@@ -120,7 +131,7 @@ def write_weights_file(
     return written
 
 
-def _is_placeholder(where: str, tensor: onnx.TensorProto, arrays: Mapping[str, np.ndarray]) -> bool:
+def is_placeholder(where: str, tensor: onnx.TensorProto, arrays: Mapping[str, np.ndarray]) -> bool:
     """One of the lowering's placeholders (main-graph initializers under fresh names); a tensor of
     the model's own that names the same location is a file of the model's directory."""
     location = next((e.value for e in tensor.external_data if e.key == "location"), "")
@@ -137,12 +148,10 @@ def _write_array(file, array: np.ndarray) -> None:
     file.write(memoryview(np.ascontiguousarray(array)).cast("B"))
 
 
-def _source(tensor: onnx.TensorProto, base_dir: str | os.PathLike, where: str) -> tuple[pathlib.Path, int, int | None]:
-    """(file, offset, declared length or None) of a stock external tensor, checked under the
-    model-directory rules."""
-    ref = parse_external_data(tensor.external_data, where)
-    source, _ = resolve(ref, base_dir, where)
-    return source, ref.offset, ref.length
+def _source(tensor: onnx.TensorProto, base_dir: str | os.PathLike, where: str) -> tuple[pathlib.Path, int, int]:
+    """(file, offset, length) of a stock external tensor, checked under the model-directory rules
+    (a tensor without ``length``: its type's size, as onnxruntime reads it)."""
+    return tensor_range(tensor, base_dir, where)
 
 
 def _copy_range(file, source: tuple[pathlib.Path, int, int], where: str) -> None:

@@ -11,6 +11,9 @@ import pytest
 
 from adversarial.bounded import run_bounded
 
+# Every test here starts a child process (tests/support/tiers.py).
+pytestmark = pytest.mark.slow
+
 COLLIDING = """
 from onnx import TensorProto, helper as oh
 N = ARG["n"]

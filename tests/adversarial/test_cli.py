@@ -15,8 +15,12 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+import onnx_struct as S
 from adversarial import gguf_bytes as G
 from adversarial.bounded import run_bounded
+
+# Every test here starts a child process (tests/support/tiers.py).
+pytestmark = pytest.mark.slow
 
 RUN_ALL = """
 import contextlib, io, json, traceback
@@ -74,6 +78,7 @@ COMMANDS = {
     "quantize": lambda src, tmp: ["quantize", src, str(tmp / "q.onnx"), "--format", "Q8_0"],
     "from-gguf": lambda src, tmp: ["from-gguf", src, str(tmp / "g.onnx"), "--quiet"],
     "from-gguf --reference": lambda src, tmp: ["from-gguf", src, str(tmp / "g.onnx"), "--reference", "--quiet"],
+    "generate": lambda src, tmp: ["generate", src, "--prompt", "hi", "--quiet"],
 }
 
 
@@ -120,8 +125,13 @@ def test_a_multi_line_checker_message_is_printed_on_one_line(tmp_path):
     model.graph.node[0].input.append("extra")  # onnx's checker answers on several lines
     path = tmp_path / "bad.onnx"
     path.write_bytes(model.SerializeToString())
+    # lower returns a model without struct parts as given (docs/semantics.md, "Drop-in
+    # behaviour"): one struct declaration makes it check the model first.
+    S.add_struct_types(model, S.make_array(TensorProto.UINT8, 4))
+    struct_path = tmp_path / "bad_struct.onnx"
+    struct_path.write_bytes(model.SerializeToString())
     report = _run_all(
-        tmp_path, {"check": ["check", str(path)], "lower": ["lower", str(path), str(tmp_path / "l.onnx")]}
+        tmp_path, {"check": ["check", str(path)], "lower": ["lower", str(struct_path), str(tmp_path / "l.onnx")]}
     )
     for command, got in report.items():
         _assert_one_line(command, got, 1)

@@ -62,6 +62,7 @@ def test_the_hand_made_bytes_parse_as_protobuf_says():
     assert constant_then_type.WhichOneof("content") == "type"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("order", ["type_then_constant", "constant_then_type"])
 def test_field_with_type_and_constant_is_refused(tmp_path, order):
     members = [message_field(2, int8_type()), message_field(4, constant_bytes())]
@@ -71,6 +72,7 @@ def test_field_with_type_and_constant_is_refused(tmp_path, order):
     refused(tmp_path, data, "struct_types[0].structure.field[0] ('x')", contains="oneof")
 
 
+@pytest.mark.slow
 def test_declaration_kind_with_two_members_is_refused(tmp_path):
     # type_index 0, then a structure: protobuf keeps the structure, a valid declaration.
     field = message_field(1, b"x") + message_field(2, int8_type())
@@ -79,6 +81,7 @@ def test_declaration_kind_with_two_members_is_refused(tmp_path):
     refused(tmp_path, data, "struct_types[0]", contains="kind")
 
 
+@pytest.mark.slow
 def test_type_proto_with_tensor_and_struct_type_is_refused(tmp_path):
     # value_info 'Y': struct_type {type_index 0}, then tensor_type float[1] -- protobuf keeps the tensor.
     model = model_with([linear_int4_128()])
@@ -89,6 +92,7 @@ def test_type_proto_with_tensor_and_struct_type_is_refused(tmp_path):
     refused(tmp_path, data, "graph.value_info[0] ('Y').type", contains="oneof")
 
 
+@pytest.mark.slow
 def test_oneof_members_split_over_two_occurrences_of_one_message_are_refused(tmp_path):
     # ValueInfoProto.type given twice: protobuf merges the two TypeProtos into one, which keeps the
     # last member only; the two members are still two members of one message.
@@ -101,6 +105,7 @@ def test_oneof_members_split_over_two_occurrences_of_one_message_are_refused(tmp
     refused(tmp_path, data, "graph.value_info[0] ('Y').type", contains="oneof")
 
 
+@pytest.mark.slow
 def test_an_attribute_whose_tag_has_a_longer_varint_form_is_still_scanned(tmp_path):
     # protobuf reads the tag 0xaa 0x00 as 0x2a (NodeProto.attribute): the node must not be skipped
     # as one without attributes, or the TypeProto with two members in its attribute goes unseen.
@@ -117,6 +122,7 @@ def test_an_attribute_whose_tag_has_a_longer_varint_form_is_still_scanned(tmp_pa
     refused(tmp_path, data, f"graph.node[{index}].attribute[0] ('t').tp", contains="oneof")
 
 
+@pytest.mark.slow
 def test_a_repeated_member_is_not_a_second_member(tmp_path):
     # The same oneof member twice is not ambiguous in the sense of this rule (protobuf merges a
     # message member, as for any singular field): the model stays valid.
@@ -133,6 +139,7 @@ def test_wire_type_facts():
     assert len(S.get_struct_types(data)) == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "suffix, path",
     [
@@ -151,6 +158,7 @@ def test_integration_field_with_wrong_wire_type_is_refused(tmp_path, suffix, pat
     refused(tmp_path, data, path, contains="wire type")
 
 
+@pytest.mark.slow
 def test_wrong_wire_type_inside_a_declaration_is_refused(tmp_path):
     # Array.dimension (uint64) sent length-delimited would be dropped: an array of 0 elements.
     array = message_field(1, int8_type()) + message_field(2, b"\x10")
@@ -175,6 +183,7 @@ def test_check_model_stops_at_a_wire_problem_with_the_error_validate_reports_fir
     assert str(raised.value) == str(diagnostics[0]) and raised.value.code == diagnostics[0].code
 
 
+@pytest.mark.slow
 def test_wire_scan_of_a_stock_model_object(tmp_path):
     # The same evidence survives in an onnx.ModelProto (unknown fields are re-serialized in order).
     data = model_with_field(message_field(1, b"x") + message_field(2, int8_type()) + message_field(4, constant_bytes()))
@@ -182,6 +191,7 @@ def test_wire_scan_of_a_stock_model_object(tmp_path):
     out.assert_validation_error("struct_types[0].structure.field[0] ('x')", contains="oneof")
 
 
+@pytest.mark.slow
 def test_wire_scan_is_iterative_on_deep_nesting(tmp_path):
     # 45 nested sequence types (90 message levels, under upb's parse depth limit of 100): no
     # recursion in the scan, and the second oneof member at the bottom is still found.
@@ -202,6 +212,7 @@ def two_declarations():
     return first, second
 
 
+@pytest.mark.slow
 def test_value_flowing_to_an_output_of_another_type_is_refused(tmp_path):
     model = model_with(
         two_declarations(),
@@ -213,6 +224,7 @@ def test_value_flowing_to_an_output_of_another_type_is_refused(tmp_path):
     refused(tmp_path, data, "graph.output[1] ('w')", contains="struct_types[0]", code=FULL_CHECK)
 
 
+@pytest.mark.slow
 def test_value_info_of_another_type_is_refused(tmp_path):
     model = model_with(
         two_declarations(),
@@ -222,6 +234,7 @@ def test_value_info_of_another_type_is_refused(tmp_path):
     refused(tmp_path, model.SerializeToString(), "graph.value_info[0] ('w')", contains="struct_types[1]")
 
 
+@pytest.mark.slow
 def test_struct_input_flowing_to_an_output_of_another_type_is_refused(tmp_path):
     model = model_with(
         two_declarations(), inputs=[S.make_struct_value_info("x", 0)], outputs=[S.make_struct_value_info("x", 1)]
@@ -229,6 +242,7 @@ def test_struct_input_flowing_to_an_output_of_another_type_is_refused(tmp_path):
     refused(tmp_path, model.SerializeToString(), "graph.output[1] ('x')", contains="struct_types[0]")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("field", "declared", "says"),
     [
@@ -273,6 +287,7 @@ def test_matching_and_unconstrained_references_are_accepted():
     S.check_model(model)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["inputs", "outputs"])
 @pytest.mark.parametrize("code", [CHECK, "S.lower(ARG)", "S.InferenceSession(ARG)"])
 def test_struct_signature_with_a_non_utf8_name_is_refused(tmp_path, where, code):
@@ -298,6 +313,7 @@ def _struct_model_with(graph, opsets, functions=()) -> bytes:
     return model.SerializeToString()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("place", ["opset_import", "function"])
 @pytest.mark.parametrize("code", [CHECK, "S.lower(ARG)", "S.InferenceSession(ARG)"])
 def test_a_non_utf8_domain_is_refused(tmp_path, place, code):
@@ -319,6 +335,7 @@ def test_a_non_utf8_domain_is_refused(tmp_path, place, code):
             "not valid UTF-8", code=code)  # fmt: skip
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["input", "output"])
 def test_a_session_refuses_a_signature_name_onnxruntime_cannot_serve(tmp_path, kind):
     """Found by a red-team pass: onnxruntime creates the session, then its Python API fails on every
@@ -335,12 +352,14 @@ def test_a_session_refuses_a_signature_name_onnxruntime_cannot_serve(tmp_path, k
 
 
 # ---------------------------------------------------------------------- consumers of struct inputs
+@pytest.mark.slow
 def test_node_consuming_a_struct_input_without_decoder_is_refused(tmp_path):
     model = model_with([linear_int4_128()], inputs=[S.make_struct_value_info("x", 0)])
     model.graph.node.append(oh.make_node("Identity", ["x"], ["x_copy"]))
     refused(tmp_path, model.SerializeToString(), "graph.node[1].input[0]", contains="no decoder")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["value", "input", "value in a subgraph"])
 def test_an_output_asking_for_the_logical_value_of_a_struct_without_decoder_is_refused(tmp_path, source):
     """Found by the long fuzz run on lower: a tensor-typed graph output naming a struct value of a
@@ -438,6 +457,7 @@ def short_runs_model(kind: str, runs: int) -> bytes:
     return base_model().SerializeToString() + declarations + message_field(7, graph)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["node", "value"])
 def test_short_runs_do_not_make_every_pass_read_a_long_window(tmp_path, kind):
     # Windows only grew: each run of 64 records cost a numpy pass over 1 MiB (with pointer doubling,

@@ -99,6 +99,7 @@ def cycle_model(tmp_path_factory):
     return write(tmp_path_factory, "cycle", cycle(N))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("operation", OPERATIONS)
 def test_long_reference_cycle_is_refused_in_linear_time(cycle_model, operation):
     # Every root reaches the same cycle: found once, remembered for every declaration on it. Where
@@ -116,6 +117,7 @@ def broken_chain_model(tmp_path_factory):
     return write(tmp_path_factory, "broken", field_chain(N, last=S.make_bit_packing([("z", 0)], 1)))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("operation", OPERATIONS)
 def test_chain_ending_in_an_invalid_declaration_fails_once(broken_chain_model, operation):
     # Acyclic, but the failure at the end is reached from every root: it must be remembered.
@@ -137,6 +139,7 @@ def long_name_chain_model(tmp_path_factory):
     return write(tmp_path_factory, "names", field_chain(N, name="n" * 100))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("operation", OPERATIONS)
 @pytest.mark.parametrize("name", ["a", "n" * 100])
 def test_deep_chain_is_accepted_in_linear_time(chain_model, long_name_chain_model, operation, name):
@@ -150,6 +153,7 @@ def test_deep_chain_is_accepted_in_linear_time(chain_model, long_name_chain_mode
     assert out.error is None, f"{out.error}: {out.message}\n{out.traceback}"
 
 
+@pytest.mark.slow
 def test_deep_chain_view_has_the_hand_built_path(tmp_path):
     path = tmp_path / "m.onnx"
     onnx.save(model_with(field_chain(N)), path)
@@ -159,6 +163,7 @@ def test_deep_chain_view_has_the_hand_built_path(tmp_path):
     assert out.error is None, f"{out.error}: {out.message}\n{out.traceback}"
 
 
+@pytest.mark.slow
 def test_deep_chain_with_a_decoder_on_every_level_binds_in_linear_time(tmp_path):
     # The checker binds each decoder's inputs by looking its names up, never by listing the
     # leaves of every root (here each root has one leaf whose path is up to 40,000 characters).
@@ -198,6 +203,7 @@ def dag_model(tmp_path_factory):
     return write(tmp_path_factory, "dag", doubling(LEVELS, stacked=1000))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("operation", ["check_model", "validate", "view", "describe", "inspect_cli"])
 def test_doubling_dag_under_stacked_declarations_is_refused_by_leaf_path_length(dag_model, operation):
     # Without a bound, struct_types[1016]'s 65,536 leaves would carry 131 MB of path text.
@@ -208,6 +214,7 @@ def test_doubling_dag_under_stacked_declarations_is_refused_by_leaf_path_length(
         out.assert_validation_error(f"struct_types[{FIRST_OVER}]", contains="leaf paths")
 
 
+@pytest.mark.slow
 def test_doubling_dag_at_the_path_limit_is_viewed(tmp_path):
     # struct_types[16] itself is fine: 65,536 leaves, viewed in linear time.
     path = tmp_path / "m.onnx"
@@ -218,6 +225,7 @@ def test_doubling_dag_at_the_path_limit_is_viewed(tmp_path):
     assert out.error is None, f"{out.error}: {out.message}\n{out.traceback}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("operation", ["check_model", "validate", "view"])
 def test_leaf_count_over_max_leaves_is_refused_without_enumerating(tmp_path, operation):
     # 17 doublings: 131,072 leaves, counted per declaration, never listed.
@@ -228,6 +236,7 @@ def test_leaf_count_over_max_leaves_is_refused_without_enumerating(tmp_path, ope
     out.assert_validation_error("struct_types[17]", contains=f"more than {MAX_LEAVES} leaves")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("operation", ["check_model", "view"])
 def test_leaf_rank_over_numpy_limit_is_refused(tmp_path, operation):
     # struct_types[i] = Array(&i+1, 1): the leaf of struct_types[i] has rank 100 - i (the last
@@ -257,6 +266,7 @@ ZERO_SIZE_HUGE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", ZERO_SIZE_HUGE)
 @pytest.mark.parametrize("operation", ["check_model", "view"])
 def test_zero_size_leaf_whose_shape_does_not_fit_int64_is_refused(tmp_path, case, operation):

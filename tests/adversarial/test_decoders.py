@@ -264,6 +264,7 @@ HOSTILE = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_decoder_is_refused_everywhere(case, tmp_path):
     build, contains = HOSTILE[case]
@@ -324,6 +325,7 @@ def test_a_constant_leaf_divisor_is_read_for_the_rule(divisor):
     np.testing.assert_array_equal(S.decode("W", model), expected)
 
 
+@pytest.mark.slow
 def test_hostile_encoder_is_refused_by_check_model_and_encode(tmp_path):
     """Encoders follow the same policy: a Loop encoder never runs."""
     body = oh.make_graph(
@@ -374,7 +376,56 @@ raise last
     out.assert_validation_error("struct_types[0].encoder", contains="Loop")
 
 
+def _expanding_encoder(copies: int) -> onnx.FunctionProto:
+    """An encoder of ``x [n]`` float32 whose one intermediate is ``copies`` copies of ``x``."""
+    return oh.make_function(
+        DOMAIN,
+        "enc",
+        ["x"],
+        ["values"],
+        [
+            const("shape", np.array([copies, 1], np.int64)),
+            const("axes", np.array([0], np.int64)),
+            oh.make_node("Expand", ["x", "shape"], ["big"]),
+            oh.make_node("ReduceMax", ["big", "axes"], ["top"], keepdims=0),
+            oh.make_node("Cast", ["top"], ["values"], to=T.UINT8),
+        ],
+        OPSET,
+    )
+
+
+def test_an_encoder_gets_the_encoder_factor_and_no_more():
+    """The same function is refused as a decoder (256 bytes per input byte) and accepted with an
+    encoder's ENCODER_EXPANSION (1,024): 512 float32 copies of a 1 MiB input, 512 MiB."""
+    from onnx_struct import limits
+    from onnx_struct.check import decoder_policy
+
+    inputs = [("x", oh.make_tensor_type_proto(T.FLOAT, [1 << 18]))]
+    with pytest.raises(S.ValidationError) as refused:
+        decoder_policy.check_sizes(_expanding_encoder(512), inputs, [], "enc")
+    assert refused.value.code == "limit_exceeded" and refused.value.details["limit"] < 512 << 20
+    decoder_policy.check_sizes(_expanding_encoder(512), inputs, [], "enc", expansion=limits.ENCODER_EXPANSION)
+    with pytest.raises(S.ValidationError, match="over the policy's budget") as over:
+        decoder_policy.check_sizes(_expanding_encoder(1100), inputs, [], "enc", expansion=limits.ENCODER_EXPANSION)
+    assert over.value.details["limit"] == limits.ENCODER_EXPANSION * (1 << 20) + limits.FUNCTION_BASE_BYTES
+
+
+def test_encode_refuses_an_encoder_over_the_encoder_factor_before_running_it():
+    """encode checks the encoder with ENCODER_EXPANSION before building a session: 1,500 copies
+    of a 1 MiB input (1.5 GiB, over 1,024 x (1 MiB in + 256 KiB written) + 64 MiB) are refused
+    without being allocated."""
+    declaration = S.make_structure(
+        [S.make_field("values", S.make_tensor_type(T.UINT8, [1 << 18]))],
+        decoder=decoder([cast()]),
+        encoder=_expanding_encoder(1500),
+    )
+    with pytest.raises(S.ValidationError, match="over the policy's budget of 1409286144 bytes") as refused:
+        S.encode(np.zeros(1 << 18, np.float32), declaration)
+    assert refused.value.path.startswith("struct_type.encoder")
+
+
 # ---------------------------------------------------------------------- huge valid declarations
+@pytest.mark.slow
 @pytest.mark.parametrize("count", [10**7, 10**8])
 def test_full_check_of_a_huge_declaration_costs_no_memory_per_element(count, tmp_path):
     """A 144-byte model: {values: INT4[count]} with a Cast decoder, as a struct-typed graph input.
@@ -401,6 +452,7 @@ assert [d.dim_value for d in neg.type.tensor_type.shape.dim] == [ARG["count"]], 
     assert out.error is None, f"{out.error}: {out.message}\n{out.traceback}"
 
 
+@pytest.mark.slow
 def test_full_check_of_a_4096x4096_iq4_xs_declaration_is_cheap(tmp_path):
     """The real-file case: check --full on a model with one IQ4_XS 4096 x 4096 weight took 10 s
     and 3.9 GB."""
@@ -417,6 +469,7 @@ S.check_model(model, full_check=True)
     assert out.error is None, f"{out.error}: {out.message}\n{out.traceback}"
 
 
+@pytest.mark.slow
 def test_decode_of_a_big_int4_value_needs_its_output_and_little_more(tmp_path):
     """10^7 INT4 elements (5 MB of payload) decode to 40 MB of float32: the policy's analysis
     adds nothing per element."""
@@ -432,6 +485,7 @@ assert y.shape == (ARG["count"],) and y.dtype == np.float32 and not y.any()
 
 
 # ---------------------------------------------------------------------- the stock graph
+@pytest.mark.slow
 def test_stock_graph_input_of_an_unknown_element_type_is_a_validation_error(tmp_path):
     graph = oh.make_graph(
         [oh.make_node("Add", ["X", "W"], ["Y"])],
@@ -464,6 +518,7 @@ expected = -payload.astype(np.float32)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "feed",
     [
@@ -490,6 +545,7 @@ np.testing.assert_array_equal(y, expected)
     assert out.error is None, f"{out.error}: {out.message}\n{out.traceback}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("feed", ["np.array([b'x'] * 8, dtype=object)", "np.array(['abcdefgh'])", "'payload as text'"])
 def test_session_refuses_what_is_not_payload_bytes(feed):
     out = run_bounded(SESSION + f"session.run(None, {{'W': {feed}}})\n", cpu_seconds=10, memory_mib=200)
@@ -501,7 +557,7 @@ def test_session_refuses_what_is_not_payload_bytes(feed):
 def test_every_registered_format_passes_the_policy(shape):
     """Every registered format's decoder and encoder, at a small and a real weight shape (the
     budget is per input byte plus a fixed allowance, so the big shape is the binding one)."""
-    from onnx_struct import formats
+    from onnx_struct import formats, limits
     from onnx_struct.check import decoder_policy
     from onnx_struct.layout.table import TypeTable
 
@@ -520,6 +576,7 @@ def test_every_registered_format_passes_the_policy(shape):
                 [],
                 f"{name}.encoder",
                 allowance_bytes=table.size(root, name) // 8,
+                expansion=limits.ENCODER_EXPANSION,
             )
 
 

@@ -50,6 +50,7 @@ def _cwd_with_secret(tmp_path: pathlib.Path, name: str = "secret.bin") -> pathli
 
 
 # ---------------------------------------------------------------------- writes
+@pytest.mark.slow
 def test_resave_does_not_write_through_a_symlinked_data_file(tmp_path):
     """model.onnx.data -> ../victim.txt: an in-place re-save truncated and overwrote the victim."""
     victim = tmp_path / "victim.txt"
@@ -65,6 +66,7 @@ def test_resave_does_not_write_through_a_symlinked_data_file(tmp_path):
     assert sorted(p.name for p in directory.iterdir()) == ["model.onnx", "model.onnx.data", "real.data"]  # no temp left
 
 
+@pytest.mark.slow
 def test_resave_over_a_symlink_to_its_own_payload_keeps_the_payload(tmp_path):
     """model.onnx.data -> payload.bin, the value's own file: the re-save destroyed the payload."""
     directory = tmp_path / "model"
@@ -77,6 +79,7 @@ def test_resave_over_a_symlink_to_its_own_payload_keeps_the_payload(tmp_path):
     assert S.view("w", path).buffer.tobytes() == PAYLOAD
 
 
+@pytest.mark.slow
 def test_resave_in_place_keeps_the_payload_it_rewrites(tmp_path):
     """The data file is both the source and the destination: every byte is read before writing."""
     path = _external_value_model(tmp_path, "model.onnx.data", offset=0)
@@ -92,6 +95,7 @@ def test_resave_in_place_keeps_the_payload_it_rewrites(tmp_path):
     assert refs == {"location": "model.onnx.data", "offset": "0", "length": str(len(PAYLOAD))}
 
 
+@pytest.mark.slow
 def test_save_does_not_depend_on_the_current_directory(tmp_path):
     """onnx's writer raised FileExistsError when the *current* directory held a file named like
     the data file, and resolved nothing against the model's directory."""
@@ -117,6 +121,7 @@ def test_save_does_not_depend_on_the_current_directory(tmp_path):
     assert np.array_equal(onnx.numpy_helper.to_array(loaded.graph.initializer[0]), np.arange(1000, dtype=np.float32))
 
 
+@pytest.mark.slow
 def test_save_refuses_a_destination_directory_link_leaving_the_directory(tmp_path):
     """one_file_per_value names stay in the directory; a location under a symlinked
     subdirectory that leaves it is refused."""
@@ -152,6 +157,7 @@ def _decoder_constant_model(directory: pathlib.Path) -> pathlib.Path:
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "code",
     [
@@ -171,6 +177,7 @@ def test_decoder_tensor_with_external_data_is_refused(tmp_path, code):
     assert "external data" in out.message or "must be inline" in out.message, out.message
 
 
+@pytest.mark.slow
 def test_constant_leaf_with_external_data_is_refused_by_decode(tmp_path):
     directory = tmp_path / "model"
     directory.mkdir()
@@ -195,6 +202,7 @@ def test_constant_leaf_with_external_data_is_refused_by_decode(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_inspect_svg_does_not_read_the_current_directory(tmp_path):
     """--svg previewed a constant's value with numpy_helper.to_array, which read an external
     constant from the working directory and embedded its bytes in the SVG."""
@@ -219,6 +227,7 @@ def test_inspect_svg_does_not_read_the_current_directory(tmp_path):
     assert "1234.5" not in text and "6789" not in text
 
 
+@pytest.mark.slow
 def test_model_function_tensor_leaving_the_directory_is_refused(tmp_path):
     """Location rules apply to tensors in model functions and node attributes, not only to the
     main graph's initializers."""
@@ -241,6 +250,7 @@ def test_model_function_tensor_leaving_the_directory_is_refused(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_subgraph_initializer_with_dotdot_location_is_refused(tmp_path):
     branch = oh.make_graph(
         [oh.make_node("Identity", ["c"], ["y"])],
@@ -262,6 +272,7 @@ def test_subgraph_initializer_with_dotdot_location_is_refused(tmp_path):
     out.assert_validation_error("graph.node[0].attribute[", contains="contains '..'")
 
 
+@pytest.mark.slow
 def test_external_initializer_spelled_longer_than_needed_is_still_checked(tmp_path):
     """data_location = EXTERNAL in a longer varint form (0x81 0x00), with three dims packed (one
     byte shorter than protobuf writes them): the model's bytes are exactly as long as their
@@ -285,6 +296,7 @@ def test_external_initializer_spelled_longer_than_needed_is_still_checked(tmp_pa
 
 
 # ---------------------------------------------------------------------- reads
+@pytest.mark.slow
 def test_truncated_external_payload_is_a_validation_error_not_sigbus(tmp_path):
     """A memory-mapped payload whose file shrank after the check killed the interpreter (SIGBUS)."""
     payload = bytes(range(256)) * 256  # 64 KiB: many pages
@@ -301,6 +313,7 @@ def test_truncated_external_payload_is_a_validation_error_not_sigbus(tmp_path):
     out.assert_validation_error("graph.struct_initializer[0] ('w').external_data", contains="changed after the check")
 
 
+@pytest.mark.slow
 def test_external_payload_that_is_a_fifo_is_refused_unopened(tmp_path):
     path = _external_value_model(tmp_path, "w.bin")
     os.mkfifo(tmp_path / "w.bin")
@@ -308,6 +321,7 @@ def test_external_payload_that_is_a_fifo_is_refused_unopened(tmp_path):
     out.assert_validation_error("graph.struct_initializer[0] ('w').external_data", contains="FIFO")
 
 
+@pytest.mark.slow
 def test_external_initializer_that_is_a_fifo_is_refused_when_saving(tmp_path):
     """Stock tensors are read through the same resolver (onnx's loader would block on a FIFO)."""
     model = _stock_model()
@@ -322,6 +336,7 @@ def test_external_initializer_that_is_a_fifo_is_refused_when_saving(tmp_path):
     out.assert_validation_error("graph.initializer[0] ('t').external_data", contains="FIFO")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "code",
     [
@@ -356,9 +371,11 @@ _SUBCOMMANDS = {
     "lower": ["lower", "{fifo}", "{out}.onnx"],
     "quantize": ["quantize", "{fifo}", "{out}.onnx", "--format", "Q4_0"],
     "from-gguf": ["from-gguf", "{fifo}", "{out}.onnx"],
+    "generate": ["generate", "{fifo}", "--prompt", "hi"],
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", list(_SUBCOMMANDS))
 def test_every_subcommand_refuses_a_fifo_as_the_model_path(tmp_path, command):
     """Every subcommand blocked forever opening a FIFO given as the model path."""
@@ -381,6 +398,7 @@ def test_every_subcommand_refuses_a_fifo_as_the_model_path(tmp_path, command):
     assert not list(tmp_path.glob("out*"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["fifo", "directory"])
 def test_public_api_refuses_a_non_regular_model_path(tmp_path, kind):
     target = tmp_path / "model.onnx"
@@ -389,6 +407,7 @@ def test_public_api_refuses_a_non_regular_model_path(tmp_path, kind):
     out.assert_validation_error("", contains={"fifo": "is a FIFO", "directory": "is a directory"}[kind])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("location", ["w.bin/", "w.bin\\", "w.bin/.", "w.bin\\."])
 def test_a_location_naming_a_directory_is_refused(tmp_path, location):
     """``w.bin/`` and ``w.bin/.`` named the file ``w.bin`` for pathlib (which drops a trailing
@@ -409,6 +428,7 @@ def _hard_link_outside(directory: pathlib.Path, name: str, content: bytes) -> pa
     return outside
 
 
+@pytest.mark.slow
 def test_struct_payload_with_a_second_hard_link_is_refused(tmp_path):
     """onnx refuses external data with more than one link; a path rule cannot tell such a file
     from one inside the directory, so the checker accepted it and view read it."""
@@ -420,6 +440,7 @@ def test_struct_payload_with_a_second_hard_link_is_refused(tmp_path):
         out.assert_validation_error("graph.struct_initializer[0] ('w').external_data", contains="2 hard links")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("where", ["initializer", "function"])
 def test_stock_tensor_with_a_second_hard_link_is_refused(tmp_path, where):
     """A main-graph initializer reaches onnx's checker as a graph input and a function's Constant
@@ -446,6 +467,7 @@ def test_stock_tensor_with_a_second_hard_link_is_refused(tmp_path, where):
     out.assert_validation_error(expected, contains="hard links")
 
 
+@pytest.mark.slow
 def test_hard_link_made_after_the_check_is_refused_at_the_read(tmp_path):
     """The opened file is checked again, as for a file that shrank: a link made between the check
     and the read is refused there."""

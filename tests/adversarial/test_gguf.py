@@ -45,6 +45,7 @@ def _refused(tmp_path, data: bytes, path: str, contains: str = "", *, cpu_second
     return out
 
 
+@pytest.mark.slow
 def test_the_49_byte_array_of_2_40_bytes_is_refused_at_once(tmp_path):
     data = G.gguf([G.kv("a", G.ARRAY, G.array(G.UINT8, 2**40))])
     assert len(data) == 49
@@ -52,17 +53,20 @@ def test_the_49_byte_array_of_2_40_bytes_is_refused_at_once(tmp_path):
     out.assert_validation_error("gguf.kv[0] ('a')", contains=f"{2**40} UINT8")
 
 
+@pytest.mark.slow
 def test_arrays_nested_5000_deep_are_refused_without_recursion(tmp_path):
     value = G.array(G.ARRAY, 1) * 4999 + G.array(G.UINT8, 0)
     _refused(tmp_path, G.gguf([G.kv("deep", G.ARRAY, value)]), "gguf.kv[0] ('deep')", "nested more than 4 deep")
 
 
+@pytest.mark.slow
 def test_nesting_up_to_the_limit_is_read(tmp_path):
     value = G.array(G.ARRAY, 1) * 3 + G.array(G.UINT8, 2, b"\x01\x02")  # 4 levels of arrays
     out = run_bounded(CONVERT_BOTH, _write(tmp_path, G.gguf([G.kv("ok", G.ARRAY, value)])), cpu_seconds=5)
     assert out.error is None, out.traceback
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "counts, contains",
     [((2**60, 0), "tensor count 1152921504606846976 exceeds the limit 65536"), ((0, 2**40), "key-value count")],
@@ -71,11 +75,13 @@ def test_header_counts_beyond_limits_are_refused(tmp_path, counts, contains):
     _refused(tmp_path, G.gguf(counts=counts), "gguf.header", contains)
 
 
+@pytest.mark.slow
 def test_counts_must_fit_in_the_file(tmp_path):
     # 1,000 tensor infos need at least 24,000 bytes; the file has 24.
     _refused(tmp_path, G.gguf(counts=(1000, 0)), "gguf.header", "needs 24000 bytes")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "kvs, path, contains",
     [
@@ -105,12 +111,14 @@ def test_hostile_metadata_is_refused(tmp_path, kvs, path, contains):
     _refused(tmp_path, G.gguf(kvs), path, contains)
 
 
+@pytest.mark.slow
 def test_the_metadata_item_limit_bounds_gguf_py(tmp_path):
     # 2^21 + 1 one-byte elements: a 2 MiB file that would cost gguf-py about 2 GB and a minute.
     data = G.gguf([G.kv("big", G.ARRAY, G.array(G.UINT8, 2**21 + 1, b"\0" * (2**21 + 1)))])
     _refused(tmp_path, data, "gguf.kv[0] ('big')", "more than 2097152 values", memory_mib=150)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "info, data, path, contains",
     [
@@ -134,11 +142,13 @@ def test_hostile_tensor_infos_are_refused(tmp_path, info, data, path, contains):
     _refused(tmp_path, G.gguf(tensors=[info], data=data), path, contains)
 
 
+@pytest.mark.slow
 def test_duplicate_tensor_names_are_refused(tmp_path):
     infos = [G.tensor_info("w", [8], G.F32, 0), G.tensor_info("w", [8], G.F32, 32)]
     _refused(tmp_path, G.gguf(tensors=infos, data=b"\0" * 64), "gguf.tensors[1] ('w')", "two tensors")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "infos, path, contains",
     [
@@ -191,6 +201,7 @@ def test_empty_arrays_keep_their_element_type(tmp_path):
     assert (props["e_u8"], props["e_str"], props["nested"]) == ("[]", "[]", "[1.0]")  # flattened, as documented
 
 
+@pytest.mark.slow
 def test_truncated_tensor_data_names_the_tensor(tmp_path):
     # gguf-py's message for this is "cannot reshape array of size ... into shape (...)".
     infos = [G.tensor_info("a", [32], G.F32, 0), G.tensor_info("blk.0.attn_q.weight", [64, 64], G.F32, 128)]
@@ -199,6 +210,7 @@ def test_truncated_tensor_data_names_the_tensor(tmp_path):
     assert "reshape" not in out.message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "data, contains",
     [
@@ -213,6 +225,7 @@ def test_not_a_gguf_file(tmp_path, data, contains):
     _refused(tmp_path, data, "gguf.header", contains)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "info, contains",
     [
@@ -232,6 +245,7 @@ def test_cli_reference_mode_refuses_a_tensor_past_the_end(tmp_path, info, contai
 DATA = pathlib.Path(__file__).parent / "data" / "gguf"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("fuzz-*.gguf")))
 def test_files_the_fuzzer_found_hanging_gguf_py_are_refused(name):
     # Mutations of gguf-py-written seeds (tests/fuzz/targets_gguf.py) that hung the converter
@@ -240,6 +254,7 @@ def test_files_the_fuzzer_found_hanging_gguf_py_are_refused(name):
     out.assert_validation_error("gguf.kv[")
 
 
+@pytest.mark.slow
 def test_a_short_mutation_campaign_finds_no_escape():
     code = """
 import sys
@@ -250,3 +265,34 @@ assert counts["escapes"] == 0 and counts["conversions accepted"] > 0, counts
 """
     out = run_bounded(code, str(pathlib.Path(__file__).parents[1]), cpu_seconds=30, memory_mib=300)
     assert out.error is None, out.traceback
+
+
+SHRINK = r"""
+import os
+from onnx_struct.formats.gguf import convert
+
+def shrink(done, total, name):
+    if done == 1:  # the first tensor is read: the file loses the others' bytes
+        os.truncate(ARG["path"], ARG["size"])
+
+try:
+    convert(ARG["path"], progress=shrink)
+except S.ValidationError as error:
+    assert error.code == "file_changed" and error.path.startswith("gguf.tensors[1]"), error
+else:
+    raise AssertionError("the shrunken file converted")
+"""
+
+
+@pytest.mark.slow
+def test_a_file_that_shrinks_during_conversion_is_a_validation_error_not_a_signal(tmp_path):
+    """gguf-py memory-maps the file: a tensor read through the map after the file was truncated
+    touched pages past its end and killed the process (SIGBUS). Tensors are read from the open
+    file instead; the truncation is a short read."""
+    size = 1 << 20  # four float32 tensors of 1 MiB each, page-aligned
+    infos = [G.tensor_info(f"t{i}", [size // 4], G.F32, i * size) for i in range(4)]
+    data = G.gguf(tensors=infos, data=b"\1" * (4 * size))
+    path = _write(tmp_path, data)
+    header = len(data) - 4 * size
+    outcome = run_bounded(SHRINK, {"path": path, "size": header + size // 2}, cpu_seconds=30)
+    assert outcome.returncode == 0 and outcome.error is None, (outcome.returncode, outcome.message, outcome.stderr)

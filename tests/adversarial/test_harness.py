@@ -6,6 +6,9 @@ import pytest
 
 from adversarial.bounded import run_bounded
 
+# Every test here starts a child process (tests/support/tiers.py).
+pytestmark = pytest.mark.slow
+
 
 def test_refusal_is_reported():
     out = run_bounded("raise S.ValidationError('struct_types[0]', 'bad')")

@@ -43,6 +43,7 @@ def test_the_subgraph_model_passes_stock_onnx():
     onnx.checker.check_model(model_with_branch(branch_with_struct_info(5)))  # struct parts are unknown fields
 
 
+@pytest.mark.slow
 def test_struct_type_only_in_a_subgraph_reaches_onnx_struct(tmp_path):
     path = tmp_path / "model.onnx"
     onnx.save(model_with_branch(branch_with_struct_info(5)), path)  # no struct_types: index 5 is out of range
@@ -54,6 +55,7 @@ def test_struct_type_only_in_a_subgraph_reaches_onnx_struct(tmp_path):
     ).assert_validation_error("graph.node[1].attribute", contains="type_index")
 
 
+@pytest.mark.slow
 def test_struct_value_only_in_a_subgraph_reaches_onnx_struct(tmp_path):
     branch = branch_with_struct_info(0)
     del branch.value_info[:]
@@ -67,6 +69,7 @@ def test_struct_value_only_in_a_subgraph_reaches_onnx_struct(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_struct_type_only_in_a_training_graph_reaches_onnx_struct(tmp_path):
     model = base_model()
     training = onnx.TrainingInfoProto(algorithm=branch_with_struct_info(7))
@@ -110,6 +113,7 @@ assert stock is hooked, f"stock onnx raised {stock}, the installed hook {hooked}
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "entry, form, what",
     [
@@ -145,6 +149,7 @@ BROKEN = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("form", ["path", "bytes", "ModelProto"])
 @pytest.mark.parametrize("case", sorted(BROKEN))
 def test_a_broken_struct_part_reaches_onnx_struct(tmp_path, case, form):
@@ -162,6 +167,7 @@ def test_a_broken_struct_part_reaches_onnx_struct(tmp_path, case, form):
         out.assert_validation_error("", contains="" if form != "ModelProto" and case == "garbage" else contains)
 
 
+@pytest.mark.slow
 def test_a_stock_oneof_written_twice_still_goes_to_stock_onnx(tmp_path):
     """The hook routes a wire problem to onnx_struct only for the proposal's own fields: a stock
     TypeProto with two members of its oneof on the wire (stock onnx keeps the last) is stock's."""

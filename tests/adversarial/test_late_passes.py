@@ -8,6 +8,9 @@ import pytest
 
 from adversarial.bounded import run_bounded
 
+# Every test here starts a child process (tests/support/tiers.py).
+pytestmark = pytest.mark.slow
+
 SESSION_FILE = """
 import os, pathlib
 from onnx import TensorProto as T, helper as oh, numpy_helper

@@ -38,6 +38,7 @@ CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", CASES)
 def test_payload_not_backed_by_leaves_is_refused_before_allocating(tmp_path, case):
     path = tmp_path / "m.onnx"

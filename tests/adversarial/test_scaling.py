@@ -4,7 +4,12 @@ code broke by far and the linear code meets with room (the measured figures are 
 
 from __future__ import annotations
 
+import pytest
+
 from adversarial.bounded import run_bounded
+
+# Every test here starts a child process (tests/support/tiers.py).
+pytestmark = pytest.mark.slow
 
 BUILD = """
 from onnx import TensorProto as T, helper as oh, numpy_helper

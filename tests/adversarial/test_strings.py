@@ -82,6 +82,7 @@ def test_the_model_with_every_marker_is_valid():
     onnx.checker.check_model(S.lower(model), full_check=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("marker", PLACES)
 @pytest.mark.parametrize(
     "code", ["S.check_model(ARG)", "S.check_model(ARG, full_check=True)", "S.lower(ARG)", "S.infer_shapes(ARG)"]
@@ -154,6 +155,7 @@ def large_struct_model(payload_mib: int) -> bytes:
     return model.SerializeToString()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "marker, path", [("zzvaluedoc", "graph.struct_initializer[0] ('W').doc_string"), ("zzmainnode", "graph.node[0]")]
 )

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# Every test here starts a child process (tests/support/tiers.py).
+pytestmark = pytest.mark.slow
+
 HERE = Path(__file__).resolve().parent
 FINDINGS = sorted(p.parent for p in (HERE / "findings").glob("*/*/case.json"))
 CPU_SECONDS = 5  # a fixed target refuses any of these in well under a second

@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+# Every test here starts a child process (tests/support/tiers.py).
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("atheris")
 
 HERE = Path(__file__).resolve().parent

@@ -13,6 +13,7 @@ from fuzz.targets import TARGETS
 from onnx_struct.schema import utf8
 
 
+@pytest.mark.slow  # in-process, 1-2.5 s of CPU per target: every string field of every seed
 @pytest.mark.parametrize("target", [t for t in TARGETS if t != "from_gguf"])
 def test_no_string_field_of_a_seed_escapes(target):
     cases = [build_case(seed) for seed in model_seeds()]

@@ -9,4 +9,5 @@ formats.py     the user path for one block format (decode/encode), float compari
 oracle_gguf.py, oracle_mx.py, oracle_nf4.py, oracle_linear.py
                each block-format family's independent oracle (gguf-py, ml_dtypes, numpy)
 roundtrip.py   common(): one round trip of any block format against its family's oracle
+tiers.py       the test tiers' rule: a test that starts a child process is marked slow (conftest enforces it)
 """

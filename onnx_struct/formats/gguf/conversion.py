@@ -6,9 +6,12 @@ tensor's bytes, verbatim. They are copied inline (``raw_data``) by default, or w
 ``reference=True`` left in the .gguf and referenced by ``external_data`` (location, offset,
 length), so a multi-GiB file is converted without copying a payload byte.
 
-The file is read with gguf-py's ``GGUFReader`` (a memory map), after :mod:`.validate` has checked
-every count, length and tensor range in its header against the file's size and the limits in
-:mod:`onnx_struct.limits` (gguf-py trusts them); nothing here parses GGUF for its data. The
+The header is read with gguf-py's ``GGUFReader`` (a memory map), after :mod:`.validate` has
+checked every count, length and tensor range in its header against the file's size and the limits
+in :mod:`onnx_struct.limits` (gguf-py trusts them); nothing here parses GGUF for its data. Tensor
+bytes are read from the open file (``pread``), never through the map: a file truncated during the
+conversion then gives a short read, a ValidationError, where touching a mapped page past the new
+end of the file killed the process (SIGBUS). The
 model's graph has no nodes, inputs or outputs: a GGUF file carries weights and metadata, not the
 computation, and ``onnx.checker`` accepts such a graph. It imports the opset its decoders import,
 so a graph built on it lowers and runs. GGUF key-value metadata becomes model ``metadata_props``
@@ -61,6 +64,7 @@ def convert(
     keep_unknown: bool = False,
     model_dir: str | os.PathLike | None = None,
     progress: Progress | None = None,
+    graph: bool = False,
 ) -> onnx.ModelProto:
     """Read the GGUF file ``path`` into an ONNX model whose struct values are its tensors.
 
@@ -77,12 +81,18 @@ def convert(
             Defaults to the .gguf's own directory.
         progress: called as ``progress(done, total, tensor_name)`` after each tensor, and once
             before the file is opened as ``progress(0, 0, label)`` (total unknown yet).
+        graph: also build the decoder graph of a llama-shaped model (llama, mistral, qwen2):
+            inputs ``input_ids``, ``attention_mask``, ``past_key_values.{i}.key/value``, outputs
+            ``logits`` and ``present.{i}.key/value`` (:mod:`onnx_struct.tools.llm_graph`,
+            docs/llm.md). Without it the graph has no nodes.
 
     Raises:
         ValidationError: the file is not a readable little-endian GGUF file whose counts,
             lengths and tensor ranges fit in it and in the limits of :mod:`onnx_struct.limits`,
             or a tensor's type has no registered format (and ``keep_unknown`` is false); the
             path names the header, key-value pair or tensor, e.g. ``gguf.tensors[5] ('w')``.
+            With ``graph``: the architecture, a metadata key or a tensor does not fit the decoder
+            graph (:func:`onnx_struct.tools.llm_graph.hyperparameters`).
         OSError: the file cannot be read, or is not a regular file (a FIFO, a directory).
 
     Example::
@@ -95,11 +105,21 @@ def convert(
     source = pathlib.Path(path)
     if progress is not None:  # gguf-py reads every metadata item on open: a big vocabulary takes seconds
         progress(0, 0, f"reading the header and metadata of {source.name}")
-    reader = _open(gguf, source)
+    reader, fd = _open(gguf, source)
+    try:
+        return _convert(gguf, source, reader, fd, reference, keep_unknown, model_dir, progress, graph)
+    finally:
+        os.close(fd)
+
+
+def _convert(
+    gguf, source, reader, fd: int, reference, keep_unknown, model_dir, progress, graph: bool
+) -> onnx.ModelProto:
+    """:func:`convert` over the open file ``fd`` and gguf-py's reader of it."""
     location = _location(source, model_dir) if reference else None
 
-    graph = onnx.helper.make_graph([], _graph_name(source), [], [])
-    stock = onnx.helper.make_model(graph, producer_name="onnx_struct.formats.gguf")
+    empty = onnx.helper.make_graph([], _graph_name(source), [], [])
+    stock = onnx.helper.make_model(empty, producer_name="onnx_struct.formats.gguf")
     stock.doc_string = f"Tensors and metadata of the GGUF file {source.name}; the graph has no nodes."
     for key, value in metadata_props(reader, gguf).items():
         stock.metadata_props.add(key=key, value=value)
@@ -115,23 +135,30 @@ def convert(
                 code="limit_exceeded",
             )
     roots: dict[tuple[str, tuple[int, ...]], int] = {}  # (format, shape) -> root index, shared by same-shape tensors
+    tensors: dict[str, tuple[str, tuple[int, ...]]] = {}
     for i, tensor in enumerate(reader.tensors):
         where = f"gguf.tensors[{i}] ({tensor.name!r})"
         shape = tuple(int(d) for d in reversed(tensor.shape.tolist()))  # numpy order: GGUF's ne0 is the last
         type_name = gguf.GGMLQuantizationType(tensor.tensor_type).name
+        tensors[tensor.name] = (type_name, shape)
         root = _root_index(model, type_name, shape, int(tensor.n_bytes), roots, keep_unknown, gguf, where)
         if location is not None:
             external = {"location": location, "offset": int(tensor.data_offset), "length": int(tensor.n_bytes)}
             value = make_struct_value(tensor.name, root, external_data=external)
         else:
-            value = make_struct_value(tensor.name, root, raw_data=_payload(tensor, where))
+            value = make_struct_value(tensor.name, root, raw_data=_payload(fd, tensor, where))
         # One value at a time: the model never holds a second copy of all the payloads at once.
         add_struct_values(model, value)
         del value
         if progress is not None:
             progress(i + 1, len(reader.tensors), tensor.name)
     _match_decoder_opsets(model)
-    return to_onnx(model)
+    if not graph:
+        return to_onnx(model)
+    # issue 28 moves this converter out of formats/; the graph builder already lives in tools/.
+    from onnx_struct.tools.llm_graph import add_decoder_graph  # noqa: PLC0415
+
+    return add_decoder_graph(to_onnx(model), tensors)
 
 
 def _match_decoder_opsets(model) -> None:
@@ -156,14 +183,22 @@ def _match_decoder_opsets(model) -> None:
 
 
 def _open(gguf, source: pathlib.Path):
-    """gguf-py's reader of ``source``, once :func:`check_gguf_bytes` has bounded every count in it.
+    """(gguf-py's reader of ``source``, once :func:`check_gguf_bytes` has bounded every count in
+    it; a descriptor of the same open file, the caller's to close).
 
     The file is opened once, without following it into a FIFO's wait (O_NONBLOCK), and the same
-    open file is checked and handed to gguf-py, so both see the same file even if the path is
+    open file is checked, handed to gguf-py and read, so all see the same file even if the path is
     replaced in between.
     """
     fd = os.open(source, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_BINARY", 0))
-    with os.fdopen(fd, "rb") as handle:
+    try:
+        return _reader(gguf, source, fd), os.dup(fd)
+    finally:
+        os.close(fd)
+
+
+def _reader(gguf, source: pathlib.Path, fd: int):
+    with os.fdopen(os.dup(fd), "rb") as handle:
         status = os.fstat(fd)
         if not stat.S_ISREG(status.st_mode):
             raise OSError(f"{source}: not a regular file")
@@ -231,11 +266,24 @@ def _root_index(model, type_name, shape, n_bytes, roots, keep_unknown, gguf, whe
     return index
 
 
-def _payload(tensor, where: str) -> bytes:
-    data = np.asarray(tensor.data)
-    if data.nbytes != int(tensor.n_bytes):  # the reader's view is cut short by the end of the file
-        raise ValidationError(where, f"holds {data.nbytes} bytes; its type and shape require {tensor.n_bytes}")
-    return data.tobytes()
+def _payload(fd: int, tensor, where: str) -> bytes:
+    """The tensor's bytes, read from the open file (not through gguf-py's map: see the module)."""
+    offset, size = int(tensor.data_offset), int(tensor.n_bytes)
+    chunks, done = [], 0
+    while done < size:
+        chunk = os.pread(fd, size - done, offset + done)
+        if not chunk:
+            file_size = os.fstat(fd).st_size
+            raise ValidationError(
+                where,
+                f"the file changed while it was read: {file_size} bytes, {offset + size} needed",
+                bytes_needed=offset + size,
+                file_size=file_size,
+                code="file_changed",
+            )
+        chunks.append(chunk)
+        done += len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 # ---------------------------------------------------------------------------------- metadata

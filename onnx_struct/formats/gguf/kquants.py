@@ -3,7 +3,8 @@
 Each decoder mirrors gguf-py's ``dequantize_blocks``: the sub-block scales are products
 ``d * scale`` in float32, then every weight is one more product (``dl * q``, via
 DequantizeLinear) and, for the formats with minimums, one subtraction (``- ml``), so the result
-is bit-identical. gguf-py has no quantizer for these types, so they have no encoder.
+is bit-identical. gguf-py has no quantizer for these types; their encoders
+(:mod:`._kquant_encode`) reproduce llama.cpp's reference quantizers byte for byte instead.
 """
 
 from __future__ import annotations
@@ -12,6 +13,13 @@ import numpy as np
 
 from onnx_struct.formats.base import BlockFormat, FormatSpec, register_formats
 from onnx_struct.formats.function_builder import FLOAT16, INT8, UINT8, FunctionBuilder, field
+from onnx_struct.formats.gguf._kquant_encode import (
+    encode_q2_k,
+    encode_q3_k,
+    encode_q4_k,
+    encode_q5_k,
+    encode_q6_k,
+)
 from onnx_struct.formats.gguf._ops import (
     add_rows,
     bit_fields,
@@ -155,6 +163,7 @@ FORMATS: dict[str, BlockFormat] = register_formats(
                 field("dmin", FLOAT16, doc=_DMIN),
             ],
             _decode_q2_k,
+            encode_q2_k,
             description="GGML Q2_K: 256 weights = d*scale * q2 - dmin*min per 16.",
         ),
         FormatSpec(
@@ -168,6 +177,7 @@ FORMATS: dict[str, BlockFormat] = register_formats(
                 field("d", FLOAT16, doc=_D),
             ],
             _decode_q3_k,
+            encode_q3_k,
             description="GGML Q3_K: 256 weights = d*(scale-32) * q3 per 16.",
         ),
         FormatSpec(
@@ -181,6 +191,7 @@ FORMATS: dict[str, BlockFormat] = register_formats(
                 field("qs", UINT8, (128,), "4-bit quants: per 32 bytes, low nibbles then high nibbles"),
             ],
             _decode_q4_k,
+            encode_q4_k,
             description="GGML Q4_K: 256 weights = d*scale * q4 - dmin*min per 32.",
         ),
         FormatSpec(
@@ -195,6 +206,7 @@ FORMATS: dict[str, BlockFormat] = register_formats(
                 field("qs", UINT8, (128,), "low 4 bits: per 32 bytes, low nibbles then high nibbles"),
             ],
             _decode_q5_k,
+            encode_q5_k,
             description="GGML Q5_K: 256 weights = d*scale * q5 - dmin*min per 32.",
         ),
         FormatSpec(
@@ -208,6 +220,7 @@ FORMATS: dict[str, BlockFormat] = register_formats(
                 field("d", FLOAT16, doc=_D),
             ],
             _decode_q6_k,
+            encode_q6_k,
             description="GGML Q6_K: 256 weights = d*scale * (q6 - 32) per 16.",
         ),
     ],

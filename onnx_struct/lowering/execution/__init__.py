@@ -32,6 +32,7 @@ from onnx_struct.lowering.execution.recognize import Recognized, recognize
 from onnx_struct.lowering.execution.repack import GatherLayout, row_forms
 from onnx_struct.lowering.names import leaf_tensor_name
 from onnx_struct.lowering.opsets import differing_ops
+from onnx_struct.lowering.scope import read_names
 from onnx_struct.payload.values import resolve_value, value_declaration
 from onnx_struct.schema.model import LoadedModel, copy_without_struct_values
 from onnx_struct.schema.walk import walk_nodes
@@ -235,11 +236,15 @@ def rewrite_for_execution(
 
 
 def _candidates(loaded: LoadedModel, report: ExecutionReport) -> dict[str, tuple[object, Recognized]]:
-    """Struct values of a recognized format with a float32 [rows, cols] logical value."""
+    """Struct values of a recognized format with a float32 [rows, cols] logical value that the
+    graph reads (one no node reads is not prepared: lowering/scope.py)."""
     table = TypeTable(loaded.struct_types)
     types = LogicalTypes(loaded)
+    read = read_names(loaded.proto.graph)
     found = {}
     for k, value in enumerate(loaded.struct_values):
+        if value.name not in read:
+            continue
         where = element_label(f"graph.struct_initializer[{k}]", value.name)
         declaration = value.struct_type if value.HasField("struct_type") else table.declaration(value.type, where)
         recognized = recognize(declaration, table, where)

@@ -1,0 +1,243 @@
+"""GGUF to a running LLM against llama.cpp (issue 29): accuracy, speed, memory, conversion time.
+
+    python benchmarks/bench_llm.py --llama-python /path/to/python-with-llama-cpp [--small]
+
+1. Accuracy, on tiny random llama files (tests/support/llm.py): F32 weights with an F32 KV
+   cache, our logits against llama.cpp's and 40 greedy tokens; Q4_0, each side's distance from
+   the float64 forward of the file's weights.
+2. A ~1.1B-parameter Q4_0 llama (TinyLlama's shape: 22 layers, 2048 wide, 5632 MLP, 32 heads,
+   4 KV heads, 32000 tokens; random blocks), written once into the work directory: conversion
+   time of ``from-gguf --graph --reference``; then, per thread count, ours and llama.cpp in
+   fresh processes in turns (best of ``--repeat``): prompt processing (64 tokens) and generation
+   (32 tokens) in tokens/s, peak RSS (VmHWM); generation against the memory-bandwidth limit
+   (bytes of weights read per token / a measured copy bandwidth). ``--small`` skips it.
+
+Prints markdown tables (docs/benchmarks.md, "LLM generation"). llama.cpp runs in its own
+interpreter (benchmarks/_llama_cpp_peer.py), so this one needs no llama-cpp-python.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT))
+
+from support.llm import (  # noqa: E402
+    TinyLlama,
+    forward,
+    prompt_feeds,
+    read_weights,
+    relative_rms,
+    run_llama_cpp,
+    spm_vocab,
+    write_gguf,
+)
+
+BIG = {
+    "n_layers": 22,
+    "n_embd": 2048,
+    "n_ff": 5632,
+    "n_heads": 32,
+    "n_kv_heads": 4,
+    "context_length": 2048,
+    "tied": False,
+    "random_blocks": True,
+    "default_type": "Q4_0",
+}
+PROMPT_TOKENS, NEW_TOKENS = 64, 32
+
+
+def _vmhwm() -> int:
+    for line in pathlib.Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+# ------------------------------------------------------------------------------- accuracy
+def accuracy(llama_python: str, work: pathlib.Path) -> list[str]:
+    from onnx_struct.formats.gguf.conversion import convert
+    from onnx_struct.runtime.generate import Generator
+
+    rows = [
+        "| file | ours vs llama.cpp (rel. RMS of logits) | ours vs float64 | llama.cpp vs float64 | 40 greedy tokens |"
+    ]
+    rows.append("| --- | --- | --- | --- | --- |")
+    for name, kind, kv in (("F32, F32 KV cache", "F32", "f32"), ("Q4_0, F16 KV cache", "Q4_0", "f16")):
+        config = TinyLlama(**spm_vocab(), default_type=kind, seed=3)
+        path = work / f"tiny-{kind}.gguf"
+        write_gguf(path, config)
+        generator = Generator(convert(path, graph=True), accuracy_level=0)
+        ids = generator.tokenizer.encode("hello world and the café")
+        ours = generator.session.run(["logits"], prompt_feeds(config, ids))[0][0]
+        exact, _ = forward(read_weights(path), config, np.array(ids))
+        request = {"model": str(path), "task": "logits", "tokens": ids, "kv": kv}
+        theirs = run_llama_cpp(llama_python, request, work)["logits"]
+        request = {"model": str(path), "task": "greedy", "tokens": ids, "n_new": 40, "kv": kv}
+        their_tokens = run_llama_cpp(llama_python, request, work)["generated"].tolist()
+        our_tokens = generator.generate(ids, max_new_tokens=40, stop_at_eos=False).tokens
+        same = sum(a == b for a, b in zip(our_tokens, their_tokens, strict=True))
+        rows.append(
+            f"| {name} | {relative_rms(ours, theirs):.1e} | {relative_rms(ours, exact):.1e} | "
+            f"{relative_rms(theirs, exact):.1e} | {same}/40 identical |"
+        )
+    return rows
+
+
+# ----------------------------------------------------------------------------- the 1.1B model
+def big_model(work: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path, float, TinyLlama]:
+    from onnx_struct.formats.gguf.conversion import convert
+
+    config = TinyLlama(**{**spm_vocab(32000), **BIG})
+    path = work / "llama-1.1b-q4_0.gguf"
+    stamp = work / "llama-1.1b-q4_0.json"
+    if not path.exists() or not stamp.exists() or stamp.read_text() != repr(config):
+        write_gguf(path, config)
+        stamp.write_text(repr(config))
+    start = time.perf_counter()
+    model = convert(path, graph=True, reference=True)
+    onnx_path = work / "llama-1.1b-q4_0.onnx"
+    onnx_path.write_bytes(model.SerializeToString())
+    return path, onnx_path, time.perf_counter() - start, config
+
+
+def child_ours(onnx_path: str, threads: int | None, ids: list[int]) -> dict:
+    from onnx_struct.runtime.generate import Generator
+
+    start = time.perf_counter()
+    generator = Generator(onnx_path, threads=threads)
+    session_seconds = time.perf_counter() - start
+    result = generator.generate(ids, max_new_tokens=NEW_TOKENS, stop_at_eos=False)
+    return {
+        "session_seconds": session_seconds,
+        "prompt_tps": len(ids) / result.prompt_seconds,
+        "gen_tps": (len(result.tokens) - 1) / result.generation_seconds,
+        "rss": _vmhwm(),
+        "tokens": result.tokens,
+    }
+
+
+def run_ours(onnx_path: pathlib.Path, threads: int | None, ids: list[int]) -> dict:
+    argv = [sys.executable, __file__, "--child", str(onnx_path), json.dumps({"threads": threads, "ids": ids})]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=3600, check=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def run_theirs(llama_python: str, path: pathlib.Path, threads: int, ids: list[int], work: pathlib.Path) -> dict:
+    request = {
+        "model": str(path),
+        "task": "greedy",
+        "tokens": ids,
+        "n_new": NEW_TOKENS,
+        "threads": threads,
+        "n_ctx": 2048,
+        "rss": True,
+    }
+    out = run_llama_cpp(llama_python, request, work)
+    return {
+        "prompt_tps": len(ids) / float(out["prompt_seconds"]),
+        "gen_tps": NEW_TOKENS / float(out["token_seconds"].sum()),
+        "rss": int(out["rss"]),
+        "tokens": out["generated"].tolist(),
+    }
+
+
+def copy_bandwidth() -> float:
+    """Bytes per second numpy copies a 256 MiB array (best of 20: other processes only ever
+    lower it): the memory-bandwidth figure."""
+    source = np.ones(256 * 2**20, np.uint8)
+    target = np.empty_like(source)
+    best = float("inf")
+    for _ in range(20):
+        start = time.perf_counter()
+        np.copyto(target, source)
+        best = min(best, time.perf_counter() - start)
+    return source.nbytes / best
+
+
+def weight_bytes_per_token(config: TinyLlama) -> int:
+    """Q4_0 bytes of every matrix a token multiplies (the embedding's one row is left out)."""
+    q, kv = config.n_heads * config.head_dim, config.n_kv_heads * config.head_dim
+    per_layer = config.n_embd * (2 * q + 2 * kv) + 3 * config.n_embd * config.n_ff
+    elements = config.n_layers * per_layer + config.n_vocab * config.n_embd
+    return elements // 32 * 18
+
+
+def speed(llama_python: str, work: pathlib.Path, threads_list: list[int], repeat: int) -> list[str]:
+    path, onnx_path, convert_seconds, config = big_model(work)
+    rng = np.random.default_rng(0)
+    ids = [1] + rng.integers(300, config.n_vocab, PROMPT_TOKENS - 1).tolist()
+    gguf_bytes = path.stat().st_size
+    kv_bytes = 2 * config.n_layers * config.n_kv_heads * config.head_dim * (PROMPT_TOKENS + NEW_TOKENS) * 4
+    bandwidth = copy_bandwidth()
+    limit = bandwidth / weight_bytes_per_token(config)
+    rows = [
+        f"Model: {gguf_bytes / 2**20:.0f} MiB Q4_0 GGUF, {config.n_layers} layers; conversion with "
+        f"`--graph --reference`: {convert_seconds:.1f} s; copy bandwidth {bandwidth / 1e9:.1f} GB/s, "
+        f"{weight_bytes_per_token(config) / 2**20:.0f} MiB of weights per token: limit {limit:.1f} tok/s.",
+        "",
+        "| threads | prompt tok/s ours / llama.cpp (ratio) | generation tok/s ours / llama.cpp (ratio) | "
+        "generation / bandwidth limit (ours, llama.cpp) | peak RSS ours / llama.cpp (MiB) | same greedy tokens |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for threads in threads_list:
+        ours, theirs = [], []
+        for _ in range(repeat):  # in turns, so that a load phase of the machine hits both
+            ours.append(run_ours(onnx_path, threads, ids))
+            theirs.append(run_theirs(llama_python, path, threads, ids, work))
+        o_p, t_p = max(r["prompt_tps"] for r in ours), max(r["prompt_tps"] for r in theirs)
+        o_g, t_g = max(r["gen_tps"] for r in ours), max(r["gen_tps"] for r in theirs)
+        same = sum(a == b for a, b in zip(ours[0]["tokens"], theirs[0]["tokens"], strict=True))
+        rows.append(
+            f"| {threads} | {o_p:.1f} / {t_p:.1f} ({o_p / t_p:.2f}x) | {o_g:.1f} / {t_g:.1f} ({o_g / t_g:.2f}x) | "
+            f"{o_g / limit:.0%}, {t_g / limit:.0%} | {ours[0]['rss'] / 2**20:.0f} / {theirs[0]['rss'] / 2**20:.0f} | "
+            f"{same}/{NEW_TOKENS} |"
+        )
+    default = run_ours(onnx_path, None, ids)
+    goal = (1.2 * (gguf_bytes + kv_bytes) + 150 * 2**20) / 2**20
+    rows += [
+        "",
+        f"Without a thread count (InferenceSession's low-memory route, onnxruntime's default threads): "
+        f"generation {default['gen_tps']:.1f} tok/s, session created in {default['session_seconds']:.1f} s, "
+        f"peak RSS {default['rss'] / 2**20:.0f} MiB (goal: <= 1.2 x (GGUF + KV cache) + 150 MiB = {goal:.0f} MiB).",
+    ]
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--llama-python", default=sys.executable, help="a Python with llama-cpp-python")
+    parser.add_argument("--small", action="store_true", help="accuracy only: skip the 1.1B model")
+    parser.add_argument("--workdir", default=None, help="where the 1.1B file is written (kept for reuse)")
+    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        options = json.loads(args.child[1])
+        print(json.dumps(child_ours(args.child[0], options["threads"], options["ids"])))
+        return 0
+    with tempfile.TemporaryDirectory() as scratch:
+        print("### Accuracy against llama.cpp\n")
+        print("\n".join(accuracy(args.llama_python, pathlib.Path(scratch))))
+    if not args.small:
+        work = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="bench_llm_"))
+        work.mkdir(parents=True, exist_ok=True)
+        print("\n### ~1.1B-parameter Q4_0 llama\n")
+        threads = [int(t) for t in args.threads.split(",")]
+        print("\n".join(speed(args.llama_python, work, threads, args.repeat)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

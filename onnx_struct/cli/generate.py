@@ -1,0 +1,85 @@
+"""Generate text with a model built by `onnx-struct from-gguf IN.gguf OUT.onnx --graph`.
+
+The prompt is tokenized with the GGUF file's own tokenizer (kept in the model's metadata); the
+new text streams to stdout as it is generated, and the speed goes to stderr (--quiet: not).
+Greedy by default; --temperature above 0 samples, with --top-k, --top-p and --seed.
+
+    onnx-struct from-gguf model.gguf model.onnx --graph --reference
+    onnx-struct generate model.onnx --prompt "Once upon a time" --max-new-tokens 40
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from onnx_struct.cli import EXIT_OK, UsageError
+from onnx_struct.errors import ValidationError
+
+INPUT = "model"
+HELP = "generate text with a decoder model from `from-gguf --graph` (exit 0 ok, 1 invalid model, 2 usage/I-O)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="the .onnx model (from-gguf --graph)")
+    parser.add_argument("--prompt", required=True, help="the text to continue")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="at most this many new tokens (default 64)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy; above 0: sample")
+    parser.add_argument("--top-k", type=int, default=0, help="sample among the k most probable tokens (0: all)")
+    parser.add_argument("--top-p", type=float, default=1.0, help="sample among tokens reaching probability p")
+    parser.add_argument("--seed", type=int, default=None, help="the sampling's random seed")
+    parser.add_argument("--threads", type=int, default=None, help="onnxruntime's intra-op thread count")
+    parser.add_argument(
+        "--accuracy-level",
+        type=int,
+        choices=(0, 1, 2, 3, 4),
+        default=None,
+        help="MatMulNBits' accuracy level (default onnxruntime's, 4: int8 activations; 0: float32)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no speed report on stderr")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.max_new_tokens < 0 or (args.threads is not None and args.threads < 1):
+        raise UsageError("--max-new-tokens must be >= 0 and --threads >= 1")
+    if args.temperature < 0 or args.top_k < 0 or not 0 < args.top_p <= 1:
+        raise UsageError("--temperature and --top-k must be >= 0 and --top-p in (0, 1]")
+    try:
+        from onnx_struct.runtime.generate import generate  # noqa: PLC0415 - onnxruntime on use only
+
+        def stream(piece: str) -> None:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+
+        result = generate(
+            args.model,
+            args.prompt,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+            stream=stream,
+            threads=args.threads,
+            accuracy_level=args.accuracy_level,
+        )
+    except ImportError as error:
+        if error.name != "tokenizers":
+            raise
+        raise UsageError(str(error)) from None
+    except ValidationError:
+        raise
+    except ValueError as error:  # the prompt and --max-new-tokens exceed the context length
+        raise UsageError(str(error)) from None
+    sys.stdout.write("\n")
+    if not args.quiet:
+        n = len(result.tokens)
+        prompt_rate = len(result.prompt_tokens) / result.prompt_seconds if result.prompt_seconds else 0.0
+        rate = n / result.generation_seconds if result.generation_seconds else 0.0
+        end = "EOS" if result.stopped_at_eos else "max-new-tokens"
+        print(
+            f"{len(result.prompt_tokens)} prompt tokens at {prompt_rate:.1f} tok/s; "
+            f"{n} new tokens at {rate:.1f} tok/s (stopped at {end})",
+            file=sys.stderr,
+        )
+    return EXIT_OK

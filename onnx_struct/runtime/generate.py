@@ -1,0 +1,261 @@
+"""Text generation with a decoder model built by ``from-gguf --graph``: ``onnx_struct.generate(...)``.
+
+The model's GGUF metadata gives the tokenizer (:mod:`onnx_struct.runtime.tokenizer`); the
+session is an :class:`onnx_struct.InferenceSession` (quantized execution). The KV cache is one
+float32 buffer per layer and kind, ``[1, n_kv_heads, max_length, head_dim]``, bound with
+io_binding as both ``past_key_values.{i}.*`` and ``present.{i}.*``: GroupQueryAttention then
+writes the new positions into it in place (its shared-buffer mode) and nothing is copied per
+token; ``attention_mask`` is ``[1, positions so far]``. The prompt runs as one batch (prompt
+processing), then one token per step until ``max_new_tokens`` or the EOS token.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import onnx
+
+from onnx_struct.errors import ValidationError
+from onnx_struct.formats.gguf.conversion import decode_metadata
+from onnx_struct.runtime.ort import load_onnxruntime
+from onnx_struct.runtime.session import InferenceSession
+from onnx_struct.runtime.tokenizer import GGUFTokenizer
+from onnx_struct.schema.model import ModelLike
+
+
+@dataclasses.dataclass
+class Generation:
+    """What :func:`generate` produced: the new text and token ids (EOS not included), the prompt's
+    ids, whether it stopped at EOS, and the seconds spent on the prompt and on the new tokens."""
+
+    text: str
+    tokens: list[int]
+    prompt_tokens: list[int]
+    stopped_at_eos: bool
+    prompt_seconds: float
+    generation_seconds: float
+
+
+def sample(
+    logits: np.ndarray, rng: np.random.Generator, *, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0
+) -> int:
+    """The next token from one row of logits.
+
+    ``temperature`` 0 is greedy (the first largest logit). Otherwise the logits are divided by
+    ``temperature``, cut to the ``top_k`` largest (0: all), then to the smallest set of the most
+    probable tokens whose probability reaches ``top_p`` (1: all), and one token is drawn from the
+    renormalized softmax of what is left with ``rng``.
+    """
+    if temperature <= 0:
+        return int(np.argmax(logits))
+    scaled = np.asarray(logits, np.float64) / temperature
+    order = np.argsort(-scaled, kind="stable")
+    if top_k > 0:
+        order = order[:top_k]
+    probs = np.exp(scaled[order] - scaled[order[0]])
+    probs /= probs.sum()
+    if top_p < 1.0:
+        keep = int(np.searchsorted(np.cumsum(probs), top_p)) + 1  # the first prefix reaching top_p
+        order, probs = order[:keep], probs[:keep] / probs[:keep].sum()
+    return int(order[rng.choice(len(order), p=probs)])
+
+
+def _not_a_decoder() -> ValidationError:
+    return ValidationError(
+        "graph.input",
+        "the model has no decoder graph (input_ids, past_key_values.* [batch, n_kv_heads, past, "
+        "head_dim]): convert with from-gguf --graph",
+        code="not_a_decoder",
+    )
+
+
+def _graph_input_names(model: ModelLike) -> set[str]:
+    """The main graph's input names, read without the model's external data."""
+    if isinstance(model, (str, os.PathLike)):
+        model = onnx.load(os.fspath(model), load_external_data=False)
+    graph = getattr(model, "graph", None)
+    return {i.name for i in graph.input} if graph is not None else set()
+
+
+class Generator:
+    """A decoder model loaded for generation: its session, tokenizer and KV cache layout.
+
+    Args:
+        model: a model built by ``from-gguf --graph`` (path or ModelProto); with a path, tensors
+            referenced in a .gguf are read from the model's directory.
+        threads: onnxruntime's intra-op thread count (None: its default).
+        accuracy_level: MatMulNBits' (None: onnxruntime's, 4; 0: float32 activations).
+
+    Raises:
+        ValidationError: the model has no decoder graph (no ``input_ids`` / ``past_key_values``
+            inputs) or no GGUF tokenizer metadata.
+    """
+
+    def __init__(self, model: ModelLike, *, threads: int | None = None, accuracy_level: int | None = None) -> None:
+        options = None
+        if threads is not None:
+            # onnxruntime takes a thread count only through SessionOptions; InferenceSession then
+            # keeps the weights in the lowered model (docs/llm.md, "Threads").
+            options = load_onnxruntime().SessionOptions()
+            options.intra_op_num_threads = int(threads)
+            options.log_severity_level = 3
+        try:
+            self.session = InferenceSession(model, options, accuracy_level=accuracy_level)
+        except ValidationError as error:
+            # onnxruntime refuses a graph without nodes (from-gguf without --graph) as it refuses
+            # any empty graph: name what is missing instead of its initialization failure.
+            if "input_ids" not in _graph_input_names(model):
+                raise _not_a_decoder() from error
+            raise
+        inputs = {i.name: i.shape for i in self.session.get_inputs()}
+        cache = inputs.get("past_key_values.0.key")
+        if "input_ids" not in inputs or cache is None or not all(isinstance(d, int) for d in cache[1::2]):
+            raise _not_a_decoder()
+        metadata = decode_metadata(self.session.lowered)
+        self.tokenizer = GGUFTokenizer(metadata)
+        self.n_layers = sum(1 for name in inputs if name.startswith("past_key_values.") and name.endswith(".key"))
+        self.n_kv_heads, self.head_dim = cache[1], cache[3]
+        context = metadata.get(f"{metadata.get('general.architecture')}.context_length")
+        if isinstance(context, bool) or not isinstance(context, int) or context <= 0:
+            raise ValidationError(
+                "gguf.kv['{arch}.context_length']", "missing or not a positive integer", code="missing_metadata"
+            )
+        self.context_length = context
+
+    def generate(
+        self,
+        prompt: str | Sequence[int],
+        *,
+        max_new_tokens: int = 64,
+        temperature: float = 0.0,
+        top_k: int = 0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+        stream: Callable[[str], None] | None = None,
+        stop_at_eos: bool = True,
+    ) -> Generation:
+        """See :func:`generate`."""
+        prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
+        if not prompt_ids:
+            raise ValueError("the prompt has no tokens (an empty prompt without a BOS token)")
+        length = len(prompt_ids) + max_new_tokens
+        if length > self.context_length:
+            raise ValueError(
+                f"{len(prompt_ids)} prompt tokens + {max_new_tokens} new ones exceed the context length "
+                f"{self.context_length}"
+            )
+        rng = np.random.default_rng(seed)
+        step = _Steps(self, length)
+        start = time.perf_counter()
+        logits = step(prompt_ids)
+        prompt_seconds = time.perf_counter() - start
+        tokens: list[int] = []
+        # Decoded after the prompt's last token, so that a new token keeps the space SentencePiece
+        # strips from the start of a text ("▁café" continues "world" as " café").
+        context = prompt_ids[-1:]
+        skip = len(self.tokenizer.decode(context))
+        shown = ""
+        stopped = False
+        start = time.perf_counter()
+        for _ in range(max_new_tokens):
+            token = sample(logits, rng, temperature=temperature, top_k=top_k, top_p=top_p)
+            if stop_at_eos and token == self.tokenizer.eos:
+                stopped = True
+                break
+            tokens.append(token)
+            if stream is not None:
+                text = self.tokenizer.decode(context + tokens)[skip:]
+                if not text.endswith("\ufffd"):  # a character whose bytes are not all generated yet
+                    stream(text[len(shown) :])
+                    shown = text
+            if len(tokens) < max_new_tokens:
+                logits = step([token])
+        generation_seconds = time.perf_counter() - start
+        text = self.tokenizer.decode(context + tokens)[skip:]
+        if stream is not None and text != shown:
+            stream(text[len(shown) :])
+        return Generation(text, tokens, prompt_ids, stopped, prompt_seconds, generation_seconds)
+
+
+class _Steps:
+    """Runs the model on the next tokens; the KV cache buffers are bound as past and present."""
+
+    def __init__(self, generator: Generator, length: int) -> None:
+        ort = load_onnxruntime()
+        self.session = generator.session
+        self.binding = self.session.io_binding()
+        shape = (1, generator.n_kv_heads, length, generator.head_dim)
+        self.position = 0
+        self.binding.bind_output("logits")  # first: get_outputs() lists the outputs in binding order
+        for i in range(generator.n_layers):
+            for kind in ("key", "value"):
+                cache = ort.OrtValue.ortvalue_from_shape_and_type(shape, np.float32)
+                self.binding.bind_ortvalue_input(f"past_key_values.{i}.{kind}", cache)
+                self.binding.bind_ortvalue_output(f"present.{i}.{kind}", cache)
+
+    def __call__(self, ids: list[int]) -> np.ndarray:
+        """The last position's logits after ``ids``."""
+        self.position += len(ids)
+        self.binding.bind_cpu_input("input_ids", np.asarray([ids], np.int64))
+        self.binding.bind_cpu_input("attention_mask", np.ones((1, self.position), np.int64))
+        self.binding.bind_output("logits")
+        self.session.run_with_iobinding(self.binding)
+        return self.binding.get_outputs()[0].numpy()[0, -1]
+
+
+def generate(
+    model: ModelLike | Generator,
+    prompt: str | Sequence[int],
+    *,
+    max_new_tokens: int = 64,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+    stream: Callable[[str], None] | None = None,
+    threads: int | None = None,
+    accuracy_level: int | None = None,
+) -> Generation:
+    """Generate text after ``prompt`` with a model built by ``from-gguf --graph``.
+
+    Args:
+        model: the model (path or ModelProto), or a :class:`Generator` to reuse its session.
+        prompt: the text, tokenized with the GGUF file's tokenizer (BOS first where it says
+            so), or its token ids as they are.
+        max_new_tokens: at most this many new tokens.
+        temperature: 0 (default) is greedy; above 0 samples (with ``top_k``, ``top_p``).
+        top_k: sample among the k most probable tokens only (0: all).
+        top_p: sample among the most probable tokens whose probability reaches p (1: all).
+        seed: the sampling's random seed (None: fresh entropy).
+        stream: called with each new piece of text as soon as it is complete.
+        threads: onnxruntime's intra-op thread count (ignored when ``model`` is a Generator).
+        accuracy_level: MatMulNBits' (ignored when ``model`` is a Generator).
+
+    Returns:
+        A :class:`Generation`: the new text and tokens (stopped at EOS, which is not included).
+
+    Raises:
+        ValidationError: the model has no decoder graph or no tokenizer metadata.
+        ValueError: the prompt and ``max_new_tokens`` exceed the model's context length.
+
+    Example::
+
+        onnx_struct.generate("model.onnx", "Once upon a time", max_new_tokens=20, stream=print).text
+    """
+    if not isinstance(model, Generator):
+        if isinstance(model, (str, os.PathLike)):
+            model = os.fspath(model)
+        model = Generator(model, threads=threads, accuracy_level=accuracy_level)
+    return model.generate(
+        prompt,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        top_p=top_p,
+        seed=seed,
+        stream=stream,
+    )

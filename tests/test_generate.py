@@ -1,0 +1,177 @@
+"""onnx_struct.generate / onnx-struct generate and the GGUF tokenizer (onnx_struct/runtime/generate.py,
+runtime/tokenizer.py): token ids against a plain port of llama.cpp's SentencePiece tokenizer
+(tests/support/llm.py) on a test vocabulary, greedy tokens against the float64 numpy forward,
+EOS stop, streaming, the sampler against hand-computed distributions."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("gguf")
+pytest.importorskip("tokenizers")
+
+from support.llm import (  # noqa: E402
+    TEXTS,
+    TinyLlama,
+    bpe_vocab,
+    greedy,
+    read_weights,
+    spm_detokenize,
+    spm_tokenize,
+    spm_vocab,
+    write_gguf,
+)
+
+import onnx_struct  # noqa: E402
+from onnx_struct.cli import main  # noqa: E402
+from onnx_struct.formats.gguf.conversion import convert, decode_metadata  # noqa: E402
+from onnx_struct.runtime.generate import Generator, sample  # noqa: E402
+from onnx_struct.runtime.tokenizer import GGUFTokenizer  # noqa: E402
+
+PROMPT = "hello world and the café"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    config = TinyLlama(**spm_vocab(), seed=5)
+    directory = tmp_path_factory.mktemp("generate")
+    write_gguf(directory / "model.gguf", config)
+    model = convert(directory / "model.gguf", graph=True)
+    return config, directory, model, read_weights(directory / "model.gguf")
+
+
+@pytest.fixture(scope="module")
+def generator(tiny):
+    return Generator(tiny[2], accuracy_level=0)
+
+
+@pytest.mark.parametrize("text", TEXTS)
+def test_spm_token_ids_match_llama_cpp_algorithm(tiny, text):
+    config, _, model, _ = tiny
+    tokenizer = GGUFTokenizer(decode_metadata(model))
+    expected = spm_tokenize(config.tokens, config.token_scores, text)
+    ids = tokenizer.encode(text)
+    assert ids == expected
+    assert tokenizer.decode(ids) == spm_detokenize(config.tokens, expected)
+
+
+# Hand-derived from bpe_vocab(): bytes are ids 0-255, merged pieces 256-267 in merge order
+# ("he", "Ġw", "or", "Ġwor", "Ġworl", "Ġworld", "ll", "Ġt", "Ġthe", "hell", "hello", "12"), BOS 268;
+# llama-bpe splits words, single spaces and digits in threes before merging.
+BPE_CASES = {
+    "hello world": [268, 266, 261],  # whole words that are tokens
+    "the 12345": [268, 116, 256, 32, 267, 51, 52, 53],  # "the" -> t + he; " "; "123" -> 12 + 3; "45"
+    "Hello": [268, 72, 101, 262, 111],  # no "H e" merge: H, e, ll, o
+    "h\u00e9llo": [268, 104, 195, 169, 262, 111],  # é as its two UTF-8 bytes
+}
+
+
+@pytest.mark.parametrize("text", sorted(BPE_CASES))
+def test_byte_level_bpe_token_ids(tmp_path, text):
+    path = tmp_path / "bpe.gguf"
+    write_gguf(
+        path, TinyLlama(**bpe_vocab(), default_type="F32", n_layers=1, n_embd=64, n_ff=64, n_heads=2, n_kv_heads=1)
+    )
+    tokenizer = GGUFTokenizer(decode_metadata(convert(path)))
+    assert tokenizer.encode(text) == BPE_CASES[text]
+    assert tokenizer.decode(BPE_CASES[text]) == text
+
+
+def test_greedy_generation_matches_numpy_forward(tiny, generator):
+    config, _, _, weights = tiny
+    result = generator.generate(PROMPT, max_new_tokens=12, stop_at_eos=False)
+    prompt = spm_tokenize(config.tokens, config.token_scores, PROMPT)
+    assert result.prompt_tokens == prompt
+    assert result.tokens == greedy(weights, config, prompt, 12)
+    expected_text = spm_detokenize(config.tokens, prompt + result.tokens)[len(spm_detokenize(config.tokens, prompt)) :]
+    assert result.text == expected_text
+
+
+def test_generation_stops_at_eos(tiny):
+    config, _, _, weights = tiny
+    prompt = spm_tokenize(config.tokens, config.token_scores, PROMPT)
+    expected = greedy(weights, config, prompt, 12)
+    # EOS := the first token that does not appear before it in the oracle's greedy run
+    stop = next(i for i in range(1, 12) if expected[i] not in expected[:i])
+    metadata_eos = TinyLlama(**{**spm_vocab(), "seed": 5, "eos": expected[stop]})
+    path = tiny[1] / "eos.gguf"
+    write_gguf(path, metadata_eos)
+    result = onnx_struct.generate(convert(path, graph=True), PROMPT, max_new_tokens=12, accuracy_level=0)
+    assert result.tokens == expected[:stop]
+    assert result.stopped_at_eos
+
+
+def test_streamed_pieces_make_the_text(generator):
+    pieces: list[str] = []
+    result = generator.generate(PROMPT, max_new_tokens=10, stream=pieces.append, stop_at_eos=False)
+    assert "".join(pieces) == result.text
+    assert all("\ufffd" not in piece[-1:] for piece in pieces[:-1])  # no half character shown
+
+
+def test_threads_option_gives_the_same_tokens(tiny, generator):
+    """--threads goes through SessionOptions (the lowered model keeps DequantizeLinear there)."""
+    expected = generator.generate(PROMPT, max_new_tokens=6, stop_at_eos=False).tokens
+    threaded = Generator(tiny[2], threads=1, accuracy_level=0).generate(PROMPT, max_new_tokens=6, stop_at_eos=False)
+    assert threaded.tokens == expected
+
+
+def test_cli_generate_prints_the_text(tiny, generator, capsys):
+    directory = tiny[1]
+    assert (
+        main(["from-gguf", str(directory / "model.gguf"), str(directory / "model.onnx"), "--graph", "--reference"]) == 0
+    )
+    capsys.readouterr()
+    args = ["generate", str(directory / "model.onnx"), "--prompt", PROMPT, "--max-new-tokens", "8"]
+    assert main([*args, "--accuracy-level", "0"]) == 0
+    out, err = capsys.readouterr()
+    expected = generator.generate(PROMPT, max_new_tokens=8)
+    assert out == expected.text + "\n"
+    assert "new tokens at" in err
+    assert main([*args, "--max-new-tokens", "1000"]) == 2
+    assert "exceed the context length 128" in capsys.readouterr().err
+
+
+def test_sampling_is_seeded(generator):
+    first = generator.generate(PROMPT, max_new_tokens=8, temperature=0.8, top_k=20, top_p=0.9, seed=7)
+    second = generator.generate(PROMPT, max_new_tokens=8, temperature=0.8, top_k=20, top_p=0.9, seed=7)
+    assert first.tokens == second.tokens
+
+
+# --------------------------------------------------------------------------------- the sampler
+LOGITS = np.log(np.array([1.0, 2.0, 4.0, 8.0]))  # softmax: 1/15, 2/15, 4/15, 8/15
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        ({"temperature": 1.0}, [1 / 15, 2 / 15, 4 / 15, 8 / 15]),
+        ({"temperature": 1.0, "top_k": 2}, [0, 0, 1 / 3, 2 / 3]),
+        ({"temperature": 1.0, "top_p": 0.8}, [0, 0, 1 / 3, 2 / 3]),  # 8/15 < 0.8 <= 12/15
+        ({"temperature": 1.0, "top_p": 0.5}, [0, 0, 0, 1]),  # 8/15 reaches 0.5 alone
+        ({"temperature": 0.5}, np.array([1, 4, 16, 64]) / 85),  # logits / 0.5: squared weights
+        ({"temperature": 0.0}, [0, 0, 0, 1]),
+    ],
+)
+def test_sampler_distribution(options, expected):
+    rng = np.random.default_rng(0)
+    draws = np.array([sample(LOGITS, rng, **options) for _ in range(20000)])
+    frequencies = np.bincount(draws, minlength=4) / len(draws)
+    np.testing.assert_allclose(frequencies, expected, atol=0.015)
+
+
+# ----------------------------------------------------------------------------------- refusals
+def test_a_model_without_decoder_graph_is_refused(tiny):
+    with pytest.raises(onnx_struct.ValidationError, match="no decoder graph"):
+        Generator(convert(tiny[1] / "model.gguf"))
+
+
+def test_unknown_tokenizer_models_are_refused(tiny):
+    metadata = decode_metadata(tiny[2])
+    with pytest.raises(onnx_struct.ValidationError, match="tokenizer model 'bert' is not built") as caught:
+        GGUFTokenizer({**metadata, "tokenizer.ggml.model": "bert"})
+    assert caught.value.path == "gguf.kv['tokenizer.ggml.model']"
+    with pytest.raises(onnx_struct.ValidationError, match="pre-tokenizer 'deepseek-coder'") as caught:
+        GGUFTokenizer({**metadata, "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "deepseek-coder"})
+    with pytest.raises(onnx_struct.ValidationError, match="one score per token"):
+        GGUFTokenizer({**metadata, "tokenizer.ggml.scores": [0.0]})
