@@ -1,0 +1,98 @@
+"""Plain models go to stock onnx: one cheap test, then onnx's own function on the same argument.
+
+A model without struct parts (schema/plain.py) is checked and inferred by
+``onnx.checker.check_model`` and ``onnx.shape_inference.infer_shapes`` themselves, so that it is
+accepted, refused and inferred exactly as stock onnx does it (docs/semantics.md, "Plain
+models"). What stock onnx raises is raised as a ValidationError that is also every class stock
+raised (errors.from_stock). The stock functions are captured at import, before install() can
+replace them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import onnx
+import onnx.checker
+import onnx.shape_inference
+from google.protobuf.message import DecodeError
+
+from onnx_struct.errors import from_stock
+from onnx_struct.payload.external import read_model_file
+from onnx_struct.schema.plain import has_struct_parts
+
+stock_check_model = onnx.checker.check_model
+stock_infer_shapes = onnx.shape_inference.infer_shapes
+
+# What stock onnx raises for a model it refuses (a C++ file system error is a RuntimeError).
+STOCK_ERRORS = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError, RuntimeError)
+
+
+PLAIN, STRUCT, UNPARSABLE = "plain", "struct", "unparsable"
+
+
+def classify(model: object, *, paths: bool = True) -> tuple[str, object]:
+    """(PLAIN, what to hand stock onnx) for a model without struct parts: the serialized bytes of
+    an ``onnx.ModelProto`` (stock would serialize it the same way), the bytes themselves, or the
+    path of a file (read here to be tested, then read by onnx itself, which resolves external data
+    beside it; ``paths=False``: its bytes, for infer_shapes, which takes no path). (STRUCT, None)
+    for a model with struct parts, an empty file, or a form stock onnx does not take (LoadedModel,
+    overlay objects, bytearray); (UNPARSABLE, None) for bytes protobuf cannot parse.
+
+    Raises:
+        ModelFileNotFoundError, NotRegularFileError: a path names no regular file.
+    """
+    if type(model) is onnx.ModelProto:
+        data = model.SerializeToString()
+    elif type(model) is bytes:
+        data = model
+    elif isinstance(model, (str, os.PathLike)):
+        data = read_model_file(model)
+        if not data:
+            return STRUCT, None  # an empty file: the struct path's message names it
+    else:
+        return STRUCT, None
+    found = has_struct_parts(data)
+    if found is None:  # the mask's parse failed: a broken struct part if stock onnx reads the bytes
+        return (STRUCT, None) if _stock_parses(data) else (UNPARSABLE, None)
+    if found:
+        return STRUCT, None
+    return PLAIN, model if paths and isinstance(model, (str, os.PathLike)) else data
+
+
+def _stock_parses(data: bytes) -> bool:
+    try:
+        onnx.ModelProto.FromString(data)
+    except DecodeError:
+        return False
+    return True
+
+
+def plain_form(model: object, *, paths: bool = True) -> object | None:
+    """What to hand stock onnx for a model without struct parts (see :func:`classify`), else None:
+    the struct-aware path decides (an unparsable model's parse says what is wrong)."""
+    kind, form = classify(model, paths=paths)
+    return form if kind == PLAIN else None
+
+
+def check_model(
+    model: object, full_check: bool, skip_opset_compatibility_check: bool, check_custom_domain: bool
+) -> None:
+    """``onnx.checker.check_model`` on ``model`` (a :func:`plain_form`), its errors as ours."""
+    try:
+        stock_check_model(model, full_check, skip_opset_compatibility_check, check_custom_domain)
+    except STOCK_ERRORS as error:
+        raise from_stock(error, prefix(error)) from None
+
+
+def infer_shapes(model: object, check_type: bool, strict_mode: bool, data_prop: bool) -> onnx.ModelProto:
+    """``onnx.shape_inference.infer_shapes`` on ``model`` (a :func:`plain_form`), its errors as ours."""
+    try:
+        return stock_infer_shapes(model, check_type, strict_mode, data_prop)
+    except STOCK_ERRORS as error:
+        raise from_stock(error, "onnx.shape_inference: ") from None
+
+
+def prefix(error: Exception) -> str:
+    """How a message of stock onnx's starts in ours: which of onnx's parts refused the model."""
+    return "onnx.shape_inference: " if isinstance(error, onnx.shape_inference.InferenceError) else "onnx.checker: "
