@@ -23,8 +23,8 @@ _originals: dict[str, object] = {}
 
 
 def _route(model, paths: bool = True) -> tuple[str, object]:
-    """(PLAIN, the argument for the original), (STRUCT, None) or (UNPARSABLE, None), as
-    check/stock.py classifies ``model``; a form or a file the original must judge itself (another
+    """(PLAIN, the argument for the original) or (STRUCT, None), as check/stock.py classifies
+    ``model``; a form or a file the original must judge itself (another
     type, a missing or unreadable path) is (PLAIN, model), so that stock onnx fails exactly as it
     fails on it."""
     if not isinstance(model, onnx.ModelProto | bytes | str) and not hasattr(model, "__fspath__"):
@@ -33,7 +33,7 @@ def _route(model, paths: bool = True) -> tuple[str, object]:
         kind, form = stock.classify(model, paths=paths)
     except ValidationError:  # a path naming no regular file: onnx's own error for it
         return stock.PLAIN, model
-    return (stock.PLAIN, model) if kind == stock.UNPARSABLE else (kind, form)
+    return kind, form
 
 
 def _wrap_check_model(original):

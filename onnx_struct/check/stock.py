@@ -28,7 +28,7 @@ stock_infer_shapes = onnx.shape_inference.infer_shapes
 STOCK_ERRORS = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError, RuntimeError)
 
 
-PLAIN, STRUCT, UNPARSABLE = "plain", "struct", "unparsable"
+PLAIN, STRUCT = "plain", "struct"
 
 
 def classify(model: object, *, paths: bool = True) -> tuple[str, object]:
@@ -36,8 +36,9 @@ def classify(model: object, *, paths: bool = True) -> tuple[str, object]:
     an ``onnx.ModelProto`` (stock would serialize it the same way), the bytes themselves, or the
     path of a file (read here to be tested, then read by onnx itself, which resolves external data
     beside it; ``paths=False``: its bytes, for infer_shapes, which takes no path). (STRUCT, None)
-    for a model with struct parts, an empty file, or a form stock onnx does not take (LoadedModel,
-    overlay objects, bytearray); (UNPARSABLE, None) for bytes protobuf cannot parse.
+    for a model with struct parts (or bytes protobuf reads as onnx's but the test cannot: a broken
+    one), an empty file, or a form stock onnx does not take (LoadedModel, overlay objects,
+    bytearray). Bytes protobuf cannot parse are PLAIN: onnx's own parser decides.
 
     Raises:
         ModelFileNotFoundError, NotRegularFileError: a path names no regular file.
@@ -53,8 +54,11 @@ def classify(model: object, *, paths: bool = True) -> tuple[str, object]:
     else:
         return STRUCT, None
     found = has_struct_parts(data)
-    if found is None:  # the mask's parse failed: a broken struct part if stock onnx reads the bytes
-        return (STRUCT, None) if _stock_parses(data) else (UNPARSABLE, None)
+    if found is None:
+        # The mask's parse failed: a broken struct part if protobuf reads the bytes as onnx's;
+        # if it does not, no reader of this package can find a struct part in them, and onnx's
+        # C++ parser, more lenient than Python's, decides as stock onnx decides.
+        found = _stock_parses(data)
     if found:
         return STRUCT, None
     return PLAIN, model if paths and isinstance(model, (str, os.PathLike)) else data
@@ -70,7 +74,7 @@ def _stock_parses(data: bytes) -> bool:
 
 def plain_form(model: object, *, paths: bool = True) -> object | None:
     """What to hand stock onnx for a model without struct parts (see :func:`classify`), else None:
-    the struct-aware path decides (an unparsable model's parse says what is wrong)."""
+    the struct-aware path decides."""
     kind, form = classify(model, paths=paths)
     return form if kind == PLAIN else None
 
