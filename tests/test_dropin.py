@@ -324,3 +324,34 @@ def test_a_struct_model_is_not_sent_to_stock():
     onnx.checker.check_model(model)
     with pytest.raises(S.ValidationError, match=r"^struct_types\[0\]"):
         S.check_model(model)
+
+
+@pytest.mark.parametrize("where", ["none", "model", "main graph value", "subgraph type"])
+@pytest.mark.parametrize("form", ["bytes", "path"])
+def test_a_large_model_is_tested_beside_its_initializers(tmp_path, where, form):
+    """Above CUT_MIN_BYTES the test skips the main graph's initializer records (a file: reads
+    only their headers); a struct part before or after them, or in a subgraph, is still found."""
+    from onnx_struct.check import stock
+    from onnx_struct.schema.plain import CUT_MIN_BYTES
+
+    model = _loop_model()
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.ones(CUT_MIN_BYTES // 2, np.float32), "big"))
+    if where == "model":
+        S.add_struct_types(model, S.make_array(TensorProto.UINT8, 4))
+    elif where == "main graph value":
+        S.add_struct_types(model, S.make_array(TensorProto.UINT8, 4))
+        S.add_struct_values(model, S.make_struct_value("w", 0, raw_data=bytes(4)))
+    elif where == "subgraph type":
+        info = S.make_struct_value_info("s", 0)
+        model.graph.node[0].attribute[0].g.value_info.append(onnx.ValueInfoProto.FromString(info.SerializeToString()))
+    data = model.SerializeToString()
+    assert len(data) > CUT_MIN_BYTES
+    argument = data
+    if form == "path":
+        argument = tmp_path / "m.onnx"
+        argument.write_bytes(data)
+    kind, handed = stock.classify(argument)
+    assert kind == (stock.PLAIN if where == "none" else stock.STRUCT)
+    if where == "none":
+        assert handed is argument  # onnx gets the path, or the bytes, unchanged
+        assert_same_outcome(onnx.checker.check_model, S.check_model, argument)

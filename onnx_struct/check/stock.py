@@ -18,8 +18,8 @@ import onnx.shape_inference
 from google.protobuf.message import DecodeError
 
 from onnx_struct.errors import from_stock
-from onnx_struct.payload.external import read_model_file
-from onnx_struct.schema.plain import has_struct_parts
+from onnx_struct.payload.external import open_model_file
+from onnx_struct.schema.plain import CUT_MIN_BYTES, FileBytes, has_struct_parts
 
 stock_check_model = onnx.checker.check_model
 stock_infer_shapes = onnx.shape_inference.infer_shapes
@@ -34,8 +34,9 @@ PLAIN, STRUCT = "plain", "struct"
 def classify(model: object, *, paths: bool = True) -> tuple[str, object]:
     """(PLAIN, what to hand stock onnx) for a model without struct parts: the serialized bytes of
     an ``onnx.ModelProto`` (stock would serialize it the same way), the bytes themselves, or the
-    path of a file (read here to be tested, then read by onnx itself, which resolves external data
-    beside it; ``paths=False``: its bytes, for infer_shapes, which takes no path). (STRUCT, None)
+    path of a file (tested here, reading only the headers of a large file's initializer records,
+    then read by onnx itself, which resolves external data beside it; ``paths=False``: its bytes,
+    for infer_shapes, which takes no path). (STRUCT, None)
     for a model with struct parts (or bytes protobuf reads as onnx's but the test cannot: a broken
     one), an empty file, or a form stock onnx does not take (LoadedModel, overlay objects,
     bytearray). Bytes protobuf cannot parse are PLAIN: onnx's own parser decides.
@@ -48,9 +49,19 @@ def classify(model: object, *, paths: bool = True) -> tuple[str, object]:
     elif type(model) is bytes:
         data = model
     elif isinstance(model, (str, os.PathLike)):
-        data = read_model_file(model)
-        if not data:
-            return STRUCT, None  # an empty file: the struct path's message names it
+        fd, size = open_model_file(model)
+        try:
+            if not size:
+                return STRUCT, None  # an empty file: the struct path's message names it
+            data = FileBytes(lambda offset, count: os.pread(fd, count, offset), size)
+            if size < CUT_MIN_BYTES or not paths:
+                data = data[:]  # read whole: small, or handed on as bytes
+            found = has_struct_parts(data)
+            if found is None:
+                found = _stock_parses(data[:])
+        finally:
+            os.close(fd)
+        return (STRUCT, None) if found else (PLAIN, model if paths else data)
     else:
         return STRUCT, None
     found = has_struct_parts(data)

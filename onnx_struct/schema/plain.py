@@ -79,12 +79,50 @@ def _name(descriptor) -> str:
 _Mask = _mask_class()
 
 
-def has_struct_parts(data: bytes) -> bool | None:
-    """True when the serialized ModelProto ``data`` holds a struct part anywhere (every graph,
+class FileBytes:
+    """A file's bytes as the scan reads them (``len``, an index, a slice), read in windows by
+    ``read_at(offset, count)`` (``os.pread``): a scan that skips a model's initializer records
+    reads only their headers, not their data."""
+
+    WINDOW = 1 << 16
+
+    def __init__(self, read_at, size: int) -> None:
+        self._read_at, self._size = read_at, size
+        self._start, self._window = 0, b""
+
+    def __len__(self) -> int:
+        return self._size
+
+    def __getitem__(self, key):
+        if isinstance(key, slice):
+            start, stop = max(key.start or 0, 0), min(self._size if key.stop is None else key.stop, self._size)
+            if self._start <= start and stop <= self._start + len(self._window):
+                return self._window[start - self._start : stop - self._start]
+            return self._read_exactly(start, max(stop - start, 0))
+        if not self._start <= key < self._start + len(self._window):
+            if not 0 <= key < self._size:
+                raise IndexError(key)
+            self._start, self._window = key, self._read_exactly(key, min(self.WINDOW, self._size - key))
+        return self._window[key - self._start]
+
+    def _read_exactly(self, offset: int, count: int) -> bytes:
+        pieces, done = [], 0
+        while done < count:  # a read may return less (at most 2 GiB at once on Linux)
+            piece = self._read_at(offset + done, count - done)
+            if not piece:  # the file shrank while it was read
+                raise Malformed(offset + done)
+            pieces.append(piece)
+            done += len(piece)
+        return b"".join(pieces) if len(pieces) != 1 else pieces[0]
+
+
+def has_struct_parts(data: bytes | FileBytes) -> bool | None:
+    """True when the serialized ModelProto ``data`` (bytes, or a file's :class:`FileBytes`) holds
+    a struct part anywhere (every graph,
     subgraph, function and training graph, every type), False when it holds none, None when
     protobuf cannot parse it (the caller's own parse then says what is wrong)."""
     try:
-        mask = _Mask.FromString(_without_initializers(data) if len(data) >= CUT_MIN_BYTES else data)
+        mask = _Mask.FromString(_without_initializers(data) if len(data) >= CUT_MIN_BYTES else data[:])
     except (DecodeError, Malformed):
         return None
     if not mask.IsInitialized():
