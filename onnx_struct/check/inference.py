@@ -23,7 +23,7 @@ import onnx.shape_inference
 from onnx_struct.check import decoder_inputs as bindings
 from onnx_struct.check import decoder_policy, stock
 from onnx_struct.check.function_models import onnx_elem_type, tensor_type
-from onnx_struct.errors import ModelValueError, ValidationError, from_stock
+from onnx_struct.errors import InferenceError, ModelValueError, ValidationError, from_stock
 from onnx_struct.layout import dtypes
 from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.payload.values import constant_tensor
@@ -262,6 +262,9 @@ def infer_shapes(
     types = LogicalTypes(loaded)
     value_types = _name_types(loaded, types)
     logical = logical_view(loaded, stock_view(loaded), types, value_types)
+    undefined = stock.first_undefined_input(logical.graph, frozenset(), "graph")
+    if undefined is not None:  # onnx's inference may crash on it (check/stock.py)
+        raise InferenceError(undefined, "names no value defined before the node", code="undefined_input")
     try:
         inferred = _stock_infer_shapes(logical, check_type, strict_mode, data_prop)
     except ValueError as error:  # onnx's word for an element type it does not know

@@ -17,7 +17,7 @@ import onnx.checker
 import onnx.shape_inference
 from google.protobuf.message import DecodeError
 
-from onnx_struct.errors import from_stock
+from onnx_struct.errors import InferenceError, from_stock
 from onnx_struct.payload.external import open_model_file
 from onnx_struct.schema.plain import CUT_MIN_BYTES, FileBytes, has_struct_parts
 
@@ -101,7 +101,23 @@ def check_model(
 
 
 def infer_shapes(model: object, check_type: bool, strict_mode: bool, data_prop: bool) -> onnx.ModelProto:
-    """``onnx.shape_inference.infer_shapes`` on ``model`` (a :func:`plain_form`), its errors as ours."""
+    """``onnx.shape_inference.infer_shapes`` on ``model`` (a :func:`plain_form`), its errors as ours.
+
+    A node input that names no value defined before it is refused first: onnx's inference
+    dereferences the missing type of such an input for some operators and kills the process
+    (LabelEncoder, TreeEnsemble, EyeLike in onnx 1.23; docs/semantics.md).
+    """
+    if isinstance(model, bytes):
+        try:
+            parsed = onnx.ModelProto.FromString(model)
+        except DecodeError:
+            parsed = None  # stock's parse raises its ValueError below
+    else:
+        parsed = model if isinstance(model, onnx.ModelProto) else None
+    if parsed is not None:
+        undefined = first_undefined_input(parsed.graph, frozenset(), "graph")
+        if undefined is not None:
+            raise InferenceError(undefined, "names no value defined before the node", code="undefined_input")
     try:
         return stock_infer_shapes(model, check_type, strict_mode, data_prop)
     except STOCK_ERRORS as error:
@@ -111,3 +127,26 @@ def infer_shapes(model: object, check_type: bool, strict_mode: bool, data_prop: 
 def prefix(error: Exception) -> str:
     """How a message of stock onnx's starts in ours: which of onnx's parts refused the model."""
     return "onnx.shape_inference: " if isinstance(error, onnx.shape_inference.InferenceError) else "onnx.checker: "
+
+
+def first_undefined_input(graph: onnx.GraphProto, outer: frozenset, path: str) -> str | None:
+    """The path of the first node input of ``graph`` or its subgraphs (in node order, each
+    subgraph seeing the names defined around its node) that names no value defined before it."""
+    defined = set(outer)
+    defined.update(i.name for i in graph.input)
+    defined.update(t.name for t in graph.initializer)
+    defined.update(t.values.name for t in graph.sparse_initializer)
+    for k, node in enumerate(graph.node):
+        for j, name in enumerate(node.input):
+            if name and name not in defined:
+                return f"{path}.node[{k}].input[{j}] ({name!r})"
+        for attribute in node.attribute:
+            subgraphs = ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs)
+            for g, subgraph in enumerate(subgraphs):
+                found = first_undefined_input(
+                    subgraph, frozenset(defined), f"{path}.node[{k}].attribute.{attribute.name}[{g}]"
+                )
+                if found is not None:
+                    return found
+        defined.update(node.output)
+    return None
