@@ -252,7 +252,8 @@ def infer_shapes(
     """
     plain = stock.plain_form(model, paths=False)
     if plain is not None or not accepted_form(model):
-        return stock.infer_shapes(model if plain is None else plain, check_type, strict_mode, data_prop)
+        parsed = model if type(model) is onnx.ModelProto else None  # plain is its bytes: not parsed again
+        return stock.infer_shapes(model if plain is None else plain, check_type, strict_mode, data_prop, parsed)
     loaded = load(model)
     for k, value in enumerate(loaded.struct_values):
         if not isinstance(value.name, str):  # proto2 leaves it undecoded; the checker's rule and message

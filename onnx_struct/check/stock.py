@@ -100,20 +100,21 @@ def check_model(
         raise from_stock(error, prefix(error)) from None
 
 
-def infer_shapes(model: object, check_type: bool, strict_mode: bool, data_prop: bool) -> onnx.ModelProto:
+def infer_shapes(
+    model: object, check_type: bool, strict_mode: bool, data_prop: bool, parsed: onnx.ModelProto | None = None
+) -> onnx.ModelProto:
     """``onnx.shape_inference.infer_shapes`` on ``model`` (a :func:`plain_form`), its errors as ours.
 
     A node input that names no value defined before it is refused first: onnx's inference
     dereferences the missing type of such an input for some operators and kills the process
-    (LabelEncoder, TreeEnsemble, EyeLike in onnx 1.23; docs/semantics.md).
+    (LabelEncoder, TreeEnsemble, EyeLike, RegexFullMatch in onnx 1.23; docs/semantics.md).
+    ``parsed``: the ``onnx.ModelProto`` whose bytes ``model`` is, if the caller has it.
     """
-    if isinstance(model, bytes):
+    if parsed is None and isinstance(model, bytes):
         try:
             parsed = onnx.ModelProto.FromString(model)
         except DecodeError:
-            parsed = None  # stock's parse raises its ValueError below
-    else:
-        parsed = model if isinstance(model, onnx.ModelProto) else None
+            pass  # stock's parse raises its ValueError below
     if parsed is not None:
         undefined = first_undefined_input(parsed.graph, frozenset(), "graph")
         if undefined is not None:
