@@ -27,7 +27,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
 from onnx_struct.schema.wire import stock_numbers
-from onnx_struct.schema.wire_format import LEN, Malformed, skip, varint
+from onnx_struct.schema.wire_format import LEN, Malformed, len_header, skip, varint
 
 _FIELD = descriptor_pb2.FieldDescriptorProto
 _PACKAGE = "onnx_struct_mask"
@@ -153,7 +153,7 @@ def _without_initializers(data) -> bytes:
         _, value = varint(data, start, end)
         _, value = varint(data, value, end)  # past the tag and the length
         graph = b"".join(data[a:b] for n, w, a, b in _records(data, value, end) if n not in _INITIALIZERS or w != LEN)
-        pieces += [_header(_GRAPH, len(graph)), graph]
+        pieces += [len_header(_GRAPH, len(graph)), graph]
     return b"".join(pieces)
 
 
@@ -166,16 +166,6 @@ def _records(data, start: int, end: int):
         after = skip(data, value, end, tag)
         yield tag >> 3, tag & 7, pos, after
         pos = after
-
-
-def _header(number: int, length: int) -> bytes:
-    out = bytearray()
-    for value in (number << 3 | LEN, length):
-        while value >= 0x80:
-            out.append(value & 0x7F | 0x80)
-            value >>= 7
-        out.append(value)
-    return bytes(out)
 
 
 _GRAPH = pb.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
