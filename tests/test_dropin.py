@@ -407,5 +407,15 @@ def test_undefined_inputs_are_found_in_node_order_and_in_subgraphs():
         first_undefined_input(loop.graph, frozenset(), "graph")
         == "graph.node[0].attribute.body[0].node[1].input[1] ('nowhere')"
     )
-    with pytest.raises(onnx.shape_inference.InferenceError):
-        S.infer_shapes(loop)
+    assert_same_outcome(onnx.shape_inference.infer_shapes, S.infer_shapes, loop)  # no crashing operator: stock's
+
+
+def test_an_undefined_input_of_a_crashing_operator_is_refused_in_a_subgraph():
+    loop = _loop_model()
+    body = loop.graph.node[0].attribute[0].g
+    body.node.append(oh.make_node("EyeLike", ["nowhere"], ["e"], dtype=TensorProto.DOUBLE))
+    with pytest.raises(onnx.shape_inference.InferenceError) as raised:
+        S.infer_shapes(loop)  # in process: refused before onnx sees it
+    assert raised.value.code == "undefined_input" and raised.value.path.startswith(
+        "graph.node[0].attribute.body[0].node[2]"
+    )
