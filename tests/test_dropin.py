@@ -76,6 +76,9 @@ def same_model(a: onnx.ModelProto, b: onnx.ModelProto) -> None:
 def assert_parity(model) -> None:
     for flags in CHECK_FLAGS:
         assert_same_outcome(onnx.checker.check_model, S.check_model, model, **flags)
+        stock_error = outcome(onnx.checker.check_model, model, **flags)[0]
+        diagnostics = S.validate(model, **flags)  # the CLI's: as check_model, every finding listed
+        assert (stock_error is None) == (diagnostics == []), diagnostics
     for flags in INFER_FLAGS:
         assert_same_outcome(onnx.shape_inference.infer_shapes, S.infer_shapes, model, compare=same_model, **flags)
 

@@ -285,7 +285,17 @@ def _decoded(raw_names) -> list[str] | None:
 def validate(
     model: ModelLike, *, full_check: bool = False, base_dir: str | os.PathLike | None = None, **stock_options: bool
 ) -> list[ValidationError]:
-    """Every diagnostic of ``model`` (empty when valid). See :func:`check_model`."""
+    """Every diagnostic of ``model`` (empty when valid). See :func:`check_model`: a model without
+    struct parts has onnx's one finding, or none, as check_model raises it."""
+    if base_dir is None:
+        try:
+            plain = stock.plain_form(model, unparsable=False)  # unparsable: our message names the file
+            if plain is not None:
+                flags = [stock_options.get(k, False) for k in ("skip_opset_compatibility_check", "check_custom_domain")]
+                stock.check_model(plain, full_check, *flags)
+                return []
+        except ValidationError as error:  # a missing file, or onnx's finding
+            return [error]
     return _diagnostics(model, full_check, base_dir, stock_options, first_only=False)
 
 

@@ -33,7 +33,7 @@ def _route(model, paths: bool = True) -> tuple[str, object]:
         kind, form = stock.classify(model, paths=paths)
     except ValidationError:  # a path naming no regular file: onnx's own error for it
         return stock.PLAIN, model
-    return kind, form
+    return (stock.PLAIN if kind == stock.UNPARSABLE else kind), form
 
 
 def _wrap_check_model(original):

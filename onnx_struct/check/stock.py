@@ -28,7 +28,7 @@ stock_infer_shapes = onnx.shape_inference.infer_shapes
 STOCK_ERRORS = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError, RuntimeError)
 
 
-PLAIN, STRUCT = "plain", "struct"
+PLAIN, STRUCT, UNPARSABLE = "plain", "struct", "unparsable"
 
 
 def classify(model: object, *, paths: bool = True) -> tuple[str, object]:
@@ -36,10 +36,10 @@ def classify(model: object, *, paths: bool = True) -> tuple[str, object]:
     an ``onnx.ModelProto`` (stock would serialize it the same way), the bytes themselves, or the
     path of a file (tested here, reading only the headers of a large file's initializer records,
     then read by onnx itself, which resolves external data beside it; ``paths=False``: its bytes,
-    for infer_shapes, which takes no path). (STRUCT, None)
-    for a model with struct parts (or bytes protobuf reads as onnx's but the test cannot: a broken
-    one), an empty file, or a form stock onnx does not take (LoadedModel, overlay objects,
-    bytearray). Bytes protobuf cannot parse are PLAIN: onnx's own parser decides.
+    for infer_shapes, which takes no path). (STRUCT, None) for a model with struct parts (or bytes
+    protobuf reads as onnx's but the test cannot: a broken one), an empty file, or a form stock
+    onnx does not take (LoadedModel, overlay objects, bytearray). (UNPARSABLE, the form as for
+    PLAIN) for bytes Python's protobuf cannot parse: onnx's own parser may decide.
 
     Raises:
         ModelFileNotFoundError, NotRegularFileError: a path names no regular file.
@@ -58,10 +58,11 @@ def classify(model: object, *, paths: bool = True) -> tuple[str, object]:
                 data = data[:]  # read whole: small, or handed on as bytes
             found = has_struct_parts(data)
             if found is None:
-                found = _stock_parses(data[:])
+                found = UNPARSABLE if not _stock_parses(data[:]) else True
         finally:
             os.close(fd)
-        return (STRUCT, None) if found else (PLAIN, model if paths else data)
+        form = model if paths else data
+        return (STRUCT, None) if found is True else (UNPARSABLE if found else PLAIN, form)
     else:
         return STRUCT, None
     found = has_struct_parts(data)
@@ -69,10 +70,8 @@ def classify(model: object, *, paths: bool = True) -> tuple[str, object]:
         # The mask's parse failed: a broken struct part if protobuf reads the bytes as onnx's;
         # if it does not, no reader of this package can find a struct part in them, and onnx's
         # C++ parser, more lenient than Python's, decides as stock onnx decides.
-        found = _stock_parses(data)
-    if found:
-        return STRUCT, None
-    return PLAIN, model if paths and isinstance(model, (str, os.PathLike)) else data
+        found = UNPARSABLE if not _stock_parses(data) else True
+    return (STRUCT, None) if found is True else (UNPARSABLE if found else PLAIN, data)
 
 
 def _stock_parses(data: bytes) -> bool:
@@ -83,11 +82,12 @@ def _stock_parses(data: bytes) -> bool:
     return True
 
 
-def plain_form(model: object, *, paths: bool = True) -> object | None:
-    """What to hand stock onnx for a model without struct parts (see :func:`classify`), else None:
-    the struct-aware path decides."""
+def plain_form(model: object, *, paths: bool = True, unparsable: bool = True) -> object | None:
+    """What to hand stock onnx for a model without struct parts (see :func:`classify`; with
+    ``unparsable``, also for bytes Python's protobuf cannot parse), else None: the struct-aware
+    path decides."""
     kind, form = classify(model, paths=paths)
-    return form if kind == PLAIN else None
+    return form if kind == PLAIN or (unparsable and kind == UNPARSABLE) else None
 
 
 def check_model(
