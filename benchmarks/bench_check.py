@@ -1,10 +1,15 @@
-"""check_model on a 2,000-node model with 2,000 struct values vs the stock checker's own time.
+"""check_model on a 2,000-node model with 2,000 struct values vs the stock checker's own time,
+and on plain models (no struct parts) vs stock onnx itself.
 
 Goal (issue 2): the struct checks add no more than the stock checker's time, i.e.
 (onnx_struct.check_model - onnx.checker.check_model) / onnx.checker.check_model <= 1.
+Goal (issue 27): on a plain model, onnx_struct.check_model / infer_shapes and the installed hook
+take at most 1.3x stock onnx's time (one cheap test, then onnx's own function).
 
-    python benchmarks/bench_check.py            # the goal's ratio
+    python benchmarks/bench_check.py            # the struct model's ratio
     python benchmarks/bench_check.py --parts    # where one check_model call spends its time
+    python benchmarks/bench_check.py --plain    # plain models: onnx's node test models, ~100 MB
+    python benchmarks/bench_check.py --plain --quick  # the wheel's model files and ~10 MB
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import time
 
 import numpy as np
 import onnx
+import onnx.shape_inference
 from _timing import interleaved_minimum
 from onnx import TensorProto
 from onnx import helper as oh
@@ -151,5 +157,94 @@ def _declarations(check) -> None:
         check.check_root(declaration, check.table.path(i), i)
 
 
+def plain(quick: bool) -> None:
+    """Plain models: stock onnx vs onnx_struct's functions vs the installed hook, interleaved
+    (minimum over the rounds of one pass over the corpus)."""
+    import pathlib
+    import tempfile
+    import warnings
+
+    stock_check, stock_infer = onnx.checker.check_model, onnx.shape_inference.infer_shapes
+    if quick:
+        files = sorted((pathlib.Path(onnx.__file__).parent / "backend" / "test" / "data").rglob("*.onnx"))
+        corpus = [onnx.load(f, load_external_data=False) for f in files]
+        name = f"the onnx wheel's {len(corpus)} model files"
+    else:
+        from onnx.backend.test.case import node
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            corpus = [case.model for case in node.collect_testcases("")]
+        name = f"onnx's {len(corpus)} backend node test models"
+    S.install()
+    hooked_check, hooked_infer = onnx.checker.check_model, onnx.shape_inference.infer_shapes
+    S.uninstall()
+
+    def each(function):
+        def run():
+            for model in corpus:
+                try:
+                    function(model)
+                except Exception:  # noqa: BLE001, S110 - a refused model costs its time too
+                    pass
+
+        return run
+
+    rounds = 5 if quick else 15
+    rows = []
+    for what, functions in (
+        ("check_model", (stock_check, S.check_model, hooked_check)),
+        ("infer_shapes", (stock_infer, S.infer_shapes, hooked_infer)),
+    ):
+        times = interleaved_minimum([each(f) for f in functions], repeat=rounds)
+        rows.append((f"{what}, {name}", times))
+    big = _big_plain_model(10 if quick else 100)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = str(pathlib.Path(tmp) / "big.onnx")
+        onnx.save(big, path)
+        megabytes = big.ByteSize() / 1e6
+        for what, argument in (
+            (f"check_model, {megabytes:.0f} MB ModelProto", big),
+            (f"check_model, {megabytes:.0f} MB path", path),
+        ):
+            times = interleaved_minimum(
+                [lambda f=f, a=argument: f(a) for f in (stock_check, S.check_model, hooked_check)], repeat=rounds
+            )
+            rows.append((what, times))
+        times = interleaved_minimum(
+            [lambda f=f: f(big) for f in (stock_infer, S.infer_shapes, hooked_infer)], repeat=rounds
+        )
+        rows.append((f"infer_shapes, {megabytes:.0f} MB ModelProto", times))
+    print("| plain models | stock (ms) | onnx_struct (ms) | hook (ms) | onnx_struct / stock | hook / stock |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for what, (stock, ours, hooked) in rows:
+        print(
+            f"| {what} | {stock * 1e3:.1f} | {ours * 1e3:.1f} | {hooked * 1e3:.1f} | {ours / stock:.2f} | {hooked / stock:.2f} |"
+        )
+
+
+def _big_plain_model(megabytes: int) -> onnx.ModelProto:
+    """A chain of MatMul layers with 1 MiB float32 weights: a model that is mostly initializer data."""
+    rng = np.random.default_rng(0)
+    nodes, weights, previous = [], [], "X"
+    for i in range(megabytes):
+        weights.append(onnx.numpy_helper.from_array(rng.standard_normal((512, 512)).astype(np.float32), f"w{i}"))
+        nodes.append(oh.make_node("MatMul", [previous, f"w{i}"], [f"h{i}"]))
+        previous = f"h{i}"
+    graph = oh.make_graph(
+        nodes,
+        "big",
+        [oh.make_tensor_value_info("X", TensorProto.FLOAT, [1, 512])],
+        [oh.make_tensor_value_info(previous, TensorProto.FLOAT, [1, 512])],
+        initializer=weights,
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)])
+
+
 if __name__ == "__main__":
-    parts() if "--parts" in sys.argv else main()
+    if "--parts" in sys.argv:
+        parts()
+    elif "--plain" in sys.argv:
+        plain("--quick" in sys.argv)
+    else:
+        main()

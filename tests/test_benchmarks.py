@@ -140,3 +140,20 @@ def test_bench_session_memory_reports_a_row_per_case():
         cells = [c.strip() for c in row.strip().strip("|").split("|")]
         assert float(cells[5]) >= float(cells[4]) > 0, row  # peak >= the imports' baseline
         assert float(cells[14]) >= float(cells[4]), row  # the in-memory route's onnxruntime phase
+
+
+@pytest.mark.slow
+def test_the_plain_model_benchmark_runs_and_prints_its_table():
+    """``bench_check.py --plain --quick``: the wheel's model files and a 10 MB model (seconds)."""
+    result = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bench_check.py"), "--plain", "--quick"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=BENCHMARKS,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [
+        line for line in result.stdout.splitlines() if line.startswith("| check_model") or line.startswith("| infer")
+    ]
+    assert len(rows) == 5, result.stdout

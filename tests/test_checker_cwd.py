@@ -5,7 +5,12 @@ graph's external initializers never reach it as such; tensors in Constant attrib
 initializers, model functions and training graphs do, so a valid model stored with
 ``onnx.save(..., save_as_external_data=True)`` was refused unless the caller stood in the model's
 directory, where stock onnx (given the path) accepts it. The files are checked by onnx_struct's
-own rules against the model's directory, wherever the caller stands."""
+own rules against the model's directory, wherever the caller stands.
+
+These are struct models (one declaration, unused): a model without struct parts goes to stock
+onnx itself (docs/semantics.md, "Plain models"), which resolves an in-memory model's files in the
+working directory and does not look at training graphs' files; tests/test_dropin_check.py holds those to
+stock's verdicts."""
 
 from __future__ import annotations
 
@@ -77,8 +82,14 @@ def saved(tmp_path, place: str, with_file: bool = True) -> str:
     if with_file:
         (directory / "c.bin").write_bytes(C.tobytes())
     path = directory / "model.onnx"
-    path.write_bytes(add_of(place).SerializeToString())
+    path.write_bytes(with_struct_part(add_of(place)).SerializeToString())
     return str(path)
+
+
+def with_struct_part(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` plus one (unused) declaration: a struct model, checked by onnx_struct's rules."""
+    S.add_struct_types(model, S.make_array(T.UINT8, 4))
+    return model
 
 
 @pytest.mark.parametrize("full_check", [False, True])
@@ -141,7 +152,7 @@ def test_no_location_is_created_on_disk(tmp_path, monkeypatch):
     temporary.mkdir()
     monkeypatch.setattr("tempfile.tempdir", str(temporary))
     monkeypatch.chdir(tmp_path)
-    model = constants_at(["a/" * 990 + "c.bin"] + ["d/" * i + "c.bin" for i in range(1, 300)])
+    model = with_struct_part(constants_at(["a/" * 990 + "c.bin"] + ["d/" * i + "c.bin" for i in range(1, 300)]))
     S.check_model(model.SerializeToString())
     assert S.validate(model.SerializeToString()) == []
     assert list(temporary.iterdir()) == []

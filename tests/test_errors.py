@@ -15,6 +15,10 @@ ERROR_CLASSES = {
     "ValidationError": "invalid",
     "LeafNotFoundError": "unknown_leaf",
     "NotRegularFileError": "not_regular_file",
+    "ModelFileNotFoundError": "file_not_found",
+    "InferenceError": "onnx_checker",
+    "ModelValueError": "not_parsable",
+    "ModelRuntimeError": "onnx_checker",
 }
 
 

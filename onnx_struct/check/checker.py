@@ -13,25 +13,25 @@ import os
 import onnx
 import onnx.checker
 
-from onnx_struct.check import inference
+from onnx_struct.check import inference, stock
 from onnx_struct.check.declaration_rules import CONCRETE_KINDS
 from onnx_struct.check.graph_rules import GraphRules
 from onnx_struct.check.reporting import FirstFound
 from onnx_struct.check.stand_ins import check_beside_stand_ins, resolved_in_working_directory
-from onnx_struct.errors import ValidationError
+from onnx_struct.errors import ModelValueError, ValidationError, from_stock
 from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.payload import external
 from onnx_struct.payload import values as resolver
 from onnx_struct.schema import utf8, wire
-from onnx_struct.schema.model import LoadedModel, ModelLike, StructTypeProto, load
+from onnx_struct.schema.model import LoadedModel, ModelLike, StructTypeProto, accepted_form, load
 from onnx_struct.schema.projections import (
     checker_view,
     stock_view,
 )
 from onnx_struct.schema.walk import graph_parts
 
-# Captured at import so that install() (which replaces onnx.checker.check_model) cannot recurse.
-_stock_check_model = onnx.checker.check_model
+# Captured at import (check/stock.py) so that install() (which replaces it) cannot recurse.
+_stock_check_model = stock.stock_check_model
 
 
 class _Checker(GraphRules):
@@ -257,24 +257,17 @@ class _Checker(GraphRules):
                 check_beside_stand_ins(_stock_check_model, view, full_check=full_check, **self.stock_options)
             else:
                 _stock_check_model(view, full_check=full_check, **self.stock_options)
-        except onnx.checker.ValidationError as error:
-            self.report(ValidationError("", f"onnx.checker: {error}", code="onnx_checker"))
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, RuntimeError) as error:
+            self.report(from_stock(error, stock.prefix(error)))
         except UnicodeDecodeError:  # stock onnx's error message itself fails on non-UTF-8 names
             self.report(
-                ValidationError(
+                ModelValueError(
                     "", "onnx.checker: the model contains a string that is not valid UTF-8", code="invalid_utf8"
                 )
             )
-        except onnx.shape_inference.InferenceError as error:
-            self.report(ValidationError("", f"onnx.shape_inference: {error}", code="onnx_checker"))
-        except RuntimeError as error:  # onnx's C++ filesystem errors (a name too long) surface so
-            self.report(ValidationError("", f"onnx.checker: {error}", code="onnx_checker"))
         except ValueError as error:  # onnx's word for an element type it does not know, path lost
             view_graph = onnx.ModelProto.FromString(view).graph if isinstance(view, bytes) else view.graph
-            self.report(
-                inference.unknown_element_type(view_graph)
-                or ValidationError("", f"onnx.checker: {error}", code="onnx_checker")
-            )
+            self.report(inference.unknown_element_type(view_graph) or from_stock(error, "onnx.checker: "))
 
 
 def _decoded(raw_names) -> list[str] | None:
@@ -292,7 +285,17 @@ def _decoded(raw_names) -> list[str] | None:
 def validate(
     model: ModelLike, *, full_check: bool = False, base_dir: str | os.PathLike | None = None, **stock_options: bool
 ) -> list[ValidationError]:
-    """Every diagnostic of ``model`` (empty when valid). See :func:`check_model`."""
+    """Every diagnostic of ``model`` (empty when valid). See :func:`check_model`: a model without
+    struct parts has onnx's one finding, or none, as check_model raises it."""
+    if base_dir is None:
+        try:
+            plain = stock.plain_form(model, unparsable=False)  # unparsable: our message names the file
+            if plain is not None:
+                flags = [stock_options.get(k, False) for k in ("skip_opset_compatibility_check", "check_custom_domain")]
+                stock.check_model(plain, full_check, *flags)
+                return []
+        except ValidationError as error:  # a missing file, or onnx's finding
+            return [error]
     return _diagnostics(model, full_check, base_dir, stock_options, first_only=False)
 
 
@@ -309,19 +312,33 @@ def _diagnostics(model, full_check: bool, base_dir, stock_options: dict, first_o
 def check_model(
     model: ModelLike,
     full_check: bool = False,
-    *,
-    base_dir: str | os.PathLike | None = None,
     skip_opset_compatibility_check: bool = False,
     check_custom_domain: bool = False,
+    *,
+    base_dir: str | os.PathLike | None = None,
 ) -> None:
-    """Check a model with struct parts; raise the first :class:`ValidationError` found.
+    """Check a model, struct parts included; raise the first :class:`ValidationError` found.
 
-    ``model`` is an ``onnx.ModelProto`` (struct parts as unknown fields), serialized bytes, or a
-    path (external payloads are then resolved against the file's directory, or ``base_dir``).
-    The stock parts are checked by ``onnx.checker.check_model``; ``full_check`` adds struct-aware
-    shape inference, as onnx's ``full_check`` does; ``skip_opset_compatibility_check`` and
-    ``check_custom_domain`` are passed to onnx's checker.
+    A drop-in for ``onnx.checker.check_model``, with its arguments in its order. ``model`` is an
+    ``onnx.ModelProto`` (struct parts as unknown fields), serialized bytes, or a path (external
+    payloads are then resolved against the file's directory, or ``base_dir``). A model without
+    struct parts is handed to ``onnx.checker.check_model`` itself (check/stock.py); otherwise the
+    proposal's rules run first, then onnx's checker on the stock parts. ``full_check`` adds
+    struct-aware shape inference, as onnx's ``full_check`` does; ``skip_opset_compatibility_check``
+    and ``check_custom_domain`` are passed to onnx's checker.
+
+    Raises:
+        ValidationError: the model is invalid. Where stock onnx raises another class for the same
+            fault, the error is also an instance of it (docs/errors.md, "Exception classes"):
+            InferenceError, ModelValueError (a ValueError), ModelFileNotFoundError (a
+            FileNotFoundError), NotRegularFileError and ModelRuntimeError (RuntimeErrors).
     """
+    if base_dir is None:
+        plain = stock.plain_form(model)
+        if plain is not None:
+            return stock.check_model(plain, full_check, skip_opset_compatibility_check, check_custom_domain)
+        if not accepted_form(model):  # stock onnx raises what it raises for it
+            return stock.check_model(model, full_check, skip_opset_compatibility_check, check_custom_domain)
     stock_options = {
         "skip_opset_compatibility_check": skip_opset_compatibility_check,
         "check_custom_domain": check_custom_domain,

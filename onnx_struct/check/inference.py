@@ -21,19 +21,27 @@ import onnx
 import onnx.shape_inference
 
 from onnx_struct.check import decoder_inputs as bindings
-from onnx_struct.check import decoder_policy
+from onnx_struct.check import decoder_policy, stock
 from onnx_struct.check.function_models import onnx_elem_type, tensor_type
-from onnx_struct.errors import ValidationError
+from onnx_struct.errors import InferenceError, ModelValueError, ValidationError, from_stock
 from onnx_struct.layout import dtypes
 from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.payload.values import constant_tensor
 from onnx_struct.schema import utf8
-from onnx_struct.schema.model import LoadedModel, ModelLike, StructProto, StructTypeProto, load, to_onnx
+from onnx_struct.schema.model import (
+    LoadedModel,
+    ModelLike,
+    StructProto,
+    StructTypeProto,
+    accepted_form,
+    load,
+    to_onnx,
+)
 from onnx_struct.schema.opaque import OPAQUE_DOMAIN
 from onnx_struct.schema.projections import retyped_view, stock_view
 
-# Captured at import, before hooks.install() (which imports this module first) can replace it.
-_stock_infer_shapes = onnx.shape_inference.infer_shapes
+# Captured at import (check/stock.py), before hooks.install() can replace it.
+_stock_infer_shapes = stock.stock_infer_shapes
 
 
 class LogicalTypes:
@@ -232,7 +240,20 @@ def infer_shapes(
     gets what onnx infers when the struct values are graph inputs of their logical types.
     Struct-typed graph inputs and outputs keep their struct types. The arguments after
     ``model`` are onnx's.
+
+    A drop-in for ``onnx.shape_inference.infer_shapes``: a model without struct parts is handed to
+    it (check/stock.py) and its result returned. ``model`` may also be a path (stock onnx takes
+    paths in ``infer_shapes_path`` only).
+
+    Raises:
+        ValidationError: the model is invalid; an InferenceError (also
+            ``onnx.shape_inference.InferenceError``) where onnx's inference refuses it, a
+            ModelValueError (also a ``ValueError``) where stock onnx raises ValueError.
     """
+    plain = stock.plain_form(model, paths=False)
+    if plain is not None or not accepted_form(model):
+        parsed = model if type(model) is onnx.ModelProto else None  # plain is its bytes: not parsed again
+        return stock.infer_shapes(model if plain is None else plain, check_type, strict_mode, data_prop, parsed)
     loaded = load(model)
     for k, value in enumerate(loaded.struct_values):
         if not isinstance(value.name, str):  # proto2 leaves it undecoded; the checker's rule and message
@@ -242,18 +263,17 @@ def infer_shapes(
     types = LogicalTypes(loaded)
     value_types = _name_types(loaded, types)
     logical = logical_view(loaded, stock_view(loaded), types, value_types)
+    undefined = stock.first_undefined_input(logical.graph, frozenset(), "graph")
+    if undefined is not None:  # onnx's inference may crash on it (check/stock.py)
+        raise InferenceError(undefined, "names no value defined before the node", code="undefined_input")
     try:
         inferred = _stock_infer_shapes(logical, check_type, strict_mode, data_prop)
-    except onnx.shape_inference.InferenceError as error:
-        raise ValidationError("", f"onnx.shape_inference: {_first_line(error)}", code="onnx_checker") from None
-    except onnx.checker.ValidationError as error:  # e.g. recursive model-local functions, found by onnx
-        if isinstance(error, ValidationError):
-            raise
-        raise ValidationError("", f"onnx.shape_inference: {_first_line(error)}", code="onnx_checker") from None
     except ValueError as error:  # onnx's word for an element type it does not know
-        raise unknown_element_type(logical.graph) or ValidationError(
-            "", f"onnx.shape_inference: {_first_line(error)}", code="onnx_checker"
+        raise unknown_element_type(logical.graph) or from_stock(
+            error, "onnx.shape_inference: ", _first_line(error)
         ) from None
+    except stock.STOCK_ERRORS as error:  # the checker's: e.g. recursive model-local functions
+        raise from_stock(error, "onnx.shape_inference: ", _first_line(error)) from None
     result = type(loaded.proto)()
     result.CopyFrom(loaded.proto)
     names = struct_names(loaded)
@@ -268,7 +288,8 @@ def infer_shapes(
 
 def unknown_element_type(graph: onnx.GraphProto) -> ValidationError | None:
     """The first main-graph input, output, value_info or initializer whose element type onnx does
-    not know (onnx raises a bare ValueError for it), as a ValidationError naming it."""
+    not know (onnx raises a bare ValueError for it), as a ValidationError naming it (a
+    ModelValueError: a ValueError too)."""
     known = set(onnx.TensorProto.DataType.values())
     for kind in ("input", "output", "value_info"):
         for i, info in enumerate(getattr(graph, kind)):
@@ -280,13 +301,13 @@ def unknown_element_type(graph: onnx.GraphProto) -> ValidationError | None:
                 elem_type = getattr(type_proto, which).elem_type
                 if elem_type not in known:
                     where = element_label(f"graph.{kind}[{i}]", info.name)
-                    return ValidationError(
+                    return ModelValueError(
                         where, f"element type {elem_type} is not an ONNX element type", code="unknown_element_type"
                     )
     for i, tensor in enumerate(graph.initializer):
         if tensor.data_type not in known:
             where = element_label(f"graph.initializer[{i}]", tensor.name)
-            return ValidationError(
+            return ModelValueError(
                 where, f"data_type {tensor.data_type} is not an ONNX element type", code="unknown_element_type"
             )
     return None
@@ -317,9 +338,11 @@ def _copy_back(target, source: onnx.GraphProto, skip: set[str]) -> None:
         elif _has_struct_type(entry.type):
             continue
         entry.ParseFromString(info.SerializeToString())
-    for mine, theirs in zip(target.output, source.output, strict=False):
-        if mine.name == theirs.name and not _has_struct_type(mine.type) and mine.name not in skip:
-            mine.type.ParseFromString(theirs.type.SerializeToString())
+    # Inputs too: onnx types a subgraph's inputs (a Loop or Scan body's) from the node's.
+    for field in ("input", "output"):
+        for mine, theirs in zip(getattr(target, field), getattr(source, field), strict=False):
+            if mine.name == theirs.name and not _has_struct_type(mine.type) and mine.name not in skip:
+                mine.type.ParseFromString(theirs.type.SerializeToString())
     for node, stock_node in zip(target.node, source.node, strict=False):
         for attribute, stock_attribute in zip(node.attribute, stock_node.attribute, strict=False):
             if attribute.HasField("g"):

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 import numpy as np
 import onnx
 
-from onnx_struct.errors import NotRegularFileError, ValidationError
+from onnx_struct.errors import ModelFileNotFoundError, NotRegularFileError, ValidationError
 from onnx_struct.layout import dtypes
 from onnx_struct.layout.table import UINT64_MAX, element_label
 from onnx_struct.limits import MAX_EXTERNAL_DIGITS
@@ -249,13 +249,20 @@ def require_regular_file(file: str | os.PathLike, path: str = "") -> None:
         raise NotRegularFileError(path, f"{what} is {_kind(info.st_mode)}, not a regular file; refused unopened")
 
 
-def read_model_file(file: str | os.PathLike) -> bytes:
-    """The bytes of a model file named by the caller (symlinks followed); non-regular files are
-    refused unopened. A missing file is the caller's FileNotFoundError, as with ``open``."""
+def open_model_file(file: str | os.PathLike) -> tuple[int, int]:
+    """(fd, size) of a model file named by the caller, opened read-only under the rules of
+    :func:`read_model_file`; the caller closes the fd."""
     what = os.fspath(file)
     if not os.path.lexists(file):
-        raise FileNotFoundError(2, "No such file or directory", what)
-    fd, size = _open_regular(file, "", what, follow=True)
+        raise ModelFileNotFoundError("", f"{what}: No such file or directory", file=what)
+    return _open_regular(file, "", what, follow=True)
+
+
+def read_model_file(file: str | os.PathLike) -> bytes:
+    """The bytes of a model file named by the caller (symlinks followed); non-regular files are
+    refused unopened. A missing file is a FileNotFoundError, as with ``open``, and a
+    ValidationError, as stock ``check_model`` raises (ModelFileNotFoundError)."""
+    fd, size = open_model_file(file)
     with open(fd, "rb", closefd=True) as handle:
         return handle.read()  # to the end: a file that grew since fstat is read whole
 

@@ -20,7 +20,7 @@ from google.protobuf.message import DecodeError, EncodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
-from onnx_struct.errors import ValidationError
+from onnx_struct.errors import ModelValueError, ValidationError
 from onnx_struct.schema import struct_parts, wire_format
 
 StructTypeProto = pb.StructTypeProto
@@ -110,7 +110,7 @@ class LoadedModel:
             try:
                 proto = pb.ModelProto.FromString(data)
             except DecodeError as error:
-                raise ValidationError(
+                raise ModelValueError(
                     "", f"the model's struct parts do not parse (protobuf: {_reason(error)})", code="not_parsable"
                 ) from None
             self._proto, self._serialized, self._source = proto, data, None
@@ -291,6 +291,13 @@ def read_stock_model(path: str | os.PathLike) -> tuple[onnx.ModelProto, ModelDir
     return proto, model_directory(path)
 
 
+def accepted_form(model: object) -> bool:
+    """Whether :func:`load` accepts ``model``'s type (else it raises TypeError)."""
+    return isinstance(
+        model, (LoadedModel, pb.ModelProto, onnx.ModelProto, bytes, bytearray, memoryview, str, os.PathLike)
+    )
+
+
 def load_model(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = None) -> LoadedModel:
     """Parse a model once for many calls: every public function accepts the result in place of
     the model, and skips re-reading the file or re-serializing an ``onnx.ModelProto`` (which costs
@@ -312,12 +319,12 @@ def _parse(data: bytes, origin: str) -> pb.ModelProto:
         return pb.ModelProto.FromString(data)
     except DecodeError as error:
         if data[:4] == GGUF_MAGIC:  # a GGUF file under an .onnx name: say what it is and what reads it
-            raise ValidationError(
+            raise ModelValueError(
                 "",
                 f"{origin} is a GGUF file, not an ONNX model; convert it first: onnx-struct from-gguf {origin} OUT.onnx",
                 code="not_parsable",
             ) from None
-        raise ValidationError(
+        raise ModelValueError(
             "", f"{origin} is not a parsable ONNX model (protobuf: {_reason(error)})", code="not_parsable"
         ) from None
 

@@ -23,6 +23,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 
 from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
 from onnx_struct.schema import wire_format  # its field reader: protobuf exposes no byte offsets
+from onnx_struct.schema.wire_format import len_header
 
 _LEN = 2
 _GRAPH = pb.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
@@ -45,20 +46,9 @@ def _entries(message, number: int) -> list[bytes]:
     return [f.data for f in UnknownFieldSet(message) if f.field_number == number and f.wire_type == _LEN]
 
 
-def _header(number: int, length: int) -> bytes:
-    """The tag and length of a length-delimited field."""
-    header = bytearray()
-    for value in (number << 3 | _LEN, length):
-        while value >= 0x80:
-            header.append(value & 0x7F | 0x80)
-            value >>= 7
-        header.append(value)
-    return bytes(header)
-
-
 def _frame(number: int, payload: bytes) -> bytes:
     """One length-delimited field (used on small bytes only: struct types and stripped values)."""
-    return _header(number, len(payload)) + payload
+    return len_header(number, len(payload)) + payload
 
 
 def read_struct_types(model: onnx.ModelProto):
@@ -168,7 +158,7 @@ def without_struct_values(data: bytes) -> bytes:
     for field_start, start, end in _graph_occurrences(data):
         spans, dropped = _spans_without_values(data, start, end)
         if dropped:
-            pieces += [whole[kept:field_start], _header(_GRAPH, end - start - dropped)]
+            pieces += [whole[kept:field_start], len_header(_GRAPH, end - start - dropped)]
             pieces += [whole[a:b] for a, b in spans]
             kept = end
     if not pieces:

@@ -28,7 +28,7 @@ import onnx
 from google.protobuf.descriptor import FieldDescriptor
 
 from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
-from onnx_struct.errors import ValidationError
+from onnx_struct.errors import ModelValueError, ValidationError
 from onnx_struct.schema import wire_runs
 from onnx_struct.schema.wire_format import I32, I64, LEN, START_GROUP, VARINT, Malformed, skip, varint
 from onnx_struct.schema.wire_paths import problem
@@ -61,11 +61,11 @@ class _Plan:
         # tag -> _SKIP_LEN, _SKIP_SCALAR or (child plan or None, oneof index or None, number, repeated)
         self.actions: dict = {}
         self.names = {f.number: f.name for f in descriptor.fields}
-        self.checked = {f.number for f in descriptor.fields if f.number not in _stock_numbers(descriptor)}
+        self.checked = {f.number for f in descriptor.fields if f.number not in stock_numbers(descriptor)}
         self.probe = self.probe_bytes = None
 
 
-def _stock_numbers(descriptor) -> set[int]:
+def stock_numbers(descriptor) -> set[int]:
     """Field numbers onnx's own copy of an overlay message has (none for the proposal's messages):
     a stock field of the wrong wire type is dropped by stock onnx too, so only ours are checked."""
     names = []
@@ -177,7 +177,7 @@ def scan_model(data: bytes, counts: tuple[int, int] | None = None) -> Scan:
         return _scan(data, counts)
     except Malformed as error:
         return Scan(
-            ValidationError("", f"the model is not well-formed protobuf at byte {error.pos}", code="not_parsable")
+            ModelValueError("", f"the model is not well-formed protobuf at byte {error.pos}", code="not_parsable")
         )
 
 

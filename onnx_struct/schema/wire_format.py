@@ -26,6 +26,17 @@ def varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
     raise Malformed(pos)
 
 
+def len_header(number: int, length: int) -> bytes:
+    """The tag and length of a length-delimited field ``number`` of ``length`` bytes."""
+    header = bytearray()
+    for value in (number << 3 | LEN, length):
+        while value >= 0x80:
+            header.append(value & 0x7F | 0x80)
+            value >>= 7
+        header.append(value)
+    return bytes(header)
+
+
 def skip(data: bytes, pos: int, end: int, tag: int) -> int:
     """Past the value of a field with ``tag`` (groups, deprecated but valid, are skipped whole)."""
     depth = 0

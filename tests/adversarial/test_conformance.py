@@ -155,6 +155,11 @@ def test_wire_type_facts():
 )
 def test_integration_field_with_wrong_wire_type_is_refused(tmp_path, suffix, path):
     data = base_model().SerializeToString() + suffix
+    if path.endswith(".type.struct_type"):
+        # In a type, a proposal field of the wrong wire type is no struct part (schema/plain.py):
+        # the model is plain and stock onnx's checker refuses the type it leaves without a value.
+        refused(tmp_path, data, "", contains="Unrecognized type value case")
+        return
     refused(tmp_path, data, path, contains="wire type")
 
 

@@ -288,6 +288,8 @@ def test_external_initializer_spelled_longer_than_needed_is_still_checked(tmp_pa
     model = oh.make_model(oh.make_graph([], "g", [], []), opset_imports=OPSET)
     model.ClearField("graph")
     data = model.SerializeToString() + field(7, graph.SerializeToString() + field(5, tensor))
+    # A struct model (one declaration): onnx_struct's location rules apply (a plain model is stock's).
+    data += field(27, S.make_array(T.UINT8, 4).SerializeToString())
     parsed = onnx.ModelProto.FromString(data)
     assert parsed.graph.initializer[0].data_location == T.EXTERNAL and parsed.ByteSize() == len(data)
     (tmp_path / "m.onnx").write_bytes(data)

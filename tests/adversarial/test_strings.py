@@ -136,8 +136,11 @@ def test_install_leaves_a_stock_model_with_such_strings_to_onnx():
     finally:
         S.uninstall()
     assert hooked == stock == "accepted"
+    assert _outcome(S.check_model, data) == "accepted"  # a drop-in: a plain model is stock's
+    declaration = S.make_array(TensorProto.UINT8, 4).SerializeToString()
+    with_struct = data + bytes([0xDA, 0x01, len(declaration)]) + declaration  # struct_types (27)
     with pytest.raises(S.ValidationError, match=r"graph\.node\[0\].*not valid UTF-8"):
-        S.check_model(data)  # onnx_struct's own checker applies its rule to any model
+        S.check_model(with_struct)  # onnx_struct's own rule applies to every struct model
 
 
 def large_struct_model(payload_mib: int) -> bytes:

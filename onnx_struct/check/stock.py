@@ -1,0 +1,161 @@
+"""Plain models go to stock onnx: one cheap test, then onnx's own function on the same argument.
+
+A model without struct parts (schema/plain.py) is checked and inferred by
+``onnx.checker.check_model`` and ``onnx.shape_inference.infer_shapes`` themselves, so that it is
+accepted, refused and inferred exactly as stock onnx does it (docs/semantics.md, "Plain
+models"). What stock onnx raises is raised as a ValidationError that is also every class stock
+raised (errors.from_stock). The stock functions are captured at import, before install() can
+replace them.
+"""
+
+from __future__ import annotations
+
+import os
+
+import onnx
+import onnx.checker
+import onnx.shape_inference
+from google.protobuf.message import DecodeError
+
+from onnx_struct.errors import InferenceError, from_stock
+from onnx_struct.payload.external import open_model_file
+from onnx_struct.schema.plain import CUT_MIN_BYTES, FileBytes, has_struct_parts
+
+stock_check_model = onnx.checker.check_model
+stock_infer_shapes = onnx.shape_inference.infer_shapes
+
+# What stock onnx raises for a model it refuses (a C++ file system error is a RuntimeError).
+STOCK_ERRORS = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError, RuntimeError)
+
+
+PLAIN, STRUCT, UNPARSABLE = "plain", "struct", "unparsable"
+
+
+def classify(model: object, *, paths: bool = True) -> tuple[str, object]:
+    """(PLAIN, what to hand stock onnx) for a model without struct parts: the serialized bytes of
+    an ``onnx.ModelProto`` (stock would serialize it the same way), the bytes themselves, or the
+    path of a file (tested here, reading only the headers of a large file's initializer records,
+    then read by onnx itself, which resolves external data beside it; ``paths=False``: its bytes,
+    for infer_shapes, which takes no path). (STRUCT, None) for a model with struct parts (or bytes
+    protobuf reads as onnx's but the test cannot: a broken one), an empty file, or a form stock
+    onnx does not take (LoadedModel, overlay objects, bytearray). (UNPARSABLE, the form as for
+    PLAIN) for bytes Python's protobuf cannot parse: onnx's own parser may decide.
+
+    Raises:
+        ModelFileNotFoundError, NotRegularFileError: a path names no regular file.
+    """
+    if type(model) is onnx.ModelProto:
+        data = model.SerializeToString()
+    elif type(model) is bytes:
+        data = model
+    elif isinstance(model, (str, os.PathLike)):
+        fd, size = open_model_file(model)
+        try:
+            if not size:
+                return STRUCT, None  # an empty file: the struct path's message names it
+            data = FileBytes(lambda offset, count: os.pread(fd, count, offset), size)
+            if size < CUT_MIN_BYTES or not paths:
+                data = data[:]  # read whole: small, or handed on as bytes
+            found = has_struct_parts(data)
+            if found is None:
+                found = UNPARSABLE if not _stock_parses(data[:]) else True
+        finally:
+            os.close(fd)
+        form = model if paths else data
+        return (STRUCT, None) if found is True else (UNPARSABLE if found else PLAIN, form)
+    else:
+        return STRUCT, None
+    found = has_struct_parts(data)
+    if found is None:
+        # The mask's parse failed: a broken struct part if protobuf reads the bytes as onnx's;
+        # if it does not, no reader of this package can find a struct part in them, and onnx's
+        # C++ parser, more lenient than Python's, decides as stock onnx decides.
+        found = UNPARSABLE if not _stock_parses(data) else True
+    return (STRUCT, None) if found is True else (UNPARSABLE if found else PLAIN, data)
+
+
+def _stock_parses(data: bytes) -> bool:
+    try:
+        onnx.ModelProto.FromString(data)
+    except DecodeError:
+        return False
+    return True
+
+
+def plain_form(model: object, *, paths: bool = True, unparsable: bool = True) -> object | None:
+    """What to hand stock onnx for a model without struct parts (see :func:`classify`; with
+    ``unparsable``, also for bytes Python's protobuf cannot parse), else None: the struct-aware
+    path decides."""
+    kind, form = classify(model, paths=paths)
+    return form if kind == PLAIN or (unparsable and kind == UNPARSABLE) else None
+
+
+def check_model(
+    model: object, full_check: bool, skip_opset_compatibility_check: bool, check_custom_domain: bool
+) -> None:
+    """``onnx.checker.check_model`` on ``model`` (a :func:`plain_form`), its errors as ours."""
+    try:
+        stock_check_model(model, full_check, skip_opset_compatibility_check, check_custom_domain)
+    except STOCK_ERRORS as error:
+        raise from_stock(error, prefix(error)) from None
+
+
+def infer_shapes(
+    model: object, check_type: bool, strict_mode: bool, data_prop: bool, parsed: onnx.ModelProto | None = None
+) -> onnx.ModelProto:
+    """``onnx.shape_inference.infer_shapes`` on ``model`` (a :func:`plain_form`), its errors as ours.
+
+    A model using an operator whose inference is known to kill the process on a node input that
+    names no value (:data:`CRASHING_OPERATORS`) is walked first, and such an input refused
+    (docs/semantics.md). ``parsed``: the ``onnx.ModelProto`` whose bytes ``model`` is, if the
+    caller has it.
+    """
+    if isinstance(model, bytes) and any(name in model for name in CRASHING_OPERATORS):
+        if parsed is None:
+            try:
+                parsed = onnx.ModelProto.FromString(model)
+            except DecodeError:
+                pass  # stock's parse raises its ValueError below
+        undefined = first_undefined_input(parsed.graph, frozenset(), "graph") if parsed is not None else None
+        if undefined is not None:
+            raise InferenceError(undefined, "names no value defined before the node", code="undefined_input")
+    try:
+        return stock_infer_shapes(model, check_type, strict_mode, data_prop)
+    except STOCK_ERRORS as error:
+        raise from_stock(error, "onnx.shape_inference: ") from None
+
+
+def prefix(error: Exception) -> str:
+    """How a message of stock onnx's starts in ours: which of onnx's parts refused the model."""
+    return "onnx.shape_inference: " if isinstance(error, onnx.shape_inference.InferenceError) else "onnx.checker: "
+
+
+# Operators whose inference in onnx 1.23 dereferences the missing type of a node input that names
+# no value and kills the process: found by renaming the first input of each of onnx's 1,884 backend
+# node test models, each inferred in a child process (docs/semantics.md). A byte search for their
+# names (C speed) spares every other model the walk (~1 us a node, more than onnx's inference of a
+# small model).
+CRASHING_OPERATORS = (b"EyeLike", b"LabelEncoder", b"TreeEnsemble", b"RegexFullMatch")
+
+
+def first_undefined_input(graph: onnx.GraphProto, outer: frozenset, path: str) -> str | None:
+    """The path of the first node input of ``graph`` or its subgraphs (in node order, each
+    subgraph seeing the names defined around its node) that names no value defined before it."""
+    defined = set(outer)
+    defined.update(i.name for i in graph.input)
+    defined.update(t.name for t in graph.initializer)
+    defined.update(t.values.name for t in graph.sparse_initializer)
+    for k, node in enumerate(graph.node):
+        for j, name in enumerate(node.input):
+            if name and name not in defined:
+                return f"{path}.node[{k}].input[{j}] ({name!r})"
+        for attribute in node.attribute:
+            subgraphs = ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs)
+            for g, subgraph in enumerate(subgraphs):
+                found = first_undefined_input(
+                    subgraph, frozenset(defined), f"{path}.node[{k}].attribute.{attribute.name}[{g}]"
+                )
+                if found is not None:
+                    return found
+        defined.update(node.output)
+    return None
