@@ -17,14 +17,13 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import onnx
 
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.gguf.conversion import decode_metadata
 from onnx_struct.runtime.ort import load_onnxruntime
 from onnx_struct.runtime.session import InferenceSession
 from onnx_struct.runtime.tokenizer import GGUFTokenizer
-from onnx_struct.schema.model import ModelLike
+from onnx_struct.schema.model import ModelLike, load_model
 
 
 @dataclasses.dataclass
@@ -74,11 +73,8 @@ def _not_a_decoder() -> ValidationError:
 
 
 def _graph_input_names(model: ModelLike) -> set[str]:
-    """The main graph's input names, read without the model's external data."""
-    if isinstance(model, (str, os.PathLike)):
-        model = onnx.load(os.fspath(model), load_external_data=False)
-    graph = getattr(model, "graph", None)
-    return {i.name for i in graph.input} if graph is not None else set()
+    """The main graph's input names (a model the session has already parsed once)."""
+    return {i.name for i in load_model(model).proto.graph.input}
 
 
 class Generator:
@@ -108,7 +104,7 @@ class Generator:
         except ValidationError as error:
             # onnxruntime refuses a graph without nodes (from-gguf without --graph) as it refuses
             # any empty graph: name what is missing instead of its initialization failure.
-            if "input_ids" not in _graph_input_names(model):
+            if error.code == "runtime_failure" and "input_ids" not in _graph_input_names(model):
                 raise _not_a_decoder() from error
             raise
         inputs = {i.name: i.shape for i in self.session.get_inputs()}
