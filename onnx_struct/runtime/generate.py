@@ -94,8 +94,8 @@ class Generator:
     def __init__(self, model: ModelLike, *, threads: int | None = None, accuracy_level: int | None = None) -> None:
         options = None
         if threads is not None:
-            # onnxruntime takes a thread count only through SessionOptions; InferenceSession then
-            # keeps the weights in the lowered model (docs/llm.md, "Threads").
+            # onnxruntime takes a thread count only through SessionOptions, which InferenceSession
+            # leaves as given and runs on the same low-memory route (docs/llm.md, "Threads").
             options = load_onnxruntime().SessionOptions()
             options.intra_op_num_threads = int(threads)
             options.log_severity_level = 3
