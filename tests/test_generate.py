@@ -6,6 +6,7 @@ EOS stop, streaming, the sampler against hand-computed distributions."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 pytest.importorskip("gguf")
@@ -175,3 +176,23 @@ def test_unknown_tokenizer_models_are_refused(tiny):
         GGUFTokenizer({**metadata, "tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "deepseek-coder"})
     with pytest.raises(onnx_struct.ValidationError, match="one score per token"):
         GGUFTokenizer({**metadata, "tokenizer.ggml.scores": [0.0]})
+
+
+def test_a_model_without_context_length_is_refused_naming_the_key(tiny):
+    model = onnx.ModelProto()
+    model.CopyFrom(tiny[2])
+    kept = [p for p in model.metadata_props if p.key != "llama.context_length"]
+    assert len(kept) == len(model.metadata_props) - 1  # the GGUF key is stored under its own name
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    with pytest.raises(onnx_struct.ValidationError) as caught:
+        Generator(model, accuracy_level=0)
+    assert caught.value.path == "gguf.kv['llama.context_length']"
+
+
+def test_metadata_that_is_not_json_is_refused_naming_the_entry(tiny):
+    props = {p.key: p.value for p in tiny[2].metadata_props}
+    props["llama.block_count"] = "{not json"
+    with pytest.raises(onnx_struct.ValidationError) as caught:
+        decode_metadata(props)
+    assert caught.value.path == "metadata_props['llama.block_count']"

@@ -118,7 +118,9 @@ class Generator:
         context = metadata.get(f"{metadata.get('general.architecture')}.context_length")
         if isinstance(context, bool) or not isinstance(context, int) or context <= 0:
             raise ValidationError(
-                "gguf.kv['{arch}.context_length']", "missing or not a positive integer", code="missing_metadata"
+                f"gguf.kv['{metadata.get('general.architecture')}.context_length']",
+                "missing or not a positive integer",
+                code="missing_metadata",
             )
         self.context_length = context
 

@@ -44,6 +44,8 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.gguf.conversion import decode_metadata
 
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
 MS_DOMAIN = "com.microsoft"
 # general.architecture -> (ggml rope mode is NEOX, q/k/v projections carry biases)
 ARCHITECTURES = {"llama": (False, False), "mistral": (False, False), "qwen2": (True, True)}
@@ -87,7 +89,7 @@ def hyperparameters(metadata: Mapping[str, object], tensors: Tensors) -> Hyperpa
             tensor (``gguf.tensors['blk.0.attn_q.weight']``).
     """
     arch = metadata.get("general.architecture")
-    if arch not in ARCHITECTURES:
+    if not isinstance(arch, str) or arch not in ARCHITECTURES:
         raise ValidationError(
             "gguf.kv['general.architecture']",
             f"architecture {arch!r} has no decoder graph; supported: {', '.join(sorted(ARCHITECTURES))}",
@@ -102,8 +104,10 @@ def hyperparameters(metadata: Mapping[str, object], tensors: Tensors) -> Hyperpa
             raise ValidationError(f"gguf.kv[{full!r}]", "missing: the decoder graph needs it", code="missing_metadata")
         if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
             raise ValidationError(f"gguf.kv[{full!r}]", f"must be a positive integer, not {value!r}")
-        if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0):
-            raise ValidationError(f"gguf.kv[{full!r}]", f"must be a positive number, not {value!r}")
+        if kind is float and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= FLOAT32_MAX
+        ):  # the graph holds it as a float32 constant: a larger value would become inf
+            raise ValidationError(f"gguf.kv[{full!r}]", f"must be a positive, finite float32 number, not {value!r}")
         if kind is str and not isinstance(value, str):
             raise ValidationError(f"gguf.kv[{full!r}]", f"must be a string, not {value!r}")
         return value
@@ -116,6 +120,12 @@ def hyperparameters(metadata: Mapping[str, object], tensors: Tensors) -> Hyperpa
                 code="unsupported_architecture",
             )
     n_layers, n_embd, n_ff = key("block_count"), key("embedding_length"), key("feed_forward_length")
+    if n_layers > len(tensors):  # each layer has several tensors: refused before a table per layer is built
+        raise ValidationError(
+            f"gguf.kv['{arch}.block_count']",
+            f"{n_layers} layers, but the file holds {len(tensors)} tensors in all",
+            code="missing_tensor",
+        )
     n_heads = key("attention.head_count")
     n_kv_heads = key("attention.head_count_kv", n_heads)
     if n_embd % n_heads or n_heads % n_kv_heads:

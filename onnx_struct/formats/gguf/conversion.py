@@ -386,9 +386,19 @@ def decode_metadata(
         props = props.metadata_props
     if not isinstance(props, Mapping):
         props = {entry.key: entry.value for entry in props}
-    types = json.loads(props.get(VALUE_TYPES_KEY, "{}"))
+    try:
+        types = json.loads(props.get(VALUE_TYPES_KEY, "{}"))
+    except ValueError as error:
+        raise ValidationError(f"metadata_props[{VALUE_TYPES_KEY!r}]", f"not JSON: {error}") from None
+    if not isinstance(types, dict):
+        raise ValidationError(f"metadata_props[{VALUE_TYPES_KEY!r}]", "not a JSON object of key -> value type")
     out: dict[str, object] = {}
     for key, label in types.items():
+        if key not in props:  # a recorded type without its entry: the key is missing, as if never written
+            continue
         text = props[key]
-        out[key] = text if label == "STRING" else json.loads(text)
+        try:
+            out[key] = text if label == "STRING" else json.loads(text)
+        except ValueError as error:
+            raise ValidationError(f"metadata_props[{key!r}]", f"not the JSON of a {label} value: {error}") from None
     return out
