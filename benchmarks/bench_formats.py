@@ -45,8 +45,8 @@ from _peer import PeerProcess, Timing
 
 import onnx_struct as S
 from onnx_struct import formats
-from onnx_struct.check import decoder_inputs as bindings
-from onnx_struct.check.function_models import tensor_type
+from onnx_struct.functions import bindings
+from onnx_struct.functions.models import tensor_type
 from onnx_struct.runtime import runners as runtime
 from onnx_struct.runtime.codec import decode, encode, open_value
 from onnx_struct.runtime.feeds import leaf_feeds

@@ -167,7 +167,7 @@ def test_each_decoder_is_typed_once_per_call(monkeypatch, inline):
     """infer_shapes typed every value's decoder twice (for its logical view, then for the
     value_info it writes), and the full check twice when an output declares a value's logical
     type (the conflict rule, then the logical view); an inline declaration once per use."""
-    from onnx_struct.check import decoder_policy
+    from onnx_struct.functions import policy as decoder_policy
 
     calls = []
     original = decoder_policy._analyze  # the analysis proper (check_sizes memoizes it by label)

@@ -32,6 +32,7 @@ LAYERS = (
     ("layout", ("layout",)),
     ("formats", ("formats",)),
     ("payload", ("payload",)),
+    ("functions", ("functions",)),
     ("check", ("check",)),
     ("lowering", ("lowering",)),
     ("runtime", ("runtime",)),

@@ -22,7 +22,7 @@ from support.models import (
 from support.oracles import bitpack_oracle, int4_oracle, q4_oracle, q4_payload
 
 import onnx_struct as S
-from onnx_struct.check.function_models import PRIVATE_DOMAIN
+from onnx_struct.functions.models import PRIVATE_DOMAIN
 from onnx_struct.layout.table import TypeTable
 from onnx_struct.lowering.leaf_tensors import dense_byte_run
 from onnx_struct.lowering.opsets import reconcile_opsets

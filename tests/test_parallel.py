@@ -23,8 +23,8 @@ from onnx import helper as oh
 from support.models import base_model
 
 from onnx_struct import add_struct_values, formats
-from onnx_struct.check import function_models
 from onnx_struct.errors import ValidationError
+from onnx_struct.functions import models as function_models
 from onnx_struct.payload import buffer_pool
 from onnx_struct.runtime import parallel
 from onnx_struct.runtime import runners as runtime

@@ -28,7 +28,7 @@ from support.models import (
 from support.oracles import bitpack_oracle, int4_oracle, q4_oracle, q4_payload
 
 import onnx_struct as S
-from onnx_struct.check import function_models
+from onnx_struct.functions import models as function_models
 from onnx_struct.layout import bits
 from onnx_struct.runtime import feeds as runtime_feeds
 from onnx_struct.runtime import runners as runtime

@@ -1,1 +1,1 @@
-"""The proposal's rules, the decoder safety policy, logical-type inference and the onnx.checker hooks."""
+"""The proposal's rules, logical-type inference and the onnx.checker hooks."""

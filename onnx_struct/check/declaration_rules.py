@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import onnx
 
-from onnx_struct.check import decoder_inputs as bindings
-from onnx_struct.check import decoder_policy, inference
+from onnx_struct.check import inference
 from onnx_struct.check.reporting import Reporter
 from onnx_struct.errors import ValidationError
+from onnx_struct.functions import bindings
+from onnx_struct.functions import policy as decoder_policy
 from onnx_struct.layout.table import LeafLookup, TypeTable, element_label, read_constant
 from onnx_struct.payload import external
 from onnx_struct.schema.model import StructTypeProto
@@ -117,6 +118,6 @@ class DeclarationRules(Reporter):
 
 def check_function(function: onnx.FunctionProto, where: str, ir_version: int) -> bool:
     """A decoder/encoder as an ONNX function, with its own opset_import, and the structural rules
-    of the decoder safety policy (:func:`onnx_struct.decoder_policy.check_structure`)."""
+    of the decoder safety policy (:func:`onnx_struct.functions.structure.check_structure`)."""
     decoder_policy.check_structure(function, where, ir_version)
     return True

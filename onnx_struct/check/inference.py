@@ -3,7 +3,7 @@
 The *logical type* of a concrete declaration is the type of its decoder's output given the leaf
 types (tensor types of the bound leaves; constants as initializers holding their values, so a
 ``Reshape`` by a constant shape leaf is inferred exactly). It is computed by the decoder safety
-policy's analysis (:mod:`onnx_struct.decoder_policy`): onnx's own inference on the decoder's
+policy's analysis (:mod:`onnx_struct.functions.policy`): onnx's own inference on the decoder's
 nodes as a graph, from shapes alone, rather than by
 ``onnx.shape_inference.infer_function_output_types``, which sees types only, never the values of
 the constant leaves, or by onnx's data propagation, which costs ~210 bytes per element of every
@@ -20,10 +20,11 @@ from __future__ import annotations
 import onnx
 import onnx.shape_inference
 
-from onnx_struct.check import decoder_inputs as bindings
-from onnx_struct.check import decoder_policy, stock
-from onnx_struct.check.function_models import onnx_elem_type, tensor_type
+from onnx_struct.check import stock
 from onnx_struct.errors import InferenceError, ModelValueError, ValidationError, from_stock
+from onnx_struct.functions import bindings
+from onnx_struct.functions import policy as decoder_policy
+from onnx_struct.functions.models import onnx_elem_type, tensor_type
 from onnx_struct.layout import dtypes
 from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.payload.values import constant_tensor

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 from onnx import TensorProto, numpy_helper
 
-from onnx_struct.check.function_models import PACKED_TYPES, contiguous, packed_rows
+from onnx_struct.functions.models import PACKED_TYPES, contiguous, packed_rows
 from onnx_struct.layout.bits import merged_dims, pack_sub_byte
 from onnx_struct.layout.leaves import Leaf
 from onnx_struct.payload.view import StructView

@@ -19,16 +19,16 @@ from collections.abc import Callable
 import onnx
 from onnx import TensorProto, helper
 
-from onnx_struct.check import decoder_inputs as bindings
 from onnx_struct.check.checker import check_model, check_struct_parts
-from onnx_struct.check.function_models import (
+from onnx_struct.check.inference import LogicalTypes
+from onnx_struct.errors import ValidationError
+from onnx_struct.functions import bindings
+from onnx_struct.functions.models import (
     PRIVATE_DOMAIN,
     onnx_elem_type,
     registered_function,
     tensor_type,
 )
-from onnx_struct.check.inference import LogicalTypes
-from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import Leaf, TypeTable, element_label
 from onnx_struct.lowering.leaf_tensors import dense_byte_run, leaf_to_tensor
 from onnx_struct.lowering.names import SEPARATOR, leaf_tensor_name, short_name

@@ -14,10 +14,10 @@ import numpy as np
 from onnx import helper
 
 from onnx_struct import limits
-from onnx_struct.check import decoder_inputs as bindings
-from onnx_struct.check import decoder_policy
-from onnx_struct.check.function_models import tensor_type
 from onnx_struct.errors import ValidationError
+from onnx_struct.functions import bindings
+from onnx_struct.functions import policy as decoder_policy
+from onnx_struct.functions.models import tensor_type
 from onnx_struct.layout.table import TypeTable
 from onnx_struct.payload import external
 from onnx_struct.payload.pack import check_zero_fill, pack

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import numpy as np
 from onnx import TensorProto
 
-from onnx_struct.check.function_models import PACKED_TYPES, contiguous, onnx_elem_type, packed_rows
+from onnx_struct.functions.models import PACKED_TYPES, contiguous, onnx_elem_type, packed_rows
 from onnx_struct.layout import dtypes
 from onnx_struct.layout.bits import pack_sub_byte, unpack_sub_byte
 from onnx_struct.layout.table import Leaf

@@ -36,8 +36,8 @@ import numpy as np
 import onnx
 
 from onnx_struct import formats  # the registry loads its family modules on first use
-from onnx_struct.check.function_models import tensor_type
 from onnx_struct.formats.recognize import final_shape, registered_decoder, registry_decoder
+from onnx_struct.functions.models import tensor_type
 from onnx_struct.payload import buffer_pool
 from onnx_struct.runtime import runners
 from onnx_struct.runtime.feeds import Feed

@@ -4,7 +4,7 @@ sessions, reference fallback. Which function runs on which value is :mod:`onnx_s
 onnxruntime is imported lazily (on the first run, through :mod:`onnx_struct.runtime.ort`), so
 ``import onnx_struct`` and the checker never load it.
 
-A decoder runs as a tiny *function model* (:mod:`onnx_struct.check.function_models`): the decoder
+A decoder runs as a tiny *function model* (:mod:`onnx_struct.functions.models`): the decoder
 registered as a model-local function, one graph input per bound payload leaf (fed at run time, so
 nothing is constant-folded), constant leaves as initializers, and one call node. Sessions are cached
 per (function bytes, leaf types and shapes, constants, runtime) in a bounded LRU, so decoding many
@@ -27,9 +27,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
-from onnx_struct.check import decoder_policy
-from onnx_struct.check.function_models import function_model, signature_digest
 from onnx_struct.errors import ValidationError
+from onnx_struct.functions import policy as decoder_policy
+from onnx_struct.functions.models import function_model, signature_digest
 from onnx_struct.layout import dtypes
 from onnx_struct.payload import buffer_pool
 from onnx_struct.runtime.feeds import Feed, ortvalue_to_numpy

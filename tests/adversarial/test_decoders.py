@@ -398,7 +398,7 @@ def test_an_encoder_gets_the_encoder_factor_and_no_more():
     """The same function is refused as a decoder (256 bytes per input byte) and accepted with an
     encoder's ENCODER_EXPANSION (1,024): 512 float32 copies of a 1 MiB input, 512 MiB."""
     from onnx_struct import limits
-    from onnx_struct.check import decoder_policy
+    from onnx_struct.functions import policy as decoder_policy
 
     inputs = [("x", oh.make_tensor_type_proto(T.FLOAT, [1 << 18]))]
     with pytest.raises(S.ValidationError) as refused:
@@ -558,7 +558,7 @@ def test_every_registered_format_passes_the_policy(shape):
     """Every registered format's decoder and encoder, at a small and a real weight shape (the
     budget is per input byte plus a fixed allowance, so the big shape is the binding one)."""
     from onnx_struct import formats, limits
-    from onnx_struct.check import decoder_policy
+    from onnx_struct.functions import policy as decoder_policy
     from onnx_struct.layout.table import TypeTable
 
     for name in formats.names():

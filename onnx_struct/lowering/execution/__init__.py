@@ -24,8 +24,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnx_struct.check.decoder_structure import STANDARD_DOMAINS
 from onnx_struct.check.inference import LogicalTypes
+from onnx_struct.functions.structure import STANDARD_DOMAINS
 from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.lowering.execution.emit import MS_DOMAIN, Emitter
 from onnx_struct.lowering.execution.recognize import Recognized, recognize

@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from onnx_struct.check.decoder_structure import STANDARD_DOMAINS
+from onnx_struct.functions.structure import STANDARD_DOMAINS
 from onnx_struct.layout.bits import byte_strided, merged_dims
 from onnx_struct.layout.leaves import Leaf
 

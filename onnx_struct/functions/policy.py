@@ -6,7 +6,7 @@ Two checks, both enforced by ``check_model`` and applied again wherever a functi
 (``decode``, ``encode``, every runner :mod:`onnx_struct.runtime` builds), so nothing runs that
 the checker would refuse:
 
-* :func:`check_structure` (the function alone; :mod:`~onnx_struct.check.decoder_structure`):
+* :func:`check_structure` (the function alone; :mod:`~onnx_struct.functions.structure`):
   valid UTF-8 names, not named like a standard operator, at most :data:`~onnx_struct.limits.MAX_FUNCTION_NODES` nodes, every node a standard
   operator from :data:`ALLOWED_OPERATORS` (no control flow, no function calls and hence no
   recursion, no randomness, no output sizes that only the data decides), no function attributes,
@@ -37,13 +37,13 @@ import onnx.shape_inference
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_struct import limits
-from onnx_struct.check.decoder_structure import (
+from onnx_struct.errors import ValidationError
+from onnx_struct.functions.models import signature_digest
+from onnx_struct.functions.structure import (
     ELEMENT_TYPES,
     check_structure,
     first_line,
 )
-from onnx_struct.check.function_models import signature_digest
-from onnx_struct.errors import ValidationError
 from onnx_struct.layout import dtypes
 
 # Inputs that are shapes (1-D int64 by the operators' schemas; onnx's inference does not check it).

@@ -1,5 +1,5 @@
 """The decoder safety policy's structural rules: what a decoder or encoder may contain, checked on
-the function alone (:func:`check_structure`; see :mod:`onnx_struct.check.decoder_policy` for the
+the function alone (:func:`check_structure`; see :mod:`onnx_struct.functions.policy` for the
 policy as a whole and for the size rules, which need the function's input types).
 """
 
