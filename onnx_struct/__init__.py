@@ -6,6 +6,7 @@ read it through bounds-checked views, and decode it with an ONNX function in onn
 
 from __future__ import annotations
 
+from onnx_struct import formats
 from onnx_struct._version import __version__  # noqa: F401 - onnx_struct.__version__
 from onnx_struct.check.checker import check_model, validate
 from onnx_struct.check.hooks import install, uninstall
@@ -13,6 +14,7 @@ from onnx_struct.check.inference import infer_shapes
 from onnx_struct.errors import LeafNotFoundError, ValidationError
 from onnx_struct.layout.table import size_in_bits
 from onnx_struct.lowering.lower import lower
+from onnx_struct.passes.quantize import quantize
 from onnx_struct.payload.external_io import load_with_external_data, save_with_external_data
 from onnx_struct.payload.pack import make_struct_value_from_leaves, pack
 from onnx_struct.payload.view import StructView, view, view_buffer
@@ -52,6 +54,18 @@ from onnx_struct.schema.model import (  # the proposal's messages, generated fro
     to_onnx,
 )
 
+
+def _gguf_convert():
+    from onnx_struct.tools.gguf import convert  # noqa: PLC0415 - gguf-py's converter, loaded on use
+
+    return convert
+
+
+# The deprecated spellings in formats/ of objects that moved above it (formats.moved).
+formats.MOVED["onnx_struct.formats.quantize"] = ("onnx_struct.quantize", lambda: quantize)
+formats.MOVED["onnx_struct.formats.gguf.convert"] = ("onnx_struct.tools.gguf.convert", _gguf_convert)
+
+
 __all__ = [
     # messages
     "StructTypeProto",
@@ -72,6 +86,7 @@ __all__ = [
     "infer_shapes",
     "InferenceSession",
     "generate",
+    "quantize",
     # builders
     "make_array",
     "make_bit_packing",

@@ -93,7 +93,7 @@ def test_quantize_writes_llama_cpp_bytes_and_the_model_runs(name):
         [numpy_helper.from_array(weight, "W")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
-    quantized = formats.quantize(model, name.lower())
+    quantized = S.quantize(model, name.lower())
     (value,) = S.get_struct_values(quantized)
     assert value.raw_data == blocks.tobytes()
     activations = np.random.default_rng(0).standard_normal((2, QK_K)).astype(np.float32)

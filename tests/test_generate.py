@@ -26,9 +26,9 @@ from support.llm import (  # noqa: E402
 
 import onnx_struct  # noqa: E402
 from onnx_struct.cli import main  # noqa: E402
-from onnx_struct.formats.gguf.conversion import convert, decode_metadata  # noqa: E402
 from onnx_struct.runtime.generate import Generator, sample  # noqa: E402
 from onnx_struct.runtime.tokenizer import GGUFTokenizer  # noqa: E402
+from onnx_struct.tools.gguf import convert, decode_metadata  # noqa: E402
 
 PROMPT = "hello world and the café"
 

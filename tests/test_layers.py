@@ -42,19 +42,6 @@ LAYERS = (
     ("facade", ("", "__main__")),  # "" is onnx_struct/__init__.py
 )
 
-# (importer, imported) -> why the upward edge is there. It is also left out of the cycle search: it
-# runs only when the attribute is looked up, never while either module is being imported.
-ALLOWED_UPWARD = {
-    ("onnx_struct.formats", "onnx_struct.passes.quantize"): (
-        "formats.quantize is the public spelling of passes.quantize.quantize, resolved on first use "
-        "by the module __getattr__ of onnx_struct/formats/__init__.py"
-    ),
-    ("onnx_struct.formats.gguf.conversion", "onnx_struct.tools.llm_graph"): (
-        "convert(graph=True) builds the decoder graph with tools.llm_graph, imported when called; the "
-        "converter itself leaves formats/ (issue 28)"
-    ),
-}
-
 
 def module_name(path: pathlib.Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
@@ -120,9 +107,7 @@ def import_graph() -> dict[tuple[str, str], str]:
             if isinstance(node, ast.Import | ast.ImportFrom):
                 for target in resolve(importer, node):
                     assert target in MODULES, f"{path}:{node.lineno}: imports {target}, which does not exist"
-                    # The allowed upward edge counts as itself only: its packages run when it does.
-                    chain = [target] if (importer, target) in ALLOWED_UPWARD else with_parents(importer, target)
-                    for imported in chain:
+                    for imported in with_parents(importer, target):
                         if imported != importer:
                             where = f"{path.relative_to(PACKAGE.parent)}:{node.lineno}"
                             edges.setdefault((importer, imported), where)
@@ -133,7 +118,7 @@ def upward_edges(edges: dict[tuple[str, str], str]) -> list[str]:
     return [
         f"{where}: {a} ({layer_name(a)}) imports {b} ({layer_name(b)}), a higher layer"
         for (a, b), where in sorted(edges.items(), key=lambda item: item[1])
-        if layer_of(b) > layer_of(a) and (a, b) not in ALLOWED_UPWARD
+        if layer_of(b) > layer_of(a)
     ]
 
 
@@ -141,8 +126,7 @@ def cycles(edges: dict[tuple[str, str], str]) -> list[list[str]]:
     """Every strongly connected component of more than one module (Tarjan), as a closed path."""
     successors: dict[str, list[str]] = {m: [] for m in MODULES}
     for a, b in edges:
-        if (a, b) not in ALLOWED_UPWARD:
-            successors[a].append(b)
+        successors[a].append(b)
     index: dict[str, int] = {}
     low: dict[str, int] = {}
     stack: list[str] = []
@@ -217,14 +201,6 @@ def test_no_import_cycle():
     assert not problems, "import cycles:\n" + "\n".join(problems)
 
 
-def test_the_allowed_upward_edge_exists():
-    """An exemption for an edge that no longer exists would hide a future one; drop it instead."""
-    edges = import_graph()
-    for edge, reason in ALLOWED_UPWARD.items():
-        assert edge in edges, f"{edge} is allowed ({reason}) but no longer imported"
-        assert layer_of(edge[1]) > layer_of(edge[0])
-
-
 def test_the_checks_catch_a_bad_edge_and_a_cycle():
     """The checks against a hand-made graph: one upward edge and one two-module cycle."""
     edges = {
@@ -234,8 +210,10 @@ def test_the_checks_catch_a_bad_edge_and_a_cycle():
         ("onnx_struct.formats", "onnx_struct.passes.quantize"): "onnx_struct/formats/__init__.py:56",
     }
     assert upward_edges(edges) == [
+        "onnx_struct/formats/__init__.py:56: onnx_struct.formats (formats) imports "
+        "onnx_struct.passes.quantize (passes), a higher layer",
         "onnx_struct/schema/model.py:70: onnx_struct.schema.model (schema) imports "
-        "onnx_struct.payload.external (payload), a higher layer"
+        "onnx_struct.payload.external (payload), a higher layer",
     ]
     (path,) = cycles(edges)
     assert describe_cycle(path, edges) == (

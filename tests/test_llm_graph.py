@@ -15,8 +15,8 @@ from support.llm import TinyLlama, forward, read_weights, relative_rms, write_gg
 
 import onnx_struct  # noqa: E402
 from onnx_struct.cli import main  # noqa: E402
-from onnx_struct.formats.gguf.conversion import convert  # noqa: E402
 from onnx_struct.tools import llm_graph  # noqa: E402
+from onnx_struct.tools.gguf import convert  # noqa: E402
 
 CONFIGS = {
     "tied-q4_0-gqa": TinyLlama(),

@@ -13,7 +13,7 @@ import onnx_struct as S
 PUBLIC = {
     "StructTypeProto", "StructProto", "ValidationError", "LeafNotFoundError",
     "check_model", "validate", "size_in_bits", "install", "uninstall",
-    "decode", "encode", "lower", "infer_shapes", "InferenceSession", "generate",
+    "decode", "encode", "lower", "infer_shapes", "InferenceSession", "generate", "quantize",
     "make_array", "make_bit_packing", "make_component", "make_constant_field", "make_field",
     "make_map_type_proto", "make_optional_type_proto", "make_sequence_type_proto", "make_struct_type_proto",
     "make_struct_value", "make_struct_value_info", "make_structure", "make_tensor_type", "make_type_reference",
@@ -33,7 +33,6 @@ FORMATS_PUBLIC = {
     "format_of_decoder",
     "get",
     "names",
-    "quantize",
     "register",
     "register_formats",
 }
@@ -78,11 +77,52 @@ def test_cli_subcommands_are_exactly_the_pinned_ones():
 def test_formats_api():
     from onnx_struct import formats
     from onnx_struct.formats import gguf
+    from onnx_struct.tools import gguf as gguf_files
 
-    assert callable(formats.get) and callable(formats.names) and callable(formats.quantize)
-    assert callable(gguf.convert) and callable(gguf.decode_metadata)
-    assert gguf.__all__ == ["convert", "decode_metadata"]
+    assert callable(formats.get) and callable(formats.names)
+    assert gguf.__all__ == ["decode_metadata"]
+    assert gguf_files.__all__ == ["convert", "decode_metadata"]
+    assert callable(gguf_files.convert) and gguf.decode_metadata is gguf_files.decode_metadata
     assert formats.get("Q4_0").name == "Q4_0"
+
+
+def test_moved_spellings_warn_and_are_the_new_objects():
+    """formats.quantize and formats.gguf.convert still work, with a DeprecationWarning that names
+    the new spelling and points at the line that used the old one."""
+    from onnx_struct import formats
+    from onnx_struct.passes.quantize import quantize
+    from onnx_struct.tools import gguf as gguf_files
+
+    assert S.quantize is quantize
+    with pytest.warns(
+        DeprecationWarning, match=r"^onnx_struct\.formats\.quantize is deprecated; use onnx_struct\.quantize$"
+    ) as record:
+        assert formats.quantize is quantize
+    assert [w.filename for w in record] == [__file__]
+    with pytest.warns(
+        DeprecationWarning,
+        match=r"^onnx_struct\.formats\.gguf\.convert is deprecated; use onnx_struct\.tools\.gguf\.convert$",
+    ):
+        from onnx_struct.formats.gguf import convert
+    assert convert is gguf_files.convert
+
+
+def test_current_spellings_do_not_warn():
+    import warnings
+
+    from onnx_struct import formats
+    from onnx_struct.formats import gguf
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        namespace: dict = {}
+        exec("from onnx_struct.formats import *", namespace)
+        assert "quantize" not in namespace and "get" in namespace
+        assert callable(formats.get) and callable(gguf.decode_metadata) and callable(S.quantize)
+        with pytest.raises(AttributeError, match="has no attribute 'nothing'"):
+            formats.nothing  # noqa: B018 - the lookup is the test
+        with pytest.raises(AttributeError, match="has no attribute 'quantize'"):
+            gguf.quantize  # noqa: B018
 
 
 def test_console_script_is_declared():

@@ -8,6 +8,8 @@ to :func:`register_formats`; the registry imports them lazily so that
 from __future__ import annotations
 
 import importlib
+import warnings
+from collections.abc import Callable
 
 from onnx_struct.formats import base
 from onnx_struct.formats.base import _REGISTRY, FORMAT_DOMAIN, BlockFormat, FormatSpec, register, register_formats
@@ -57,17 +59,37 @@ def names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def __getattr__(name: str):
-    """``formats.quantize``: the public spelling of :func:`onnx_struct.passes.quantize.quantize`.
+# Public spellings whose object moved above this layer, kept as deprecated aliases:
+# "<module>.<name>" -> (the new spelling, a function returning the object). The facade
+# (onnx_struct/__init__.py) fills it in: Python runs it before any module of this package, and
+# formats/ may not import the layers the objects moved to.
+MOVED: dict[str, tuple[str, Callable[[], object]]] = {}
 
-    The pass sits above this layer (it encodes through the runtime), so the name is resolved on
-    first use instead of imported here; the layering test allows exactly this one upward edge.
+
+def moved(module: str, name: str) -> object:
+    """The object a deprecated spelling ``module.name`` stands for, with a DeprecationWarning.
+
+    Args:
+        module: the module the name is looked up in (``__name__`` of its ``__getattr__``).
+        name: the attribute looked up.
+
+    Returns:
+        The object under its new spelling (``MOVED``).
+
+    Raises:
+        AttributeError: ``module`` has no attribute ``name``, moved or not.
     """
-    if name == "quantize":
-        from onnx_struct.passes.quantize import quantize  # noqa: PLC0415 - the public alias, see above
+    key = f"{module}.{name}"
+    if key not in MOVED:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    spelling, resolve = MOVED[key]
+    warnings.warn(f"{key} is deprecated; use {spelling}", DeprecationWarning, stacklevel=3)
+    return resolve()
 
-        return quantize
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+def __getattr__(name: str):
+    """``formats.quantize``: the deprecated spelling of :func:`onnx_struct.quantize`."""
+    return moved(__name__, name)
 
 
 __all__ = [
@@ -77,7 +99,6 @@ __all__ = [
     "format_of_decoder",
     "get",
     "names",
-    "quantize",
     "register",
     "register_formats",
 ]

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from onnx_struct.errors import ValidationError
-from onnx_struct.formats.gguf.conversion import decode_metadata
+from onnx_struct.formats.gguf.metadata import decode_metadata
 from onnx_struct.runtime.ort import load_onnxruntime
 from onnx_struct.runtime.session import InferenceSession
 from onnx_struct.runtime.tokenizer import GGUFTokenizer

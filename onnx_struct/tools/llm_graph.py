@@ -1,6 +1,6 @@
 """The decoder graph of a llama-shaped GGUF model: ``convert("model.gguf", graph=True)``.
 
-:func:`add_decoder_graph` takes the model :func:`onnx_struct.formats.gguf.conversion.convert`
+:func:`add_decoder_graph` takes the model :func:`onnx_struct.tools.gguf.convert`
 made of a GGUF file (its tensors are struct values holding the GGUF bytes, its metadata the GGUF
 key-value pairs) and gives it the computation llama.cpp runs for ``general.architecture`` llama,
 mistral or qwen2 (docs/llm.md draws it per layer):
@@ -42,7 +42,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_struct.errors import ValidationError
-from onnx_struct.formats.gguf.conversion import decode_metadata
+from onnx_struct.formats.gguf.metadata import decode_metadata
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 

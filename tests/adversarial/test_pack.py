@@ -77,8 +77,8 @@ ARGUMENTS = {
     "pack leaves a list": (lambda: S.pack([1, 2], S.make_array(T.UINT8, 2)), TypeError),
     "pack struct_type None": (lambda: S.pack({}, None), TypeError),
     "pack struct_type str": (lambda: S.pack({}, "Q4_0"), TypeError),
-    "quantize format None": (lambda: S.formats.quantize(_tiny_matmul(), None), TypeError),
-    "quantize op_types str": (lambda: S.formats.quantize(_tiny_matmul(), "Q8_0", op_types="MatMul"), TypeError),
+    "quantize format None": (lambda: S.quantize(_tiny_matmul(), None), TypeError),
+    "quantize op_types str": (lambda: S.quantize(_tiny_matmul(), "Q8_0", op_types="MatMul"), TypeError),
 }
 
 
