@@ -27,9 +27,10 @@ from onnx import helper
 from onnx_struct.check.inference import LogicalTypes
 from onnx_struct.functions.structure import STANDARD_DOMAINS
 from onnx_struct.layout.table import TypeTable, element_label
+from onnx_struct.lowering.execution.contrib_layouts import GatherLayout
 from onnx_struct.lowering.execution.emit import MS_DOMAIN, Emitter
 from onnx_struct.lowering.execution.recognize import Recognized, recognize
-from onnx_struct.lowering.execution.repack import GatherLayout, row_forms
+from onnx_struct.lowering.execution.repack import row_forms
 from onnx_struct.lowering.names import leaf_tensor_name
 from onnx_struct.lowering.opsets import differing_ops
 from onnx_struct.lowering.scope import read_names

@@ -27,7 +27,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_struct.lowering.execution.repack import DequantizeLayout, GatherLayout, MatMulNBitsLayout, Part
+from onnx_struct.lowering.execution.contrib_layouts import GatherLayout, MatMulNBitsLayout
+from onnx_struct.lowering.execution.repack import DequantizeLayout, Part
 
 MS_DOMAIN = "com.microsoft"
 # The external-data location of an initializer whose array is handed to onnxruntime in memory.
