@@ -40,6 +40,7 @@ from onnx_struct.schema.model import (
 )
 from onnx_struct.schema.opaque import OPAQUE_DOMAIN
 from onnx_struct.schema.projections import retyped_view, stock_view
+from onnx_struct.schema.walk import walk_graph_pairs
 
 # Captured at import (check/stock.py), before hooks.install() can replace it.
 _stock_infer_shapes = stock.stock_infer_shapes
@@ -328,7 +329,13 @@ def _has_struct_type(type_proto) -> bool:
 
 def _copy_back(target, source: onnx.GraphProto, skip: set[str]) -> None:
     """Copy inferred value_info and output types from a stock graph into the overlay graph with
-    the same nodes (inference neither adds nor reorders nodes), recursing into subgraphs."""
+    the same nodes (inference neither adds nor reorders nodes), and so for their subgraphs
+    (``skip``: names of ``target`` itself left as they are)."""
+    for mine, theirs in walk_graph_pairs(target, source):
+        _copy_graph_back(mine, theirs, skip if mine is target else set())
+
+
+def _copy_graph_back(target, source: onnx.GraphProto, skip: set[str]) -> None:
     existing = {info.name: info for info in target.value_info}
     for info in source.value_info:
         if info.name in skip:
@@ -344,9 +351,3 @@ def _copy_back(target, source: onnx.GraphProto, skip: set[str]) -> None:
         for mine, theirs in zip(getattr(target, field), getattr(source, field), strict=False):
             if mine.name == theirs.name and not _has_struct_type(mine.type) and mine.name not in skip:
                 mine.type.ParseFromString(theirs.type.SerializeToString())
-    for node, stock_node in zip(target.node, source.node, strict=False):
-        for attribute, stock_attribute in zip(node.attribute, stock_node.attribute, strict=False):
-            if attribute.HasField("g"):
-                _copy_back(attribute.g, stock_attribute.g, set())
-            for sub, stock_sub in zip(attribute.graphs, stock_attribute.graphs, strict=False):
-                _copy_back(sub, stock_sub, set())

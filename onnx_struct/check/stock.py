@@ -20,6 +20,7 @@ from google.protobuf.message import DecodeError
 from onnx_struct.errors import InferenceError, from_stock
 from onnx_struct.payload.external import open_model_file
 from onnx_struct.schema.plain import CUT_MIN_BYTES, FileBytes, has_struct_parts
+from onnx_struct.schema.walk import walk_scoped
 
 stock_check_model = onnx.checker.check_model
 stock_infer_shapes = onnx.shape_inference.infer_shapes
@@ -141,21 +142,13 @@ CRASHING_OPERATORS = (b"EyeLike", b"LabelEncoder", b"TreeEnsemble", b"RegexFullM
 def first_undefined_input(graph: onnx.GraphProto, outer: frozenset, path: str) -> str | None:
     """The path of the first node input of ``graph`` or its subgraphs (in node order, each
     subgraph seeing the names defined around its node) that names no value defined before it."""
-    defined = set(outer)
-    defined.update(i.name for i in graph.input)
-    defined.update(t.name for t in graph.initializer)
-    defined.update(t.values.name for t in graph.sparse_initializer)
-    for k, node in enumerate(graph.node):
+    for where, k, node, defined in walk_scoped(graph, path, outer, label=_subgraph_path):
         for j, name in enumerate(node.input):
             if name and name not in defined:
-                return f"{path}.node[{k}].input[{j}] ({name!r})"
-        for attribute in node.attribute:
-            subgraphs = ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs)
-            for g, subgraph in enumerate(subgraphs):
-                found = first_undefined_input(
-                    subgraph, frozenset(defined), f"{path}.node[{k}].attribute.{attribute.name}[{g}]"
-                )
-                if found is not None:
-                    return found
-        defined.update(node.output)
+                return f"{where}.node[{k}].input[{j}] ({name!r})"
     return None
+
+
+def _subgraph_path(where: str, i: int, node, k: int, attribute, j: int | None) -> str:
+    """``graph.node[3].attribute.body[0]``: an attribute's ``g`` is its graph 0."""
+    return f"{where}.node[{i}].attribute.{attribute.name}[{j or 0}]"

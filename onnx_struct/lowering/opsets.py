@@ -19,7 +19,7 @@ from onnx import helper
 
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import element_label
-from onnx_struct.schema.walk import walk_nodes
+from onnx_struct.schema.walk import walk_nodes, walk_scoped
 
 # onnx's converter fails by C++ assertions: "<file>:<line>: <function>: Assertion `<expr>` failed: <reason>".
 _ASSERTION_PREFIX = re.compile(r"^.*?Assertion `.*?` failed: ")
@@ -100,18 +100,12 @@ def _reused_names(graph: onnx.GraphProto) -> set[str]:
     graph enclosing it, already defines (subgraphs too: the converter adapts their nodes as well;
     found by a review)."""
     reused: set[str] = set()
-    stack = [(graph, frozenset())]
-    while stack:
-        current, outer = stack.pop()
-        seen = set(outer) | {i.name for i in current.input} | {t.name for t in current.initializer}
-        for node in current.node:
-            for attribute in node.attribute:
-                for sub in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
-                    stack.append((sub, frozenset(seen)))
-            for name in node.output:
-                if name in seen and name:
-                    reused.add(name)
-                seen.add(name)
+    for _, _, node, defined in walk_scoped(graph):
+        own: set[str] = set()
+        for name in node.output:
+            if name and (name in defined or name in own):
+                reused.add(name)
+            own.add(name)
     return reused
 
 

@@ -25,6 +25,8 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from onnx_struct.schema.walk import subgraphs, walk_graphs
+
 Owner = onnx.GraphProto | onnx.FunctionProto
 FunctionKey = tuple[str, str, str]  # (domain, name, overload)
 MAIN = "graph"
@@ -91,19 +93,19 @@ def find_sites(model: onnx.ModelProto) -> list[Site]:
 
 def _graphs(graph: onnx.GraphProto, where: str) -> Iterator[tuple[str, onnx.GraphProto]]:
     """``graph`` and every graph below it, with its path."""
-    yield where, graph
-    for i, node in enumerate(graph.node):
-        for sub_where, sub in _subgraphs(node, f"{where}.node[{i}]"):
-            yield from _graphs(sub, sub_where)
+    return walk_graphs(graph, where, label=_site_path)
 
 
-def _subgraphs(node: onnx.NodeProto, where: str) -> Iterator[tuple[str, onnx.GraphProto]]:
-    label = f"{where} ({node.op_type} {node.name!r})" if node.name else f"{where} ({node.op_type})"
-    for attribute in node.attribute:
-        if attribute.HasField("g"):
-            yield f"{label} {attribute.name}", attribute.g
-        for j, sub in enumerate(attribute.graphs):
-            yield f"{label} {attribute.name}[{j}]", sub
+def _subgraphs(node: onnx.NodeProto, at: str, i: int) -> Iterator[tuple[str, onnx.GraphProto]]:
+    """The graphs in the attributes of node ``i`` of the graph at ``at``, with their paths."""
+    return ((_site_path(at, i, node, k, attribute, j), sub) for k, attribute, j, sub in subgraphs(node))
+
+
+def _site_path(where: str, i: int, node: onnx.NodeProto, k: int, attribute: onnx.AttributeProto, j: int | None) -> str:
+    """``main graph.node[2] (If 'cond') then_branch``: the path of a subgraph in messages."""
+    at = f"{where}.node[{i}]"
+    label = f"{at} ({node.op_type} {node.name!r})" if node.name else f"{at} ({node.op_type})"
+    return f"{label} {attribute.name}" if j is None else f"{label} {attribute.name}[{j}]"
 
 
 def _constants(owner: Owner, where: str, function: FunctionKey | None) -> list[Site]:
@@ -158,7 +160,7 @@ def _readers(owner: Owner, name: str, where: str, functions: dict, defining: onn
                     uses.append(Use(node, position, at, via_call))
                 elif position < len(callee.input):
                     stack.append((callee, callee.input[position], function_label(function_key(node)), True))
-            for sub_where, sub in _subgraphs(node, f"{at}.node[{i}]"):
+            for sub_where, sub in _subgraphs(node, at, i):
                 if not _defines(sub, wanted):
                     stack.append((sub, wanted, sub_where, via_call))
     return uses, "; ".join(dict.fromkeys(pinned))
@@ -189,13 +191,6 @@ def call_sites(model: onnx.ModelProto, key: FunctionKey) -> list[tuple[onnx.Node
     for _, graph in _graphs(model.graph, MAIN):
         found += [(node, None) for node in graph.node if function_key(node) == key]
     for function in model.functions:
-        for _, graph in _function_graphs(function):
+        for _, graph in walk_graphs(function, ""):
             found += [(node, function_key(function)) for node in graph.node if function_key(node) == key]
     return found
-
-
-def _function_graphs(function: onnx.FunctionProto):
-    yield "", function
-    for i, node in enumerate(function.node):
-        for sub_where, sub in _subgraphs(node, f"node[{i}]"):
-            yield from _graphs(sub, sub_where)

@@ -3,13 +3,15 @@
 :func:`iter_overlay` walks the overlay messages (struct parts included) with paths and locators;
 :func:`graph_parts` is its common question (the graphs and the struct-typed TypeProtos, outside
 struct parts), asked by the checker and by ``install()``'s hooks. :func:`walk_graphs` walks the
-subgraphs of a stock ``onnx.GraphProto`` (node attributes ``g`` and ``graphs``), for code that
-works on plain ONNX after lowering or before quantizing.
+subgraphs of a stock ``onnx.GraphProto`` (node attributes ``g`` and ``graphs``, read by
+:func:`subgraphs` only), for code that works on plain ONNX after lowering or before quantizing;
+:func:`walk_scoped` walks its nodes with the names defined before each, :func:`walk_graph_pairs`
+two graphs with the same nodes side by side.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import onnx
 
@@ -144,8 +146,43 @@ def graph_parts(proto, main_nodes=None) -> tuple[list, list]:
     return graphs, struct_type_protos
 
 
+# How a subgraph's path is spelled: (path of the graph, node index, node, attribute index,
+# attribute, index in the attribute's ``graphs`` or None for its ``g``) -> path of the subgraph.
+Label = Callable[[str, int, onnx.NodeProto, int, onnx.AttributeProto, int | None], str]
+
+
+def subgraphs(node: onnx.NodeProto) -> Iterator[tuple[int, onnx.AttributeProto, int | None, onnx.GraphProto]]:
+    """The graphs in ``node``'s attributes, in document order: ``(attribute index, attribute,
+    index in its graphs list or None for its g, graph)``. The one place that reads an attribute's
+    graphs (tests/test_walk.py holds every other module to it).
+
+    Args:
+        node: a stock (or overlay) NodeProto.
+
+    Returns:
+        An iterator over the node's subgraphs, not theirs.
+    """
+    for k, attribute in enumerate(node.attribute):
+        if attribute.HasField("g"):
+            yield k, attribute, None, attribute.g
+        for j, sub in enumerate(attribute.graphs):
+            yield k, attribute, j, sub
+
+
+def by_name(where: str, i: int, node: onnx.NodeProto, k: int, attribute: onnx.AttributeProto, j: int | None) -> str:
+    """``graph.node[3].attribute ('body')``, ``graph.node[3].attribute ('branches')[1]``."""
+    at = f"{where}.node[{i}].attribute ({attribute.name!r})"
+    return at if j is None else f"{at}[{j}]"
+
+
+def by_field(where: str, i: int, node: onnx.NodeProto, k: int, attribute: onnx.AttributeProto, j: int | None) -> str:
+    """``graph.node[3].attribute[0].g``, ``graph.node[3].attribute[0].graphs[1]``."""
+    at = f"{where}.node[{i}].attribute[{k}]"
+    return f"{at}.g" if j is None else f"{at}.graphs[{j}]"
+
+
 def walk_graphs(
-    graph: onnx.GraphProto, path: str = "graph", *, by_index: bool = False, nodes=None
+    graph: onnx.GraphProto, path: str = "graph", *, by_index: bool = False, nodes=None, label: Label | None = None
 ) -> Iterator[tuple[str, onnx.GraphProto]]:
     """``(path, graph)`` for a stock graph (or function) and every graph in its node attributes,
     depth first, in document order.
@@ -153,25 +190,91 @@ def walk_graphs(
     Paths name the attribute: ``graph.node[3].attribute ('body')`` and, for a ``graphs`` list,
     ``graph.node[3].attribute ('branches')[1]``; ``by_index=True`` spells the fields instead, as
     the tensor paths of :mod:`onnx_struct.payload.external` do: ``graph.node[3].attribute[0].g``,
-    ``graph.node[3].attribute[0].graphs[1]``. Iterative, so nesting depth costs no stack.
-    ``nodes``: the indices of the only nodes of ``graph`` itself that may have attributes (see
-    :func:`iter_overlay`); the others are not read.
+    ``graph.node[3].attribute[0].graphs[1]``; ``label`` spells them as the caller's messages do.
+    Iterative, so nesting depth costs no stack. ``nodes``: the indices of the only nodes of
+    ``graph`` itself that may have attributes (see :func:`iter_overlay`); the others are not read.
     """
+    label = label or (by_field if by_index else by_name)
     stack = [(path, graph)]
     while stack:
         where, current = stack.pop()
         yield where, current
         children = []
         for i, node in picked(current.node, nodes if current is graph else None):
-            for k, attribute in enumerate(node.attribute):
-                if by_index:
-                    at = f"{where}.node[{i}].attribute[{k}]"
-                    single, several = f"{at}.g", f"{at}.graphs"
-                else:
-                    single = several = f"{where}.node[{i}].attribute ({attribute.name!r})"
-                if attribute.HasField("g"):
-                    children.append((single, attribute.g))
-                children.extend((f"{several}[{j}]", sub) for j, sub in enumerate(attribute.graphs))
+            if node.attribute:
+                children.extend((label(where, i, node, k, a, j), sub) for k, a, j, sub in subgraphs(node))
+        stack.extend(reversed(children))
+
+
+def walk_scoped(
+    graph: onnx.GraphProto, path: str = "graph", outer: Iterable[str] = (), *, label: Label = by_name
+) -> Iterator[tuple[str, int, onnx.NodeProto, set[str]]]:
+    """``(path of its graph, index, node, names defined before it)`` for every node of ``graph``
+    and of its subgraphs, in document order: a node, then the nodes of its subgraphs, then the
+    next node (the order onnx's checker reads them in).
+
+    The names defined before a node are ``outer`` (for ``graph`` itself; for a subgraph, the
+    names defined before the node holding it), its graph's inputs, initializers and sparse
+    initializers, and the outputs of the earlier nodes of its graph. The set is live: read it
+    before asking for the next node. Iterative, so nesting depth costs no stack.
+
+    Args:
+        graph: a stock graph.
+        path: the path of ``graph``; a subgraph's is spelled by ``label``.
+        outer: the names visible to ``graph`` from around it.
+        label: how a subgraph's path is spelled (:func:`by_name` by default).
+
+    Returns:
+        An iterator of ``(path, index, node, defined)``.
+    """
+    stack = [(path, iter(enumerate(graph.node)), _defined_in(graph, outer))]
+    while stack:
+        where, nodes, defined = stack[-1]
+        step = next(nodes, None)
+        if step is None:
+            stack.pop()
+            continue
+        i, node = step
+        yield where, i, node, defined
+        if node.attribute:
+            inner = [(label(where, i, node, k, a, j), sub) for k, a, j, sub in subgraphs(node)]
+            for sub_where, sub in reversed(inner):  # the first subgraph on top: walked first
+                stack.append((sub_where, iter(enumerate(sub.node)), _defined_in(sub, defined)))
+        defined.update(node.output)
+
+
+def _defined_in(graph: onnx.GraphProto, outer: Iterable[str]) -> set[str]:
+    defined = set(outer)
+    defined.update(i.name for i in graph.input)
+    defined.update(t.name for t in graph.initializer)
+    defined.update(t.values.name for t in graph.sparse_initializer)
+    return defined
+
+
+def walk_graph_pairs(
+    first: onnx.GraphProto, second: onnx.GraphProto
+) -> Iterator[tuple[onnx.GraphProto, onnx.GraphProto]]:
+    """``(graph, counterpart)`` for ``first`` and every graph below it, each paired with the graph
+    at the same place in ``second`` (node ``i``'s attribute ``k``'s graph ``j``): for two graphs
+    with the same nodes, such as a graph and onnx's inference of it. A graph with no counterpart
+    is left out, with the graphs below it.
+
+    Args:
+        first: a graph.
+        second: a graph with the same nodes.
+
+    Returns:
+        An iterator of pairs, depth first, in document order.
+    """
+    stack = [(first, second)]
+    while stack:
+        mine, theirs = stack.pop()
+        yield mine, theirs
+        children = []
+        for node, other in zip(mine.node, theirs.node, strict=False):
+            if node.attribute and other.attribute:
+                counterparts = {(k, j): sub for k, _, j, sub in subgraphs(other)}
+                children += [(sub, counterparts[k, j]) for k, _, j, sub in subgraphs(node) if (k, j) in counterparts]
         stack.extend(reversed(children))
 
 

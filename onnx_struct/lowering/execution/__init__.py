@@ -36,7 +36,7 @@ from onnx_struct.lowering.opsets import differing_ops
 from onnx_struct.lowering.scope import read_names
 from onnx_struct.payload.values import resolve_value, value_declaration
 from onnx_struct.schema.model import LoadedModel, copy_without_struct_values
-from onnx_struct.schema.walk import walk_nodes
+from onnx_struct.schema.walk import subgraphs, walk_graphs, walk_nodes
 
 EXECUTION_MODES = ("decode", "quantized")
 # DequantizeLinear's block_size attribute and INT4/UINT4 inputs exist from opset 21.
@@ -281,19 +281,18 @@ def _uses(graph) -> tuple[dict[str, list[tuple[int, int]]], set[str]]:
     for j, node in enumerate(graph.node):
         for slot, name in enumerate(node.input):
             consumers.setdefault(name, []).append((j, slot))
-        for attribute in node.attribute:
-            for sub in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
-                pinned |= _all_inputs(sub)
+        for *_, sub in subgraphs(node):
+            pinned |= _all_inputs(sub)
     return consumers, pinned
 
 
 def _all_inputs(graph) -> set[str]:
-    names = {o.name for o in graph.output}
-    for node in graph.node:
-        names.update(node.input)
-        for attribute in node.attribute:
-            for sub in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
-                names |= _all_inputs(sub)
+    """The names ``graph`` and its subgraphs read: node inputs and graph outputs."""
+    names: set[str] = set()
+    for _, current in walk_graphs(graph, ""):
+        names.update(o.name for o in current.output)
+        for node in current.node:
+            names.update(node.input)
     return names
 
 
@@ -319,9 +318,8 @@ def _with_subgraph_nodes(nodes):
     """``nodes`` and every node of their subgraphs."""
     for node in nodes:
         yield node
-        for attribute in node.attribute:
-            for graph in ([attribute.g] if attribute.HasField("g") else []) + list(attribute.graphs):
-                yield from walk_nodes(graph)
+        for *_, graph in subgraphs(node):
+            yield from walk_nodes(graph)
 
 
 def _matmul_like(node, trans_b: int) -> bool:
