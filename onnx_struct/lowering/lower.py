@@ -31,9 +31,9 @@ from onnx_struct.functions.models import (
 )
 from onnx_struct.layout.table import Leaf, TypeTable, element_label
 from onnx_struct.lowering.leaf_tensors import dense_byte_run, leaf_to_tensor
-from onnx_struct.lowering.names import SEPARATOR, leaf_tensor_name, short_name
+from onnx_struct.lowering.names import SEPARATOR, leaf_tensor_name, read_names, short_name
 from onnx_struct.lowering.opsets import reconcile_opsets
-from onnx_struct.lowering.scope import has_struct_parts, read_names
+from onnx_struct.lowering.scope import has_struct_parts
 from onnx_struct.payload import external
 from onnx_struct.payload.values import constant_tensor, resolve_value, value_declaration
 from onnx_struct.payload.view import StructView, view_of

@@ -1,5 +1,5 @@
-"""What lowering has to do: whether a model has struct parts at all, and which struct values its
-graph reads.
+"""What lowering has to do: whether a model has struct parts at all (which struct values its graph
+reads: :func:`onnx_struct.lowering.names.read_names`).
 
 A model, or a part of it, with nothing to lower is left as it is (docs/semantics.md, "Drop-in
 behaviour"): a model without struct parts is returned untouched, and a struct value no node (of
@@ -9,10 +9,8 @@ nor its weights are prepared.
 
 from __future__ import annotations
 
-import onnx
-
 from onnx_struct.schema.model import LoadedModel
-from onnx_struct.schema.walk import graph_parts, walk_nodes
+from onnx_struct.schema.walk import graph_parts
 
 
 def has_struct_parts(loaded: LoadedModel) -> bool:
@@ -22,12 +20,3 @@ def has_struct_parts(loaded: LoadedModel) -> bool:
         return True
     graphs, struct_typed = graph_parts(loaded.proto)
     return bool(struct_typed) or any(len(graph.struct_initializer) for _, graph in graphs)
-
-
-def read_names(graph: onnx.GraphProto) -> set[str]:
-    """Every name a node of ``graph`` or of its subgraphs reads, and ``graph``'s outputs (a
-    subgraph reads the outer scope by name)."""
-    names = {output.name for output in graph.output}
-    for node in walk_nodes(graph):
-        names.update(node.input)
-    return names

@@ -39,6 +39,7 @@ from onnx import numpy_helper
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.base import BlockFormat
 from onnx_struct.lowering.lower import lower
+from onnx_struct.lowering.names import graph_names, unique_name
 from onnx_struct.lowering.opsets import OpsetConversionError, convert_default_opset
 from onnx_struct.passes.quantize_detach import detach_weights
 from onnx_struct.passes.quantize_plan import (
@@ -54,9 +55,7 @@ from onnx_struct.passes.quantize_plan import (
     read_model,
     read_model_deferred,
     resolve_format,
-    unique_name,
 )
-from onnx_struct.passes.quantize_sites import all_graph_names
 from onnx_struct.runtime.codec import encode
 from onnx_struct.runtime.delivery import external_tensors_in_memory
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
@@ -179,7 +178,7 @@ def quantize_and_plan(
         deferred = None
     result, conversion_failure = _upgrade_opset(result, fmt, planned.weights[0].stored_shape)
     planned = build_plan(result, *options)  # its sites are the copy's own nodes, rewritten below
-    taken = all_graph_names(result) | {v.name for v in load(stock).struct_values}
+    taken = graph_names(result.graph) | {v.name for v in load(stock).struct_values}
     taken |= {w.value_name for w in planned.weights} | {w.decoded_name for w in planned.weights}
     # One weight at a time: its float array, the stored (transposed, padded) copy and its encoding
     # live together, never two weights' arrays (docs/semantics.md, "Quantize's memory"). The roots

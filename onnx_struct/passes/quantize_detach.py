@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import onnx
 
-from onnx_struct.passes.quantize_plan import Plan, unique_name
+from onnx_struct.lowering.names import graph_names, unique_name
+from onnx_struct.passes.quantize_plan import Plan
 from onnx_struct.passes.quantize_sites import FunctionKey, Site, call_sites, function_key, graphs_below
 
 
@@ -75,18 +76,10 @@ def _thread(
         elif (caller, actual) in threaded:
             argument = threaded[(caller, actual)]
         else:
-            argument = unique_name(actual, _function_names(functions[caller]))
+            argument = unique_name(actual, graph_names(functions[caller]))
             _thread(model, functions, caller, argument, actual, threaded)
         node.input.extend([""] * (position - len(node.input)))  # optional inputs the call left out
         node.input.append(argument)
-
-
-def _function_names(function: onnx.FunctionProto) -> set[str]:
-    names = set(function.input) | set(function.output)
-    for node in function.node:
-        names.update(node.input)
-        names.update(node.output)
-    return names
 
 
 def _remove_definition(site: Site) -> None:

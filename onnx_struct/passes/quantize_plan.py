@@ -24,11 +24,11 @@ from google.protobuf.message import DecodeError
 from onnx_struct import formats
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.base import BlockFormat
-from onnx_struct.passes.quantize_sites import MAIN, Site, all_graph_names, find_sites
+from onnx_struct.lowering.names import graph_names, read_names, unique_name
+from onnx_struct.passes.quantize_sites import MAIN, Site, find_sites
 from onnx_struct.payload.external import load_external_tensors
 from onnx_struct.schema.model import load, model_directory, read_model_file, read_stock_model
 from onnx_struct.schema.skeleton import read_run, split_initializer_data
-from onnx_struct.schema.walk import walk_graphs
 from onnx_struct.schema.wire_format import Malformed
 
 GroupAxis = Literal["input", "output"]
@@ -205,7 +205,7 @@ def build_plan(
         raise ValueError(f"group_axis must be 'input' or 'output', not {group_axis!r}")
     in_training = _names_used_in_training(stock)
     inputs = {v.name for v in stock.graph.input}
-    taken = all_graph_names(stock) | {v.name for v in load(stock).struct_values}
+    taken = graph_names(stock.graph) | {v.name for v in load(stock).struct_values}
 
     result = Plan(fmt, [], {})
     for site in find_sites(stock):
@@ -276,8 +276,8 @@ def _planned(site: Site, fmt: BlockFormat, group_axis: str, pad: bool, taken: se
     main = site.where == MAIN
     # A struct value lives in the main graph: a subgraph's or function's weight gets a fresh
     # main-graph name there (the scope that read it is pointed at that name).
-    value_name = _unique(site.name + suffix, taken) if suffix or not main else site.name
-    restored = (suffix and not main) and _unique(site.name, taken)
+    value_name = unique_name(site.name + suffix, taken) if suffix or not main else site.name
+    restored = (suffix and not main) and unique_name(site.name, taken)
     decoded = site.name if main else (restored or value_name)
     weight = PlannedWeight(
         site.name, value_name, shape, stored_shape, how, extra, reshape, site.where, site.kind, decoded
@@ -334,21 +334,5 @@ def _names_used_in_training(model: onnx.ModelProto) -> set[str]:
     for info in model.training_info:
         names.update(b.key for b in (*info.initialization_binding, *info.update_binding))
         for root in (info.initialization, info.algorithm):
-            for _, sub in walk_graphs(root):
-                for node in sub.node:
-                    names.update(node.input)
-                names.update(o.name for o in sub.output)
+            names |= read_names(root)
     return names
-
-
-def unique_name(name: str, taken: set[str]) -> str:
-    """``name``, or ``name_1``, ``name_2``... whichever is not in ``taken`` (then added to it)."""
-    return _unique(name, taken)
-
-
-def _unique(name: str, taken: set[str]) -> str:
-    candidate, k = name, 1
-    while candidate in taken:
-        candidate, k = f"{name}_{k}", k + 1
-    taken.add(candidate)
-    return candidate

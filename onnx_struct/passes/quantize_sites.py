@@ -166,19 +166,6 @@ def _readers(owner: Owner, name: str, where: str, functions: dict, defining: onn
     return uses, "; ".join(dict.fromkeys(pinned))
 
 
-def all_graph_names(model: onnx.ModelProto) -> set[str]:
-    """Every value name of the main graph and of its subgraphs (the names a new main-graph value
-    must not take: a subgraph would see it in place of its own)."""
-    names: set[str] = set()
-    for _, graph in _graphs(model.graph, MAIN):
-        names |= {t.name for t in graph.initializer} | {v.name for v in graph.input} | {v.name for v in graph.output}
-        names |= {v.name for v in graph.value_info}
-        for node in graph.node:
-            names.update(node.input)
-            names.update(node.output)
-    return names
-
-
 def graphs_below(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
     """``graph`` and its subgraphs (to rename a value in the scope that sees it)."""
     for _, sub in _graphs(graph, ""):

@@ -18,7 +18,6 @@ dropped. Everything else is then lowered as before. docs/execution.md has the pe
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 import numpy as np
 import onnx
@@ -31,12 +30,11 @@ from onnx_struct.lowering.execution.contrib_layouts import GatherLayout
 from onnx_struct.lowering.execution.emit import MS_DOMAIN, Emitter
 from onnx_struct.lowering.execution.recognize import Recognized, recognize
 from onnx_struct.lowering.execution.repack import row_forms
-from onnx_struct.lowering.names import leaf_tensor_name
+from onnx_struct.lowering.names import graph_names, leaf_tensor_name, read_names, unique_name
 from onnx_struct.lowering.opsets import differing_ops
-from onnx_struct.lowering.scope import read_names
 from onnx_struct.payload.values import resolve_value, value_declaration
 from onnx_struct.schema.model import LoadedModel, copy_without_struct_values
-from onnx_struct.schema.walk import subgraphs, walk_graphs, walk_nodes
+from onnx_struct.schema.walk import subgraphs, walk_nodes
 
 EXECUTION_MODES = ("decode", "quantized")
 # DequantizeLinear's block_size attribute and INT4/UINT4 inputs exist from opset 21.
@@ -76,21 +74,16 @@ def rewrite_for_execution(
     proto = copy_without_struct_values(loaded.proto)
     graph = proto.graph
     consumers, pinned = _uses(graph)
-    taken = _names(loaded.proto.graph)
+    taken = graph_names(loaded.proto.graph)
     # The names lower gives the leaves of a value it keeps decoded (W::scale): the emitted
     # initializers must not take them (found by a red-team pass: "'W::scale' is already used").
     table = TypeTable(loaded.struct_types)
     for name, (value, _) in candidates.items():  # the leaves' paths only: no payload is read
         declaration = value_declaration(value, table, name)
         taken.update(leaf_tensor_name(name, leaf.path) for leaf in table.leaves(declaration, name))
-    counter = itertools.count()
 
     def fresh(prefix: str) -> str:
-        name = prefix
-        while name in taken:
-            name = f"{prefix}_{next(counter)}"
-        taken.add(name)
-        return name
+        return unique_name(prefix, taken)
 
     emitter = Emitter(fresh, arrays=arrays, accuracy_level=accuracy_level)
     before: dict[int, list] = {}  # node index -> nodes emitted just before it
@@ -282,29 +275,8 @@ def _uses(graph) -> tuple[dict[str, list[tuple[int, int]]], set[str]]:
         for slot, name in enumerate(node.input):
             consumers.setdefault(name, []).append((j, slot))
         for *_, sub in subgraphs(node):
-            pinned |= _all_inputs(sub)
+            pinned |= read_names(sub)
     return consumers, pinned
-
-
-def _all_inputs(graph) -> set[str]:
-    """The names ``graph`` and its subgraphs read: node inputs and graph outputs."""
-    names: set[str] = set()
-    for _, current in walk_graphs(graph, ""):
-        names.update(o.name for o in current.output)
-        for node in current.node:
-            names.update(node.input)
-    return names
-
-
-def _names(graph) -> set[str]:
-    names = (
-        {t.name for t in graph.initializer} | {i.name for i in graph.input} | {v.name for v in graph.struct_initializer}
-    )
-    names |= {n.name for n in graph.node}
-    names |= _all_inputs(graph)
-    for node in graph.node:
-        names.update(node.output)
-    return names
 
 
 def _attribute(node, name: str, default):
