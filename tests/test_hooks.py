@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import pathlib
 import subprocess
 import sys
 
@@ -93,3 +95,47 @@ def test_installed_infer_shapes_passes_onnx_arguments_through():
             onnx.shape_inference.infer_shapes(model, check_type=True, strict_mode=True)
     finally:
         S.uninstall()
+
+
+# ---------------------------------------------------------------------- one capture
+def test_the_originals_are_onnxs_and_install_leaves_them():
+    from onnx_struct import originals
+
+    S.install()
+    try:
+        assert onnx.checker.check_model is not originals.check_model
+        assert originals.check_model.__module__ == "onnx.checker"
+        assert originals.infer_shapes.__module__ == "onnx.shape_inference"
+        assert onnx.checker.check_model.__wrapped__ is originals.check_model  # functools.wraps
+        assert onnx.shape_inference.infer_shapes.__wrapped__ is originals.infer_shapes
+    finally:
+        S.uninstall()
+    assert onnx.checker.check_model is originals.check_model
+
+
+def entry_point_reads(source: str) -> list[int]:
+    """Lines that name onnx's check_model or infer_shapes through its module (``onnx.checker.
+    check_model``, ``checker.check_model``, ``shape_inference.infer_shapes``)."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in ("check_model", "infer_shapes"):
+            owner = node.value.attr if isinstance(node.value, ast.Attribute) else getattr(node.value, "id", "")
+            if owner in ("checker", "shape_inference"):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_only_originals_touches_onnxs_entry_points():
+    """onnx's functions are captured in one module (onnx_struct/originals.py): any other module
+    naming them through onnx's modules gets, after install(), the struct-aware wrapper instead."""
+    package = pathlib.Path(S.__file__).parent
+    found = [
+        f"{path.relative_to(package.parent)}:{line}"
+        for path in sorted(package.rglob("*.py"))
+        if path.name != "originals.py"
+        for line in entry_point_reads(path.read_text())
+    ]
+    assert not found, "onnx's entry points named outside onnx_struct/originals.py:\n" + "\n".join(found)
+    assert entry_point_reads((package / "originals.py").read_text())
+    assert entry_point_reads("import onnx\nf = onnx.checker.check_model\nfrom onnx import shape_inference\n"
+                             "g = shape_inference.infer_shapes\nself.check_model(m)\n") == [2, 4]  # fmt: skip

@@ -27,7 +27,7 @@ ROOT = "onnx_struct"
 
 # Lowest first; a module may import its own layer and the layers before it.
 LAYERS = (
-    ("foundation", ("errors", "limits", "_proto", "_version")),
+    ("foundation", ("errors", "limits", "originals", "_proto", "_version")),
     ("schema", ("schema",)),
     ("layout", ("layout",)),
     ("formats", ("formats",)),

@@ -13,6 +13,7 @@ import os
 import onnx
 import onnx.checker
 
+from onnx_struct import originals
 from onnx_struct.check import inference, stock
 from onnx_struct.check.declaration_rules import CONCRETE_KINDS
 from onnx_struct.check.graph_rules import GraphRules
@@ -29,9 +30,6 @@ from onnx_struct.schema.projections import (
     stock_view,
 )
 from onnx_struct.schema.walk import graph_parts
-
-# Captured at import (check/stock.py) so that install() (which replaces it) cannot recurse.
-_stock_check_model = stock.stock_check_model
 
 
 class _Checker(GraphRules):
@@ -254,9 +252,9 @@ class _Checker(GraphRules):
                     list(self.value_names),  # every value, in order: the stock check runs only on a valid model
                 )
             if self.needs_stand_ins:  # onnx would look for external files in the working directory
-                check_beside_stand_ins(_stock_check_model, view, full_check=full_check, **self.stock_options)
+                check_beside_stand_ins(originals.check_model, view, full_check=full_check, **self.stock_options)
             else:
-                _stock_check_model(view, full_check=full_check, **self.stock_options)
+                originals.check_model(view, full_check=full_check, **self.stock_options)
         except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, RuntimeError) as error:
             self.report(from_stock(error, stock.prefix(error)))
         except UnicodeDecodeError:  # stock onnx's error message itself fails on non-UTF-8 names

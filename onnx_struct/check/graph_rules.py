@@ -9,14 +9,12 @@ import hashlib
 import onnx
 import onnx.checker
 
+from onnx_struct import originals
 from onnx_struct.check.declaration_rules import CONCRETE_KINDS, DeclarationRules
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import element_label
 from onnx_struct.schema.model import StructTypeProto
 from onnx_struct.schema.walk import locate
-
-# Captured at import, before install() can replace it (as check/checker.py does).
-_stock_check_model = onnx.checker.check_model
 
 
 class GraphRules(DeclarationRules):
@@ -280,7 +278,7 @@ class GraphRules(DeclarationRules):
         )
         shell.functions.extend(onnx.FunctionProto.FromString(f.SerializeToString()) for f in self.proto.functions)
         try:
-            _stock_check_model(shell, **getattr(self, "stock_options", {}))
+            originals.check_model(shell, **getattr(self, "stock_options", {}))
         except onnx.checker.ValidationError as error:
             reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             self.report(

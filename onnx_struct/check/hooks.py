@@ -11,15 +11,12 @@ from __future__ import annotations
 import functools
 
 import onnx
-import onnx.checker
-import onnx.shape_inference
 
+from onnx_struct import originals
 from onnx_struct.check import stock
 from onnx_struct.check.checker import check_model as struct_check
 from onnx_struct.check.inference import infer_shapes as struct_infer
 from onnx_struct.errors import ValidationError
-
-_originals: dict[str, object] = {}
 
 
 def _route(model, paths: bool = True) -> tuple[str, object]:
@@ -66,21 +63,17 @@ def _wrap_infer_shapes(original):
 
 def install() -> None:
     """Make ``onnx.checker.check_model`` (and ``onnx.shape_inference.infer_shapes``) struct-aware."""
-    if _originals:
+    if originals.replaced():
         return
-    _originals["check_model"] = onnx.checker.check_model
-    onnx.checker.check_model = _wrap_check_model(onnx.checker.check_model)
-    _originals["infer_shapes"] = onnx.shape_inference.infer_shapes
-    onnx.shape_inference.infer_shapes = _wrap_infer_shapes(onnx.shape_inference.infer_shapes)
+    originals.replace(
+        check_model=_wrap_check_model(originals.check_model), infer_shapes=_wrap_infer_shapes(originals.infer_shapes)
+    )
 
 
 def uninstall() -> None:
     """Restore the exact original function objects replaced by :func:`install`."""
-    if "check_model" in _originals:
-        onnx.checker.check_model = _originals.pop("check_model")
-    if "infer_shapes" in _originals:
-        onnx.shape_inference.infer_shapes = _originals.pop("infer_shapes")
+    originals.restore()
 
 
 def installed() -> bool:
-    return bool(_originals)
+    return originals.replaced()

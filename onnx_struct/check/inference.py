@@ -20,6 +20,7 @@ from __future__ import annotations
 import onnx
 import onnx.shape_inference
 
+from onnx_struct import originals
 from onnx_struct.check import stock
 from onnx_struct.errors import InferenceError, ModelValueError, ValidationError, from_stock
 from onnx_struct.functions import bindings
@@ -41,9 +42,6 @@ from onnx_struct.schema.model import (
 from onnx_struct.schema.opaque import OPAQUE_DOMAIN
 from onnx_struct.schema.projections import retyped_view, stock_view
 from onnx_struct.schema.walk import walk_graph_pairs
-
-# Captured at import (check/stock.py), before hooks.install() can replace it.
-_stock_infer_shapes = stock.stock_infer_shapes
 
 
 class LogicalTypes:
@@ -269,7 +267,7 @@ def infer_shapes(
     if undefined is not None:  # onnx's inference may crash on it (check/stock.py)
         raise InferenceError(undefined, "names no value defined before the node", code="undefined_input")
     try:
-        inferred = _stock_infer_shapes(logical, check_type, strict_mode, data_prop)
+        inferred = originals.infer_shapes(logical, check_type, strict_mode, data_prop)
     except ValueError as error:  # onnx's word for an element type it does not know
         raise unknown_element_type(logical.graph) or from_stock(
             error, "onnx.shape_inference: ", _first_line(error)

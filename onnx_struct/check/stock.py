@@ -17,13 +17,11 @@ import onnx.checker
 import onnx.shape_inference
 from google.protobuf.message import DecodeError
 
+from onnx_struct import originals
 from onnx_struct.errors import InferenceError, from_stock
 from onnx_struct.payload.external import open_model_file
 from onnx_struct.schema.plain import CUT_MIN_BYTES, FileBytes, has_struct_parts
 from onnx_struct.schema.walk import walk_scoped
-
-stock_check_model = onnx.checker.check_model
-stock_infer_shapes = onnx.shape_inference.infer_shapes
 
 # What stock onnx raises for a model it refuses (a C++ file system error is a RuntimeError).
 STOCK_ERRORS = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError, RuntimeError)
@@ -96,7 +94,7 @@ def check_model(
 ) -> None:
     """``onnx.checker.check_model`` on ``model`` (a :func:`plain_form`), its errors as ours."""
     try:
-        stock_check_model(model, full_check, skip_opset_compatibility_check, check_custom_domain)
+        originals.check_model(model, full_check, skip_opset_compatibility_check, check_custom_domain)
     except STOCK_ERRORS as error:
         raise from_stock(error, prefix(error)) from None
 
@@ -121,7 +119,7 @@ def infer_shapes(
         if undefined is not None:
             raise InferenceError(undefined, "names no value defined before the node", code="undefined_input")
     try:
-        return stock_infer_shapes(model, check_type, strict_mode, data_prop)
+        return originals.infer_shapes(model, check_type, strict_mode, data_prop)
     except STOCK_ERRORS as error:
         raise from_stock(error, "onnx.shape_inference: ") from None
 

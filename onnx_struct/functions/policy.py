@@ -36,7 +36,7 @@ import onnx.defs
 import onnx.shape_inference
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_struct import limits
+from onnx_struct import limits, originals
 from onnx_struct.errors import ValidationError
 from onnx_struct.functions.models import signature_digest
 from onnx_struct.functions.structure import (
@@ -55,9 +55,6 @@ _SHAPE_OPERANDS = {
     "Squeeze": (1,),
     "Unsqueeze": (1,),
 }
-# Captured at import (onnx_struct.inference imports this module before hooks.install() can replace
-# onnx's function with the struct-aware one).
-_stock_infer_shapes = onnx.shape_inference.infer_shapes
 
 # Results of check_sizes, keyed by the function, its input types and constants: a model with many
 # declarations of one format and shape (or decode calls on many values) analyzes it once.
@@ -250,7 +247,7 @@ def _body_model(function, inputs, initializers) -> onnx.ModelProto:
 
 def _infer(model: onnx.ModelProto, where: str, data_prop: bool) -> onnx.ModelProto:
     try:
-        return _stock_infer_shapes(model, check_type=True, strict_mode=True, data_prop=data_prop)
+        return originals.infer_shapes(model, check_type=True, strict_mode=True, data_prop=data_prop)
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, ValueError, TypeError) as error:
         # onnx raises ValueError for element types it does not know (Cast(to=0), data_type 255)
         role = "encoder" if ".encoder" in where else "decoder"
