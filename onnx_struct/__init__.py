@@ -6,8 +6,10 @@ read it through bounds-checked views, and decode it with an ONNX function in onn
 
 from __future__ import annotations
 
-from onnx_struct import formats
-from onnx_struct import originals  # noqa: F401 - onnx's entry points, captured before anything can install()
+from onnx_struct import (
+    formats,
+    originals,  # noqa: F401 - onnx's entry points, captured before anything can install()
+)
 from onnx_struct._version import __version__  # noqa: F401 - onnx_struct.__version__
 from onnx_struct.check.checker import check_model, validate
 from onnx_struct.check.hooks import install, uninstall

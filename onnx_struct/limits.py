@@ -2,8 +2,11 @@
 
 Each number bounds time or memory that a model's author could otherwise make us spend: nothing is
 allocated, enumerated or run from a count a model states until the count is checked here (or
-against bytes that really exist). ``docs/security.md`` gives the reason for each one; a limit
-changed here is changed there.
+against bytes that really exist), and what a process keeps between calls (caches, free buffers)
+is capped here too. ``docs/security.md`` gives the reason for each one; a limit changed here is
+changed there (tests/test_layers.py checks both, and that no ``MAX_*`` is declared elsewhere).
+Working-set sizes, how much of an accepted input is processed at a time (row ranges, encoder
+chunks), stay beside the algorithm they tune.
 """
 
 from __future__ import annotations
@@ -30,6 +33,31 @@ MAX_LEAF_RANK = 64
 # numpy refuses any larger shape, even an empty one, so a leaf past this could not be returned.
 MAX_LEAF_SPAN = 2**63 - 1
 
+# Messages: leaf paths a LeafShape keeps as a sample for messages, and the characters of each (a
+# model's names are unbounded; a message is not).
+MAX_SAMPLE_PATHS = 5
+MAX_SAMPLE_PATH_CHARS = 80
+
+# Declaration-level names the lowered model repeats once per value (a leaf path in each value's
+# leaf names, a decoder's name in each call node) are shortened past this many characters: a 1 MB
+# decoder name in a 2 MB model of 2,500 values made 2.5 GB (MemoryError; found by a red-team pass).
+MAX_LOWERED_NAME_CHARS = 256
+
+# Inline payloads a converted GGUF file may hold in total: above this the model could not be
+# serialized (protobuf messages are limited to 2 GiB); 16 MiB are left for the rest of the model.
+GGUF_INLINE_LIMIT = 2**31 - 2**24
+
+# Nodes described per declaration tree; references past this are not expanded (exponential
+# fan-out through shared references is legal, printing it is not useful). A whole description
+# stops expanding at MAX_DESCRIBED_NODES, so N declarations that each reach a long chain cost
+# O(N), not O(N * MAX_DESCRIBED_TREE_NODES).
+MAX_DESCRIBED_TREE_NODES = 2000
+# References expanded below one another; deeper ones are not (nesting depth is unbounded, and the
+# tree is built recursively, three Python frames per level).
+MAX_DESCRIBED_DEPTH = 64
+# Rows of a layout diagram (``inspect --svg``); the rows past it are summarized, not drawn.
+MAX_SVG_ROWS = 64
+
 # Nodes of all declaration trees in one description (``describe`` / ``onnx-struct inspect``):
 # each tree expands references up to 2000 nodes, so N declarations reaching one long chain would
 # otherwise print N * 2000 nodes. Past this, trees show their root only, marked not expanded.
@@ -41,6 +69,10 @@ MAX_PACK_ZERO_FILL_BYTES = 256 << 20
 
 # ---------------------------------------------------------------------- decoders and encoders
 # (docs/security.md, "Decoder safety policy")
+# Results of the policy's size analysis kept, keyed by the function, its input types and
+# constants: a model with many declarations of one format and shape (or decode calls on many
+# values) analyzes it once.
+POLICY_CACHE_SIZE = 256
 # Nodes of one decoder or encoder. The registered decoders use at most ~100, the K-quant encoders
 # up to ~3,900 (Q4_K: ggml's 22 candidate scales unrolled); one run of the policy's
 # static analysis (onnx's inference) is linear in this, so it bounds the time check_model spends
@@ -95,3 +127,24 @@ MAX_GGUF_ARRAY_DEPTH = 4
 # builds one numpy array per element (memory and time per item: docs/benchmarks.md). Real tokenizers hold up to
 # about 800,000 (Gemma 3: 3 x 262,144; Llama 3: 537,000).
 MAX_GGUF_METADATA_ITEMS = 2**21
+
+# ---------------------------------------------------------------------- running decoders
+# Decoder sessions kept alive at once; each holds its function model's kernels and arena, so the
+# bound keeps memory flat when many distinct formats or shapes are decoded.
+SESSION_CACHE_SIZE = 32
+# Dimensions of a decoder's final Reshape that the runner applies itself (numpy's limit); a
+# Reshape with more is left to onnxruntime, which reports it.
+MAX_RESHAPE_RANK = 64
+# Threads a big value is decoded on, whatever the core count.
+MAX_DECODE_THREADS = 8
+# Free output buffers kept for reuse, in bytes (beyond that the least recently returned are
+# dropped): eight 64 MB outputs. Memory a process holds for nothing visible, so bounded, and
+# dropped by runtime.clear_cache(). The block-range sessions' own arenas are range-sized, so a
+# process keeps far less after a decode than a whole-tensor session's arena did
+# (docs/benchmarks.md).
+MAX_FREE_BUFFER_BYTES = 512 << 20
+# InferenceSession copies the model's other external tensors into its weights file only while
+# they are not much more than the weights (this many bytes beyond them): onnxruntime reads a large
+# float table (or a sparse file a hostile model names) better from where it is, through the
+# in-memory route.
+EXTERNAL_COPY_ALLOWANCE = 256 << 20

@@ -19,8 +19,9 @@ from onnx import TensorProto as T
 import onnx_struct as S
 from onnx_struct.cli import main
 from onnx_struct.layout.table import TypeTable
+from onnx_struct.limits import MAX_SVG_ROWS as MAX_ROWS
 from onnx_struct.tools.describe import describe, describe_declaration, format_text
-from onnx_struct.tools.svg import BIT, LEFT, MAX_ROWS, ROW, TOP, layout_svg
+from onnx_struct.tools.svg import BIT, LEFT, ROW, TOP, layout_svg
 
 DOCS = pathlib.Path(__file__).resolve().parent.parent / "docs"
 SVG_NS = "{http://www.w3.org/2000/svg}"

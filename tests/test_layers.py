@@ -331,3 +331,46 @@ def test_cli_help_leaves_onnxruntime_out():
     assert "usage: onnx-struct" in result.stdout
     assert "onnxruntime" not in modules
     assert "onnx_struct.cli.decode" in modules  # every subcommand's parser was built
+
+
+# ---------------------------------------------------------------------- bounds
+LIMITS = PACKAGE / "limits.py"
+
+
+def module_bounds(source: str) -> list[tuple[int, str]]:
+    """Module-level ``MAX_*`` names given a value: a bound declared outside limits.py."""
+    found = []
+    for node in ast.parse(source).body:
+        targets = (
+            node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+        )
+        for target in targets:
+            if isinstance(target, ast.Name) and target.id.lstrip("_").startswith("MAX_"):
+                found.append((node.lineno, target.id))
+    return found
+
+
+def test_every_bound_is_in_limits():
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{line}: {name}"
+        for path in MODULES.values()
+        if path != LIMITS
+        for line, name in module_bounds(path.read_text())
+    ]
+    assert not found, "bounds outside onnx_struct/limits.py:\n" + "\n".join(found)
+    assert module_bounds("MAX_X = 1\n_MAX_Y: int = 2\nMIN_Z = 3\ndef f():\n    MAX_W = 4\n") == [
+        (1, "MAX_X"),
+        (2, "_MAX_Y"),
+    ]
+
+
+def test_every_limit_is_documented():
+    """limits.py's promise: a limit changed there is changed in docs/security.md's table."""
+    tree = ast.parse(LIMITS.read_text())
+    names = {
+        t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)
+    }
+    assert "MAX_LEAVES" in names and "SESSION_CACHE_SIZE" in names
+    security = (PACKAGE.parent / "docs" / "security.md").read_text()
+    missing = sorted({name for name in names if f"`{name}`" not in security})
+    assert not missing, f"limits without a row in docs/security.md: {missing}"

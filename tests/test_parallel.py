@@ -22,7 +22,7 @@ import pytest
 from onnx import helper as oh
 from support.models import base_model
 
-from onnx_struct import add_struct_values, formats
+from onnx_struct import add_struct_values, formats, limits
 from onnx_struct.errors import ValidationError
 from onnx_struct.functions import models as function_models
 from onnx_struct.payload import buffer_pool
@@ -250,7 +250,7 @@ def test_a_buffer_reachable_from_a_view_is_not_reused():
 
 
 def test_free_buffers_stay_within_budget(monkeypatch):
-    monkeypatch.setattr(buffer_pool, "MAX_FREE_BYTES", 5000)
+    monkeypatch.setattr(limits, "MAX_FREE_BUFFER_BYTES", 5000)
     arrays = [buffer_pool.empty((1000,), np.float32) for _ in range(3)]
     del arrays
     gc.collect()
@@ -310,7 +310,7 @@ def test_concurrent_split_decodes_from_several_threads(splits, monkeypatch):
 
 
 def test_released_buffers_are_trimmed_without_a_new_request(monkeypatch):
-    monkeypatch.setattr(buffer_pool, "MAX_FREE_BYTES", 5000)
+    monkeypatch.setattr(limits, "MAX_FREE_BUFFER_BYTES", 5000)
     arrays = [buffer_pool.empty((1000,), np.float32) for _ in range(3)]
     del arrays
     gc.collect()

@@ -28,6 +28,7 @@ from support.models import (
 from support.oracles import bitpack_oracle, int4_oracle, q4_oracle, q4_payload
 
 import onnx_struct as S
+from onnx_struct import limits
 from onnx_struct.functions import models as function_models
 from onnx_struct.layout import bits
 from onnx_struct.runtime import feeds as runtime_feeds
@@ -284,7 +285,7 @@ def test_concurrent_first_decodes_build_one_session(rng, monkeypatch):
 
 def test_session_cache_is_bounded(monkeypatch, rng):
     runtime.clear_cache()
-    monkeypatch.setattr(runtime, "SESSION_CACHE_SIZE", 2)
+    monkeypatch.setattr(limits, "SESSION_CACHE_SIZE", 2)
     for n in (1, 2, 3):
         model, _ = q4_block_model(q4_payload(rng, n), n)
         S.decode("w", model)

@@ -15,7 +15,7 @@ from onnx import helper as oh
 from test_affine import oracle, random_payload
 
 import onnx_struct as S
-from onnx_struct import formats
+from onnx_struct import formats, limits
 from onnx_struct.runtime import weights_file
 
 K, N = 256, 48
@@ -158,7 +158,7 @@ def test_large_other_external_tensors_stay_where_they_are(tmp_path, monkeypatch)
     not much more than the weights (a big float table, or a sparse file a hostile model names,
     is read by onnxruntime from where it is): beyond that, the in-memory route."""
     path, weight, bias = bias_model(tmp_path)
-    monkeypatch.setattr(weights_file, "_COPY_ALLOWANCE", -(10**9))  # the bias is now "too large"
+    monkeypatch.setattr(limits, "EXTERNAL_COPY_ALLOWANCE", -(10**9))  # the bias is now "too large"
     assert run_and_compare(path, weight, bias, monkeypatch, seed=7) == [None]
 
 

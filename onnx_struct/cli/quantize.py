@@ -26,12 +26,12 @@ import sys
 from onnx_struct.check.checker import check_model
 from onnx_struct.cli import EXIT_OK, UsageError, print_json
 from onnx_struct.cli.output import refuse_inputs, write_output
+from onnx_struct.limits import PROTOBUF_LIMIT
 from onnx_struct.passes.quantize_plan import DEFAULT_OP_TYPES, WEIGHT_INPUT, resolve_format
 from onnx_struct.passes.quantize_report import DEFAULT_THRESHOLD, quantize_with_report
 from onnx_struct.payload.external_io import save_with_external_data
 
 INPUT = "input"
-PROTOBUF_LIMIT = 2**31  # bytes one serialized protobuf message can hold
 HELP = "quantize MatMul/Gemm (and Gather, Conv) weights into a block format, e.g. --format Q4_0 (exit 0 ok, 1 invalid, 2 usage/I-O)"
 
 
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         threshold=args.warn_above,
     )
     check_model(model)
-    if args.external or model.ByteSize() >= PROTOBUF_LIMIT:  # one protobuf cannot hold 2 GiB
+    if args.external or model.ByteSize() > PROTOBUF_LIMIT:  # one protobuf cannot hold 2 GiB
         save_with_external_data(model, output, location=f"{output.name}.data")
         size = output.stat().st_size
     else:

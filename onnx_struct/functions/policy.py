@@ -56,9 +56,6 @@ _SHAPE_OPERANDS = {
     "Unsqueeze": (1,),
 }
 
-# Results of check_sizes, keyed by the function, its input types and constants: a model with many
-# declarations of one format and shape (or decode calls on many values) analyzes it once.
-_CACHE_SIZE = 256
 _cache: collections.OrderedDict[bytes, tuple[list[onnx.TypeProto], None] | tuple[None, ValidationError]] = (
     collections.OrderedDict()
 )
@@ -98,7 +95,7 @@ def check_sizes(
             hit, key = (None, error), failed
         with _cache_lock:
             _cache[key] = hit
-            while len(_cache) > _CACHE_SIZE:
+            while len(_cache) > limits.POLICY_CACHE_SIZE:
                 _cache.popitem(last=False)
     types, error = hit
     if error is not None:

@@ -20,7 +20,14 @@ import onnx
 from onnx_struct.errors import ValidationError, limit_exceeded
 from onnx_struct.layout import dtypes
 from onnx_struct.layout.sizes import checked, element_label
-from onnx_struct.limits import MAX_LEAF_PATH_CHARS, MAX_LEAF_RANK, MAX_LEAF_SPAN, MAX_LEAVES
+from onnx_struct.limits import (
+    MAX_LEAF_PATH_CHARS,
+    MAX_LEAF_RANK,
+    MAX_LEAF_SPAN,
+    MAX_LEAVES,
+    MAX_SAMPLE_PATH_CHARS,
+    MAX_SAMPLE_PATHS,
+)
 from onnx_struct.schema.model import StructTypeProto
 
 
@@ -57,16 +64,12 @@ class LeafShape:
     sample: tuple[str, ...] = ()  # the first few leaf paths, shortened, for messages
 
 
-SAMPLE_PATHS = 5  # leaf paths a LeafShape keeps for messages, each at most SAMPLE_CHARS long
-SAMPLE_CHARS = 80
-
-
 def _sample(paths) -> tuple[str, ...]:
     out = []
     for path in paths:
-        if len(out) == SAMPLE_PATHS:
+        if len(out) == MAX_SAMPLE_PATHS:
             break
-        out.append(path if len(path) <= SAMPLE_CHARS else path[: SAMPLE_CHARS - 3] + "...")
+        out.append(path if len(path) <= MAX_SAMPLE_PATH_CHARS else path[: MAX_SAMPLE_PATH_CHARS - 3] + "...")
     return tuple(out)
 
 
@@ -100,14 +103,14 @@ def checked_leaf_shape(declaration: StructTypeProto, path: str, shape_of_index) 
             name = _checked_name(field.name, names, path, "structure.field", i)
             if field.WhichOneof("content") == "constant":
                 count, chars = count + 1, chars + len(name)
-                sample.extend(_sample([name][: SAMPLE_PATHS - len(sample)]))
+                sample.extend(_sample([name][: MAX_SAMPLE_PATHS - len(sample)]))
                 continue
             inner = _type_leaf_shape(field.type, shape_of_index)
             count += inner.count
             # every nested path gets "name." in front; an unnamed one becomes just "name"
             chars += inner.chars + inner.count * len(name) + (inner.count - inner.unnamed)
             rank, span = max(rank, inner.rank), max(span, inner.span)
-            room = SAMPLE_PATHS - len(sample)
+            room = MAX_SAMPLE_PATHS - len(sample)
             sample.extend(_sample(f"{name}.{p}" if p else name for p in inner.sample[:room]))
         shape = LeafShape(count, chars, 0, rank, span, tuple(sample))
         where = path

@@ -10,6 +10,7 @@ import hashlib
 
 import onnx
 
+from onnx_struct.limits import MAX_LOWERED_NAME_CHARS
 from onnx_struct.schema.walk import walk_graphs
 
 SEPARATOR = "::"
@@ -19,12 +20,6 @@ def leaf_tensor_name(value_name: str, leaf_path: str) -> str:
     """The lowered name of a leaf: ``"<value or input name>::<leaf path>"`` (``"w::"`` for a root
     whose single leaf has the empty path; a leaf path over MAX_LOWERED_NAME_CHARS shortened)."""
     return f"{value_name}{SEPARATOR}{short_name(leaf_path)}"
-
-
-# Declaration-level names the lowered model repeats once per value (a leaf path in each value's
-# leaf names, a decoder's name in each call node) are shortened past this many characters: a 1 MB
-# decoder name in a 2 MB model of 2,500 values made 2.5 GB (MemoryError; found by a red-team pass).
-MAX_LOWERED_NAME_CHARS = 256
 
 
 @functools.lru_cache(maxsize=256)  # a leaf path is shortened once, not once per value

@@ -12,8 +12,9 @@ that one array, and every view, slice or reshape of the array keeps that lease a
 ``base`` chain ends at it), so a buffer comes back only when nothing can read it any more. Returned
 buffers are filed at once when the pool's lock is free (the finalizer may run in any thread, or
 inside the garbage collector, so it never waits for the lock; a buffer it could not file waits in
-a queue for the next request or release); at most :data:`MAX_FREE_BYTES` of free buffers are
-kept, the least recently returned dropped first. :func:`clear` drops them all.
+a queue for the next request or release); at most
+:data:`onnx_struct.limits.MAX_FREE_BUFFER_BYTES` of free buffers are kept, the least recently
+returned dropped first. :func:`clear` drops them all.
 """
 
 from __future__ import annotations
@@ -27,11 +28,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-# Free buffers kept for reuse, in bytes (beyond that the least recently returned are dropped):
-# eight 64 MB outputs. Memory a process holds for nothing visible, so bounded, and dropped by
-# runtime.clear_cache(). The block-range sessions' own arenas are range-sized, so a process
-# keeps far less after a decode than a whole-tensor session's arena did (docs/benchmarks.md).
-MAX_FREE_BYTES = 512 << 20
+from onnx_struct import limits
 
 _returned: collections.deque[np.ndarray] = collections.deque()  # appended by finalizers, lock-free
 _free: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()  # id -> buffer, oldest first
@@ -102,7 +99,7 @@ def _file_returned() -> None:
         storage = _returned.popleft()
         _free[id(storage)] = storage
         _free_bytes += storage.nbytes
-    while _free_bytes > MAX_FREE_BYTES:
+    while _free_bytes > limits.MAX_FREE_BUFFER_BYTES:
         _, storage = _free.popitem(last=False)
         _free_bytes -= storage.nbytes
 

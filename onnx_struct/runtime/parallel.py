@@ -35,7 +35,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import onnx
 
-from onnx_struct import formats  # the registry loads its family modules on first use
+from onnx_struct import (
+    formats,  # the registry loads its family modules on first use
+    limits,
+)
 from onnx_struct.formats.recognize import final_shape, registered_decoder, registry_decoder
 from onnx_struct.functions.models import tensor_type
 from onnx_struct.payload import buffer_pool
@@ -50,8 +53,6 @@ MIN_ELEMENTS = 1 << 20
 # between the decoder's steps; each range also costs one onnxruntime run. 2^20 was the fastest
 # or tied among the sizes tried (docs/benchmarks.md, "figures behind design choices").
 RANGE_ELEMENTS = 1 << 20
-# Upper bound on threads, whatever the core count.
-MAX_THREADS = 8
 
 _helpers: concurrent.futures.ThreadPoolExecutor | None = None
 _helpers_lock = threading.Lock()
@@ -69,10 +70,10 @@ if hasattr(os, "register_at_fork"):
 
 def thread_count(wanted: int) -> int:
     """Threads a big decode runs on: ``wanted`` (:data:`runners.INTRA_OP_THREADS`) when set, else
-    the cores this process may run on (at most :data:`MAX_THREADS`)."""
+    the cores this process may run on (at most :data:`limits.MAX_DECODE_THREADS`)."""
     if not wanted:
         wanted = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(wanted, MAX_THREADS))
+    return max(1, min(wanted, limits.MAX_DECODE_THREADS))
 
 
 def decode_block_ranges(
@@ -201,5 +202,7 @@ def _executor() -> concurrent.futures.ThreadPoolExecutor:
     global _helpers
     with _helpers_lock:
         if _helpers is None:
-            _helpers = concurrent.futures.ThreadPoolExecutor(MAX_THREADS - 1, thread_name_prefix="onnx_struct-decode")
+            _helpers = concurrent.futures.ThreadPoolExecutor(
+                limits.MAX_DECODE_THREADS - 1, thread_name_prefix="onnx_struct-decode"
+            )
         return _helpers

@@ -27,6 +27,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, numpy_helper
 
+from onnx_struct import limits
 from onnx_struct.errors import ValidationError
 from onnx_struct.functions import policy as decoder_policy
 from onnx_struct.functions.models import function_model, signature_digest
@@ -35,9 +36,6 @@ from onnx_struct.payload import buffer_pool
 from onnx_struct.runtime.feeds import Feed, ortvalue_to_numpy
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors, ort_limits, ort_version
 
-# Sessions kept alive at once; each holds its function model's kernels and arena, so the bound
-# keeps memory flat when many distinct formats or shapes are decoded.
-SESSION_CACHE_SIZE = 32
 # onnxruntime's intra-op threads per decode session; 0 lets onnxruntime choose (physical cores).
 # Also the threads a big value of a registered block format is decoded on, in single-threaded
 # sessions over block ranges (onnx_struct.parallel; 0: the cores this process may use); 1 turns
@@ -67,7 +65,7 @@ def _trailing_reshape(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[in
     shape = _constant_value(graph, shape_name)
     # Only a plain 1-D int64 shape is taken over; anything else stays a Reshape for onnxruntime,
     # which reports it (the policy has refused most such decoders before).
-    if shape is None or shape.ndim != 1 or shape.dtype != np.int64 or not 0 < shape.size <= _MAX_RESHAPE_RANK:
+    if shape is None or shape.ndim != 1 or shape.dtype != np.int64 or not 0 < shape.size <= limits.MAX_RESHAPE_RANK:
         return model, None
     if (shape < -1).any() or (shape == -1).sum() > 1:
         return model, None
@@ -77,10 +75,6 @@ def _trailing_reshape(model: onnx.ModelProto) -> tuple[onnx.ModelProto, tuple[in
     trimmed.graph.output[0].name = data
     trimmed.graph.output[0].ClearField("type")
     return trimmed, tuple(int(d) for d in shape)
-
-
-# More dimensions than any tensor onnxruntime handles: such a Reshape is left to onnxruntime.
-_MAX_RESHAPE_RANK = 64
 
 
 def _constant_value(graph: onnx.GraphProto, name: str) -> np.ndarray | None:
@@ -336,7 +330,7 @@ def cached_runner(
         )
         with _cache_lock:
             _cache[key] = runner
-            while len(_cache) > SESSION_CACHE_SIZE:
+            while len(_cache) > limits.SESSION_CACHE_SIZE:
                 _cache.popitem(last=False)
     return runner
 

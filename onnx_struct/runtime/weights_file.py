@@ -23,6 +23,7 @@ from collections.abc import Mapping
 import numpy as np
 import onnx
 
+from onnx_struct import limits
 from onnx_struct.limits import PROTOBUF_LIMIT
 from onnx_struct.lowering.execution.emit import IN_MEMORY_LOCATION
 from onnx_struct.payload.external import (
@@ -41,10 +42,6 @@ FILE_NAME = "weights.bin"
 _ALIGN = max(mmap.ALLOCATIONGRANULARITY, 1 << 16)
 _SMALL_ALIGN = 64
 _CHUNK = 8 << 20  # bytes copied at a time from the model's own external files (RSS while the arrays exist)
-# The model's other external tensors are copied only while they are not much more than the
-# weights: onnxruntime reads a large float table (or a sparse file a hostile model names) better
-# from where it is, through the in-memory route.
-_COPY_ALLOWANCE = 256 << 20
 
 
 @dataclasses.dataclass
@@ -97,7 +94,7 @@ def write_weights_file(
                 return None
             tensors.append((where, tensor, _source(tensor, base_dir, f"{where}.external_data") if own else None))
     sources = [source for _, _, source in tensors if source is not None]
-    allowance = _COPY_ALLOWANCE + sum(a.nbytes for a in arrays.values())
+    allowance = limits.EXTERNAL_COPY_ALLOWANCE + sum(a.nbytes for a in arrays.values())
     if not copy_all and sum(length for _, _, length in sources) > allowance:
         return None
     try:

@@ -17,20 +17,11 @@ from onnx_struct.check.inference import LogicalTypes
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout import dtypes
 from onnx_struct.layout.table import TypeTable, element_label, read_constant, type_size
-from onnx_struct.limits import MAX_DESCRIBED_NODES
+from onnx_struct.limits import MAX_DESCRIBED_DEPTH, MAX_DESCRIBED_NODES, MAX_DESCRIBED_TREE_NODES
 from onnx_struct.payload import external
 from onnx_struct.schema.model import LoadedModel, StructTypeProto, load
 
-# Nodes described per declaration tree; references past this are not expanded (exponential
-# fan-out through shared references is legal, printing it is not useful). A whole description
-# stops expanding at MAX_DESCRIBED_NODES (onnx_struct.limits), so N declarations that each reach a
-# long chain cost O(N), not O(N * MAX_NODES).
-MAX_NODES = 2000
-# References expanded below one another; deeper ones are not (nesting depth is unbounded, and the
-# tree is built recursively, three Python frames per level).
-MAX_DEPTH = 64
-
-__all__ = ["describe", "describe_declaration", "format_text", "MAX_NODES", "MAX_DEPTH"]
+__all__ = ["describe", "describe_declaration", "format_text"]
 
 
 def describe(model, value: str | None = None) -> dict[str, Any]:
@@ -154,7 +145,7 @@ def describe_declaration(
     (array and bit-packing nodes show their first element / record and the repeat count).
     ``total`` is a node budget shared by the trees of one description (decremented here)."""
     size = table.size(declaration, path)  # validates references, cycles and sizes first
-    budget = [min(MAX_NODES, total[0]) if total is not None else MAX_NODES]
+    budget = [min(MAX_DESCRIBED_TREE_NODES, total[0]) if total is not None else MAX_DESCRIBED_TREE_NODES]
     start = budget[0]
     node = _declaration_node(declaration, table, path, 0, budget, name=declaration.name, size=size)
     if total is not None:
@@ -249,7 +240,7 @@ def _reference_node(index: int, table: TypeTable, path: str, offset: int, budget
         "size_bits": table.size_of_index(index, path),
     }
     budget[0] -= 1
-    if budget[0] <= 0 or depth >= MAX_DEPTH:
+    if budget[0] <= 0 or depth >= MAX_DESCRIBED_DEPTH:
         node["truncated"] = True
     else:
         node["children"] = [

@@ -17,6 +17,7 @@ from onnx_struct.errors import ValidationError
 from onnx_struct.layout import dtypes
 from onnx_struct.layout.bits import bit_positions
 from onnx_struct.layout.table import Leaf, TypeTable, read_constant
+from onnx_struct.limits import MAX_SVG_ROWS
 from onnx_struct.schema.model import StructTypeProto, load
 from onnx_struct.tools.describe import _preview, tensor_label
 
@@ -26,7 +27,6 @@ LEFT = 96  # row labels
 TOP = 96  # title, subtitle, byte and bit headers
 FONT = 11
 CHAR = FONT * 0.62  # monospace advance, for fitting labels
-MAX_ROWS = 64
 PALETTE = ["#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69", "#fccde5", "#d9d9d9", "#bc80bd"]
 
 __all__ = ["layout_svg", "declaration_svg"]
@@ -93,7 +93,7 @@ def _size_text(bits: int) -> str:
 def _render(leaves: tuple[Leaf, ...], size: int, title: str, subtitle: str) -> str:
     per_row = min(32, max(8, -(-size // 8) * 8))
     rows = max(1, -(-size // per_row))
-    drawn_rows = min(rows, MAX_ROWS)
+    drawn_rows = min(rows, MAX_SVG_ROWS)
     drawn_bits = min(size, drawn_rows * per_row)
     width = LEFT + per_row * BIT + 24
     parts: list[str] = []

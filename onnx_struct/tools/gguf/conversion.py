@@ -33,12 +33,10 @@ from onnx_struct import formats
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.function_builder import OPSET
 from onnx_struct.formats.gguf.metadata import metadata_props
+from onnx_struct.limits import GGUF_INLINE_LIMIT
 from onnx_struct.schema.builders import make_array, make_struct_value
 from onnx_struct.schema.model import add_struct_types, add_struct_values, from_onnx, resolve_path, to_onnx
 from onnx_struct.tools.gguf.validate import check_gguf_bytes
-
-# Inline payloads above this cannot be serialized (protobuf messages are limited to 2 GiB).
-INLINE_LIMIT = 2**31 - 2**24
 
 # (tensors done, tensors in total, current tensor name); total 0: a stage before the count is known
 Progress = Callable[[int, int, str], None]
@@ -123,7 +121,7 @@ def _convert(
 
     if not reference:
         total = sum(int(t.n_bytes) for t in reader.tensors)
-        if total > INLINE_LIMIT:
+        if total > GGUF_INLINE_LIMIT:
             raise ValidationError(
                 str(source),
                 f"the tensors hold {total} bytes, more than one ONNX file can hold inline; use reference=True",
