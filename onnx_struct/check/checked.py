@@ -84,6 +84,7 @@ def checked_model(
         ValidationError: the model is invalid, as ``check_model`` or ``check_struct_parts`` raise it.
     """
     loaded = load(model, base_dir)
+    loaded.proto  # noqa: B018 - parsed whole (the check reads it all): the table holds its declarations
     table = standalone_table(loaded) if standalone else TypeTable(loaded.struct_types)
     checker.check_loaded(loaded, table, stock_check=stock_check)
     return CheckedModel(loaded, table, stock_checked=stock_check)

@@ -77,7 +77,8 @@ class _Checker(GraphRules):
         return self.diagnostics
 
     def run_rules(self, full_check: bool) -> None:
-        for i, declaration in enumerate(self.proto.struct_types):
+        # The table's declarations: the model's own, or their standalone copies (check/checked.py).
+        for i, declaration in enumerate(self.table.declarations):
             self.check_root(declaration, self.table.path(i), i)
         self.check_values()
         self.check_wire()
