@@ -149,3 +149,20 @@ def test_decode_and_view_build_one_table(built):
     built["tables"].clear()
     assert S.view("weight", model)["values"].shape == (128,)
     assert built["tables"] == [key]
+
+
+@pytest.mark.parametrize("command", ["check", "lower", "decode", "inspect"])
+def test_each_cli_command_builds_one_table(built, command, tmp_path, capsys):
+    model = linear_model(PAYLOAD)
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    args = {
+        "check": [str(path)],
+        "lower": [str(path), str(tmp_path / "lowered.onnx")],
+        "decode": [str(path), "weight", "-o", str(tmp_path / "w.npy")],
+        "inspect": [str(path), "--json"],
+    }[command]
+    assert main([command, *args]) == 0
+    capsys.readouterr()
+    assert built["tables"] == [declarations_key(S.get_struct_types(model))]
+    assert len(built["checks"]) == (1 if command in ("check", "lower") else 0)

@@ -1,8 +1,8 @@
 """CheckedModel: a model loaded and checked once, with what checking built, handed down.
 
 Lowering, the runtime and the passes receive this object instead of a model form, so that the
-model is parsed once, its declaration table (sizes, leaves, failures memoized) is built once and
-each struct value is resolved once, whoever asks next.
+model is parsed and checked once and its declaration table (sizes, leaves, root layouts and
+failures memoized) and logical types are built once, whoever asks next.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from onnx_struct.schema.model import LoadedModel, ModelLike, StructTypeProto, lo
 
 
 class CheckedModel:
-    """A model that passed the check, its :class:`TypeTable` and its struct values resolved on demand.
+    """A model that passed the check, its :class:`TypeTable`, logical types and value resolution.
 
     ``stock_checked`` says whether onnx's checker judged the stock part too (``check_model``) or
     only the struct parts and file-safety rules were checked (``check_struct_parts``).
@@ -28,7 +28,6 @@ class CheckedModel:
         self.loaded = loaded
         self.table = table
         self.stock_checked = stock_checked
-        self._resolved: dict[int, ResolvedValue] = {}
 
     @functools.cached_property
     def types(self) -> LogicalTypes:
@@ -36,23 +35,24 @@ class CheckedModel:
         return LogicalTypes(self.loaded, self.table)
 
     def resolved(self, index: int, where: str) -> ResolvedValue:
-        """``loaded.struct_values[index]`` resolved (its payload verified, not read), once."""
-        known = self._resolved.get(index)
-        if known is None:
-            value = self.loaded.struct_values[index]
-            known = self._resolved[index] = resolve_value(value, self.loaded, where=where, table=self.table)
-        return known
+        """``loaded.struct_values[index]`` resolved on the model's table (its root layout is
+        memoized there). Not kept: an inline payload read from protobuf is a copy, held only
+        while its caller uses it."""
+        return resolve_value(self.loaded.struct_values[index], self.loaded, where=where, table=self.table)
 
     def resolved_named(self, name: str) -> ResolvedValue:
-        """The struct value named ``name`` resolved, once (an unknown name raises, listing the known ones)."""
+        """The struct value named ``name`` resolved (an unknown name raises, listing the known ones)."""
         index = self.loaded.find_value(name)[0]
         return self.resolved(index, element_label(f"graph.struct_initializer[{index}]", name))
 
     def replaced(self, loaded: LoadedModel) -> CheckedModel:
         """The same check for ``loaded``, an equivalent model with the same declarations in the
-        same order (a lighter copy, or the quantized-execution rewrite): the table is kept, the
-        values are resolved again (they may have moved)."""
-        return CheckedModel(loaded, self.table, stock_checked=self.stock_checked)
+        same order (a lighter copy, or the quantized-execution rewrite): the table and the
+        logical types are kept (they depend on the declarations alone); the values may have moved."""
+        other = CheckedModel(loaded, self.table, stock_checked=self.stock_checked)
+        if "types" in self.__dict__:  # computed already (functools.cached_property's slot)
+            other.__dict__["types"] = self.types
+        return other
 
 
 def standalone_table(loaded: LoadedModel) -> TypeTable:
