@@ -370,7 +370,12 @@ def check_struct_parts(model: ModelLike, *, base_dir: str | os.PathLike | None =
 
 def check_loaded(loaded: LoadedModel, table: TypeTable | None = None, *, stock_check: bool = True) -> None:
     """``check_model`` (``stock_check``) or ``check_struct_parts`` of an already loaded model
-    with struct parts, on ``table`` (its declarations' TypeTable) when the caller holds one.
+    with struct parts.
+
+    Args:
+        loaded: the model.
+        table: its declarations' TypeTable, when the caller holds one (else one is built).
+        stock_check: also run onnx's checker on the stock part, as ``check_model`` does.
 
     Raises:
         ValidationError: the first diagnostic found.
