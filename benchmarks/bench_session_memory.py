@@ -150,7 +150,8 @@ def build_peer(name: str, k: int, n: int, layers: int, directory: str) -> str:
 def child_steps(path: str, trace: bool, in_memory: bool) -> dict:
     import onnxruntime as ort  # noqa: PLC0415
 
-    from onnx_struct.lowering.lower import lower_model  # noqa: PLC0415
+    from onnx_struct.check.checked import checked_model  # noqa: PLC0415
+    from onnx_struct.lowering.lower import lower_checked  # noqa: PLC0415
     from onnx_struct.runtime.file_backed import held_lightly  # noqa: PLC0415
     from onnx_struct.runtime.heap import release_free_memory  # noqa: PLC0415
     from onnx_struct.runtime.weights_file import write_weights_file  # noqa: PLC0415
@@ -169,10 +170,11 @@ def child_steps(path: str, trace: bool, in_memory: bool) -> dict:
         import tracemalloc  # noqa: PLC0415
 
         tracemalloc.start()
-    arrays: dict = {}
-    lowering = lower_model(
-        loaded, execution="quantized", accuracy_level=4, arrays=arrays, after_check=lambda c: held_lightly(c, path)
-    )
+    checked = checked_model(loaded, standalone=True)
+    checked = checked.replaced(held_lightly(checked.loaded, path))
+    lowering = lower_checked(checked, execution="quantized", accuracy_level=4, in_memory=True)
+    arrays = lowering.arrays
+    del checked
     if trace:
         report["lower python peak"] = tracemalloc.get_traced_memory()[1] / 2**20
         tracemalloc.stop()

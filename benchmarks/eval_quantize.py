@@ -281,10 +281,10 @@ def main() -> int:
 
     import onnx_struct  # noqa: PLC0415
     from onnx_struct import formats  # noqa: PLC0415
+    from onnx_struct.check.checked import checked_model  # noqa: PLC0415
     from onnx_struct.lowering.execution import rewrite_for_execution  # noqa: PLC0415
     from onnx_struct.lowering.lower import lower  # noqa: PLC0415
     from onnx_struct.passes.quantize import plan, quantize  # noqa: PLC0415
-    from onnx_struct.schema.model import load  # noqa: PLC0415
 
     texts = sentences()
     tokenizer = WordPiece(vocab_path)
@@ -336,7 +336,7 @@ def main() -> int:
         )
         if (name, axis, op_types) not in executed:
             continue
-        _, report = rewrite_for_execution(load(quantized))
+        report = rewrite_for_execution(checked_model(quantized)).report
         if report.kept:
             print(f"{label}: kept decoding {report.kept}")
         for level in EXECUTION_LEVELS:

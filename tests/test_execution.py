@@ -24,11 +24,11 @@ from test_affine import oracle, random_payload
 
 import onnx_struct as S
 from onnx_struct import formats
+from onnx_struct.check.checked import checked_model
 from onnx_struct.cli import main
 from onnx_struct.formats.base import FORMAT_DOMAIN
 from onnx_struct.lowering.execution import rewrite_for_execution
 from onnx_struct.lowering.lower import lower_model
-from onnx_struct.schema.model import load
 
 pytest.importorskip("gguf")
 
@@ -161,7 +161,7 @@ def test_a_value_consumed_elsewhere_keeps_its_decoder(tmp_path):
     payload = random_payload("Q4_K", (N, K), SEED, sane=True)
     extra = [oh.make_node("ReduceSum", ["W"], ["total"], keepdims=0, name="sum")]
     model = weight_model("Q4_K", payload, extra, [oh.make_tensor_value_info("total", TensorProto.FLOAT, [])])
-    loaded, report = rewrite_for_execution(load(model))
+    report = rewrite_for_execution(checked_model(model)).report
     assert sorted(report.rewritten["W"]) == ["Gather 'embed'", "Gemm 'gemm'", "MatMul 'matmul'"]
     # The reason names the reader (it said "other nodes, a subgraph or a graph output")
     assert report.kept == {"W": "also read by ReduceSum 'sum' (input 0)"} and report.dropped == []
@@ -182,7 +182,7 @@ def test_a_transpose_without_perm_is_the_2d_transpose(tmp_path):
     payload = random_payload("Q4_0", (N, K), SEED, sane=True)
     model = weight_model("Q4_0", payload)
     del model.graph.node[0].attribute[:]
-    loaded, report = rewrite_for_execution(load(model))
+    report = rewrite_for_execution(checked_model(model)).report
     assert sorted(report.rewritten["W"]) == ["Gather 'embed'", "Gemm 'gemm'", "MatMul 'matmul'"]
     assert report.kept == {} and report.dropped == ["W"]
     lowered = S.lower(model, execution="quantized")
@@ -200,13 +200,13 @@ def test_untransposed_weight_and_foreign_declarations_keep_the_decoder():
     model = weight_model("Q4_0", payload)
     model.graph.node[1].input[1] = "W"  # x [3, K] @ W [N, K]: shapes disagree, only lowering is checked
     del model.graph.node[0]
-    loaded, report = rewrite_for_execution(load(model))
+    report = rewrite_for_execution(checked_model(model)).report
     assert sorted(report.rewritten["W"]) == ["Gather 'embed'", "Gemm 'gemm'"]
     assert report.kept == {"W": "also read by MatMul 'matmul' (input 1)"}
 
     renamed = S.from_onnx(weight_model("Q4_0", payload))
     renamed.struct_types[-1].name = "my_weight"
-    _, report = rewrite_for_execution(load(renamed))
+    report = rewrite_for_execution(checked_model(renamed)).report
     assert sorted(report.rewritten["W"]) == ["Gather 'embed'", "Gemm 'gemm'", "MatMul 'matmul'"]
 
     foreign = S.from_onnx(weight_model("Q4_0", payload))
@@ -214,7 +214,7 @@ def test_untransposed_weight_and_foreign_declarations_keep_the_decoder():
     output = decoder.output[0]  # one more final node, an Identity: same values, not the registry's bytes
     decoder.node[-1].output[0] = output + "_before"
     decoder.node.add(op_type="Identity", input=[output + "_before"], output=[output])
-    _, report = rewrite_for_execution(load(foreign))
+    report = rewrite_for_execution(checked_model(foreign)).report
     assert report.rewritten == {}
     lowered = S.lower(foreign, execution="quantized")
     assert [n.output[0] for n in lowered.graph.node if n.domain == FORMAT_DOMAIN] == ["W"]
@@ -268,9 +268,10 @@ def test_older_opset_is_raised_when_the_graph_means_the_same(tmp_path):
     """Opset 17 (Gemm, Gather, MatMul unchanged up to 21; the Transpose is folded away)."""
     payload = random_payload("Q4_0", (N, K), SEED, sane=True)
     model = weight_model("Q4_0", payload, opset=17)
-    loaded, report = rewrite_for_execution(load(model))
+    rewrite = rewrite_for_execution(checked_model(model))
+    report = rewrite.report
     assert report.dropped == ["W"]
-    assert {o.domain: o.version for o in loaded.proto.opset_import}[""] == 21
+    assert {o.domain: o.version for o in rewrite.checked.loaded.proto.opset_import}[""] == 21
 
 
 @pytest.mark.parametrize("name", ["Q4_0", "Q4_K", "Q8_0"])
@@ -445,7 +446,7 @@ def test_an_older_opset_with_a_changed_operator_in_a_subgraph_keeps_the_decoder(
     )
     model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 17)], ir_version=8)
     S.add_struct_values(model, formats.get("Q4_0").make_value(model, "W", (N, K), payload))
-    _, report = rewrite_for_execution(load(model), accuracy_level=0)
+    report = rewrite_for_execution(checked_model(model), accuracy_level=0).report
     assert report.kept == {"W": "the graph imports opset 17 and its operators ReduceMean differ at 21"}
     lowered = S.lower(model, execution="quantized")
     onnx.checker.check_model(lowered, full_check=True)

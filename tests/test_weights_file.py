@@ -133,12 +133,13 @@ def test_a_failed_write_leaves_the_model_and_no_file(tmp_path, private_tmp, monk
     """Disk full half way: the model's references are as before and the directory is gone."""
     path, _, _ = bias_model(tmp_path)
     lowered = S.lower(path)
-    from onnx_struct.lowering.lower import lower_model  # noqa: PLC0415
-    from onnx_struct.schema.model import load  # noqa: PLC0415
+    from onnx_struct.check.checked import checked_model  # noqa: PLC0415
+    from onnx_struct.lowering.lower import lower_checked  # noqa: PLC0415
 
-    loaded = load(path)
-    arrays: dict = {}
-    lowering = lower_model(loaded, execution="quantized", accuracy_level=4, arrays=arrays)
+    checked = checked_model(path)
+    loaded = checked.loaded
+    lowering = lower_checked(checked, execution="quantized", accuracy_level=4, in_memory=True)
+    arrays = lowering.arrays
     before = lowering.model.SerializeToString()
     calls = []
 

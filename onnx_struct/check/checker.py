@@ -36,12 +36,12 @@ class _Checker(GraphRules):
     """One check of one model: the declaration and graph rules (check/declaration_rules.py,
     check/graph_rules.py), the value rules here, then onnx's own checker on the stock view."""
 
-    def __init__(self, loaded: LoadedModel, stock_options: dict | None = None) -> None:
+    def __init__(self, loaded: LoadedModel, stock_options: dict | None = None, table: TypeTable | None = None) -> None:
         super().__init__()
         self.stock_options = stock_options or {}  # onnx checker flags, passed through
         self.loaded = loaded
         self.proto = loaded.proto
-        self.table = TypeTable(loaded.struct_types)
+        self.table = table if table is not None else TypeTable(loaded.struct_types)
         self.value_names: dict[str, StructTypeProto | None] = {}
         graph = self.proto.graph
         # The wire scan first: besides what the parse hid, it tells which main-graph nodes may have
@@ -75,7 +75,8 @@ class _Checker(GraphRules):
         return self.diagnostics
 
     def run_rules(self, full_check: bool) -> None:
-        for i, declaration in enumerate(self.proto.struct_types):
+        # The table's declarations: the model's own, or their standalone copies (check/checked.py).
+        for i, declaration in enumerate(self.table.declarations):
             self.check_root(declaration, self.table.path(i), i)
         self.check_values()
         self.check_wire()
@@ -232,7 +233,7 @@ class _Checker(GraphRules):
             self.check_stock(False)
             if self.diagnostics:
                 return
-        types = inference.LogicalTypes(self.loaded) if full_check else None  # one for both rules
+        types = inference.LogicalTypes(self.loaded, self.table) if full_check else None  # one for both rules
         if full_check:
             for conflict in inference.declared_type_conflicts(self.loaded, types):
                 self.report(conflict)
@@ -362,6 +363,23 @@ def check_struct_parts(model: ModelLike, *, base_dir: str | os.PathLike | None =
     (onnxruntime runs unsorted nodes, duplicate metadata keys or ``ir_version`` 0, which
     ``onnx.checker`` refuses). docs/semantics.md, "Drop-in behaviour".
     """
-    diagnostics = _StructPartsChecker(load(model, base_dir)).run(False, first_only=True)
+    check_loaded(load(model, base_dir), stock_check=False)
+
+
+def check_loaded(loaded: LoadedModel, table: TypeTable | None = None, *, stock_check: bool = True) -> None:
+    """``check_model`` (``stock_check``) or ``check_struct_parts`` of an already loaded model
+    with struct parts.
+
+    Args:
+        loaded: the model.
+        table: its declarations' TypeTable, when the caller holds one (else one is built).
+        stock_check: also run onnx's checker on the stock part, as ``check_model`` does.
+
+    Raises:
+        ValidationError: the first diagnostic found.
+    """
+    rules = _Checker if stock_check else _StructPartsChecker
+    stock_options = {"skip_opset_compatibility_check": False, "check_custom_domain": False} if stock_check else None
+    diagnostics = rules(loaded, stock_options, table).run(False, first_only=True)
     if diagnostics:
         raise diagnostics[0]

@@ -47,9 +47,9 @@ from onnx_struct.schema.walk import walk_graph_pairs
 class LogicalTypes:
     """Logical types of the declarations of one model, memoized per declaration."""
 
-    def __init__(self, loaded: LoadedModel) -> None:
+    def __init__(self, loaded: LoadedModel, table: TypeTable | None = None) -> None:
         self.loaded = loaded
-        self.table = TypeTable(loaded.struct_types)
+        self.table = table if table is not None else TypeTable(loaded.struct_types)
         self._by_index: dict[int, onnx.TypeProto | None] = {}
         # Inline declarations by their bytes: a value named by many outputs, or typed by both the
         # full check's conflict rule and its logical view, is typed once.

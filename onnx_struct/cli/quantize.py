@@ -139,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
         calibration=args.calibration,
         threshold=args.warn_above,
     )
-    check_model(model)
+    if not report.quantized:  # a model with quantized weights was checked by quantize_with_report
+        check_model(model)
     if args.external or model.ByteSize() > PROTOBUF_LIMIT:  # one protobuf cannot hold 2 GiB
         save_with_external_data(model, output, location=f"{output.name}.data")
         size = output.stat().st_size

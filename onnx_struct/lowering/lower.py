@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
 
 import onnx
 from onnx import TensorProto, helper
 
-from onnx_struct.check.checker import check_model, check_struct_parts
-from onnx_struct.check.inference import LogicalTypes
+from onnx_struct.check.checked import CheckedModel, checked_model
 from onnx_struct.errors import ValidationError
 from onnx_struct.functions import bindings
 from onnx_struct.functions.models import (
@@ -29,13 +27,13 @@ from onnx_struct.functions.models import (
     registered_function,
     tensor_type,
 )
-from onnx_struct.layout.table import Leaf, TypeTable, element_label
+from onnx_struct.layout.table import Leaf, element_label
 from onnx_struct.lowering.leaf_tensors import dense_byte_run, leaf_to_tensor
 from onnx_struct.lowering.names import SEPARATOR, leaf_tensor_name, read_names, short_name
 from onnx_struct.lowering.opsets import reconcile_opsets
 from onnx_struct.lowering.scope import has_struct_parts
 from onnx_struct.payload import external
-from onnx_struct.payload.values import constant_tensor, resolve_value, value_declaration
+from onnx_struct.payload.values import constant_tensor, value_declaration
 from onnx_struct.payload.view import StructView, view_of
 from onnx_struct.schema.model import LoadedModel, ModelLike, StructTypeProto, load, to_onnx
 from onnx_struct.schema.opaque import exact_index as _exact_index
@@ -85,6 +83,8 @@ class Lowering:
     model: onnx.ModelProto
     struct_inputs: dict[str, StructInput]
     has_decoders: bool = False  # decoder functions were added (a model without them is stock's)
+    # repacked weights the model holds placeholders for (lower_checked's in_memory), else empty
+    arrays: dict = dataclasses.field(default_factory=dict)
 
 
 def lower(
@@ -125,43 +125,59 @@ def lower_model(
     keep_external: bool = True,
     execution: str = "decode",
     accuracy_level: int | None = None,
-    arrays: dict | None = None,
-    after_check: Callable[[LoadedModel], LoadedModel] | None = None,
     stock_check: bool = True,
 ) -> Lowering:
     """:func:`lower`, also returning how struct-typed graph inputs map to lowered leaf inputs.
 
-    For ``execution="quantized"`` only, what :class:`onnx_struct.InferenceSession` asks for:
-    ``accuracy_level`` emits onnxruntime's ``MatMulNBits`` directly, and ``arrays`` (a dict)
-    receives the repacked arrays, the model holding placeholders for them
-    (:func:`onnx_struct.lowering.execution.rewrite_for_execution`); ``after_check``: what to lower
-    instead of the checked model, an equivalent one (``InferenceSession``: the same model holding
-    less memory, :mod:`onnx_struct.runtime.file_backed`); ``stock_check=False``: the stock part
-    is left to the runtime (:func:`onnx_struct.check.checker.check_struct_parts`)."""
+    ``accuracy_level`` (``execution="quantized"`` only): emit onnxruntime's ``MatMulNBits``
+    directly; ``stock_check=False``: the stock part is left to the runtime
+    (:func:`onnx_struct.check.checker.check_struct_parts`)."""
     loaded = load(model, base_dir)
     if not has_struct_parts(loaded):
         return Lowering(_as_given(model, loaded), {})
-    if stock_check:
-        check_model(loaded)
-    else:
-        check_struct_parts(loaded)
-    if after_check is not None:
-        loaded = after_check(loaded)
-    loaded = _execution_prepass(loaded, execution, accuracy_level, arrays)
-    return _Lowerer(
-        loaded, compact, keep_external, stock_view(loaded, external_initializers=False), LogicalTypes(loaded)
-    ).run()
+    checked = checked_model(loaded, stock_check=stock_check)
+    return lower_checked(
+        checked, compact=compact, keep_external=keep_external, execution=execution, accuracy_level=accuracy_level
+    )
 
 
-def _execution_prepass(loaded: LoadedModel, execution: str, accuracy_level, arrays) -> LoadedModel:
-    """The quantized-execution rewrite (onnx_struct.lowering.execution) when asked for."""
+def lower_checked(
+    checked: CheckedModel,
+    *,
+    compact: bool = False,
+    keep_external: bool = True,
+    execution: str = "decode",
+    accuracy_level: int | None = None,
+    in_memory: bool = False,
+) -> Lowering:
+    """:func:`lower` of a model with struct parts, checked already, on its declaration table.
+
+    Args:
+        checked: the model and what its check built (:func:`onnx_struct.check.checked.checked_model`).
+        compact, keep_external, execution: as :func:`lower`'s.
+        accuracy_level: for ``execution="quantized"``, emit onnxruntime's ``MatMulNBits`` directly.
+        in_memory: for ``execution="quantized"``, the repacked arrays are returned in
+            ``Lowering.arrays`` and the model holds placeholders for them
+            (:func:`onnx_struct.lowering.execution.rewrite_for_execution`).
+
+    Returns:
+        The :class:`Lowering`: the lowered model, its struct inputs and the repacked arrays.
+
+    Raises:
+        ValidationError: a part that cannot be lowered. ValueError: an unknown ``execution``.
+    """
     from onnx_struct.lowering import execution as quantized  # noqa: PLC0415 - only this mode needs it
 
     if execution not in quantized.EXECUTION_MODES:
         raise ValueError(f"execution must be one of {quantized.EXECUTION_MODES}, not {execution!r}")
-    if execution != "quantized":
-        return loaded
-    return quantized.rewrite_for_execution(loaded, accuracy_level=accuracy_level, arrays=arrays)[0]
+    arrays: dict = {}
+    if execution == "quantized":
+        rewrite = quantized.rewrite_for_execution(checked, accuracy_level=accuracy_level, in_memory=in_memory)
+        checked, arrays = rewrite.checked, rewrite.arrays
+    loaded = checked.loaded
+    lowering = _Lowerer(checked, compact, keep_external, stock_view(loaded, external_initializers=False)).run()
+    lowering.arrays = arrays
+    return lowering
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,13 +190,14 @@ class _Binding:
 
 
 class _Lowerer:
-    def __init__(self, loaded: LoadedModel, compact: bool, keep_external: bool, stock, types) -> None:
-        self.loaded = loaded
+    def __init__(self, checked: CheckedModel, compact: bool, keep_external: bool, stock) -> None:
+        self.checked = checked
+        self.loaded = checked.loaded
         self.compact = compact
         self.keep_external = keep_external
         self.out: onnx.ModelProto = stock
-        self.types = types
-        self.table = TypeTable(loaded.struct_types)
+        self.types = checked.types
+        self.table = checked.table
         self.functions: dict[bytes, onnx.FunctionProto] = {}
         self.function_paths: dict[bytes, str] = {}
         # id(decoder) -> (the decoder, its key): a decoder shared by many values is serialized
@@ -279,7 +296,7 @@ class _Lowerer:
         if value.name not in self.read:
             return  # no node and no output reads it: neither its decoder nor its weights are needed
         # The same path and errors as check and view; the model's table: sizes computed once per declaration.
-        resolved = resolve_value(value, self.loaded, where=where, table=self.table)
+        resolved = self.checked.resolved(k, where)
         declaration, decl_where = resolved.declaration, resolved.declaration_path
         struct_view = view_of(resolved)
         binding = self.decoder_binding(declaration, decl_where, struct_view.layout)
@@ -466,4 +483,13 @@ def _struct_inside(type_proto) -> bool:
     return innermost_type(type_proto).WhichOneof("value") == "struct_type"
 
 
-__all__ = ["lower", "lower_model", "leaf_tensor_name", "Lowering", "StructInput", "SEPARATOR", "PRIVATE_DOMAIN"]
+__all__ = [
+    "lower",
+    "lower_model",
+    "lower_checked",
+    "leaf_tensor_name",
+    "Lowering",
+    "StructInput",
+    "SEPARATOR",
+    "PRIVATE_DOMAIN",
+]

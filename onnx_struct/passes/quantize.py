@@ -36,9 +36,11 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from onnx_struct.check.checked import CheckedModel, checked_model
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.base import BlockFormat
-from onnx_struct.lowering.lower import lower
+from onnx_struct.layout.table import TypeTable, type_table
+from onnx_struct.lowering.lower import lower, lower_checked
 from onnx_struct.lowering.names import graph_names, unique_name
 from onnx_struct.lowering.opsets import OpsetConversionError, convert_default_opset
 from onnx_struct.passes.quantize_detach import detach_weights
@@ -141,9 +143,11 @@ def quantize_and_plan(
     pad: bool = True,
     allow_reference_only: bool = False,
     keep_source: bool = True,
-) -> tuple[onnx.ModelProto, Plan | None, onnx.ModelProto | None]:
-    """:func:`quantize`, also returning its plan and the model it read (the plan's sites point
-    into that model, which is left as it was): what :mod:`.quantize_report` describes.
+) -> tuple[onnx.ModelProto, Plan | None, onnx.ModelProto | None, CheckedModel | None]:
+    """:func:`quantize`, also returning its plan, the model it read (the plan's sites point
+    into that model, which is left as it was) and the quantized model as checked (None when
+    nothing was quantized or ``allow_reference_only`` skipped the run check): what
+    :mod:`.quantize_report` describes.
 
     ``keep_source=False`` (what :func:`quantize` does): a model read here from a path or bytes is
     rewritten in place, not copied, and dropped once its skeleton is in the result; the plan and
@@ -165,14 +169,14 @@ def quantize_and_plan(
         result = onnx.ModelProto()
         result.CopyFrom(stock)
     if not planned.weights:
-        return result, planned, stock
+        return result, planned, stock, None
     first_plan = planned if keep_source else None
     for w in planned.weights:  # before anything is sized by their dims
         held = deferred.runs[w.name][1] if _is_deferred(w, deferred) else None
         _check_weight_data(planned.sites[w.label].tensor, _site_path(planned.sites[w.label]), held)
     if not allow_reference_only:
         # one block through the decoder first: a format onnxruntime cannot decode is refused before encoding
-        _refuse_if(runtime_error(_probe_model(fmt, fmt.block_size)), fmt)
+        _refuse_if(_probe_error(fmt), fmt)
     if deferred is not None and _needs_upgrade(result, fmt, planned.weights[0].stored_shape):
         deferred.restore(result.graph)  # onnx's converter sees a whole model
         deferred = None
@@ -183,8 +187,7 @@ def quantize_and_plan(
     # One weight at a time: its float array, the stored (transposed, padded) copy and its encoding
     # live together, never two weights' arrays (docs/semantics.md, "Quantize's memory"). The roots
     # are declared in a scratch model first and again, identically, in the result below.
-    scratch = from_onnx(onnx.helper.make_model(onnx.helper.make_graph([], "scratch", [], [])))
-    scratch_roots: dict[tuple[int, ...], int] = {}
+    scratch = _Scratch(fmt)
     values = []
     for weight in planned.weights:
         # checked above (_check_weight_data): raw_data is copied out of protobuf on every read
@@ -192,7 +195,7 @@ def quantize_and_plan(
         array = deferred.array(tensor) if _is_deferred(weight, deferred) else numpy_helper.to_array(tensor)
         stored = stored_array(array, weight)
         del array
-        values.append(_encode_rows(stored, fmt, scratch, scratch_roots, weight.value_name))
+        values.append(_encode_rows(stored, fmt, scratch, weight.value_name))
         del stored
     detach_weights(result, planned)
     graph = result.graph
@@ -217,8 +220,9 @@ def quantize_and_plan(
     if rewrite_in_place:  # nothing else refers to the source any more
         del result, stock, graph, nodes, restoring
         planned.sites = {}
+    checked = None
     if not allow_reference_only:
-        problem = runtime_error(quantized)
+        checked, problem = _checked_and_run(quantized)
         if problem:  # is it the format? The model may not run as given, or not at the decoder's opset
             source = read_model(model) if rewrite_in_place else stock  # as given, before the rewrite
             as_given = "" if conversion_failure else runtime_error(source)
@@ -233,7 +237,16 @@ def quantize_and_plan(
                     code="not_runnable",
                 )
         _refuse_if(problem, fmt)
-    return quantized, first_plan, (stock if keep_source else None)
+    return quantized, first_plan, (stock if keep_source else None), checked
+
+
+def _checked_and_run(model: onnx.ModelProto) -> tuple[CheckedModel | None, str]:
+    """``model`` checked once (None when it is invalid), and :func:`runtime_error`'s answer for it."""
+    try:
+        checked = checked_model(model)
+    except ValidationError as error:
+        return None, str(error)
+    return checked, runtime_error(checked)
 
 
 def _refuse_if(problem: str, fmt: BlockFormat) -> None:
@@ -250,12 +263,14 @@ def _refuse_if(problem: str, fmt: BlockFormat) -> None:
 @functools.cache
 def runnable_names() -> tuple[str, ...]:
     """The formats with an encoder whose decoder onnxruntime runs (one block of each is tried)."""
-    names = []
-    for name in encodable_names():
-        fmt = resolve_format(name)
-        if not runtime_error(_probe_model(fmt, fmt.block_size)):
-            names.append(name)
-    return tuple(names)
+    return tuple(name for name in encodable_names() if not _probe_error(resolve_format(name)))
+
+
+@functools.cache
+def _probe_error(fmt: BlockFormat) -> str:
+    """:func:`runtime_error` of one block of ``fmt`` (the answer depends on the format and the
+    installed onnxruntime alone: asked once per format)."""
+    return runtime_error(_probe_model(fmt, fmt.block_size))
 
 
 def _probe_model(fmt: BlockFormat, width: int) -> onnx.ModelProto:
@@ -318,8 +333,9 @@ def _constant(graph: onnx.GraphProto, taken: set[str], name: str, value) -> str:
     return name
 
 
-def runtime_error(model: onnx.ModelProto) -> str:
-    """ "" when onnxruntime loads ``model`` lowered into a session, else why not (its first line)."""
+def runtime_error(model: onnx.ModelProto | CheckedModel) -> str:
+    """ "" when onnxruntime loads ``model`` (or a checked model) lowered into a session, else why
+    not (its first line)."""
     ort = load_onnxruntime()
     options = ort.SessionOptions()
     options.log_severity_level = 3  # its refusal is reported here; its warnings on the way are noise
@@ -327,7 +343,7 @@ def runtime_error(model: onnx.ModelProto) -> str:
     # onnxruntime does not fold the decoders into float32 weights, a copy as large as the float model.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
-        lowered = lower(model)
+        lowered = lower_checked(model).model if isinstance(model, CheckedModel) else lower(model)
         if lowered.ByteSize() >= 2**31:
             # one protobuf cannot hold it: the caller's decoder probe is the check (it ran one block)
             return ""
@@ -352,17 +368,39 @@ def runtime_error(model: onnx.ModelProto) -> str:
 ENCODE_CHUNK = 1 << 20  # elements per encoder run: its intermediate tensors stay a few MiB
 
 
-def _encode_rows(stored: np.ndarray, fmt: BlockFormat, scratch, roots: dict, name: str):
+class _Scratch:
+    """The declarations the encoder runs on: the format's block and one root per chunk shape, in
+    a model of their own, with their TypeTable (built again only when a root is added)."""
+
+    def __init__(self, fmt: BlockFormat) -> None:
+        self.fmt = fmt
+        self.model = from_onnx(onnx.helper.make_model(onnx.helper.make_graph([], "scratch", [], [])))
+        self.roots: dict[tuple[int, ...], int] = {}  # chunk shape -> root index
+        self._table: TypeTable | None = None
+
+    def root(self, shape: tuple[int, ...]) -> int:
+        if shape not in self.roots:
+            self.roots[shape] = self.fmt.add_to_model(self.model, shape)
+            self._table = None
+        return self.roots[shape]
+
+    @property
+    def table(self) -> TypeTable:
+        if self._table is None:
+            self._table = type_table(self.model)
+        return self._table
+
+
+def _encode_rows(stored: np.ndarray, fmt: BlockFormat, scratch: _Scratch, name: str):
     """``stored`` encoded ``ENCODE_CHUNK`` elements of whole rows at a time: blocks run along
     the last axis, so a row's blocks never depend on another row's and the payload is the
-    chunks' payloads in order. ``roots``: chunk shape -> root index in ``scratch``."""
+    chunks' payloads in order."""
     rows = max(1, ENCODE_CHUNK // max(1, stored.shape[-1]))
     parts = []
     for start in range(0, stored.shape[0], rows):
         chunk = stored[start : start + rows]
-        if chunk.shape not in roots:
-            roots[chunk.shape] = fmt.add_to_model(scratch, chunk.shape)
-        parts.append(encode_array(chunk, roots[chunk.shape], scratch, name).raw_data)
+        root = scratch.root(chunk.shape)
+        parts.append(encode_array(chunk, root, scratch.table, name).raw_data)
     return make_struct_value(name, 0, raw_data=b"".join(parts))  # its type is set in the result
 
 

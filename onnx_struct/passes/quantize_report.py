@@ -21,11 +21,12 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from onnx_struct.check.checked import CheckedModel, checked_model
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.affine import has_affine_form
 from onnx_struct.formats.base import BlockFormat
 from onnx_struct.lowering.execution import rewrite_for_execution
-from onnx_struct.lowering.lower import lower
+from onnx_struct.lowering.lower import lower_checked
 from onnx_struct.passes import quantize_error
 from onnx_struct.passes.quantize import quantize_and_plan
 from onnx_struct.passes.quantize_plan import (
@@ -41,8 +42,7 @@ from onnx_struct.passes.quantize_plan import (
     resolve_format,
 )
 from onnx_struct.passes.quantize_sites import MAIN, Site
-from onnx_struct.runtime.codec import decode
-from onnx_struct.schema.model import load
+from onnx_struct.runtime.codec import decode_resolved
 
 # A relative error of an op's output above which the report warns. Measured (docs/benchmarks.md):
 # Q8_0 ~0.005 per op; Q4_0 0.07-0.09 on MatMul weights (RapidOCR's recognizer, random Gaussian
@@ -206,7 +206,8 @@ def quantize_with_report(
         threshold: the relative error of an op's output above which a weight is flagged.
 
     Returns:
-        (the quantized model, a :class:`QuantizeReport`).
+        (the quantized model, a :class:`QuantizeReport`). A model with a quantized weight has
+        passed :func:`onnx_struct.check_model`'s rules here, once.
 
     Raises:
         ValidationError: as :func:`quantize`; also a calibration file that is not an ``.npz``
@@ -230,13 +231,13 @@ def quantize_with_report(
     if isinstance(op_types, str):  # would be read letter by letter
         raise TypeError(f"op_types: expected a sequence of operator names, got the string {op_types!r}")
     planned = build_plan(stock, fmt, tuple(op_types), min_elements, group_axis, pad)
-    quantized = quantize_and_plan(
+    quantized, _, _, checked = quantize_and_plan(
         model if deferred is not None else stock,
         fmt,
         **options,
         allow_reference_only=allow_reference_only,
         keep_source=False,
-    )[0]
+    )
     feeds, source = given or _calibration(stock, None, seed)
     held = sum(length for _, length in deferred.runs.values()) if deferred is not None else 0
     run_float = given is not None or held <= CALIBRATION_RUN_BYTES
@@ -245,7 +246,7 @@ def quantize_with_report(
             f" not run: the model's {held / 2**20:.0f} MiB of weights would be held by onnxruntime besides "
             "this process; random op inputs instead (--calibration FILE runs it)"
         )
-    report = build_report(stock, quantized, planned, feeds, source, threshold, seed, deferred, run_float)
+    report = build_report(stock, quantized, planned, feeds, source, threshold, seed, deferred, run_float, checked)
     return quantized, report
 
 
@@ -279,11 +280,15 @@ def build_report(
     seed: int = 0,
     deferred: DeferredData | None = None,
     run_float: bool = True,
+    checked: CheckedModel | None = None,
 ) -> QuantizeReport:
     """The report for ``quantized``, made from ``stock`` by ``planned`` (a plan built on ``stock``;
     ``deferred``: where the data of its large initializers is, when ``stock`` is a skeleton).
-    ``run_float``: run the float model on ``feeds`` for the ops' inputs and the output errors."""
+    ``run_float``: run the float model on ``feeds`` for the ops' inputs and the output errors.
+    ``checked``: ``quantized`` as checked already (else it is checked here, once)."""
     fmt = planned.format
+    if planned.weights and checked is None:
+        checked = checked_model(quantized)
     names = set().union(*(quantize_error.op_input_names(planned.sites[w.label]) for w in planned.weights))
     outputs = [o.name for o in stock.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT]
     if planned.weights:
@@ -295,10 +300,12 @@ def build_report(
         del whole
     output_errors = {}
     if planned.weights and not failure:
-        output_errors = quantize_error.output_errors(lower(quantized), feeds, {k: values[k] for k in outputs})
+        output_errors = quantize_error.output_errors(
+            lower_checked(checked).model, feeds, {k: values[k] for k in outputs}
+        )
     if failure and failure != "not run":
         source += f" (onnxruntime could not run the float model on it: {failure}; random op inputs instead)"
-    execution = _execution(quantized) if planned.weights else None
+    execution = _execution(checked) if planned.weights else None
     weights = []
     for label, site in planned.sites.items():
         weight = next((w for w in planned.weights if w.label == label), None)
@@ -332,7 +339,7 @@ def build_report(
             deferred is not None and site.where == MAIN and site.kind == "initializer" and site.name in deferred.runs
         )
         w = deferred.array(site.tensor) if from_file else numpy_helper.to_array(site.tensor)
-        wq = quantize_error.restored(decode(weight.value_name, quantized), weight)
+        wq = quantize_error.restored(decode_resolved(checked.resolved_named(weight.value_name)), weight)
         error, measured = quantize_error.weight_error(site, w, wq, values, seed)
         how, why = _how_it_runs(weight, site, fmt, execution)
         weights.append(
@@ -365,11 +372,10 @@ def _whole(stock: onnx.ModelProto, deferred: DeferredData | None) -> onnx.ModelP
     return whole
 
 
-def _execution(quantized: onnx.ModelProto):
+def _execution(checked: CheckedModel):
     """What InferenceSession's quantized execution does with each struct value (no session made)."""
-    loaded = load(quantized)
     try:
-        return rewrite_for_execution(loaded, accuracy_level=0, arrays={})[1]
+        return rewrite_for_execution(checked, accuracy_level=0, in_memory=True).report
     except ValidationError:  # the model is valid (quantize checked it); an opset the rewrite refuses
         return None
 

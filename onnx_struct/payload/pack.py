@@ -39,9 +39,9 @@ from numpy.typing import ArrayLike
 from onnx_struct.errors import LeafNotFoundError, ValidationError
 from onnx_struct.layout.bit_writes import write_leaf
 from onnx_struct.layout.leaves import Leaf, read_constant, some_leaf_paths
-from onnx_struct.layout.table import TypeTable
+from onnx_struct.layout.table import type_table
 from onnx_struct.limits import MAX_PACK_ZERO_FILL_BYTES
-from onnx_struct.payload.values import declaration_or_index, layout_and_size, load_declarations
+from onnx_struct.payload.values import declaration_or_index, layout_and_size
 from onnx_struct.schema.builders import make_struct_value
 from onnx_struct.schema.model import StructProto, StructTypeProto
 
@@ -62,7 +62,7 @@ def pack(
     """Payload bytes of ``struct_type`` holding ``leaves`` (``{path: array-like}``).
 
     ``struct_type`` is a declaration or an index into ``model``'s ``struct_types`` (``model``:
-    any model form or a list of declarations, also resolving ``type_index``). The result is
+    any model form, a list of declarations or their TypeTable, also resolving ``type_index``). The result is
     exactly ``size_in_bits / 8`` bytes. Every non-constant leaf must be given, unless
     ``fill_missing=True`` (then omitted leaves are zero bits). ``cast="round"`` rounds floating
     values into a narrower floating leaf (float32 -> FLOAT16) instead of refusing the loss.
@@ -74,7 +74,7 @@ def pack(
         raise ValueError(f"cast must be 'exact' or 'round', not {cast!r}")
     if not isinstance(leaves, Mapping):
         raise TypeError(f"leaves: expected a mapping of leaf paths to arrays, got {type(leaves).__name__}")
-    table = TypeTable(load_declarations(model, None)[1])
+    table = type_table(model)
     declaration, _ = declaration_or_index(struct_type, table)
     layout, nbytes = layout_and_size(table, declaration, "struct_type")
     by_path = {leaf.path: leaf for leaf in layout}

@@ -17,13 +17,12 @@ import numpy as np
 from onnx_struct.errors import LeafNotFoundError
 from onnx_struct.layout.bits import read_leaf
 from onnx_struct.layout.leaves import Leaf, some_leaf_paths
-from onnx_struct.layout.table import TypeTable
+from onnx_struct.layout.table import type_table
 from onnx_struct.payload.values import (
     ExternalPayload,
     ResolvedValue,
     declaration_or_index,
     layout_and_size,
-    load_declarations,
     resolve_value,
     size_mismatch,
     value_declaration,
@@ -141,7 +140,7 @@ def view_buffer(buffer, struct_type: StructTypeProto | int, model=None, *, name:
 
     The buffer length must equal the declaration's size in bytes.
     """
-    table = TypeTable(load_declarations(model, None)[1])
+    table = type_table(model)
     where = f"struct value {name!r}" if name else "buffer"
     declaration, _ = declaration_or_index(struct_type, table, f"{where}.type")
     layout, nbytes = layout_and_size(table, declaration, where)

@@ -18,10 +18,10 @@ from onnx_struct.errors import ValidationError
 from onnx_struct.functions import bindings
 from onnx_struct.functions import policy as decoder_policy
 from onnx_struct.functions.models import tensor_type
-from onnx_struct.layout.table import TypeTable
+from onnx_struct.layout.table import type_table
 from onnx_struct.payload import external
 from onnx_struct.payload.pack import check_zero_fill, pack
-from onnx_struct.payload.values import declaration_or_index, load_declarations, resolve_value
+from onnx_struct.payload.values import ResolvedValue, declaration_or_index, resolve_value
 from onnx_struct.payload.view import StructView, view_of
 from onnx_struct.runtime import parallel
 from onnx_struct.runtime.feeds import Feed, leaf_feeds
@@ -68,7 +68,23 @@ def decode(
     (128,)
     """
     _check_runtime(runtime)
-    struct_view, declaration, where = open_value(value, model, base_dir)
+    return decode_resolved(resolve_value(value, model, base_dir), runtime)
+
+
+def decode_resolved(resolved: ResolvedValue, runtime: str = "onnxruntime") -> np.ndarray:
+    """:func:`decode` of a value resolved already (on its model's TypeTable).
+
+    Args:
+        resolved: the value (:func:`onnx_struct.payload.values.resolve_value`).
+        runtime: as :func:`decode`'s.
+
+    Returns:
+        The logical value.
+
+    Raises:
+        ValidationError: as :func:`decode`.
+    """
+    struct_view, declaration, where = view_of(resolved), resolved.declaration, resolved.declaration_path
     if not declaration.HasField("decoder"):
         raise ValidationError(
             where, "the root declaration has no decoder, so the value has no logical value", code="no_decoder"
@@ -106,13 +122,12 @@ def encode(
     """A StructProto holding ``array`` encoded by the declaration's encoder.
 
     ``struct_type`` is a declaration (the value gets it inline, type -1) or an index into
-    ``model``'s struct_types. The encoder's outputs are packed into their leaves; non-constant
+    ``model``'s struct_types (any model form, a list of declarations or their TypeTable). The encoder's outputs are packed into their leaves; non-constant
     leaves it does not produce are zero bits. ``decode(encode(x))`` is whatever the format's
     decoder makes of the encoded leaves (exactly x only for lossless formats).
     """
     _check_runtime(runtime)
-    declarations = load_declarations(model, None)[1]
-    table = TypeTable(declarations)
+    table = type_table(model)
     declaration, where = declaration_or_index(struct_type, table)
     if not declaration.HasField("encoder"):
         raise ValidationError(where, "the declaration has no encoder", code="no_encoder")
@@ -159,7 +174,7 @@ def encode(
             )
         leaves[leaf.path] = result
     try:
-        payload = pack(leaves, declaration, declarations, fill_missing=True)  # leaves it does not produce are zero
+        payload = pack(leaves, declaration, table, fill_missing=True)  # leaves it does not produce are zero
     except ValidationError as error:
         raise ValidationError(encoder_path, f"output does not fit its leaf: {error}", code="leaf_value") from None
     return make_struct_value(name, struct_type if isinstance(struct_type, int) else declaration, payload)

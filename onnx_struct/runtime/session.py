@@ -17,15 +17,17 @@ from typing import Any
 import numpy as np
 import onnx
 
+from onnx_struct.check.checked import checked_model
 from onnx_struct.errors import ValidationError
 from onnx_struct.limits import PROTOBUF_LIMIT
-from onnx_struct.lowering.lower import StructInput, lower_model
+from onnx_struct.lowering.lower import StructInput, lower_checked, lower_model
+from onnx_struct.lowering.scope import has_struct_parts
 from onnx_struct.payload.view import StructView, view, view_buffer
 from onnx_struct.runtime.delivery import configured_accuracy_level, deliver
 from onnx_struct.runtime.feeds import Feed, leaf_feeds, ortvalue_to_numpy
 from onnx_struct.runtime.file_backed import held_lightly, inline_own_file_tensors
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors, refusal_class
-from onnx_struct.schema.model import LoadedModel, ModelLike, StructProto, StructTypeProto, load
+from onnx_struct.schema.model import ModelLike, StructProto, StructTypeProto, load
 
 
 class InferenceSession:
@@ -73,20 +75,6 @@ class InferenceSession:
         owned = loaded is not model_or_path  # read or parsed here: nobody else holds it
         model_file = model_or_path if isinstance(model_or_path, (str, os.PathLike)) else None
 
-        def after_check(checked: LoadedModel) -> LoadedModel:
-            """Hold less while the weights are repacked: inline payloads referenced in the model's
-            own file (runtime/file_backed.py), else at least without the file's bytes."""
-            # Standalone copies: a message parsed with the model keeps the whole parse (inline
-            # payloads included) alive for as long as it is referenced.
-            self._declarations = [StructTypeProto.FromString(d.SerializeToString()) for d in checked.struct_types]
-            if not owned:
-                return checked
-            lighter = held_lightly(checked, model_file)
-            backed.append(lighter is not checked)
-            return lighter
-
-        backed: list[bool] = []  # whether after_check made the model file-backed
-
         # The quantized weights' MatMulNBits nodes are emitted directly (what onnxruntime's fusion
         # would make of DequantizeLinear + MatMul, at its default accuracy level 4) and their
         # repacked arrays handed to onnxruntime outside the model bytes (docs/execution.md,
@@ -94,16 +82,29 @@ class InferenceSession:
         in_memory = execution == "quantized"
         if in_memory and accuracy_level is None and sess_options is not None:
             accuracy_level = configured_accuracy_level(sess_options)
-        arrays: dict[str, np.ndarray] = {}
-        lowering = lower_model(
-            loaded,
-            compact=compact,
-            execution=execution,
-            accuracy_level=(4 if accuracy_level is None else int(accuracy_level)) if in_memory else None,
-            arrays=arrays if in_memory else None,
-            after_check=after_check,
-            stock_check=False,  # the stock part is onnxruntime's to judge (docs/semantics.md)
-        )
+        backed = False  # whether the checked model was made file-backed
+        self._declarations: list[StructTypeProto] = []
+        if not has_struct_parts(loaded):
+            lowering = lower_model(loaded)  # as given: onnxruntime judges it
+        else:
+            # The stock part is onnxruntime's to judge (docs/semantics.md). The table is built over
+            # standalone copies of the declarations: a message parsed with the model keeps the
+            # whole parse (inline payloads included) alive for as long as it is referenced.
+            checked = checked_model(loaded, stock_check=False, standalone=True)
+            self._declarations = checked.table.declarations
+            if owned:  # read or parsed here: hold less while the weights are repacked
+                lighter = held_lightly(checked.loaded, model_file)  # runtime/file_backed.py
+                backed = lighter is not checked.loaded
+                checked = checked.replaced(lighter)
+            lowering = lower_checked(
+                checked,
+                compact=compact,
+                execution=execution,
+                accuracy_level=(4 if accuracy_level is None else int(accuracy_level)) if in_memory else None,
+                in_memory=in_memory,
+            )
+            del checked
+        arrays = lowering.arrays
         del loaded  # a model read from a file holds its bytes and inline payloads: not needed any more
         self._struct_inputs: dict[str, StructInput] = {
             name: dataclasses.replace(
@@ -111,7 +112,7 @@ class InferenceSession:
             )
             for name, info in lowering.struct_inputs.items()
         }
-        if any(backed):
+        if backed:
             inline_own_file_tensors(lowering.model, self._base_dir, model_file)
         self.lowered: onnx.ModelProto = lowering.model
         _refuse_unnameable_signature(lowering.model.graph)

@@ -40,7 +40,7 @@ def describe(model, value: str | None = None) -> dict[str, Any]:
     """
     loaded = model if isinstance(model, LoadedModel) else load(model)
     table = TypeTable(loaded.struct_types)  # sizes and failures memoized across all entries
-    types = LogicalTypes(loaded)
+    types = LogicalTypes(loaded, table)
     out: dict[str, Any] = {"struct_types": [], "struct_values": []}
     total = [MAX_DESCRIBED_NODES]
     if value is None:

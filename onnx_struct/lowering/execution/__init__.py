@@ -23,16 +23,16 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from onnx_struct.check.inference import LogicalTypes
+from onnx_struct.check.checked import CheckedModel
 from onnx_struct.functions.structure import STANDARD_DOMAINS
-from onnx_struct.layout.table import TypeTable, element_label
+from onnx_struct.layout.table import element_label
 from onnx_struct.lowering.execution.contrib_layouts import GatherLayout
 from onnx_struct.lowering.execution.emit import MS_DOMAIN, Emitter
 from onnx_struct.lowering.execution.recognize import Recognized, recognize
 from onnx_struct.lowering.execution.repack import row_forms
 from onnx_struct.lowering.names import graph_names, leaf_tensor_name, read_names, unique_name
 from onnx_struct.lowering.opsets import differing_ops
-from onnx_struct.payload.values import resolve_value, value_declaration
+from onnx_struct.payload.values import value_declaration
 from onnx_struct.schema.model import LoadedModel, copy_without_struct_values
 from onnx_struct.schema.walk import subgraphs, walk_nodes
 
@@ -51,24 +51,46 @@ class ExecutionReport:
     kept: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
-def rewrite_for_execution(
-    loaded: LoadedModel, *, accuracy_level: int | None = None, arrays: dict[str, np.ndarray] | None = None
-) -> tuple[LoadedModel, ExecutionReport]:
-    """A copy of ``loaded`` (a checked model) whose eligible weight consumers read quantized
-    codes, and a report. Returns ``loaded`` itself when nothing is eligible.
+@dataclasses.dataclass
+class ExecutionRewrite:
+    """What :func:`rewrite_for_execution` produces: the model to lower (the checked model itself
+    when nothing was rewritten), the report, and the repacked arrays the model holds placeholders
+    for (empty unless asked for)."""
 
-    ``accuracy_level``: emit onnxruntime's ``MatMulNBits`` (that ``accuracy_level``) directly
-    instead of the standard ``DequantizeLinear`` + ``MatMul`` it would fuse them into.
-    ``arrays``: the repacked arrays go to this dict, and the model holds placeholders for them
-    (:data:`.emit.IN_MEMORY_LOCATION`), to be handed to onnxruntime in memory. Each weight is read
-    and repacked range of rows by range of rows (:mod:`.repack`), once for all its consumers."""
-    if arrays is not None and accuracy_level is None:  # INT4 codes have no numpy array onnxruntime takes
+    checked: CheckedModel
+    report: ExecutionReport
+    arrays: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+
+
+def rewrite_for_execution(
+    checked: CheckedModel, *, accuracy_level: int | None = None, in_memory: bool = False
+) -> ExecutionRewrite:
+    """A copy of ``checked``'s model whose eligible weight consumers read quantized codes, and a
+    report. The checked model itself is returned when nothing is eligible.
+
+    Args:
+        checked: the model (checked) and its declaration table, which the copy keeps.
+        accuracy_level: emit onnxruntime's ``MatMulNBits`` (that ``accuracy_level``) directly
+            instead of the standard ``DequantizeLinear`` + ``MatMul`` it would fuse them into.
+        in_memory: the repacked arrays are returned, and the model holds placeholders for them
+            (:data:`.emit.IN_MEMORY_LOCATION`), to be handed to onnxruntime in memory.
+
+    Returns:
+        The :class:`ExecutionRewrite`. Each weight is read and repacked range of rows by range of
+        rows (:mod:`.repack`), once for all its consumers.
+
+    Raises:
+        ValueError: ``in_memory`` without ``accuracy_level``.
+    """
+    if in_memory and accuracy_level is None:  # INT4 codes have no numpy array onnxruntime takes
         raise ValueError("arrays (repacked weights handed over in memory) needs accuracy_level (MatMulNBits)")
+    arrays: dict[str, np.ndarray] | None = {} if in_memory else None
+    loaded = checked.loaded
     report = ExecutionReport()
     opset = next((o.version for o in loaded.proto.opset_import if o.domain in ("", "ai.onnx")), 1)
-    candidates = _candidates(loaded, report)
+    candidates = _candidates(checked, report)
     if not candidates:
-        return loaded, report
+        return ExecutionRewrite(checked, report)
     # A copy without the struct values: an inline payload is not copied (the kept ones come back
     # at the end).
     proto = copy_without_struct_values(loaded.proto)
@@ -77,8 +99,8 @@ def rewrite_for_execution(
     taken = graph_names(loaded.proto.graph)
     # The names lower gives the leaves of a value it keeps decoded (W::scale): the emitted
     # initializers must not take them (found by a red-team pass: "'W::scale' is already used").
-    table = TypeTable(loaded.struct_types)
-    for name, (value, _) in candidates.items():  # the leaves' paths only: no payload is read
+    table = checked.table
+    for name, (_, value, _) in candidates.items():  # the leaves' paths only: no payload is read
         declaration = value_declaration(value, table, name)
         taken.update(leaf_tensor_name(name, leaf.path) for leaf in table.leaves(declaration, name))
 
@@ -99,7 +121,7 @@ def rewrite_for_execution(
         for key in emitter.blocksum_requests[requests:]:
             first_use[key] = min(first_use.get(key, index), index)
 
-    for name, (value, recognized) in candidates.items():
+    for name, (position, _, recognized) in candidates.items():
         rows, cols = recognized.shape
         done = []
         pending: list[tuple[int, str, object]] = []  # (node index, "matmul" or "gather", action)
@@ -177,7 +199,7 @@ def rewrite_for_execution(
                 layouts["matmul"] = emitter.matmul_layout(recognized.spec, recognized.shape)
             if "gather" in kinds:
                 layouts["gather"] = GatherLayout(recognized.spec, recognized.shape)
-            resolved = resolve_value(value, loaded)
+            resolved = checked.resolved(position, element_label(f"graph.struct_initializer[{position}]", name))
             whole = any(getattr(layout, "whole", False) for layout in layouts.values())
             for r0, r1, form in row_forms(
                 recognized.format, recognized.shape, resolved.payload, resolved.where, whole=whole
@@ -195,15 +217,13 @@ def rewrite_for_execution(
             report.dropped.append(name)
 
     if not report.rewritten:
-        return loaded, report
+        return ExecutionRewrite(checked, report)
     kept_nodes = [node for j, node in enumerate(graph.node) if j not in removed]
     # Subgraphs too: they resolve their operators at the model's opset as well (found by a red-team pass).
     changed = differing_ops(_with_subgraph_nodes(kept_nodes), "", opset, MIN_OPSET) if opset < MIN_OPSET else []
     if changed:  # the graph's own operators would change meaning at opset 21: decode instead
-        if arrays is not None:
-            arrays.clear()
         reason = f"the graph imports opset {opset} and its operators {', '.join(changed)} differ at {MIN_OPSET}"
-        return loaded, ExecutionReport(kept=dict.fromkeys(candidates, reason))
+        return ExecutionRewrite(checked, ExecutionReport(kept=dict.fromkeys(candidates, reason)))
     for key, blocksum in emitter.blocksum_nodes.items():  # each before the first node that reads it
         ids = {id(node) for node in blocksum}
         for index, emitted in before.items():
@@ -226,14 +246,14 @@ def rewrite_for_execution(
     _set_opset(proto, "", max(opset, MIN_OPSET))
     if any(n.domain == MS_DOMAIN for n in graph.node):
         _set_opset(proto, MS_DOMAIN, 1)
-    return LoadedModel(proto, loaded.base_dir), report
+    return ExecutionRewrite(checked.replaced(LoadedModel(proto, loaded.base_dir)), report, arrays or {})
 
 
-def _candidates(loaded: LoadedModel, report: ExecutionReport) -> dict[str, tuple[object, Recognized]]:
+def _candidates(checked: CheckedModel, report: ExecutionReport) -> dict[str, tuple[int, object, Recognized]]:
     """Struct values of a recognized format with a float32 [rows, cols] logical value that the
-    graph reads (one no node reads is not prepared: lowering/scope.py)."""
-    table = TypeTable(loaded.struct_types)
-    types = LogicalTypes(loaded)
+    graph reads (one no node reads is not prepared: lowering/scope.py), by name: (index, value,
+    format)."""
+    loaded, table, types = checked.loaded, checked.table, checked.types
     read = read_names(loaded.proto.graph)
     found = {}
     for k, value in enumerate(loaded.struct_values):
@@ -248,7 +268,7 @@ def _candidates(loaded: LoadedModel, report: ExecutionReport) -> dict[str, tuple
         if logical is None or logical.tensor_type.elem_type != onnx.TensorProto.FLOAT:
             report.kept[value.name] = "its logical value is not float32"
             continue
-        found[value.name] = (value, recognized)
+        found[value.name] = (k, value, recognized)
     return found
 
 
@@ -316,4 +336,4 @@ def _set_opset(proto, domain: str, version: int) -> None:
     proto.opset_import.add(domain=domain, version=version)
 
 
-__all__ = ["EXECUTION_MODES", "ExecutionReport", "rewrite_for_execution"]
+__all__ = ["EXECUTION_MODES", "ExecutionReport", "ExecutionRewrite", "rewrite_for_execution"]
