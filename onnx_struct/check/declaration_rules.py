@@ -117,6 +117,6 @@ class DeclarationRules(Reporter):
 
 def check_function(function: onnx.FunctionProto, where: str, ir_version: int) -> bool:
     """A decoder/encoder as an ONNX function, with its own opset_import, and the structural rules
-    of the decoder safety policy (:func:`onnx_struct.decoder_policy.check_structure`)."""
+    of the decoder safety policy (:func:`onnx_struct.check.decoder_structure.check_structure`)."""
     decoder_policy.check_structure(function, where, ir_version)
     return True

@@ -55,7 +55,7 @@ _SHAPE_OPERANDS = {
     "Squeeze": (1,),
     "Unsqueeze": (1,),
 }
-# Captured at import (onnx_struct.inference imports this module before hooks.install() can replace
+# Captured at import (onnx_struct.check.inference imports this module before hooks.install() can replace
 # onnx's function with the struct-aware one).
 _stock_infer_shapes = onnx.shape_inference.infer_shapes
 
@@ -112,7 +112,7 @@ def check_sizes(
 def check_function_model(
     model: onnx.ModelProto, where: str, allowance_bytes: int = 0, expansion: int | None = None
 ) -> None:
-    """:func:`check_sizes` for a model built by :func:`onnx_struct.functions.function_model`."""
+    """:func:`check_sizes` for a model built by :func:`onnx_struct.check.function_models.function_model`."""
     if len(model.functions) != 1 or len(model.graph.node) != 1:
         raise ValidationError(
             where, "not a function model: one function and one call node expected", code="invalid_function"

@@ -3,7 +3,7 @@
 The *logical type* of a concrete declaration is the type of its decoder's output given the leaf
 types (tensor types of the bound leaves; constants as initializers holding their values, so a
 ``Reshape`` by a constant shape leaf is inferred exactly). It is computed by the decoder safety
-policy's analysis (:mod:`onnx_struct.decoder_policy`): onnx's own inference on the decoder's
+policy's analysis (:mod:`onnx_struct.check.decoder_policy`): onnx's own inference on the decoder's
 nodes as a graph, from shapes alone, rather than by
 ``onnx.shape_inference.infer_function_output_types``, which sees types only, never the values of
 the constant leaves, or by onnx's data propagation, which costs ~210 bytes per element of every
