@@ -212,7 +212,7 @@ def add_rows(b: FunctionBuilder, y: str, offset: str, rows: int) -> str:
 
     A broadcast ``Add`` of ``[rows, 1]``. A ``BatchNormalization`` with unit scale and variance
     and zero epsilon computes the same sums on onnxruntime's CPU provider and is faster on
-    one thread (docs/benchmarks.md) (the block-range sessions, :mod:`onnx_struct.parallel`), but it is not portable:
+    one thread (docs/benchmarks.md) (the block-range sessions, :mod:`onnx_struct.runtime.parallel`), but it is not portable:
     onnxruntime's CUDA provider raises epsilon to cuDNN's minimum 1e-5, which would make a lowered
     model's decoder divide by ``sqrt(1 + 1e-5)``. Decoders must give the same bits on any provider.
     """
