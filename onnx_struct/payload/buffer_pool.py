@@ -4,7 +4,7 @@ A fresh 64 MB numpy array costs page faults before a byte is written (the kernel
 zeroes every 4 KiB page on first touch: filling a fresh array is markedly slower than filling a
 reused one; figures in docs/benchmarks.md). onnxruntime avoids that for the outputs it allocates by keeping
 freed blocks in its arena; outputs onnx_struct allocates itself (the block-range parallel decode,
-:mod:`onnx_struct.parallel`) get the same from this pool.
+:mod:`onnx_struct.runtime.parallel`) get the same from this pool.
 
 An array from :func:`empty` is backed by a buffer that returns to the pool when the last array
 that can reach it is garbage collected. Its memory is exported through a lease object made for

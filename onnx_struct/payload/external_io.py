@@ -8,7 +8,7 @@ file (as onnx's ``save_as_external_data`` would), so a model mixing initializers
 is saved in one go.
 
 Every byte of the source (external payloads and tensors, read through
-:mod:`onnx_struct.external` under the model-directory rules) is in memory before anything is
+:mod:`onnx_struct.payload.external` under the model-directory rules) is in memory before anything is
 written, and every file is written as a new temporary file renamed over its destination
 (:class:`onnx_struct.payload.external_write.DirectoryWriter`): re-saving a model over itself keeps its payloads,
 and a destination that is a symlink is refused, never followed.

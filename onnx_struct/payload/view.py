@@ -2,7 +2,7 @@
 
 A view pairs a payload (inline ``raw_data``, or the exact external range, copied into memory on
 the first read of a leaf: a file that changes after the check is a ValidationError, never a
-SIGBUS as with a memory map) with the leaf layout of its declaration (:meth:`onnx_struct.layout.TypeTable.leaves`).
+SIGBUS as with a memory map) with the leaf layout of its declaration (:meth:`onnx_struct.layout.table.TypeTable.leaves`).
 The payload length is verified against the size function before any byte is read. Leaves are
 read by the bit kernels of :mod:`onnx_struct.layout.bits` (zero-copy where the layout allows).
 """
@@ -117,7 +117,7 @@ def view(
 ) -> StructView:
     """A :class:`StructView` of a struct value: a StructProto, or the name of one in ``model``.
 
-    ``model`` (any form :func:`onnx_struct.model.load` accepts, or a plain list of declarations)
+    ``model`` (any form :func:`onnx_struct.schema.model.load` accepts, or a plain list of declarations)
     supplies ``struct_types`` for
     ``type`` indices and ``type_index`` references, and, when it is a path, the directory external
     payloads are resolved against (``base_dir`` overrides it). The payload length is checked
