@@ -11,7 +11,7 @@ splits such a value into ranges of about :data:`RANGE_ELEMENTS` along its first 
 format's decoder built for a range's shape in single-threaded sessions, on :func:`thread_count`
 threads that each take the next range when done (onnxruntime releases the GIL), and every range
 writes straight into its rows of one output array (IOBinding: nothing is concatenated). The output
-comes from :mod:`onnx_struct.buffer_pool`, since fresh pages would cost much of what this saves.
+comes from :mod:`onnx_struct.payload.buffer_pool`, since fresh pages would cost much of what this saves.
 
 A decoder is trusted to be block-wise only when it is byte-identical to what the registry builds
 for a registered format whose ``block_ranges`` is set: the format is looked up by the decoder

@@ -40,7 +40,7 @@ from onnx_struct.runtime.ort import load_onnxruntime, ort_errors, ort_limits, or
 SESSION_CACHE_SIZE = 32
 # onnxruntime's intra-op threads per decode session; 0 lets onnxruntime choose (physical cores).
 # Also the threads a big value of a registered block format is decoded on, in single-threaded
-# sessions over block ranges (onnx_struct.parallel; 0: the cores this process may use); 1 turns
+# sessions over block ranges (onnx_struct.runtime.parallel; 0: the cores this process may use); 1 turns
 # that off.
 INTRA_OP_THREADS = 0
 
@@ -124,7 +124,7 @@ class FunctionRunner:
         allowance_bytes: int = 0,
         expansion: int | None = None,
     ) -> None:
-        """``model`` is a function model (:func:`onnx_struct.functions.function_model`); it is
+        """``model`` is a function model (:func:`onnx_struct.check.function_models.function_model`); it is
         checked against the decoder safety policy first (``allowance_bytes``: the bytes an encoder
         writes to its leaves; ``expansion``: the policy's bytes per input byte, default
         :data:`~onnx_struct.limits.FUNCTION_EXPANSION`), so no runner is ever built for a function check_model refuses.

@@ -31,7 +31,7 @@ from onnx_struct.schema.model import LoadedModel, ModelLike, StructProto, Struct
 class InferenceSession:
     """Run a model with struct parts in onnxruntime: ``InferenceSession(model).run(None, feeds)``.
 
-    ``model_or_path`` is any model form :func:`onnx_struct.model.load` accepts; ``compact`` is
+    ``model_or_path`` is any model form :func:`onnx_struct.schema.model.load` accepts; ``compact`` is
     :func:`onnx_struct.lower`'s (keep 4-bit weights compact in memory, decode on every run);
     ``execution`` is :func:`onnx_struct.lower`'s, "quantized" by default: MatMul/Gemm/Gather
     weights of a registered block format run quantized (docs/execution.md) at MatMulNBits'
