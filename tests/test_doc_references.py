@@ -121,11 +121,7 @@ def test_named_modules_exist(kind: str) -> None:
     if kind == "dotted":
         literals = _literals()
         missing = sorted(
-            {
-                (where, name)
-                for where, name in dotted
-                if _is_reference(name, literals) and not _resolves(name)
-            }
+            {(where, name) for where, name in dotted if _is_reference(name, literals) and not _resolves(name)}
         )
     else:
         files = _repo_files()
