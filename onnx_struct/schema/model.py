@@ -303,8 +303,15 @@ def load_model(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | Non
     the model, and skips re-reading the file or re-serializing an ``onnx.ModelProto`` (which costs
     a pass over every inline payload per call).
 
-    >>> m = load_model("weights.onnx")
-    >>> arrays = {v.name: decode(v.name, m) for v in m.struct_values}
+    >>> from onnx import helper
+    >>> from onnx_struct import add_struct_values, formats
+    >>> model = helper.make_model(helper.make_graph([], "g", [], []))
+    >>> block = bytes([0x00, 0x3C]) + bytes([0x9A]) * 16  # Q4_0: d = 1.0, codes 10 (low), 9 (high)
+    >>> add_struct_values(model, formats.get("Q4_0").make_value(model, "weight", (32,), block))
+    >>> from onnx_struct import decode
+    >>> loaded = load_model(model)
+    >>> {v.name: decode(v.name, loaded)[[0, 16]] for v in loaded.struct_values}
+    {'weight': array([2., 1.], dtype=float32)}
     """
     loaded = load(model, base_dir)
     loaded.proto  # noqa: B018 - parsed now: a snapshot of an onnx.ModelProto the caller may edit later
@@ -398,9 +405,18 @@ def get_struct_values(model: ModelLike) -> list[StructProto]:
     unknown fields), bytes or a path the list holds parsed copies, so editing them changes
     nothing in ``model``. To write edits back, pass the edited list to :func:`set_struct_values`.
 
+    >>> from onnx import helper
+    >>> from onnx_struct import add_struct_values, formats
+    >>> model = helper.make_model(helper.make_graph([], "g", [], []))
+    >>> block = bytes([0x00, 0x3C]) + bytes([0x9A]) * 16  # Q4_0: d = 1.0, codes 10 (low), 9 (high)
+    >>> add_struct_values(model, formats.get("Q4_0").make_value(model, "weight", (32,), block))
     >>> values = get_struct_values(model)
     >>> values[0].name = "renamed"
+    >>> get_struct_values(model)[0].name
+    'weight'
     >>> set_struct_values(model, values)
+    >>> get_struct_values(model)[0].name
+    'renamed'
     """
     return list(load(model).struct_values)
 
