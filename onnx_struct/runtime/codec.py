@@ -64,8 +64,14 @@ def decode(
     forces onnx's reference evaluator); a session is reused across calls with the same decoder
     and leaf types. A root without a decoder is a ValidationError.
 
-    >>> decode("weight", "model.onnx").shape
-    (128,)
+    >>> from onnx import helper
+    >>> from onnx_struct import add_struct_values, formats
+    >>> model = helper.make_model(helper.make_graph([], "g", [], []))
+    >>> block = bytes([0x00, 0x3C]) + bytes([0x9A]) * 16  # Q4_0: d = 1.0, codes 10 (low), 9 (high)
+    >>> add_struct_values(model, formats.get("Q4_0").make_value(model, "weight", (32,), block))
+    >>> decode("weight", model)
+    array([2., 2., 2., 2., 2., 2., 2., 2., 2., 2., 2., 2., 2., 2., 2., 2.,
+           1., 1., 1., 1., 1., 1., 1., 1., 1., 1., 1., 1., 1., 1., 1., 1.], dtype=float32)
     """
     _check_runtime(runtime)
     struct_view, declaration, where = open_value(value, model, base_dir)

@@ -51,8 +51,19 @@ class InferenceSession:
     and the stock part of any model is onnxruntime's to judge (docs/semantics.md, "Drop-in
     behaviour"); onnxruntime's refusal is a ValidationError that is also its own exception class.
 
-    >>> session = InferenceSession("model.onnx")
-    >>> session.run(None, {"X": x, "W": struct_value_or_payload_bytes})
+    >>> import numpy as np
+    >>> from onnx import TensorProto, helper
+    >>> from onnx_struct import add_struct_values, formats
+    >>> x_info = helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 1])
+    >>> y_info = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 32])
+    >>> graph = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["Y"])], "g", [x_info], [y_info])
+    >>> model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    >>> block = bytes([0x00, 0x3C]) + bytes([0x9A]) * 16  # Q4_0: d = 1.0; 16 weights 2.0, 16 weights 1.0
+    >>> add_struct_values(model, formats.get("Q4_0").make_value(model, "W", (1, 32), block))
+    >>> session = InferenceSession(model, accuracy_level=0)
+    >>> (y,) = session.run(None, {"X": np.full((1, 1), 2.0, np.float32)})
+    >>> y[0, [0, 16]]
+    array([4., 2.], dtype=float32)
     """
 
     def __init__(
