@@ -67,6 +67,7 @@ def pack(
     ``fill_missing=True`` (then omitted leaves are zero bits). ``cast="round"`` rounds floating
     values into a narrower floating leaf (float32 -> FLOAT16) instead of refusing the loss.
 
+    >>> from onnx_struct import make_bit_packing
     >>> pack({"a": [5], "b": [17]}, make_bit_packing([("a", 3), ("b", 5)], 1))
     b'\\x8d'
     """

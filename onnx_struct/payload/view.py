@@ -124,9 +124,18 @@ def view(
     against the declaration's size before any byte is read; an external payload's exact range is
     read into memory when a leaf is first read (the file is checked again then).
 
-    >>> v = view("weight", "model.onnx")
-    >>> v["values"].dtype, v["scale"]
-    (dtype(int4), array(0.125, dtype=float32))
+    >>> import numpy as np
+    >>> from onnx import TensorProto, helper
+    >>> from onnx_struct import add_struct_types, add_struct_values, make_struct_value
+    >>> from onnx_struct import make_constant_field, make_field, make_structure, make_tensor_type
+    >>> values = make_field("values", make_tensor_type(TensorProto.INT4, [128]))
+    >>> decl = make_structure([values, make_constant_field("scale", np.float32(0.125))], name="L")
+    >>> model = helper.make_model(helper.make_graph([], "g", [], []))
+    >>> (index,) = add_struct_types(model, decl)
+    >>> add_struct_values(model, make_struct_value("weight", index, raw_data=bytes(64)))
+    >>> v = view("weight", model)
+    >>> v["values"].dtype, v["values"].shape, v["scale"]
+    (dtype(int4), (128,), array(0.125, dtype=float32))
     """
     return view_of(resolve_value(value, model, base_dir))
 
