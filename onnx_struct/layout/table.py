@@ -404,6 +404,8 @@ def size_in_bits(struct_type: StructTypeProto | int, model=None) -> int:
     model form, or a list of declarations) resolves ``type_index``. Overflow of uint64, cycles,
     invalid references and unsized elements raise :class:`ValidationError`.
 
+    >>> from onnx import TensorProto
+    >>> from onnx_struct import make_array
     >>> size_in_bits(make_array(TensorProto.INT4, 128))
     512
     """
