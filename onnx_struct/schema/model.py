@@ -28,10 +28,9 @@ StructProto = pb.StructProto
 ModelLike = Union[onnx.ModelProto, "pb.ModelProto", bytes, str, os.PathLike]
 
 
-# Below this model size the cut (a Python walk over the main graph's records, ~0.2 us each: +0.9
-# ms on benchmarks/bench_check.py's 2,000 nodes and values) costs more than the copies it saves;
-# above it, at most about as much as the check's own pass over those records (a red-team model of
-# 16 MiB of 2-byte records: 4.9 s to check below the size, 10.6 s above).
+# The stock views are cut from models of this size or more: below it the cut (a walk over the main
+# graph's records) costs more than the copies it saves, above it at most about as much as the
+# check's own pass over those records (figures: docs/benchmarks.md, "Figures behind design choices").
 STOCK_CUT_MIN_BYTES = 16 << 20
 
 
@@ -47,8 +46,7 @@ class ModelDirectory(type(pathlib.Path())):
 
 def resolve_path(path: str | os.PathLike) -> pathlib.Path:
     """``Path(path).resolve()`` with a symlink loop an OSError (ELOOP), as the OS reports it, not
-    Python 3.11's RuntimeError (which escaped from a base_dir or destination that loops; found by
-    a red-team pass)."""
+    Python 3.11's RuntimeError: a base_dir or destination that loops is an I/O error like any other."""
     try:
         return pathlib.Path(path).resolve()
     except RuntimeError:
@@ -131,8 +129,7 @@ class LoadedModel:
         if self._stock is None:
             self._stock = data = self.serialized
             # Not for a graph without struct values: the walk over its records would find nothing.
-            # (Their sizes are not asked: ByteSize over them raised the session peak by 25 MiB at 34
-            # MiB of inline Q8_0, a transient as large as a payload.)
+            # Their sizes are not asked: ByteSize over them makes a transient as large as a payload.
             if data is not None and len(data) >= STOCK_CUT_MIN_BYTES and len(self.proto.graph.struct_initializer):
                 try:
                     self._stock = struct_parts.without_struct_values(data)
@@ -192,8 +189,7 @@ class LoadedModel:
         """
         values = self._struct_values()
         candidates = values.stripped if values is not None else self.proto.graph.struct_initializer
-        # One name -> first index map per model: a loop over N values looked each up by a scan,
-        # N^2 (found by a red-team pass: 8,000 values, 15 s to load them inline).
+        # One name -> first index map per model: finding each of N values by name is linear in N.
         if self._name_index is None or self._name_index[0] is not candidates:
             index_of: dict = {}
             for index, value in enumerate(candidates):
@@ -238,9 +234,8 @@ def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = No
 
     An ``onnx.ModelProto`` is not serialized until something needs more than its struct parts.
     """
-    # A relative base_dir is fixed here, as a model's own directory is: resolved at each read, it
-    # followed the process's working directory (os.chdir between calls read another file; found by
-    # a red-team pass).
+    # A relative base_dir is resolved here, once, as a model's own directory is: a later os.chdir
+    # must not change which file a call reads.
     if isinstance(base_dir, ModelDirectory):  # a loaded model's own: resolved, with its second root
         directory = base_dir
     else:

@@ -136,9 +136,9 @@ def has_struct_parts(data: bytes | FileBytes) -> bool | None:
     return any(field.field_number == number for message, number in outer for field in UnknownFieldSet(message))
 
 
-# Above this size a model is mostly initializer data, which protobuf's Python parse would copy (100
-# MiB: 70 ms, where onnx's C++ checker reads the bytes in 22 ms): the mask is parsed from the bytes
-# without the main graph's initializer records, found by one pass over the main graph's records.
+# Above this size a model is mostly initializer data, which protobuf's Python parse would copy: the
+# mask is parsed from the bytes without the main graph's initializer records, found by one pass over
+# the main graph's records (figures: docs/benchmarks.md, "Figures behind design choices").
 CUT_MIN_BYTES = 1 << 20
 
 
@@ -172,8 +172,8 @@ _GRAPH = pb.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
 _INITIALIZERS = {pb.GraphProto.DESCRIPTOR.fields_by_name[name].number for name in ("initializer", "sparse_initializer")}
 # The first two bytes of a tag of field 17 or 27 of any wire type but LEN (2) or the invalid 6 and
 # 7, in its shortest form or a longer one (second byte 0x81): without them in the bytes, neither
-# field is on the wire with a wrong wire type, and the unknown fields (~10 us each message to
-# list) need not be read.
+# field is on the wire with a wrong wire type, and the unknown fields (slow to list) need not be
+# read.
 _WRONG_WIRE_TYPE_TAG = re.compile(rb"[\x88\x89\x8b-\x8d\xd8\xd9\xdb-\xdd][\x01\x81]")
 _TYPES = pb.ModelProto.DESCRIPTOR.fields_by_name["struct_types"].number
 _VALUES = pb.GraphProto.DESCRIPTOR.fields_by_name["struct_initializer"].number

@@ -105,9 +105,9 @@ class Runs:
     def _fit(self, kind: str, used: int, records: int) -> None:
         """Double the window after a run that filled most of it; after a run that ended early,
         shrink it to twice that run's bytes, and after a short run, wait. A pass then never reads
-        more than a few times the bytes the one before it stepped over: with windows that only
-        grew, 64 empty nodes and a graph field, repeated, had every pass read 1 MiB (a 13 KB
-        stretch of them cost 11 s, tests/adversarial/test_conformance.py)."""
+        more than a few times the bytes the one before it stepped over, so short runs between
+        other fields cannot make every pass read a full window (docs/security.md, "Findings behind
+        code rules")."""
         window = self.windows[kind]
         if 2 * used > window:
             self.windows[kind] = min(_LAST_WINDOW, 2 * window)
