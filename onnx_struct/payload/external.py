@@ -304,10 +304,9 @@ def _changed(path: str, file: pathlib.Path, size: int, needed: int) -> Validatio
 def tensor_range(tensor: onnx.TensorProto, base_dir: os.PathLike | str, path: str) -> tuple[pathlib.Path, int, int]:
     """(file, offset, length) of a stock tensor's external bytes, checked under the model-directory
     rules (``path`` names its ``external_data``). Without a ``length``, a tensor of a fixed-width
-    type takes its type's size, as onnxruntime reads it (onnx reads to the end of the file: an
-    inlined tensor then held the file's trailing bytes too, and onnxruntime refused it; found by a
-    red-team pass); other types run to the end. A negative dimension is refused here, naming the
-    tensor (onnxruntime refuses such a tensor too; numpy's ValueError escaped before)."""
+    type takes its type's size, as onnxruntime reads it (not onnx's "to the end of the file", which
+    would inline the file's trailing bytes too); other types run to the end. A negative dimension
+    is a ValidationError naming the tensor, as onnxruntime refuses such a tensor too."""
     if any(d < 0 for d in tensor.dims):
         raise ValidationError(
             path.removesuffix(".external_data") + ".dims",

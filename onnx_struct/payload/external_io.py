@@ -180,9 +180,8 @@ def load_with_external_data(path: str | os.PathLike, *, inline_struct_payloads: 
 
 def _payload(source: LoadedModel, value, index: int, table: TypeTable):
     """The verified payload bytes of ``value``, in memory (external ones read through its view).
-    The value itself is resolved, at its index, with the model's table: by name a second value of
-    that name got the first one's bytes, and finding a value's path by a scan was N^2 over N
-    values (both found by a red-team pass)."""
+    The value itself is resolved at its index (not by name: a second value of one name keeps its own
+    bytes) with the model's table, so N values cost linear time."""
     if not len(value.external_data):
         return memoryview(value.raw_data)
     where = element_label(f"graph.struct_initializer[{index}]", value.name)
@@ -205,8 +204,8 @@ class _FileNames:
 
     def claim(self, wanted: str) -> str:
         stem, dot, suffix = wanted.partition(".bin") if wanted.endswith(".bin") else (wanted, "", "")
-        # Each wanted name resumes where its last claim stopped: N names sanitized alike probed
-        # 1, 2, ... again each time, N^2 (found by a red-team pass).
+        # Each wanted name resumes where its last claim stopped: N names sanitized alike cost
+        # linear time, not N^2 probes.
         name, n = wanted, self.next_suffix.get(wanted, 1)
         if n > 1:
             name = f"{stem}.{n - 1}{dot}{suffix}"

@@ -172,9 +172,9 @@ def coerce_leaf(value: ArrayLike, leaf: Leaf, *, cast: Cast = "exact") -> np.nda
                 # without infinities overflow to NaN), is still a loss
                 wide, source = back.astype(np.float64), array.astype(np.float64)
                 lost = (np.isinf(wide) & ~np.isinf(source)) | (np.isnan(wide) & ~np.isnan(source))
-                # A type without NaN or infinities (FLOAT4E2M1, FLOAT6) saturates: NaN became -0.0
-                # and inf or 1e6 became 6.0 (found by a red-team pass); a value past the type's
-                # largest finite one is a loss there too.
+                # A type without NaN or infinities (FLOAT4E2M1, FLOAT6) saturates (NaN to -0.0,
+                # inf to 6.0): a non-finite value, or one past the type's largest finite one, is a
+                # loss there too.
                 lost |= ~np.isfinite(source) & np.isfinite(wide)
                 lost |= np.isfinite(source) & (np.abs(source) > float(ml_dtypes.finfo(target).max))
             elif array.dtype.kind in "iu" and target.kind in "iu" and array.dtype.kind != target.kind:
@@ -203,7 +203,7 @@ def _loss_reason(array: np.ndarray, target: np.dtype, lost: np.ndarray | None, c
     if lost is None or not lost.any():
         return reason
     index = _first(lost)
-    first = array[index]  # a numpy scalar, or the object itself in an object array (None: found by a red-team pass)
+    first = array[index]  # a numpy scalar, or the object itself (None too) in an object array
     reason += f": the first value that does not is {first.item() if isinstance(first, np.generic) else first!r} at index {_index(index)}"
     limits = _range(target) if bits is None else (0, 2**bits - 1)  # a component: its bit width bounds it
     if limits is not None:

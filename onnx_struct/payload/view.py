@@ -82,8 +82,8 @@ class StructView(Mapping):
         try:
             return self._by_path[path]
         except KeyError:
-            # At most five paths of 80 characters (docs/security.md): listing all of them made a
-            # 1.6 MB message per miss (found by a red-team pass).
+            # At most five paths of 80 characters: a message's size must not grow with the
+            # declaration (docs/security.md).
             shown_path = path if not isinstance(path, str) or len(path) <= 80 else f"{path[:77]}..."
             known = some_leaf_paths(self._by_path)
             raise LeafNotFoundError(self.where, f"no leaf {shown_path!r}; leaves are: {known}", leaf=path) from None
@@ -155,8 +155,8 @@ def view_buffer(buffer, struct_type: StructTypeProto | int, model=None, *, name:
     declaration, _ = declaration_or_index(struct_type, table, f"{where}.type")
     layout, nbytes = layout_and_size(table, declaration, where)
     if isinstance(buffer, np.ndarray):
-        # reshape(-1) does not copy a strided 1-D array, and view() then refused it (ValueError;
-        # found by a red-team pass): its elements' bytes in C order, copied only when needed.
+        # A strided array is read as its elements' bytes in C order (reshape(-1) would not copy a
+        # strided 1-D array, which view() refuses), copied only when needed.
         data = np.ascontiguousarray(buffer).reshape(-1).view(np.uint8)
     else:
         data = memoryview(buffer).cast("B")
