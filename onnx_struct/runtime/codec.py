@@ -140,8 +140,7 @@ def encode(
         )
     feed = Feed(elem_type, x.shape, array=x)
     # The policy's budget also counts the leaves the encoder writes, and the payload they leave to
-    # zero-fill is checked first: the declared size alone let an encoder allocate 256 bytes per
-    # byte of a 2^40-byte padding leaf before pack refused it (found by a red-team pass).
+    # zero-fill is checked before the encoder runs: the declared size alone proves nothing.
     nbytes = table.size(declaration, where) // 8
     check_zero_fill(nbytes, [(leaf, None) for leaf in bound.values()], encoder_path)
     written = sum(leaf.count * leaf.bit_width for leaf in bound.values()) // 8
