@@ -130,8 +130,8 @@ def _analyze(function, inputs, initializers, where: str, allowance_bytes: int, e
     inferred = _infer(graph_model, where, data_prop=False)
     # Shape and Size depend on shapes only: fold them into constants where the input's shape is
     # static, and infer again, until nothing changes (each round folds at least one node). Each
-    # round runs onnx's inference on the whole function: a chain of Shape -> Reshape pairs needs a
-    # round per pair (quadratic; found by a red-team pass), so the rounds are limited.
+    # round runs onnx's inference on the whole function, and a chain of Shape -> Reshape pairs needs
+    # a round per pair (quadratic), so the rounds are limited (MAX_SHAPE_FOLD_ROUNDS).
     rounds = 0
     while _fold_shapes(graph_model, inferred):
         rounds += 1
@@ -215,7 +215,7 @@ def _as_array(source) -> np.ndarray | None:
 def _check_integer_divisor(node, values: dict[str, onnx.TypeProto], constants: dict[str, object], where: str) -> None:
     """An integer Div or Mod divides by a constant without 0 (or -1, for a signed type): a payload
     value there is an error in onnxruntime and 0 in onnx's reference evaluator, and onnxruntime's
-    int64 Div of INT64_MIN by -1 kills the process with SIGFPE (found by a red-team pass)."""
+    int64 Div of INT64_MIN by -1 kills the process with SIGFPE."""
     if len(node.input) < 2:
         return
     elem_type = values.get(node.input[1], onnx.TypeProto()).tensor_type.elem_type
