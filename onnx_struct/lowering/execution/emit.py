@@ -49,7 +49,7 @@ class Emitter:
         self._blocksums: dict[tuple[str, int], str] = {}
         # (x, block size) -> the nodes computing its blocksum, and every request for one, in order:
         # a blocksum shared by weights whose consumers come in another order than their values
-        # must move before its first consumer (rewrite_for_execution does; found by a red-team pass).
+        # must move before its first consumer (rewrite_for_execution does).
         self.blocksum_nodes: dict[tuple[str, int], list] = {}
         self.blocksum_requests: list[tuple[str, int]] = []
         self._constants: dict[tuple, str] = {}
