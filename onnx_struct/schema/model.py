@@ -298,6 +298,17 @@ def load_model(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | Non
     the model, and skips re-reading the file or re-serializing an ``onnx.ModelProto`` (which costs
     a pass over every inline payload per call).
 
+    Args:
+        model: any model form (``onnx.ModelProto``, overlay ModelProto, bytes, path, LoadedModel).
+        base_dir: the directory external payloads are read from (default: the model file's).
+
+    Returns:
+        The LoadedModel, parsed.
+
+    Raises:
+        ValidationError: the file is missing, empty or not a parsable ONNX model.
+        TypeError: ``model`` is not a model form.
+
     >>> from onnx import helper
     >>> from onnx_struct import add_struct_values, formats
     >>> model = helper.make_model(helper.make_graph([], "g", [], []))
@@ -362,13 +373,33 @@ def copy_without_struct_values(model: pb.ModelProto) -> pb.ModelProto:
 
 
 def from_onnx(model: onnx.ModelProto) -> pb.ModelProto:
-    """Stock model -> overlay (struct parts, unknown to onnx, become real fields); protobuf's
-    DecodeError as the whole parse raises it (e.g. nesting past its limit)."""
+    """Stock model -> overlay: the struct parts, unknown fields to onnx, become real fields.
+
+    Args:
+        model: the stock model.
+
+    Returns:
+        A new overlay ModelProto; ``model`` is not changed.
+
+    Raises:
+        google.protobuf.message.DecodeError: as protobuf's whole parse raises it (e.g. nesting past
+            its limit).
+    """
     return pb.ModelProto.FromString(model.SerializeToString())
 
 
 def to_onnx(model: pb.ModelProto) -> onnx.ModelProto:
-    """Overlay -> stock model (struct parts kept as unknown fields, written back on save)."""
+    """Overlay -> stock model (struct parts kept as unknown fields, written back on save).
+
+    Args:
+        model: the overlay model.
+
+    Returns:
+        A new ``onnx.ModelProto``; ``model`` is not changed.
+
+    Raises:
+        ValidationError: the model is too large for protobuf to copy (``limit_exceeded``).
+    """
     # Within a few bytes of 2 GiB protobuf may refuse to write or read back what it parsed (the
     # overlay's parse already passed the nesting limit, which onnx's, skipping struct parts,
     # cannot exceed).
@@ -389,6 +420,16 @@ def get_struct_types(model: ModelLike) -> list[StructTypeProto]:
     **A snapshot, not a live view**: for an ``onnx.ModelProto`` (where the struct parts are
     unknown fields), bytes or a path the list holds parsed copies, so editing them changes
     nothing in ``model``. To write edits back, pass the edited list to :func:`set_struct_types`.
+
+    Args:
+        model: any model form (``onnx.ModelProto``, overlay ModelProto, bytes, path, LoadedModel).
+
+    Returns:
+        The declarations, index ``i`` at position ``i``.
+
+    Raises:
+        ValidationError: the model cannot be read or parsed.
+        TypeError: ``model`` is not a model form.
     """
     return list(load(model).struct_types)
 
@@ -399,6 +440,16 @@ def get_struct_values(model: ModelLike) -> list[StructProto]:
     **A snapshot, not a live view**: for an ``onnx.ModelProto`` (where the struct parts are
     unknown fields), bytes or a path the list holds parsed copies, so editing them changes
     nothing in ``model``. To write edits back, pass the edited list to :func:`set_struct_values`.
+
+    Args:
+        model: any model form (``onnx.ModelProto``, overlay ModelProto, bytes, path, LoadedModel).
+
+    Returns:
+        The struct values, in order.
+
+    Raises:
+        ValidationError: the model cannot be read or parsed.
+        TypeError: ``model`` is not a model form.
 
     >>> from onnx import helper
     >>> from onnx_struct import add_struct_values, formats
@@ -418,14 +469,30 @@ def get_struct_values(model: ModelLike) -> list[StructProto]:
 
 def set_struct_types(model: onnx.ModelProto | pb.ModelProto, declarations: Iterable[StructTypeProto]) -> None:
     """Replace ``model.struct_types`` in place by ``declarations`` (e.g. an edited
-    :func:`get_struct_types` list). Indices are positions: references keep their numbers."""
+    :func:`get_struct_types` list). Indices are positions: references keep their numbers.
+
+    Args:
+        model: the in-memory model to change.
+        declarations: the new declarations, in index order.
+
+    Raises:
+        TypeError: ``model`` is not an in-memory ModelProto.
+    """
     declarations = list(declarations)
     _replace(model, "struct_types", lambda proto: proto.struct_types, declarations)
 
 
 def set_struct_values(model: onnx.ModelProto | pb.ModelProto, values: Iterable[StructProto]) -> None:
     """Replace the main graph's struct values in place by ``values`` (e.g. an edited
-    :func:`get_struct_values` list); the rest of the model is left as it was."""
+    :func:`get_struct_values` list); the rest of the model is left as it was.
+
+    Args:
+        model: the in-memory model to change.
+        values: the new struct values, in order.
+
+    Raises:
+        TypeError: ``model`` is not an in-memory ModelProto.
+    """
     values = list(values)
     _replace(model, "struct values", lambda proto: proto.graph.struct_initializer, values)
 
@@ -454,14 +521,33 @@ def _copy(message):
 
 
 def add_struct_types(model: onnx.ModelProto | pb.ModelProto, *declarations: StructTypeProto) -> list[int]:
-    """Append declarations to ``model.struct_types`` in place; returns their indices."""
+    """Append declarations to ``model.struct_types`` in place.
+
+    Args:
+        model: the in-memory model to change.
+        *declarations: the declarations to append, in order.
+
+    Returns:
+        Their indices in ``model.struct_types``, for references and struct values.
+
+    Raises:
+        TypeError: ``model`` is not an in-memory ModelProto.
+    """
     first = len(load(model).struct_types) if isinstance(model, onnx.ModelProto) else len(model.struct_types)
     _append(model, pb.ModelProto(struct_types=declarations))
     return list(range(first, first + len(declarations)))
 
 
 def add_struct_values(model: onnx.ModelProto | pb.ModelProto, *values: StructProto) -> None:
-    """Append struct values to the main graph's ``struct_initializer`` in place."""
+    """Append struct values to the main graph's ``struct_initializer`` in place.
+
+    Args:
+        model: the in-memory model to change.
+        *values: the StructProtos to append, in order.
+
+    Raises:
+        TypeError: ``model`` is not an in-memory ModelProto.
+    """
     _append(model, pb.ModelProto(graph=pb.GraphProto(struct_initializer=values)))
 
 
@@ -472,7 +558,17 @@ def add_value_infos(
     outputs: Iterable[pb.ValueInfoProto] = (),
     value_info: Iterable[pb.ValueInfoProto] = (),
 ) -> None:
-    """Append (struct-typed) ValueInfoProtos to the main graph's inputs/outputs/value_info."""
+    """Append (struct-typed) ValueInfoProtos to the main graph's inputs/outputs/value_info.
+
+    Args:
+        model: the in-memory model to change.
+        inputs: appended to ``graph.input``.
+        outputs: appended to ``graph.output``.
+        value_info: appended to ``graph.value_info``.
+
+    Raises:
+        TypeError: ``model`` is not an in-memory ModelProto.
+    """
     graph = pb.GraphProto(input=list(inputs), output=list(outputs), value_info=list(value_info))
     _append(model, pb.ModelProto(graph=graph))
 
