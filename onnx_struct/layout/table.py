@@ -403,6 +403,17 @@ def size_in_bits(struct_type: StructTypeProto | int, model=None) -> int:
     model form, or a list of declarations) resolves ``type_index``. Overflow of uint64, cycles,
     invalid references and unsized elements raise :class:`ValidationError`.
 
+    Args:
+        struct_type: the declaration, or its index in ``model.struct_types``.
+        model: what resolves indices and references (None: ``struct_type`` refers to nothing).
+
+    Returns:
+        The size in bits (a multiple of 8 for a root declaration).
+
+    Raises:
+        ValidationError: the size overflows uint64, a reference is invalid or cyclic, or an
+            element has no fixed size; the message names the path.
+
     >>> from onnx import TensorProto
     >>> from onnx_struct import make_array
     >>> size_in_bits(make_array(TensorProto.INT4, 128))

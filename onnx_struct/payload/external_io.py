@@ -163,7 +163,19 @@ def load_with_external_data(path: str | os.PathLike, *, inline_struct_payloads: 
     """``onnx.load(path)`` (tensors' external data loaded, under the same directory rules as
     struct payloads); with ``inline_struct_payloads`` every external struct payload is also read
     (size-checked) into ``raw_data``. Without it the struct values stay external and
-    :func:`onnx_struct.view` reads them from ``path``'s directory when a leaf is read."""
+    :func:`onnx_struct.view` reads them from ``path``'s directory when a leaf is read.
+
+    Args:
+        path: the model file.
+        inline_struct_payloads: also read every external struct payload into ``raw_data``.
+
+    Returns:
+        The stock model, struct parts as unknown fields.
+
+    Raises:
+        ValidationError: the file is missing or not a model, an external location is refused by
+            the model-directory rules, or a payload's size differs from its declaration's.
+    """
     source = load(path)
     stock = to_onnx(source.proto)
     external.load_external_tensors(stock, source.base_dir)

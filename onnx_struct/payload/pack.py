@@ -67,6 +67,23 @@ def pack(
     ``fill_missing=True`` (then omitted leaves are zero bits). ``cast="round"`` rounds floating
     values into a narrower floating leaf (float32 -> FLOAT16) instead of refusing the loss.
 
+    Args:
+        leaves: the arrays by leaf path.
+        struct_type: the declaration, or its index in ``model.struct_types``.
+        model: what resolves indices and references (any model form or a list of declarations).
+        fill_missing: zero-fill the leaves not given instead of refusing.
+        cast: "exact" refuses any value the leaf's type cannot hold; "round" rounds floats.
+
+    Returns:
+        The payload, exactly the declaration's size in bytes.
+
+    Raises:
+        ValidationError: an invalid declaration, a missing or unknown leaf (LeafNotFoundError),
+            a shape or value that does not fit its leaf, or zero-fill past
+            ``MAX_PACK_ZERO_FILL_BYTES``.
+        TypeError: ``leaves`` is not a mapping.
+        ValueError: ``cast`` is neither "exact" nor "round".
+
     >>> from onnx_struct import make_bit_packing
     >>> pack({"a": [5], "b": [17]}, make_bit_packing([("a", 3), ("b", 5)], 1))
     b'\\x8d'
@@ -134,7 +151,25 @@ def make_struct_value_from_leaves(
 ) -> StructProto:
     """A StructProto named ``name`` with the inline payload :func:`pack` builds from ``leaves``
     (``struct_type``: an inline declaration, type -1, or an index into ``model``; ``fill_missing``
-    and ``cast`` as for :func:`pack`)."""
+    and ``cast`` as for :func:`pack`).
+
+    Args:
+        name: the value's name.
+        leaves: the arrays by leaf path.
+        struct_type: an inline declaration, or its index in ``model.struct_types``.
+        model: what resolves indices and references.
+        doc_string: the value's ``doc_string``.
+        fill_missing: as for :func:`pack`.
+        cast: as for :func:`pack`.
+
+    Returns:
+        The StructProto, with its payload in ``raw_data``.
+
+    Raises:
+        ValidationError: as :func:`pack` raises it.
+        TypeError: ``leaves`` is not a mapping.
+        ValueError: ``cast`` is neither "exact" nor "round".
+    """
     payload = pack(leaves, struct_type, model, fill_missing=fill_missing, cast=cast)
     return make_struct_value(name, struct_type, payload, doc_string=doc_string)
 

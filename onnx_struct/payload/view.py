@@ -124,6 +124,18 @@ def view(
     against the declaration's size before any byte is read; an external payload's exact range is
     read into memory when a leaf is first read (the file is checked again then).
 
+    Args:
+        value: the StructProto, or the name of a struct value of ``model``.
+        model: the model (any form) or a list of declarations.
+        base_dir: the directory external payloads are read from (default: the model file's).
+
+    Returns:
+        A read-only StructView of the value's payload.
+
+    Raises:
+        ValidationError: no value of that name, an invalid declaration, a payload of another
+            size than the declaration's, or an external location the model-directory rules refuse.
+
     >>> import numpy as np
     >>> from onnx import TensorProto, helper
     >>> from onnx_struct import add_struct_types, add_struct_values, make_struct_value
@@ -149,6 +161,18 @@ def view_buffer(buffer, struct_type: StructTypeProto | int, model=None, *, name:
     """A view of raw bytes (any buffer) under a declaration, or an index into ``model``'s types.
 
     The buffer length must equal the declaration's size in bytes.
+
+    Args:
+        buffer: the payload bytes (bytes, memoryview, numpy array, ...); not copied when contiguous.
+        struct_type: the declaration, or its index in ``model.struct_types``.
+        model: what resolves indices and references (any model form or a list of declarations).
+        name: the name messages give the buffer (default ``buffer``).
+
+    Returns:
+        A read-only StructView of ``buffer``.
+
+    Raises:
+        ValidationError: the declaration is invalid or its size differs from the buffer's.
     """
     table = TypeTable(load_declarations(model, None)[1])
     where = f"struct value {name!r}" if name else "buffer"
