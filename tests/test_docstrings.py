@@ -96,4 +96,5 @@ def test_public_docstring_sections(name: str, obj: object) -> None:
         assert not missing, f"{name}: Args does not document {missing}"
     if _returns_something(obj):
         assert "Returns" in sections or "Yields" in sections, f"{name}: no Returns section"
-    assert "Raises" in sections, f"{name}: no Raises section"
+    # A call that raises nothing of its own says so in a sentence instead of an empty section.
+    assert "Raises" in sections or re.search(r"\bRaises nothing\b", doc), f"{name}: no Raises section"

@@ -65,7 +65,11 @@ def _wrap_infer_shapes(original):
 
 
 def install() -> None:
-    """Make ``onnx.checker.check_model`` (and ``onnx.shape_inference.infer_shapes``) struct-aware."""
+    """Make ``onnx.checker.check_model`` (and ``onnx.shape_inference.infer_shapes``) struct-aware.
+
+    Installing twice changes nothing; :func:`uninstall` restores onnx's own functions. Raises
+    nothing itself; the installed functions raise ValidationError for an invalid model.
+    """
     if _originals:
         return
     _originals["check_model"] = onnx.checker.check_model
@@ -75,7 +79,10 @@ def install() -> None:
 
 
 def uninstall() -> None:
-    """Restore the exact original function objects replaced by :func:`install`."""
+    """Restore the exact original function objects replaced by :func:`install`.
+
+    Without an :func:`install` before, nothing changes. Raises nothing.
+    """
     if "check_model" in _originals:
         onnx.checker.check_model = _originals.pop("check_model")
     if "infer_shapes" in _originals:

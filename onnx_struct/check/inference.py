@@ -245,6 +245,15 @@ def infer_shapes(
     it (check/stock.py) and its result returned. ``model`` may also be a path (stock onnx takes
     paths in ``infer_shapes_path`` only).
 
+    Args:
+        model: an ``onnx.ModelProto``, serialized bytes, a path, or a LoadedModel.
+        check_type: onnx's: check the types of node inputs and outputs.
+        strict_mode: onnx's: raise where inference fails instead of leaving the value untyped.
+        data_prop: onnx's: propagate constant shape data.
+
+    Returns:
+        A new stock model with inferred ``value_info``, struct parts kept.
+
     Raises:
         ValidationError: the model is invalid; an InferenceError (also
             ``onnx.shape_inference.InferenceError``) where onnx's inference refuses it, a
