@@ -147,7 +147,18 @@ def build_format(family: str, spec: FormatSpec) -> BlockFormat:
 
 
 def register_formats(family: str, specs: Sequence[FormatSpec]) -> dict[str, BlockFormat]:
-    """Build and register every format of ``family``'s table; returns them by name."""
+    """Build and register every format of ``family``'s table.
+
+    Args:
+        family: the family's name (``"linear"``, ``"gguf"``, ...), which picks its builders.
+        specs: the table's rows, one per format.
+
+    Returns:
+        The registered formats by name.
+
+    Raises:
+        ValueError: a format of that name is registered already.
+    """
     return {spec.name: register(build_format(family, spec)) for spec in specs}
 
 
@@ -157,7 +168,17 @@ _BY_DECODER: dict[tuple[str, str], BlockFormat] = {}
 
 
 def register(fmt: BlockFormat) -> BlockFormat:
-    """Add ``fmt`` to the registry (family modules use :func:`register_formats`)."""
+    """Add ``fmt`` to the registry (family modules use :func:`register_formats`).
+
+    Args:
+        fmt: the format to register under ``fmt.name``.
+
+    Returns:
+        ``fmt`` itself.
+
+    Raises:
+        ValueError: a format of that name is registered already.
+    """
     if fmt.name in _REGISTRY:
         raise ValueError(f"format {fmt.name!r} is already registered")
     _REGISTRY[fmt.name] = fmt
@@ -168,7 +189,18 @@ def register(fmt: BlockFormat) -> BlockFormat:
 def format_of_decoder(domain: str, name: str) -> BlockFormat | None:
     """The registered format whose decoders are the FunctionProto ``domain``/``name`` (a decoder's
     identity does not depend on the shape it was built for), or None. Every registered format's
-    decoder identity is unique; the index is built from one small decoder per format on first use."""
+    decoder identity is unique; the index is built from one small decoder per format on first use.
+
+    Args:
+        domain: the decoder FunctionProto's domain.
+        name: its name.
+
+    Returns:
+        The format, or None when no registered format has that decoder.
+
+    Raises:
+        ValueError: two registered formats share one decoder identity.
+    """
     if not _BY_DECODER and _REGISTRY:
         index: dict[tuple[str, str], BlockFormat] = {}
         for fmt in _REGISTRY.values():
