@@ -46,6 +46,8 @@ def save_with_external_data(
     """Save ``model`` to ``path`` with large struct payloads (and tensors) in external files.
 
     Args:
+        model: the model (any form: ModelProto, bytes, path, LoadedModel).
+        path: the model file to write; external files go to its directory.
         location: the shared data file, relative to the model's directory (default
             ``<model file name>.data``); ignored with ``one_file_per_value``.
         size_threshold: payloads (and tensors) of fewer bytes stay inline.
@@ -54,6 +56,11 @@ def save_with_external_data(
         align: offsets of struct payloads in the shared file are multiples of ``align`` bytes;
             the gaps are zero bytes. Tensors are appended after them, aligned the same way.
         convert_tensors: also move large stock initializers out; False keeps them inline.
+
+    Raises:
+        ValidationError: the model is invalid or cannot be read, or a file name or location
+            would leave the model's directory.
+        OSError: a file cannot be written.
 
     The input model is not modified. Example::
 
