@@ -64,6 +64,21 @@ def decode(
     forces onnx's reference evaluator); a session is reused across calls with the same decoder
     and leaf types. A root without a decoder is a ValidationError.
 
+    Args:
+        value: the StructProto, or the name of a struct value of ``model``.
+        model: the model (any form) or a list of declarations.
+        base_dir: the directory external payloads are read from (default: the model file's).
+        runtime: "onnxruntime" (falling back to onnx's reference evaluator for what it cannot
+            run) or "reference".
+
+    Returns:
+        The logical value, as the decoder's output gives it.
+
+    Raises:
+        ValidationError: no value of that name, a root without a decoder, an invalid
+            declaration or payload, or a decoder the safety policy or the runtime refuses.
+        ValueError: ``runtime`` is not one of the two names.
+
     >>> from onnx import helper
     >>> from onnx_struct import add_struct_values, formats
     >>> model = helper.make_model(helper.make_graph([], "g", [], []))
@@ -115,6 +130,21 @@ def encode(
     ``model``'s struct_types. The encoder's outputs are packed into their leaves; non-constant
     leaves it does not produce are zero bits. ``decode(encode(x))`` is whatever the format's
     decoder makes of the encoded leaves (exactly x only for lossless formats).
+
+    Args:
+        array: the logical value (array-like), of the encoder's input type and shape.
+        struct_type: the declaration, or its index in ``model.struct_types``.
+        model: what resolves indices and references (any model form or a list of declarations).
+        name: the StructProto's name.
+        runtime: "onnxruntime" or "reference", as for :func:`decode`.
+
+    Returns:
+        The StructProto, its payload in ``raw_data``.
+
+    Raises:
+        ValidationError: a root without an encoder, an input of another type or shape than the
+            encoder's, or an encoder the safety policy or the runtime refuses.
+        ValueError: ``runtime`` is not one of the two names.
     """
     _check_runtime(runtime)
     declarations = load_declarations(model, None)[1]

@@ -51,6 +51,22 @@ class InferenceSession:
     and the stock part of any model is onnxruntime's to judge (docs/semantics.md, "Drop-in
     behaviour"); onnxruntime's refusal is a ValidationError that is also its own exception class.
 
+    Args:
+        model_or_path: the model (any form: ModelProto, bytes, path, LoadedModel).
+        sess_options: ``onnxruntime.SessionOptions``, never changed.
+        providers: onnxruntime's execution providers.
+        compact: as for :func:`onnx_struct.lower`.
+        base_dir: the directory external payloads are read from (default: the model file's).
+        execution: "quantized" (default) or "decode", as for :func:`onnx_struct.lower`.
+        accuracy_level: MatMulNBits' ``accuracy_level`` (None: onnxruntime's choice).
+        **ort_kwargs: passed to ``onnxruntime.InferenceSession``.
+
+    Raises:
+        ValidationError: the model is invalid, or onnxruntime refuses it (then also an instance
+            of onnxruntime's own exception class).
+        ValueError: ``execution`` is neither "decode" nor "quantized" (for a model with struct
+            parts).
+
     >>> import numpy as np
     >>> from onnx import TensorProto, helper
     >>> from onnx_struct import add_struct_values, formats
@@ -160,7 +176,15 @@ class InferenceSession:
     def set_providers(self, providers=None, provider_options=None) -> None:
         """onnxruntime's, for a session created from self-contained model bytes; a session whose
         weights reached onnxruntime outside them (repacked weights, external tensors: they exist
-        only inside onnxruntime now) refuses: create a new InferenceSession with ``providers=...``."""
+        only inside onnxruntime now) refuses: create a new InferenceSession with ``providers=...``.
+
+        Args:
+            providers: onnxruntime's execution providers (None: its default).
+            provider_options: their options, as onnxruntime takes them.
+
+        Raises:
+            NotImplementedError: the session's weights reached onnxruntime outside the model bytes.
+        """
         if not self._recreatable:
             raise NotImplementedError(
                 "this onnx_struct.InferenceSession handed its weights to onnxruntime outside the model bytes "
@@ -180,7 +204,21 @@ class InferenceSession:
         return getattr(self._session, name)
 
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options=None) -> list:
-        """Like ``onnxruntime.InferenceSession.run``; struct inputs take a StructProto or bytes."""
+        """Like ``onnxruntime.InferenceSession.run``; struct inputs take a StructProto or bytes.
+
+        Args:
+            output_names: the outputs to compute (None: all).
+            input_feed: arrays by input name; a struct input takes a StructProto or its payload.
+            run_options: ``onnxruntime.RunOptions``.
+
+        Returns:
+            The outputs' arrays, in ``output_names`` order.
+
+        Raises:
+            ValueError: a struct input is missing from ``input_feed``, or fed with the names of
+                its leaves as well.
+            ValidationError: a struct input's payload does not fit its declaration.
+        """
         missing = [name for name in self._struct_inputs if name not in input_feed]
         if missing:  # onnxruntime would name their lowered leaves (``W::values``), not them
             raise ValueError(f"Required struct inputs ({missing}) are missing from input_feed")
