@@ -68,7 +68,7 @@ def install() -> None:
     """Make ``onnx.checker.check_model`` (and ``onnx.shape_inference.infer_shapes``) struct-aware.
 
     Installing twice changes nothing; :func:`uninstall` restores onnx's own functions. Raises
-    nothing itself; the installed functions raise ValidationError for an invalid model.
+    nothing itself: the installed functions raise ValidationError for an invalid model.
     """
     if _originals:
         return
