@@ -37,7 +37,7 @@ def make_tensor_type(elem_type: int, shape: Sequence[int] = ()) -> pb.TypeProto:
 
     Raises:
         ValueError: a dimension that is neither an int nor a str (onnx's helper refuses it; a str or
-        None makes a symbolic dimension, which no leaf accepts).
+            None makes a symbolic dimension, which no leaf accepts).
     """
     tensor = onnx.helper.make_tensor_type_proto(elem_type, list(shape)).tensor_type
     return pb.TypeProto(tensor_type=tensor)
@@ -275,7 +275,7 @@ def make_constant_field(
 
     Raises:
         NotImplementedError: ``value`` is an object array of other objects than strings (onnx's
-        ``numpy_helper.from_array`` refuses it).
+            ``numpy_helper.from_array`` refuses it).
     """
     tensor = value if isinstance(value, onnx.TensorProto) else numpy_helper.from_array(np.asarray(value), name)
     field = pb.StructTypeProto.Field(name=name, constant=tensor)
