@@ -405,7 +405,7 @@ def size_in_bits(struct_type: StructTypeProto | int, model=None) -> int:
 
     Args:
         struct_type: the declaration, or its index in ``model.struct_types``.
-        model: what resolves indices and references (None: ``struct_type`` refers to nothing).
+        model (ModelLike | list[StructTypeProto] | None): what resolves indices and references (None: ``struct_type`` refers to nothing).
 
     Returns:
         The size in bits (a multiple of 8 for a root declaration).
