@@ -70,7 +70,8 @@ def pack(
     Args:
         leaves: the arrays by leaf path.
         struct_type: the declaration, or its index in ``model.struct_types``.
-        model: what resolves indices and references (any model form or a list of declarations).
+        model (ModelLike | list[StructTypeProto] | None): what resolves indices and
+            references.
         fill_missing: zero-fill the leaves not given instead of refusing.
         cast: "exact" refuses any value the leaf's type cannot hold; "round" rounds floats.
 
@@ -157,7 +158,8 @@ def make_struct_value_from_leaves(
         name: the value's name.
         leaves: the arrays by leaf path.
         struct_type: an inline declaration, or its index in ``model.struct_types``.
-        model: what resolves indices and references.
+        model (ModelLike | list[StructTypeProto] | None): what resolves indices and
+            references.
         doc_string: the value's ``doc_string``.
         fill_missing: as for :func:`pack`.
         cast: as for :func:`pack`.

@@ -126,7 +126,7 @@ def view(
 
     Args:
         value: the StructProto, or the name of a struct value of ``model``.
-        model: the model (any form) or a list of declarations.
+        model (ModelLike | list[StructTypeProto] | None): the model (any form) or a list of declarations.
         base_dir: the directory external payloads are read from (default: the model file's).
 
     Returns:
@@ -163,9 +163,10 @@ def view_buffer(buffer, struct_type: StructTypeProto | int, model=None, *, name:
     The buffer length must equal the declaration's size in bytes.
 
     Args:
-        buffer: the payload bytes (bytes, memoryview, numpy array, ...); not copied when contiguous.
+        buffer (bytes | memoryview | numpy.ndarray): the payload bytes (bytes, memoryview, numpy array, ...); not copied when contiguous.
         struct_type: the declaration, or its index in ``model.struct_types``.
-        model: what resolves indices and references (any model form or a list of declarations).
+        model (ModelLike | list[StructTypeProto] | None): what resolves indices and
+            references.
         name: the name messages give the buffer (default ``buffer``).
 
     Returns:
