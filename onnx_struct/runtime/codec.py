@@ -66,7 +66,8 @@ def decode(
 
     Args:
         value: the StructProto, or the name of a struct value of ``model``.
-        model: the model (any form) or a list of declarations.
+        model (ModelLike | list[StructTypeProto] | None): the model (any form) or a list
+            of declarations.
         base_dir: the directory external payloads are read from (default: the model file's).
         runtime: "onnxruntime" (falling back to onnx's reference evaluator for what it cannot
             run) or "reference".
@@ -132,9 +133,10 @@ def encode(
     decoder makes of the encoded leaves (exactly x only for lossless formats).
 
     Args:
-        array: the logical value (array-like), of the encoder's input type and shape.
+        array (numpy.typing.ArrayLike): the logical value (array-like), of the encoder's input type and shape.
         struct_type: the declaration, or its index in ``model.struct_types``.
-        model: what resolves indices and references (any model form or a list of declarations).
+        model (ModelLike | list[StructTypeProto] | None): what resolves indices and
+            references.
         name: the StructProto's name.
         runtime: "onnxruntime" or "reference", as for :func:`decode`.
 

@@ -53,7 +53,7 @@ class InferenceSession:
 
     Args:
         model_or_path: the model (any form: ModelProto, bytes, path, LoadedModel).
-        sess_options: ``onnxruntime.SessionOptions``, never changed.
+        sess_options (onnxruntime.SessionOptions | None): onnxruntime's options, never changed.
         providers: onnxruntime's execution providers.
         compact: as for :func:`onnx_struct.lower`.
         base_dir: the directory external payloads are read from (default: the model file's).
@@ -179,8 +179,8 @@ class InferenceSession:
         only inside onnxruntime now) refuses: create a new InferenceSession with ``providers=...``.
 
         Args:
-            providers: onnxruntime's execution providers (None: its default).
-            provider_options: their options, as onnxruntime takes them.
+            providers (Sequence[str] | None): onnxruntime's execution providers (None: its default).
+            provider_options (Sequence[dict] | None): their options, as onnxruntime takes them.
 
         Raises:
             NotImplementedError: the session's weights reached onnxruntime outside the model bytes.
@@ -209,7 +209,7 @@ class InferenceSession:
         Args:
             output_names: the outputs to compute (None: all).
             input_feed: arrays by input name; a struct input takes a StructProto or its payload.
-            run_options: ``onnxruntime.RunOptions``.
+            run_options (onnxruntime.RunOptions | None): onnxruntime's run options.
 
         Returns:
             The outputs' arrays, in ``output_names`` order.
