@@ -1,20 +1,13 @@
 """Whether a serialized model holds a struct part: the one cheap test that sends a plain model to
 stock onnx unchanged (docs/semantics.md, "Plain models").
 
-A struct part is a field of the proposal in the message that carries it: ``ModelProto.struct_types``
-(27), ``GraphProto.struct_initializer`` (17) in any graph, ``TypeProto.struct_type`` (10) in any
-type. The test parses the bytes at C speed as a *mask*: a copy of the overlay messages
-(``schemas/onnx_struct.proto``) that declares only the fields on a path to a struct part, each
-struct part as a message ``Mark`` that requires a ``Mark``, which no finite bytes satisfy.
-Everything else stays an unknown field, unread; a struct part anywhere leaves a ``Mark`` without
-its required field, which ``IsInitialized()`` (one C walk of the few declared messages) reports.
+The bytes are parsed at C speed as a *mask*: the overlay messages declaring only the fields on a
+path to a struct part, each struct part a message that can never be initialized, so
+``IsInitialized()`` reports any struct part. A proposal field of the wrong wire type counts as a
+(broken) struct part in the model and its main graph, not elsewhere (docs/semantics.md); the
+checker's wire scan (schema/wire.py) refuses it anywhere.
 
-A proposal field of the wrong wire type (``struct_types`` as a varint) is an unknown field to the
-mask as it is to stock onnx. In the model and its main graph it counts as a (broken) struct part,
-found among the few unknown fields of the mask's two outer messages (the main graph's
-initializers are declared, as empty messages, so that they are not among them); in a type or a
-subgraph it does not (docs/semantics.md). In a model that has struct parts, the checker's wire
-scan refuses it wherever it is (schema/wire.py).
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations
