@@ -1,17 +1,12 @@
 """All file access of onnx_struct goes through here: one resolver, one reader, one writer.
 
-Every external reference of a model (struct values, initializers, tensors in nodes, subgraphs and
-model functions) is resolved by :func:`resolve` under the model-directory rules: a location is
-relative, free of ``..``, stays inside the model's directory after symlinks are resolved, and
-names a regular file holding the referenced range. Tensors stored in a *type* (constant leaves,
-decoders, encoders) have no directory and must be inline (:func:`refuse_external_tensors`).
+Rule (the model-directory rules): every external reference is resolved by :func:`resolve` to a
+relative location, free of ``..``, inside the model's directory after symlinks, naming a regular
+file that holds the range; tensors stored in a type must be inline. Reads refuse non-regular
+files unopened, check the opened file again and copy the bytes, so a file that shrinks is a
+ValidationError, never a SIGBUS. Writes are in :mod:`onnx_struct.payload.external_write`.
 
-Reads (:func:`read_range`, :func:`read_model_file`) refuse non-regular files before opening them
-(a FIFO would block forever), open with ``O_NONBLOCK``/``O_NOFOLLOW``, check the opened file
-again with ``fstat``, and copy the bytes into memory: a file that shrinks after the check is a
-ValidationError, never a SIGBUS as with a memory map. Writes are in :mod:`external_write`
-(:class:`~onnx_struct.payload.external_write.DirectoryWriter`), which applies the same location
-rules.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

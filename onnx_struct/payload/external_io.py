@@ -1,17 +1,11 @@
 """Saving models with struct payloads in external files, and loading them back.
 
-The analogue of ``onnx.save(model, path, save_as_external_data=True)`` for struct values: every
-struct payload of at least ``size_threshold`` bytes is written to an external file and its
-StructProto gets ``external_data`` (``location``, ``offset``, ``length``); smaller ones are kept
-(or brought back) inline. Stock initializers get the same treatment with the same threshold and
-file (as onnx's ``save_as_external_data`` would), so a model mixing initializers and struct values
-is saved in one go.
+The analogue of ``onnx.save(..., save_as_external_data=True)`` for struct values (and stock
+initializers, with the same threshold and file). Rule: every byte of the source is in memory
+before anything is written, and every file is a new temporary file renamed over its destination,
+so re-saving a model over itself keeps its payloads and a symlink destination is refused.
 
-Every byte of the source (external payloads and tensors, read through
-:mod:`onnx_struct.payload.external` under the model-directory rules) is in memory before anything is
-written, and every file is written as a new temporary file renamed over its destination
-(:class:`onnx_struct.payload.external_write.DirectoryWriter`): re-saving a model over itself keeps its payloads,
-and a destination that is a symlink is refused, never followed.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

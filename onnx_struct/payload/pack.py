@@ -1,29 +1,12 @@
 """The writer: leaves -> payload bytes, the exact inverse of :func:`onnx_struct.view`.
 
-``pack(view(x).leaves(), t) == x`` byte for byte when x's unnamed/padding bits are zero, and
-``view(pack(leaves, t))`` gives back every leaf that was given.
+Rule: every leaf is checked before anything is written, and the error names the leaf: its exact
+shape; values numpy converts to the leaf's dtype without loss (``cast="round"`` rounds floats,
+overflow is still refused); a given constant equal to the constant; no unknown path; a missing
+leaf only with ``fill_missing=True``, and then at most ``MAX_PACK_ZERO_FILL_BYTES`` of zero-fill.
+Writing is vectorized (:func:`onnx_struct.layout.bit_writes.write_leaf`).
 
-Accepted leaf values (checked before anything is written, errors name the leaf):
-
-* the shape must equal the leaf's shape exactly (no broadcasting);
-* the dtype is the leaf's dtype, or anything numpy converts to it **without loss**: converting
-  back gives the same values (so Python ints in [-8, 7] are fine for INT4, 0.1 for FLOAT16 is
-  not, 300 for UINT8 is not); a component's values must be integers below ``2**bit_width``. The
-  error names the leaf, the first offending index and value, and the leaf's range.
-  ``cast="round"`` rounds floating values to a floating leaf's dtype (a float32 scale into a
-  FLOAT16 leaf) instead of refusing; a value that would overflow to infinity (or to NaN, in a
-  float8 type without infinities) is still refused;
-* a constant leaf may be omitted; if given it must equal the constant;
-* unknown paths are errors, and so is a missing non-constant leaf unless ``fill_missing=True``,
-  which writes it as zero bits (an encoder that does not produce a leaf, padding components -
-  the encoder runner passes it); the zero-filled bytes may then exceed the given leaves' bytes by
-  at most ``MAX_PACK_ZERO_FILL_BYTES`` (256 MiB), so a declaration's stated size alone never
-  makes ``pack`` allocate.
-
-Writing is vectorized (:func:`onnx_struct.layout.bit_writes.write_leaf`): full-width byte-aligned leaves
-by strided assignment, contiguous 1/2/4-bit rows by packing whole rows, everything else by
-scattering each element's (at most nine) byte contributions with ``np.add.at`` in chunks (leaves
-never share a bit, so adding disjoint bit patterns into a zeroed byte is the same as OR-ing them).
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations
