@@ -1,17 +1,15 @@
 """Block-range parallel decode: a big value of a registered block format, decoded in cache-sized
 row ranges on every core.
 
-onnxruntime runs several of a block decoder's heaviest steps on one thread and streams whole
-intermediates through memory (docs/benchmarks.md). A registered format's decoder is block-wise,
+onnxruntime runs several of a block decoder's heaviest steps on one thread (docs/benchmarks.md),
 so :func:`decode_block_ranges` decodes ranges of about :data:`RANGE_ELEMENTS` rows in
-single-threaded sessions on :func:`thread_count` threads, each writing into its rows of one
-output array from :mod:`onnx_struct.payload.buffer_pool`.
+single-threaded sessions on :func:`thread_count` threads, each writing its rows of one output
+array from :mod:`onnx_struct.payload.buffer_pool`.
 
-Rule: a decoder is split only when it is byte-identical to what the registry builds for a
-registered format with ``block_ranges`` set, found by the decoder's exact (domain, name)
-(:func:`onnx_struct.formats.format_of_decoder`) at the shape of its final Reshape; the root's name
-plays no part. Anything else (an edited or foreign decoder, a small value, packed sub-byte leaves,
-``runtime="reference"``) runs whole. The split changes no bit of the result.
+Rule: a decoder is split only when it is byte-identical to what the registry builds for its
+registered format (``block_ranges`` set), found by the decoder's exact (domain, name) at the
+shape of its final Reshape; anything else (an edited or foreign decoder, a small value, sub-byte
+leaves, ``runtime="reference"``) runs whole. The split changes no bit of the result.
 """
 
 from __future__ import annotations
