@@ -1,24 +1,14 @@
 """The decoder safety policy: what a decoder (or encoder) may contain, so that running it is
 bounded in time and memory by its input and output sizes (docs/security.md, "Decoder safety
-policy"; the limits are in :mod:`onnx_struct.limits`).
+policy"; limits in :mod:`onnx_struct.limits`).
 
-Two checks, both enforced by ``check_model`` and applied again wherever a function runs
-(``decode``, ``encode``, every runner :mod:`onnx_struct.runtime` builds), so nothing runs that
-the checker would refuse:
+Rule: nothing runs that the checker would refuse. :func:`check_structure` (the function alone:
+allowed operators, node and constant limits) and :func:`check_sizes` (the function typed for its
+inputs: static shapes, fixed-width types, at most ``FUNCTION_EXPANSION`` bytes per input byte)
+are enforced by ``check_model`` and again wherever a function runs. :func:`check_sizes` returns
+the output types, so typing never materializes a payload-sized tensor.
 
-* :func:`check_structure` (the function alone; :mod:`~onnx_struct.check.decoder_structure`):
-  valid UTF-8 names, not named like a standard operator, at most :data:`~onnx_struct.limits.MAX_FUNCTION_NODES` nodes, every node a standard
-  operator from :data:`ALLOWED_OPERATORS` (no control flow, no function calls and hence no
-  recursion, no randomness, no output sizes that only the data decides), no function attributes,
-  constants inline and at most :data:`~onnx_struct.limits.MAX_FUNCTION_CONSTANT_BYTES`.
-* :func:`check_sizes` (the function for given input types, e.g. the leaves of a declaration): the
-  function's own graph typed by onnx's shape inference from shapes alone (the values of
-  ``Shape``/``Size`` are folded from static shapes; data propagation only over small 1-D values),
-  every value with a static shape and a fixed-width element type, and all of them together
-  within :data:`~onnx_struct.limits.FUNCTION_EXPANSION` bytes per input byte plus
-  :data:`~onnx_struct.limits.FUNCTION_BASE_BYTES`. It returns the output types: the logical type
-  of a declaration is :func:`check_sizes`' result for its decoder, so typing never materializes
-  a payload-sized tensor.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations
