@@ -1,21 +1,14 @@
 """BlockFormat: one quantized block format as data (a block Structure) plus ONNX functions.
 
-A tensor of logical shape ``shape`` in a block format is stored as the root declaration
-``Array(type_index -> block Structure, n_blocks)`` whose decoder maps the leaves (each with a
-leading ``n_blocks`` dimension, e.g. ``d: [n]``, ``qs: [n, 16]``) to a float32 tensor of
-``shape`` (numpy order; blocks run along the last dimension, which must be a multiple of
-``block_size``). The encoder, where the format has one, is the inverse.
+A tensor of logical ``shape`` is the root declaration ``Array(block Structure, n_blocks)``,
+blocks along the last dimension; its decoder maps the leaves (leading ``n_blocks`` dimension) to
+a float32 tensor of ``shape``, and the encoder, where there is one, is the inverse. Family modules
+register their formats as a table of :class:`FormatSpec` rows (:func:`register_formats`).
 
-Every family module registers its formats the same way, as a table (like gguf-py's
-``GGML_QUANT_SIZES``)::
+Rule: a row's ``bytes_per_block`` is checked against its declared block when the format is
+built, so a wrong table entry fails at import.
 
-    FORMATS = register_formats("gguf", [
-        FormatSpec("Q4_0", 32, 18, lambda: [_d(), _qs()], _decode_q4_0, _encode_q4_0, "GGML Q4_0: ..."),
-        ...
-    ])
-
-The stated ``bytes_per_block`` is checked against the size of the declared block when the format
-is built, so a table entry that disagrees with its fields fails at import.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations
