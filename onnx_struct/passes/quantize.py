@@ -100,6 +100,26 @@ def quantize(
     decoder casts to FLOAT4E2M1), unless ``allow_reference_only=True`` (the model is then valid
     but only a reference decoder can run it).
 
+    Args:
+        model: the model, or a path to it (external initializers are loaded).
+        format: a BlockFormat or a registered name of a format with an encoder.
+        op_types: the op types whose weight input is quantized (MatMul, Gemm, Gather, Conv).
+        min_elements: smaller weights are kept as float.
+        group_axis: "input" (blocks along the reduction axis) or "output" (docs/formats.md
+            compares the two).
+        pad: zero-pad a grouped axis that is no multiple of the block size (else keep the weight).
+        allow_reference_only: return a model whose decoder onnxruntime cannot run.
+
+    Returns:
+        A new model; ``model`` is not changed.
+
+    Raises:
+        ValidationError: the model is not readable, the result is invalid, or onnxruntime cannot
+            run it (code ``not_runnable``) without ``allow_reference_only``.
+        KeyError: an unknown format name.
+        ValueError: a format without an encoder, an unsupported op type or ``group_axis``.
+        TypeError: ``format`` is neither a name nor a BlockFormat.
+
     Example::
 
         q = quantize(onnx.load("model.onnx"), "Q4_0")
