@@ -79,6 +79,9 @@ def convert(
             ``logits`` and ``present.{i}.key/value`` (:mod:`onnx_struct.tools.llm_graph`,
             docs/llm.md). Without it the graph has no nodes.
 
+    Returns:
+        The model: a struct value per tensor, the GGUF metadata in ``metadata_props``.
+
     Raises:
         ValidationError: the file is not a readable little-endian GGUF file whose counts,
             lengths and tensor ranges fit in it and in the limits of :mod:`onnx_struct.limits`,
@@ -369,6 +372,15 @@ def decode_metadata(
     ``props`` is a converted model, its ``metadata_props`` as they are (``model.metadata_props``),
     or a ``{key: value}`` mapping. Entries that did not come from the GGUF file (no value type
     recorded for them) are left out; a model that was not converted from GGUF gives ``{}``.
+
+    Args:
+        props: a converted model, its ``metadata_props``, or a ``{key: value}`` mapping.
+
+    Returns:
+        The GGUF metadata by key.
+
+    Raises:
+        ValidationError: a recorded entry that is not valid JSON of its value type, naming it.
 
     Example::
 
