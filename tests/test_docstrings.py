@@ -1,7 +1,7 @@
 """The public API documents its calls Google style: Args (every parameter), Returns, Raises.
 
 Checked for every function in ``onnx_struct.__all__``, the functions of ``onnx_struct.formats``
-and the public methods of InferenceSession (its constructor's arguments in the class docstring or
+(with quantize, plan and the GGUF converter its reference pages show) and the public methods of InferenceSession (its constructor's arguments in the class docstring or
 ``__init__``'s). Private helpers are not held to it.
 """
 
@@ -14,6 +14,8 @@ import pytest
 
 import onnx_struct
 from onnx_struct import formats
+from onnx_struct.formats import gguf
+from onnx_struct.passes import quantize
 
 SECTION = re.compile(r"^(Args|Returns|Yields|Raises):\s*$", re.MULTILINE)
 
@@ -26,6 +28,9 @@ def _public_callables() -> list[tuple[str, object]]:
             found.append((name, obj))
     for name in ("get", "names", "format_of_decoder", "register", "register_formats"):
         found.append((f"formats.{name}", getattr(formats, name)))
+    # The functions the formats reference pages document (docs/api/formats.md, docs/api/gguf.md).
+    found += [("quantize", quantize.quantize), ("plan", quantize.plan)]
+    found += [(f"formats.gguf.{name}", getattr(gguf, name)) for name in ("convert", "decode_metadata")]
     session = onnx_struct.InferenceSession
     found.append(("InferenceSession", session))
     for name, member in vars(session).items():
