@@ -297,11 +297,11 @@ def make_structure(
 
     Args:
         fields: the fields, from :func:`make_field` and :func:`make_constant_field`.
-        name: the declaration's name.
-        decoder: the FunctionProto giving a root value's logical value.
-        encoder: the FunctionProto writing a root value's leaves from a logical value.
-        doc_string: the declaration's ``doc_string``.
-        metadata_props: key-value pairs attached to the declaration.
+        name: as for :func:`make_array`.
+        decoder: as for :func:`make_array`.
+        encoder: as for :func:`make_array`.
+        doc_string: as for :func:`make_array`.
+        metadata_props: as for :func:`make_array`.
 
     Returns:
         The StructTypeProto, to add to a model with :func:`add_struct_types`.
@@ -344,11 +344,11 @@ def make_bit_packing(
     Args:
         components: Components, or (name, bit width) pairs, in record order from the LSB.
         dimension: the number of records.
-        name: the declaration's name.
-        decoder: the FunctionProto giving a root value's logical value.
-        encoder: the FunctionProto writing a root value's leaves from a logical value.
-        doc_string: the declaration's ``doc_string``.
-        metadata_props: key-value pairs attached to the declaration.
+        name: as for :func:`make_array`.
+        decoder: as for :func:`make_array`.
+        encoder: as for :func:`make_array`.
+        doc_string: as for :func:`make_array`.
+        metadata_props: as for :func:`make_array`.
 
     Returns:
         The StructTypeProto, to add to a model with :func:`add_struct_types`.
