@@ -81,8 +81,8 @@ MAX_FUNCTION_NODES = 4096
 
 # Runs of onnx's inference that folding Shape/Size values into constants may take for one function:
 # each round folds the Shape/Size nodes whose inputs' shapes the previous round made static, so a
-# chain of N Shape -> Reshape pairs took N rounds (4096 nodes: 48 s; found by a red-team pass). The
-# registered formats need at most 2.
+# chain of N Shape -> Reshape pairs would take N rounds (docs/security.md). The registered formats
+# need at most 2.
 MAX_SHAPE_FOLD_ROUNDS = 16
 
 # Bytes of the constants written inside one decoder or encoder (Constant nodes and other tensor

@@ -1,7 +1,7 @@
 """Generated protobuf bindings (``schemas/onnx_struct.proto``) and the field-number guard.
 
-Only ``onnx_struct.model`` and ``onnx_struct.helper`` import this package; the rest of the code
-works on the message classes they hand out.
+Only :mod:`onnx_struct.schema` imports this package (ruff's banned-api rule, TID251); the rest
+of the code works on the message classes it hands out.
 """
 
 from __future__ import annotations

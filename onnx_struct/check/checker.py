@@ -285,7 +285,21 @@ def validate(
     model: ModelLike, *, full_check: bool = False, base_dir: str | os.PathLike | None = None, **stock_options: bool
 ) -> list[ValidationError]:
     """Every diagnostic of ``model`` (empty when valid). See :func:`check_model`: a model without
-    struct parts has onnx's one finding, or none, as check_model raises it."""
+    struct parts has onnx's one finding, or none, as check_model raises it.
+
+    Args:
+        model: an ``onnx.ModelProto``, serialized bytes, a path, or a LoadedModel.
+        full_check: as for :func:`check_model`.
+        base_dir: as for :func:`check_model`.
+        **stock_options: ``skip_opset_compatibility_check`` and ``check_custom_domain``, passed
+            to onnx's checker.
+
+    Returns:
+        The ValidationErrors found, in model order; empty when the model is valid.
+
+    Raises:
+        TypeError: ``model`` is not a model form.
+    """
     if base_dir is None:
         try:
             plain = stock.plain_form(model, unparsable=False)  # unparsable: our message names the file
@@ -325,6 +339,13 @@ def check_model(
     proposal's rules run first, then onnx's checker on the stock parts. ``full_check`` adds
     struct-aware shape inference, as onnx's ``full_check`` does; ``skip_opset_compatibility_check``
     and ``check_custom_domain`` are passed to onnx's checker.
+
+    Args:
+        model: an ``onnx.ModelProto``, serialized bytes, a path, or a LoadedModel.
+        full_check: also run struct-aware shape inference (strict mode).
+        skip_opset_compatibility_check: passed to onnx's checker.
+        check_custom_domain: passed to onnx's checker.
+        base_dir: the directory external payloads are resolved against (default: the file's).
 
     Raises:
         ValidationError: the model is invalid. Where stock onnx raises another class for the same

@@ -157,9 +157,8 @@ class GraphRules(DeclarationRules):
         return source == self._serialized(table[declared])
 
     def _serialized(self, declaration: StructTypeProto) -> bytes:
-        """A digest of a declaration's deterministic bytes, once per declaration: each entry naming
-        a value compared two declarations' bytes, serialized anew (found by a red-team pass: N
-        entries x 16 MB)."""
+        """A digest of a declaration's deterministic bytes, once per declaration, so N entries
+        naming values of one declaration do not serialize it N times."""
         cache = self.__dict__.setdefault("_serialized_declarations", {})
         known = cache.get(id(declaration))
         if known is None:  # the declaration is held beside its digest, so its id is not reused
@@ -194,8 +193,8 @@ class GraphRules(DeclarationRules):
                                 code="no_decoder",
                             )
                         )
-            # An output typed otherwise than by a struct type asks for the logical value too (the
-            # fuzzer found a tensor-typed one: lower dropped the value and wrote an output no node makes).
+            # An output typed otherwise than by a struct type asks for the logical value too, so it
+            # needs a decoder (lower would otherwise write an output no node makes).
             for j, info in enumerate(graph.output):
                 if info.name in undecoded and info.type.WhichOneof("value") != "struct_type":
                     self.report(
@@ -270,8 +269,8 @@ class GraphRules(DeclarationRules):
 
     def _check_functions_as_onnx_does_from_ir_8(self) -> None:
         """onnx's own checks of model-local functions (opsets their nodes use, and the rest), on the
-        functions alone in an empty model of IR 10 (the fuzzer found a function calling a domain
-        it does not import: accepted at IR 3, refused in the lowered model)."""
+        functions alone in an empty model of IR 10, whatever the model's IR version: what the
+        lowered model would refuse (a function calling a domain it does not import) is refused here."""
         shell = onnx.ModelProto(ir_version=10, graph=onnx.GraphProto(name="functions"))
         shell.opset_import.extend(
             onnx.OperatorSetIdProto.FromString(o.SerializeToString()) for o in self.proto.opset_import

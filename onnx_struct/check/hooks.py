@@ -62,7 +62,11 @@ def _wrap_infer_shapes(original):
 
 
 def install() -> None:
-    """Make ``onnx.checker.check_model`` (and ``onnx.shape_inference.infer_shapes``) struct-aware."""
+    """Make ``onnx.checker.check_model`` (and ``onnx.shape_inference.infer_shapes``) struct-aware.
+
+    Installing twice changes nothing; :func:`uninstall` restores onnx's own functions. Raises
+    nothing itself: the installed functions raise ValidationError for an invalid model.
+    """
     if originals.replaced():
         return
     originals.replace(
@@ -71,7 +75,10 @@ def install() -> None:
 
 
 def uninstall() -> None:
-    """Restore the exact original function objects replaced by :func:`install`."""
+    """Restore the exact original function objects replaced by :func:`install`.
+
+    Without an :func:`install` before, nothing changes. Raises nothing.
+    """
     originals.restore()
 
 

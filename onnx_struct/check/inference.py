@@ -1,18 +1,13 @@
 """Struct-aware shape inference: struct values seen as their logical (decoded) values.
 
-The *logical type* of a concrete declaration is the type of its decoder's output given the leaf
-types (tensor types of the bound leaves; constants as initializers holding their values, so a
-``Reshape`` by a constant shape leaf is inferred exactly). It is computed by the decoder safety
-policy's analysis (:mod:`onnx_struct.functions.policy`): onnx's own inference on the decoder's
-nodes as a graph, from shapes alone, rather than by
-``onnx.shape_inference.infer_function_output_types``, which sees types only, never the values of
-the constant leaves, or by onnx's data propagation, which costs ~210 bytes per element of every
-1-D tensor it sees.
-
+A declaration's *logical type* is its decoder's output type for the leaf types, computed by the
+decoder policy's analysis (:mod:`onnx_struct.functions.policy`) from shapes alone.
 :func:`infer_shapes` runs onnx's inference on the *logical view* of a model (struct values and
-exactly-typed struct inputs replaced by inputs of their logical types) and copies the results
-back into the struct model, which keeps all its struct parts. :func:`logical_view` is also what
-``check_model(full_check=True)`` hands to onnx's full checker.
+exactly typed struct inputs replaced by inputs of their logical types) and copies the results back
+into the struct model, which keeps its struct parts; ``check_model(full_check=True)`` hands the
+same view to onnx's full checker.
+
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -244,6 +239,15 @@ def infer_shapes(
     A drop-in for ``onnx.shape_inference.infer_shapes``: a model without struct parts is handed to
     it (check/stock.py) and its result returned. ``model`` may also be a path (stock onnx takes
     paths in ``infer_shapes_path`` only).
+
+    Args:
+        model: an ``onnx.ModelProto``, serialized bytes, a path, or a LoadedModel.
+        check_type: onnx's: check the types of node inputs and outputs.
+        strict_mode: onnx's: raise where inference fails instead of leaving the value untyped.
+        data_prop: onnx's: propagate constant shape data.
+
+    Returns:
+        A new stock model with inferred ``value_info``, struct parts kept.
 
     Raises:
         ValidationError: the model is invalid; an InferenceError (also

@@ -1,15 +1,12 @@
 """onnx's checker over a view whose external tensors it would look for in the working directory.
 
-Given a model's bytes, ``onnx.checker.check_model`` resolves every external tensor's location
-against the process's current directory (it has no other) and checks only that a regular file is
-there. The main graph's external initializers are shown to it as graph inputs (projections.py);
-tensors elsewhere (Constant attributes, subgraph initializers, model functions, training graphs)
-cannot be. For a model with such tensors each distinct location is renamed, in the view only, to a
-flat stand-in name; the view is written into a new private directory beside an empty file per
-stand-in, and onnx's checker is given that path. Its verdict then does not depend on where the
-caller stands, and no location the model chose is ever created on disk (a deep or long one made
-thousands of directories, or passed PATH_MAX there). The files themselves are checked under the
+Rule: onnx's verdict does not depend on where the caller stands, and no location a model chose is
+created on disk. Each distinct location of a tensor outside the main graph's initializers is
+renamed, in the view only, to a flat stand-in; the view is written into a new private directory
+beside an empty file per stand-in and checked there. The real files are checked under the
 model-directory rules by ``check_external_tensors`` (payload/external.py); no byte of them is read.
+
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

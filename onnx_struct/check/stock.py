@@ -130,10 +130,8 @@ def prefix(error: Exception) -> str:
 
 
 # Operators whose inference in onnx 1.23 dereferences the missing type of a node input that names
-# no value and kills the process: found by renaming the first input of each of onnx's 1,884 backend
-# node test models, each inferred in a child process (docs/semantics.md). A byte search for their
-# names (C speed) spares every other model the walk (~1 us a node, more than onnx's inference of a
-# small model).
+# no value and kills the process (the survey that found them: docs/semantics.md). A byte search for
+# their names (C speed) spares every other model the walk over its nodes.
 CRASHING_OPERATORS = (b"EyeLike", b"LabelEncoder", b"TreeEnsemble", b"RegexFullMatch")
 
 

@@ -1,16 +1,12 @@
 """The ``onnx-struct`` command: one module per subcommand, registered in COMMANDS.
 
-Exit codes, for every subcommand: 0 success (for ``check``: valid), 1 the model is invalid or the
-operation failed on its content, 2 usage or I/O errors (as argparse and most Python CLIs do).
+Exit codes for every subcommand: 0 success (``check``: valid), 1 the model is invalid or the
+operation failed on its content, 2 usage or I/O errors. Errors are reported in one place,
+:func:`main`: one line on stderr, ``onnx-struct COMMAND: INPUT: message`` (with ``--json`` also a
+JSON object on stdout). A ValidationError exits 1, an OSError or :class:`UsageError` 2; anything
+else is a bug and keeps its traceback.
 
-Errors are reported in one place, :func:`main`: a subcommand raises, and main prints one line on
-stderr, ``onnx-struct COMMAND: INPUT: message``, and returns the exit code. Bad content is a
-ValidationError (exit 1), an unreadable or missing file an OSError (exit 2), a bad combination of
-options, a ``--value``/``--type`` naming nothing, or a missing optional dependency (gguf-py) a
-:class:`UsageError` (exit 2); with ``--json`` a failure is also a JSON object on stdout. A message
-that already starts with the input's name is not prefixed with it again. Anything else is a bug
-in onnx-struct and keeps Python's traceback, so it can be reported; no input is meant to reach it
-(tests/adversarial/test_cli.py, tests/test_workflows_cli.py).
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """The one way the CLI writes OUT: as onnx_struct writes into model directories
 (:class:`onnx_struct.payload.external_write.DirectoryWriter`), a new temporary file renamed over OUT.
 
-So OUT is never written through a symlink and an existing file is never truncated in place (a
-red-team pass found every command writing through a link at OUT, and `lower m.onnx m.onnx`
-replacing the model it read). OUT naming an input file or a file an input model references, or
-a link, directory or other non-regular file, is a usage error (exit 2).
+So OUT is never written through a symlink and an existing file is never truncated in place. OUT
+naming an input file or a file an input model references, or a link, directory or other
+non-regular file, is a usage error (exit 2).
 """
 
 from __future__ import annotations
@@ -56,7 +55,7 @@ def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
 def _referenced_files(model: str | os.PathLike) -> Iterator[tuple[str, pathlib.Path]]:
     """(path, file) of each external reference of the model at ``model``: where its location
     leads, whether or not the model-directory rules would admit the file (a file they refuse, e.g.
-    one with a second hard link, is still the input's and was replaced; found by a red-team pass)."""
+    one with a second hard link, is still the input's and must not be replaced)."""
     try:
         # Without the bytes of its large initializers (inline data references no file): the
         # model is read once, not parsed whole beside the result being written.

@@ -1,20 +1,12 @@
-"""Quantize the MatMul/Gemm (and on request Gather, Conv) weights of an ONNX model into a block
-format (struct values).
+"""``onnx-struct quantize``: MatMul/Gemm (on request Gather, Conv) weights into a block format.
 
-Weights are found wherever the model keeps them: initializers and Constant nodes of the main graph
-and of subgraphs (If/Loop/Scan bodies), Constant nodes of model-local functions. The payload of
-each replaced weight is computed by the format's own encoder in onnxruntime; the result is checked
-with onnx_struct.check_model and loaded (lowered) into an onnxruntime session before it is
-written: a format onnxruntime cannot decode is refused (exit 1) unless --allow-reference-only.
+The model is quantized by :func:`onnx_struct.passes.quantize_report.quantize_with_report`, checked and
+loaded in onnxruntime before it is written: a format onnxruntime cannot decode is refused (exit 1)
+unless ``--allow-reference-only``. The report (stderr; ``--json``: stdout) has one line per float
+tensor (quantized, kept or not considered, with the reason and the output error on a calibration
+input), the coverage by op type, and a warning for every error above ``--warn-above``.
 
-The report on stderr (--json: on stdout, as JSON) has one line per float tensor: quantized (the
-format, bytes before and after, whether onnx_struct.InferenceSession runs it quantized or decoded
-and why, the relative error of its op's output on a calibration input: random, or
---calibration FILE.npz), kept (the reason) or not considered (the reason); then the coverage by
-op type, and a warning for every error above --warn-above.
-
-onnx-struct quantize model.onnx model.q4_0.onnx --format q4_0
-onnx-struct quantize model.onnx out.onnx --format q8_0 --op-types MatMul,Gemm,Conv --calibration inputs.npz --json
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -37,7 +37,17 @@ def _load_families() -> None:
 
 def get(name: str) -> BlockFormat:
     """The format registered as ``name`` (e.g. "Q4_K", "OCP_MXFP6_E2M3", "NF4"); names match
-    case-insensitively (``"q4_k"``), as no two registered names differ only in case."""
+    case-insensitively (``"q4_k"``), as no two registered names differ only in case.
+
+    Args:
+        name: the format's name.
+
+    Returns:
+        The BlockFormat.
+
+    Raises:
+        KeyError: no format of that name; the message lists the known ones.
+    """
     _load_families()
     if name in _REGISTRY:
         return _REGISTRY[name]
@@ -48,13 +58,28 @@ def get(name: str) -> BlockFormat:
 
 
 def format_of_decoder(domain: str, name: str) -> BlockFormat | None:
-    """The registered format whose decoder FunctionProto is ``domain``/``name``, or None."""
+    """The registered format whose decoder FunctionProto is ``domain``/``name``, or None.
+
+    Args:
+        domain: the decoder FunctionProto's domain.
+        name: its name.
+
+    Returns:
+        The format, or None when no registered format has that decoder.
+
+    Raises:
+        ValueError: two registered formats share one decoder identity.
+    """
     _load_families()
     return base.format_of_decoder(domain, name)
 
 
 def names() -> list[str]:
-    """Every registered format name, sorted."""
+    """Every registered format name, sorted. Raises nothing.
+
+    Returns:
+        The names, as :func:`get` takes them.
+    """
     _load_families()
     return sorted(_REGISTRY)
 

@@ -1,21 +1,14 @@
 """BlockFormat: one quantized block format as data (a block Structure) plus ONNX functions.
 
-A tensor of logical shape ``shape`` in a block format is stored as the root declaration
-``Array(type_index -> block Structure, n_blocks)`` whose decoder maps the leaves (each with a
-leading ``n_blocks`` dimension, e.g. ``d: [n]``, ``qs: [n, 16]``) to a float32 tensor of
-``shape`` (numpy order; blocks run along the last dimension, which must be a multiple of
-``block_size``). The encoder, where the format has one, is the inverse.
+A tensor of logical ``shape`` is the root declaration ``Array(block Structure, n_blocks)``,
+blocks along the last dimension; its decoder maps the leaves (leading ``n_blocks`` dimension) to
+a float32 tensor of ``shape``, and the encoder, where there is one, is the inverse. Family modules
+register their formats as a table of :class:`FormatSpec` rows (:func:`register_formats`).
 
-Every family module registers its formats the same way, as a table (like gguf-py's
-``GGML_QUANT_SIZES``)::
+Rule: a row's ``bytes_per_block`` is checked against its declared block when the format is
+built, so a wrong table entry fails at import.
 
-    FORMATS = register_formats("gguf", [
-        FormatSpec("Q4_0", 32, 18, lambda: [_d(), _qs()], _decode_q4_0, _encode_q4_0, "GGML Q4_0: ..."),
-        ...
-    ])
-
-The stated ``bytes_per_block`` is checked against the size of the declared block when the format
-is built, so a table entry that disagrees with its fields fails at import.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -147,7 +140,18 @@ def build_format(family: str, spec: FormatSpec) -> BlockFormat:
 
 
 def register_formats(family: str, specs: Sequence[FormatSpec]) -> dict[str, BlockFormat]:
-    """Build and register every format of ``family``'s table; returns them by name."""
+    """Build and register every format of ``family``'s table.
+
+    Args:
+        family: the family's name (``"linear"``, ``"gguf"``, ...), which picks its builders.
+        specs: the table's rows, one per format.
+
+    Returns:
+        The registered formats by name.
+
+    Raises:
+        ValueError: a format of that name is registered already.
+    """
     return {spec.name: register(build_format(family, spec)) for spec in specs}
 
 
@@ -157,7 +161,17 @@ _BY_DECODER: dict[tuple[str, str], BlockFormat] = {}
 
 
 def register(fmt: BlockFormat) -> BlockFormat:
-    """Add ``fmt`` to the registry (family modules use :func:`register_formats`)."""
+    """Add ``fmt`` to the registry (family modules use :func:`register_formats`).
+
+    Args:
+        fmt: the format to register under ``fmt.name``.
+
+    Returns:
+        ``fmt`` itself.
+
+    Raises:
+        ValueError: a format of that name is registered already.
+    """
     if fmt.name in _REGISTRY:
         raise ValueError(f"format {fmt.name!r} is already registered")
     _REGISTRY[fmt.name] = fmt
@@ -168,7 +182,18 @@ def register(fmt: BlockFormat) -> BlockFormat:
 def format_of_decoder(domain: str, name: str) -> BlockFormat | None:
     """The registered format whose decoders are the FunctionProto ``domain``/``name`` (a decoder's
     identity does not depend on the shape it was built for), or None. Every registered format's
-    decoder identity is unique; the index is built from one small decoder per format on first use."""
+    decoder identity is unique; the index is built from one small decoder per format on first use.
+
+    Args:
+        domain: the decoder FunctionProto's domain.
+        name: its name.
+
+    Returns:
+        The format, or None when no registered format has that decoder.
+
+    Raises:
+        ValueError: two registered formats share one decoder identity.
+    """
     if not _BY_DECODER and _REGISTRY:
         index: dict[tuple[str, str], BlockFormat] = {}
         for fmt in _REGISTRY.values():

@@ -1,29 +1,12 @@
 """The proposal's linear family: blocks of INT4/UINT4/INT8/UINT8 values ``y = (q - zero_point) * scale``.
 
 :func:`make_linear_format` builds a :class:`BlockFormat` for any element type, block size, scale
-type (FLOAT16 or FLOAT) and with or without a stored zero point; a few presets are registered.
+type (FLOAT16 or FLOAT), with or without a stored zero point; a few presets are registered. A
+block is ``scale``, then ``zero_point`` (with 4-bit ``padding``), then ``values``. Encoders round
+half to even, as ONNX's QuantizeLinear; the values are computed with the *stored* scale, so
+decoding sees exactly the scale the encoder divided by.
 
-Block fields, in payload order (names from the proposal's LINEAR_INT4_128 example):
-
-* ``scale``: FLOAT16 or FLOAT;
-* ``zero_point`` (only with a zero point): one value of the element type; after a 4-bit zero
-  point comes an explicit 4-bit ``padding`` field (zero bits), so blocks stay byte-aligned;
-* ``values``: ``block_size`` elements of the element type, packed as ONNX packs INT4/UINT4
-  (LSB-first: value 2i in the low nibble of byte i).
-
-Encoders (round half to even throughout, as ONNX's Round and QuantizeLinear):
-
-* symmetric (no zero point), signed: ``scale = amax / qmax`` (7 or 127), ``q = clip(rint(x /
-  scale), qmin, qmax)``; unsigned: ``scale = max(max(x), 0) / qmax`` (negative values clip to 0);
-* asymmetric (zero point), as ONNX DynamicQuantizeLinear: the range ``[min(min(x), 0),
-  max(max(x), 0)]`` maps onto ``[qmin, qmax]``: ``scale = (rmax - rmin) / (qmax - qmin)``,
-  ``zero_point = clip(rint(qmin - rmin / scale), qmin, qmax)``, ``q = clip(rint(x / scale) +
-  zero_point, qmin, qmax)``.
-
-The scale is stored first (FLOAT16 saturating at 65504) and the values are computed with the
-*stored* scale, so decoding sees exactly the scale the encoder divided by. A zero scale (an
-all-zero block, or one below FLOAT16's range) divides by 1 instead, giving q = zero_point.
-Everything runs in onnxruntime at opset 21.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """OCP Microscaling (MX) v1.0: MXFP8, MXFP6, MXFP4 and MXINT8 blocks of 32 elements.
 
-Every block is one shared E8M0 scale ``X = 2**(scale - 127)`` (0xFF is NaN) and 32 elements
-``P[i]``; the value is ``X * P[i]``. The elements are declared with their real ONNX types
-(FLOAT8E4M3FN, FLOAT8E5M2, FLOAT6E2M3, FLOAT6E3M2, FLOAT4E2M1, and INT8 for MXINT8, whose
-element is ``int8 * 2**-6``), the scale as FLOAT8E8M0.
+A block is one E8M0 scale byte (0xFF is NaN), then 32 elements of their real ONNX types packed
+LSB-first; the value is ``2**(scale - 127) * P[i]``. The decoder is exact; the encoder follows
+OCP v1.0 section 6.3 with round-to-nearest-even and saturation. onnxruntime has no FLOAT4E2M1 or
+FLOAT6 kernels, so MXFP4 and MXFP6 functions run in ``onnx.reference`` (with a warning).
 
-Byte layout (the OCP specification fixes none): the scale byte first, then the 32 elements
-tightly packed in order, LSB-first within each byte as the proposal's physical rules say. So an
-MXFP4 block is 17 bytes (element 0 in the low nibble of byte 1), MXFP6 25 bytes (element 1
-starts at bit 6 of byte 1), MXFP8/MXINT8 33 bytes.
-
-Decoder: ``Cast(elements) * Cast(scale)``, exact (every product is a float32 or overflows alike).
-Encoder (OCP v1.0 section 6.3, with round-to-nearest-even): ``shared_exp = floor(log2(amax)) -
-emax_elem`` clamped to [-127, 127] (an all-zero block gets -127), then each element is
-``V / X`` rounded to nearest-even in the element type with saturation to its largest finite
-magnitude (MXINT8: ``clip(rint(64 V / X), -127, 127)``). A block holding NaN or ±inf gets the
-NaN scale 0xFF and zero elements.
-
-Where they run: onnxruntime 1.32 casts FLOAT8E8M0, FLOAT8E4M3FN, FLOAT8E5M2 and INT8 (opset 25),
-so the MXFP8 and MXINT8 decoders and encoders run there. It has no kernel taking or producing
-FLOAT4E2M1 and does not know FLOAT6 at all, so the MXFP4 (opset 25) and MXFP6 (opset 28, the
-first with FLOAT6 casts) functions run in ``onnx.reference`` (the runtime falls back with a
-warning). No BitCast-style workaround exists: a leaf's type *is* FLOAT4E2M1, and no onnxruntime
-kernel accepts that type, not even Identity.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

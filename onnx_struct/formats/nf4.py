@@ -1,25 +1,12 @@
 """NF4: the 4-bit NormalFloat of QLoRA / bitsandbytes, in blocks of 64 with a float32 absmax.
 
-bitsandbytes keeps two buffers, the packed codes and one float32 ``absmax`` per 64 values; this
-declaration interleaves them into self-contained 36-byte blocks:
+A 36-byte block interleaves bitsandbytes' two buffers: ``absmax`` (FLOAT), ``qs`` (UINT8[32], the
+first value in the high nibble, as bitsandbytes packs) and the constant codebook ``code``. The
+decoder is ``code[q] * absmax``, as bitsandbytes' ``dequantize_4bit``; the encoder follows its
+pure-torch ``quantize_4bit``, with three departures where bitsandbytes computes ``x * inf`` (an
+all-zero block, an absmax below 2**-128, NaN values).
 
-* ``absmax`` (FLOAT): the block's absolute maximum, its scale;
-* ``qs`` (UINT8[32]): two codes per byte, **the first value in the high nibble** (bitsandbytes
-  packs ``q[2i] << 4 | q[2i+1]``: ``kQuantizeBlockwise`` in csrc/kernels.cu and the pure-torch
-  ``quantize_4bit`` in bitsandbytes/backends/default/ops.py). This is the opposite of ONNX's
-  INT4/UINT4 order, so the codes are declared as the bytes bitsandbytes writes, not as UINT4;
-* ``code`` (constant FLOAT[16]): the NF4 codebook.
-
-Decoder: ``code[q] * absmax`` (float32, as bitsandbytes' dequantize_4bit). Runs in onnxruntime.
-
-Encoder: as bitsandbytes' pure-torch ``quantize_4bit``: ``absmax = max|x|``, ``s = clip(x *
-(1 / absmax), -1, 1)`` in float32, code = the nearest codebook entry, the lower code on an exact
-tie. Three documented departures from bitsandbytes, which computes ``x * inf`` there: an
-all-zero block encodes as code 7 (0.0) where bitsandbytes gets NaN and code 0 (-1.0 * 0); a
-block whose absmax is below 2**-128 (the reciprocal overflows) uses ``x / absmax``; NaN values
-are left out of ``absmax`` and encode as code 7. ±inf values are not supported (absmax is inf). (bitsandbytes' CUDA kernel compares against rounded midpoints
-instead of taking the nearest entry, which can differ for values within an ulp of a midpoint.)
-QLoRA's double quantization of ``absmax`` is not covered.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

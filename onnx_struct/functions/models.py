@@ -7,7 +7,7 @@ elements per byte, LSB first), which for byte-aligned dense rows of a payload is
 layout (:func:`packed_rows`).
 
 Nothing here imports onnxruntime: :mod:`onnx_struct.runtime` runs these models, and
-:mod:`onnx_struct.lower` and :mod:`onnx_struct.inference` build on them without a session.
+:mod:`onnx_struct.lower` and :mod:`onnx_struct.check.inference` build on them without a session.
 """
 
 from __future__ import annotations

@@ -1,24 +1,14 @@
 """The decoder safety policy: what a decoder (or encoder) may contain, so that running it is
 bounded in time and memory by its input and output sizes (docs/security.md, "Decoder safety
-policy"; the limits are in :mod:`onnx_struct.limits`).
+policy"; limits in :mod:`onnx_struct.limits`).
 
-Two checks, both enforced by ``check_model`` and applied again wherever a function runs
-(``decode``, ``encode``, every runner :mod:`onnx_struct.runtime` builds), so nothing runs that
-the checker would refuse:
+Rule: nothing runs that the checker would refuse. :func:`check_structure` (the function alone:
+allowed operators, node and constant limits) and :func:`check_sizes` (the function typed for its
+inputs: static shapes, fixed-width types, at most ``FUNCTION_EXPANSION`` bytes per input byte)
+are enforced by ``check_model`` and again wherever a function runs. :func:`check_sizes` returns
+the output types, so typing never materializes a payload-sized tensor.
 
-* :func:`check_structure` (the function alone; :mod:`~onnx_struct.functions.structure`):
-  valid UTF-8 names, not named like a standard operator, at most :data:`~onnx_struct.limits.MAX_FUNCTION_NODES` nodes, every node a standard
-  operator from :data:`ALLOWED_OPERATORS` (no control flow, no function calls and hence no
-  recursion, no randomness, no output sizes that only the data decides), no function attributes,
-  constants inline and at most :data:`~onnx_struct.limits.MAX_FUNCTION_CONSTANT_BYTES`.
-* :func:`check_sizes` (the function for given input types, e.g. the leaves of a declaration): the
-  function's own graph typed by onnx's shape inference from shapes alone (the values of
-  ``Shape``/``Size`` are folded from static shapes; data propagation only over small 1-D values),
-  every value with a static shape and a fixed-width element type, and all of them together
-  within :data:`~onnx_struct.limits.FUNCTION_EXPANSION` bytes per input byte plus
-  :data:`~onnx_struct.limits.FUNCTION_BASE_BYTES`. It returns the output types: the logical type
-  of a declaration is :func:`check_sizes`' result for its decoder, so typing never materializes
-  a payload-sized tensor.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -106,7 +96,7 @@ def check_sizes(
 def check_function_model(
     model: onnx.ModelProto, where: str, allowance_bytes: int = 0, expansion: int | None = None
 ) -> None:
-    """:func:`check_sizes` for a model built by :func:`onnx_struct.functions.function_model`."""
+    """:func:`check_sizes` for a model built by :func:`onnx_struct.functions.models.function_model`."""
     if len(model.functions) != 1 or len(model.graph.node) != 1:
         raise ValidationError(
             where, "not a function model: one function and one call node expected", code="invalid_function"
@@ -124,8 +114,8 @@ def _analyze(function, inputs, initializers, where: str, allowance_bytes: int, e
     inferred = _infer(graph_model, where, data_prop=False)
     # Shape and Size depend on shapes only: fold them into constants where the input's shape is
     # static, and infer again, until nothing changes (each round folds at least one node). Each
-    # round runs onnx's inference on the whole function: a chain of Shape -> Reshape pairs needs a
-    # round per pair (quadratic; found by a red-team pass), so the rounds are limited.
+    # round runs onnx's inference on the whole function, and a chain of Shape -> Reshape pairs needs
+    # a round per pair (quadratic), so the rounds are limited (MAX_SHAPE_FOLD_ROUNDS).
     rounds = 0
     while _fold_shapes(graph_model, inferred):
         rounds += 1
@@ -209,7 +199,7 @@ def _as_array(source) -> np.ndarray | None:
 def _check_integer_divisor(node, values: dict[str, onnx.TypeProto], constants: dict[str, object], where: str) -> None:
     """An integer Div or Mod divides by a constant without 0 (or -1, for a signed type): a payload
     value there is an error in onnxruntime and 0 in onnx's reference evaluator, and onnxruntime's
-    int64 Div of INT64_MIN by -1 kills the process with SIGFPE (found by a red-team pass)."""
+    int64 Div of INT64_MIN by -1 kills the process with SIGFPE."""
     if len(node.input) < 2:
         return
     elem_type = values.get(node.input[1], onnx.TypeProto()).tensor_type.elem_type

@@ -22,7 +22,7 @@ STANDARD_DOMAINS = ("", "ai.onnx")
 # Operators whose work is linear (TopK: n log n) in the sizes of their inputs and outputs, and
 # whose output shapes onnx infers from input shapes and constant inputs. Anything else (Loop,
 # Scan, If, Random*, NonZero, Unique, Compress, Conv, Einsum, sequences, ...) is refused. Range
-# too (found by a red-team pass): onnx computes an int64 Range's length with wrapping arithmetic
+# too: onnx computes an int64 Range's length with wrapping arithmetic
 # (INT64_MIN..INT64_MAX typed as 0 elements, 2^64 / delta at run time), and a float Range's
 # length with other rounding than onnxruntime's; indices a decoder needs can be a constant.
 ALLOWED_OPERATORS = frozenset(

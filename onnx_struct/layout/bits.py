@@ -1,29 +1,14 @@
 """The bit kernels: one place where affine bit layouts become numpy reads and writes.
 
-Every leaf of a declaration is an affine bit layout (:class:`onnx_struct.layout.table.Leaf`):
-element ``idx`` starts at bit ``bit_offset + sum(idx * strides)`` and is ``bit_width`` bits wide,
-bits LSB-first within a byte, multi-byte values little-endian (the proposal's physical rules).
-:func:`read_leaf` (used by views and the runtime) and
-:func:`onnx_struct.layout.bit_writes.write_leaf` (used by pack, the same routes mirrored) take one
-of four routes, all exact:
+A leaf's element ``idx`` starts at bit ``bit_offset + sum(idx * strides)``, ``bit_width`` bits,
+LSB-first (the proposal's physical rules). :func:`read_leaf` and
+:func:`onnx_struct.layout.bit_writes.write_leaf` take one of four exact routes: a zero-copy strided
+view, sub-byte rows (:func:`unpack_sub_byte`, :func:`pack_sub_byte`), phase columns, or a chunked
+gather / scatter.
 
-* **zero copy**: offset, strides and width are byte multiples and the width is the dtype's full
-  width; the leaf is a strided numpy view of the payload (:func:`byte_strided`);
-* **sub-byte rows**: 1/2/4-bit elements contiguous within byte-aligned rows (INT4 values, 4-bit
-  components); rows are (un)packed with a few whole-array shift/mask passes
-  (:func:`unpack_sub_byte`, :func:`pack_sub_byte`: the one unpack and the one pack per width, also
-  ONNX's packed form of INT4/UINT4/INT2/UINT2/FLOAT4E2M1 tensors);
-* **phase columns**: outer strides are byte multiples; the last dimension is split into at most 8
-  columns whose elements all start at the same bit of a byte, each read as one strided unaligned
-  little-endian load (a view), one shift and one mask (6-bit components, FLOAT16 at bit 4);
-* **gather / scatter**: any other affine bit layout; element bit positions are computed by
-  broadcasting and each element is assembled from (or spread over) the bytes it spans, in chunks
-  of :data:`CHUNK` elements to bound memory.
+Rules: no route loops per element or per block, and every read stays inside the payload.
 
-No route loops per element or per block (loops run over chunks, columns or bytes of an element).
-Every read stays inside the payload: strided views are bounds-checked by numpy's constructor,
-wide loads are used only where the whole load fits, and gathered byte indices are clamped (the
-extra bytes fetched past an element's last bit are masked off).
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

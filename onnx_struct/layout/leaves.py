@@ -263,8 +263,7 @@ def read_constant(tensor: onnx.TensorProto, path: str) -> np.ndarray:
 
 def some_leaf_paths(paths) -> str:
     """At most five of ``paths`` (an iterable of leaf paths), each shortened to 80 characters, for a
-    message (docs/security.md): listing every one made a 1.5 MB message per unknown leaf (found by
-    a red-team pass)."""
+    message: a message's size must not grow with the declaration (docs/security.md)."""
     shown = [p if len(p) <= 80 else f"{p[:77]}..." for p in itertools.islice(paths, 5)]
     known = ", ".join(repr(p) for p in shown) or "none"
     total = len(paths) if hasattr(paths, "__len__") else None

@@ -111,6 +111,21 @@ def lower(
     ``execution="quantized"``: weights of MatMul/Gemm/Gather in a registered block format stay
     quantized (standard blocked DequantizeLinear, see docs/execution.md); ``"decode"`` (the
     default, the reference) decodes every struct value with its own decoder.
+
+    Args:
+        model: the model (any form: ModelProto, bytes, path, LoadedModel).
+        compact: list leaf initializers as graph inputs, so weights stay compact in memory.
+        base_dir: the directory external payloads are read from (default: the model file's).
+        keep_external: reference contiguous external leaves in place instead of reading them.
+        execution: "decode" (every value decoded by its decoder) or "quantized".
+
+    Returns:
+        A new plain ``onnx.ModelProto``.
+
+    Raises:
+        ValidationError: the model is invalid (as :func:`onnx_struct.check_model` raises it).
+        ValueError: ``execution`` is neither "decode" nor "quantized" (for a model with struct
+            parts).
     """
     return lower_model(
         model, compact=compact, base_dir=base_dir, keep_external=keep_external, execution=execution

@@ -1,28 +1,14 @@
 """Quantize the MatMul/Gemm (and on request Gather, Conv) weights of an ONNX model into a block format:
 ``quantize(model, "Q4_0")``.
 
-Each eligible float32 weight initializer is replaced by a struct value of the chosen format whose
-bytes come from the format's own encoder (an ONNX function run by :func:`onnx_struct.encode`), so
-the payload is whatever the format's declaration says it is, and the decoder reproduces the
-logical weight for every consumer. Everything else in the model is left as it was.
+Each eligible float32 weight becomes a struct value whose bytes come from the format's own
+encoder, and its decoder gives every consumer the logical weight; nothing else changes. By
+default (``group_axis="input"``) blocks run along the reduction axis, storing ``W^T`` plus a
+``Transpose``, so the bytes are a GGUF tensor's. A grouped axis that is no multiple of the block
+size is zero-padded and sliced back. The result must load in onnxruntime unless
+``allow_reference_only=True``.
 
-Which axis the blocks group: a block format's blocks run along the LAST dimension (numpy order)
-of the stored tensor. For ``Y = X @ W`` with ``W: [K, N]`` that would be the output axis N. GGUF,
-onnxruntime's MatMulNBits and most weight-only schemes group along the input (reduction) axis K
-instead, which is what ``group_axis="input"`` (the default) does: it stores ``W^T: [N, K]`` and
-adds one ``Transpose`` (or, for a Gemm, flips ``transB``), so each block holds consecutive
-weights of one output channel (the bytes are then exactly a GGUF tensor's). ``group_axis="output"``
-stores ``W`` as is, with no extra node; each block then shares one scale across a block of output
-channels for one input channel. docs/formats.md compares the two on a real model. Embedding
-tables read by ``Gather`` are quantized on request, blocks along each row, and so are Conv
-kernels ``[O, I, kh, kw]``, stored as ``[O, I*kh*kw]`` (blocks along the flattened input axis)
-with one ``Reshape`` restoring them.
-
-A grouped axis that is not a multiple of the block size is padded with zeros up to one in the
-stored tensor (as onnxruntime's own quantizer pads the last block), and one ``Slice`` after the
-decoder drops the padding, so the model computes exactly what it computed with the unpadded
-weight's quantization. The result must load in onnxruntime (lowered): a format whose decoder
-onnxruntime cannot run is refused unless ``allow_reference_only=True``.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -114,6 +100,26 @@ def quantize(
     ValidationError (code ``not_runnable``) if onnxruntime refuses it (e.g. OCP_MXFP4, whose
     decoder casts to FLOAT4E2M1), unless ``allow_reference_only=True`` (the model is then valid
     but only a reference decoder can run it).
+
+    Args:
+        model: the model, or a path to it (external initializers are loaded).
+        format: a BlockFormat or a registered name of a format with an encoder.
+        op_types: the op types whose weight input is quantized (MatMul, Gemm, Gather, Conv).
+        min_elements: smaller weights are kept as float.
+        group_axis: "input" (blocks along the reduction axis) or "output" (docs/formats.md
+            compares the two).
+        pad: zero-pad a grouped axis that is no multiple of the block size (else keep the weight).
+        allow_reference_only: return a model whose decoder onnxruntime cannot run.
+
+    Returns:
+        A new model; ``model`` is not changed.
+
+    Raises:
+        ValidationError: the model is not readable, the result is invalid, or onnxruntime cannot
+            run it (code ``not_runnable``) without ``allow_reference_only``.
+        KeyError: an unknown format name.
+        ValueError: a format without an encoder, an unsupported op type or ``group_axis``.
+        TypeError: ``format`` is neither a name nor a BlockFormat.
 
     Example::
 

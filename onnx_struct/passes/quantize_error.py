@@ -1,13 +1,12 @@
 """The error each quantized weight introduces: the relative error of its op's output.
 
-For a weight ``W`` quantized to ``Wq`` and each node reading it, the op is computed twice on the
-same input ``x`` (float64 for MatMul, Gemm and Gather; onnxruntime's float32 Conv for Conv), and
-the error is ``||op(x, Wq) - op(x, W)|| / ||op(x, W)||``; a weight read by several nodes reports
-the largest. ``x`` is what the node reads in the float model on the calibration input (the
-model's inputs: random by default, or the caller's arrays), taken from a run of the float model
-in onnxruntime with those values added as outputs. Where that is not available (a node in a
-subgraph or function body, a model onnxruntime cannot run on the calibration input) ``x`` is
-random: standard normal rows for MatMul/Gemm/Conv, every row for Gather; the report says which.
+For each node reading a weight ``W`` quantized to ``Wq`` the op is computed twice on the same
+input ``x`` (float64 for MatMul, Gemm and Gather; onnxruntime's Conv for Conv); the error is
+``||op(x, Wq) - op(x, W)|| / ||op(x, W)||``, the largest over the weight's readers. ``x`` is what
+the node reads in the float model on the calibration input, or random where that is not
+available; the report says which.
+
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

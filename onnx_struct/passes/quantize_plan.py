@@ -99,7 +99,25 @@ def plan(
     group_axis: GroupAxis = "input",
     pad: bool = True,
 ) -> Plan:
-    """Decide which weights :func:`quantize` replaces, without encoding anything."""
+    """Decide which weights :func:`quantize` replaces, without encoding anything.
+
+    Args:
+        model: the model, or a path to it.
+        format: a BlockFormat or a registered name of a format with an encoder.
+        op_types: as for :func:`quantize`.
+        min_elements: as for :func:`quantize`.
+        group_axis: as for :func:`quantize`.
+        pad: as for :func:`quantize`.
+
+    Returns:
+        The Plan: the weights to replace, and why every other float tensor is kept.
+
+    Raises:
+        ValidationError: the model is not readable.
+        KeyError: an unknown format name.
+        ValueError: a format without an encoder, an unsupported op type or ``group_axis``.
+        TypeError: ``format`` is neither a name nor a BlockFormat.
+    """
     return build_plan(read_model(model), resolve_format(format), tuple(op_types), min_elements, group_axis, pad)
 
 

@@ -1,17 +1,11 @@
 """Where a model keeps its weights, and who reads them: every FLOAT tensor quantize may replace.
 
-A weight is found wherever ONNX lets a model define a constant tensor:
+A weight is an initializer or a ``Constant`` node of the main graph, a subgraph or a model-local
+function body. Its readers are resolved as onnx resolves names: in its graph, in subgraphs that do
+not define the name again, and through function calls into the body (the body's nodes are the
+readers, never the call). One site is one tensor, however many nodes read it.
 
-* an initializer of the main graph or of a subgraph (``If``/``Loop``/``Scan`` bodies),
-* the ``value`` / ``value_float`` / ``value_floats`` of a ``Constant`` node in any of those graphs,
-* a ``Constant`` node in the body of a model-local function.
-
-Its readers are resolved as onnx resolves names: in the graph that defines it and in the
-subgraphs below that do not define the name again, and through a call of a model-local function
-into the function's body under the formal input's name (a weight passed to a function is read by
-the nodes of that body). A reader that is itself a function call is never a reader: the nodes of
-the body are. One site is one tensor, however many nodes or call sites read it, so a shared
-weight is one weight.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

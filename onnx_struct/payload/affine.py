@@ -18,9 +18,10 @@ def affine_form(fmt: str | BlockFormat, payload, shape: Sequence[int]) -> Affine
     """The affine form of ``payload`` (any buffer) holding a tensor of logical ``shape`` in
     ``fmt`` (a registered name or a BlockFormat), or None if the format has none.
 
-    >>> form = affine_form("Q4_0", payload, (4096, 4096))
+    >>> payload = bytes(18 * 4 * 2)  # Q4_0: 18 bytes per block of 32 weights
+    >>> form = affine_form("Q4_0", payload, (4, 64))
     >>> form.codes.dtype, form.bits, form.scale.shape, int(form.zero_point[0, 0])
-    (dtype('uint8'), 4, (4096, 128), 8)
+    (dtype('uint8'), 4, (4, 2), 8)
     """
     fmt = _format(fmt)
     if affine_spec(fmt) is None:

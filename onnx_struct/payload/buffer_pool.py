@@ -1,20 +1,12 @@
 """Recycled output buffers: a big decode result reuses memory that an earlier one gave back.
 
-A fresh 64 MB numpy array costs page faults before a byte is written (the kernel maps and
-zeroes every 4 KiB page on first touch: filling a fresh array is markedly slower than filling a
-reused one; figures in docs/benchmarks.md). onnxruntime avoids that for the outputs it allocates by keeping
-freed blocks in its arena; outputs onnx_struct allocates itself (the block-range parallel decode,
-:mod:`onnx_struct.parallel`) get the same from this pool.
+Fresh pages cost page faults before a byte is written (figures in docs/benchmarks.md), so outputs
+onnx_struct allocates itself (:mod:`onnx_struct.runtime.parallel`) come from this pool. Rule: a
+buffer returns to the pool only when nothing can read it any more (each array's lease ends its
+numpy ``base`` chain); the finalizer never waits for the lock; at most :data:`onnx_struct.limits.MAX_FREE_BUFFER_BYTES` are
+kept, least recently returned dropped first; :func:`clear` drops them all.
 
-An array from :func:`empty` is backed by a buffer that returns to the pool when the last array
-that can reach it is garbage collected. Its memory is exported through a lease object made for
-that one array, and every view, slice or reshape of the array keeps that lease alive (numpy's
-``base`` chain ends at it), so a buffer comes back only when nothing can read it any more. Returned
-buffers are filed at once when the pool's lock is free (the finalizer may run in any thread, or
-inside the garbage collector, so it never waits for the lock; a buffer it could not file waits in
-a queue for the next request or release); at most
-:data:`onnx_struct.limits.MAX_FREE_BUFFER_BYTES` of free buffers are kept, the least recently
-returned dropped first. :func:`clear` drops them all.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,17 +1,12 @@
 """All file access of onnx_struct goes through here: one resolver, one reader, one writer.
 
-Every external reference of a model (struct values, initializers, tensors in nodes, subgraphs and
-model functions) is resolved by :func:`resolve` under the model-directory rules: a location is
-relative, free of ``..``, stays inside the model's directory after symlinks are resolved, and
-names a regular file holding the referenced range. Tensors stored in a *type* (constant leaves,
-decoders, encoders) have no directory and must be inline (:func:`refuse_external_tensors`).
+Rule (the model-directory rules): every external reference is resolved by :func:`resolve` to a
+relative location, free of ``..``, inside the model's directory after symlinks, naming a regular
+file that holds the range; tensors stored in a type must be inline. Reads refuse non-regular
+files unopened, check the opened file again and copy the bytes, so a file that shrinks is a
+ValidationError, never a SIGBUS. Writes are in :mod:`onnx_struct.payload.external_write`.
 
-Reads (:func:`read_range`, :func:`read_model_file`) refuse non-regular files before opening them
-(a FIFO would block forever), open with ``O_NONBLOCK``/``O_NOFOLLOW``, check the opened file
-again with ``fstat``, and copy the bytes into memory: a file that shrinks after the check is a
-ValidationError, never a SIGBUS as with a memory map. Writes are in :mod:`external_write`
-(:class:`~onnx_struct.payload.external_write.DirectoryWriter`), which applies the same location
-rules.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -304,10 +299,9 @@ def _changed(path: str, file: pathlib.Path, size: int, needed: int) -> Validatio
 def tensor_range(tensor: onnx.TensorProto, base_dir: os.PathLike | str, path: str) -> tuple[pathlib.Path, int, int]:
     """(file, offset, length) of a stock tensor's external bytes, checked under the model-directory
     rules (``path`` names its ``external_data``). Without a ``length``, a tensor of a fixed-width
-    type takes its type's size, as onnxruntime reads it (onnx reads to the end of the file: an
-    inlined tensor then held the file's trailing bytes too, and onnxruntime refused it; found by a
-    red-team pass); other types run to the end. A negative dimension is refused here, naming the
-    tensor (onnxruntime refuses such a tensor too; numpy's ValueError escaped before)."""
+    type takes its type's size, as onnxruntime reads it (not onnx's "to the end of the file", which
+    would inline the file's trailing bytes too); other types run to the end. A negative dimension
+    is a ValidationError naming the tensor, as onnxruntime refuses such a tensor too."""
     if any(d < 0 for d in tensor.dims):
         raise ValidationError(
             path.removesuffix(".external_data") + ".dims",

@@ -1,17 +1,11 @@
 """Saving models with struct payloads in external files, and loading them back.
 
-The analogue of ``onnx.save(model, path, save_as_external_data=True)`` for struct values: every
-struct payload of at least ``size_threshold`` bytes is written to an external file and its
-StructProto gets ``external_data`` (``location``, ``offset``, ``length``); smaller ones are kept
-(or brought back) inline. Stock initializers get the same treatment with the same threshold and
-file (as onnx's ``save_as_external_data`` would), so a model mixing initializers and struct values
-is saved in one go.
+The analogue of ``onnx.save(..., save_as_external_data=True)`` for struct values (and stock
+initializers, with the same threshold and file). Rule: every byte of the source is in memory
+before anything is written, and every file is a new temporary file renamed over its destination,
+so re-saving a model over itself keeps its payloads and a symlink destination is refused.
 
-Every byte of the source (external payloads and tensors, read through
-:mod:`onnx_struct.external` under the model-directory rules) is in memory before anything is
-written, and every file is written as a new temporary file renamed over its destination
-(:class:`onnx_struct.payload.external_write.DirectoryWriter`): re-saving a model over itself keeps its payloads,
-and a destination that is a symlink is refused, never followed.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -46,6 +40,8 @@ def save_with_external_data(
     """Save ``model`` to ``path`` with large struct payloads (and tensors) in external files.
 
     Args:
+        model: the model (any form: ModelProto, bytes, path, LoadedModel).
+        path: the model file to write; external files go to its directory.
         location: the shared data file, relative to the model's directory (default
             ``<model file name>.data``); ignored with ``one_file_per_value``.
         size_threshold: payloads (and tensors) of fewer bytes stay inline.
@@ -54,6 +50,11 @@ def save_with_external_data(
         align: offsets of struct payloads in the shared file are multiples of ``align`` bytes;
             the gaps are zero bytes. Tensors are appended after them, aligned the same way.
         convert_tensors: also move large stock initializers out; False keeps them inline.
+
+    Raises:
+        ValidationError: the model is invalid or cannot be read, or a file name or location
+            would leave the model's directory.
+        OSError: a file cannot be written.
 
     The input model is not modified. Example::
 
@@ -163,7 +164,19 @@ def load_with_external_data(path: str | os.PathLike, *, inline_struct_payloads: 
     """``onnx.load(path)`` (tensors' external data loaded, under the same directory rules as
     struct payloads); with ``inline_struct_payloads`` every external struct payload is also read
     (size-checked) into ``raw_data``. Without it the struct values stay external and
-    :func:`onnx_struct.view` reads them from ``path``'s directory when a leaf is read."""
+    :func:`onnx_struct.view` reads them from ``path``'s directory when a leaf is read.
+
+    Args:
+        path: the model file.
+        inline_struct_payloads: also read every external struct payload into ``raw_data``.
+
+    Returns:
+        The stock model, struct parts as unknown fields.
+
+    Raises:
+        ValidationError: the file is missing or not a model, an external location is refused by
+            the model-directory rules, or a payload's size differs from its declaration's.
+    """
     source = load(path)
     stock = to_onnx(source.proto)
     external.load_external_tensors(stock, source.base_dir)
@@ -180,9 +193,8 @@ def load_with_external_data(path: str | os.PathLike, *, inline_struct_payloads: 
 
 def _payload(source: LoadedModel, value, index: int, table: TypeTable):
     """The verified payload bytes of ``value``, in memory (external ones read through its view).
-    The value itself is resolved, at its index, with the model's table: by name a second value of
-    that name got the first one's bytes, and finding a value's path by a scan was N^2 over N
-    values (both found by a red-team pass)."""
+    The value itself is resolved at its index (not by name: a second value of one name keeps its own
+    bytes) with the model's table, so N values cost linear time."""
     if not len(value.external_data):
         return memoryview(value.raw_data)
     where = element_label(f"graph.struct_initializer[{index}]", value.name)
@@ -205,8 +217,8 @@ class _FileNames:
 
     def claim(self, wanted: str) -> str:
         stem, dot, suffix = wanted.partition(".bin") if wanted.endswith(".bin") else (wanted, "", "")
-        # Each wanted name resumes where its last claim stopped: N names sanitized alike probed
-        # 1, 2, ... again each time, N^2 (found by a red-team pass).
+        # Each wanted name resumes where its last claim stopped: N names sanitized alike cost
+        # linear time, not N^2 probes.
         name, n = wanted, self.next_suffix.get(wanted, 1)
         if n > 1:
             name = f"{stem}.{n - 1}{dot}{suffix}"

@@ -1,29 +1,12 @@
 """The writer: leaves -> payload bytes, the exact inverse of :func:`onnx_struct.view`.
 
-``pack(view(x).leaves(), t) == x`` byte for byte when x's unnamed/padding bits are zero, and
-``view(pack(leaves, t))`` gives back every leaf that was given.
+Rule: every leaf is checked before anything is written, and the error names the leaf: its exact
+shape; values numpy converts to the leaf's dtype without loss (``cast="round"`` rounds floats,
+overflow is still refused); a given constant equal to the constant; no unknown path; a missing
+leaf only with ``fill_missing=True``, and then at most ``MAX_PACK_ZERO_FILL_BYTES`` of zero-fill.
+Writing is vectorized (:func:`onnx_struct.layout.bit_writes.write_leaf`).
 
-Accepted leaf values (checked before anything is written, errors name the leaf):
-
-* the shape must equal the leaf's shape exactly (no broadcasting);
-* the dtype is the leaf's dtype, or anything numpy converts to it **without loss**: converting
-  back gives the same values (so Python ints in [-8, 7] are fine for INT4, 0.1 for FLOAT16 is
-  not, 300 for UINT8 is not); a component's values must be integers below ``2**bit_width``. The
-  error names the leaf, the first offending index and value, and the leaf's range.
-  ``cast="round"`` rounds floating values to a floating leaf's dtype (a float32 scale into a
-  FLOAT16 leaf) instead of refusing; a value that would overflow to infinity (or to NaN, in a
-  float8 type without infinities) is still refused;
-* a constant leaf may be omitted; if given it must equal the constant;
-* unknown paths are errors, and so is a missing non-constant leaf unless ``fill_missing=True``,
-  which writes it as zero bits (an encoder that does not produce a leaf, padding components -
-  the encoder runner passes it); the zero-filled bytes may then exceed the given leaves' bytes by
-  at most ``MAX_PACK_ZERO_FILL_BYTES`` (256 MiB), so a declaration's stated size alone never
-  makes ``pack`` allocate.
-
-Writing is vectorized (:func:`onnx_struct.layout.bit_writes.write_leaf`): full-width byte-aligned leaves
-by strided assignment, contiguous 1/2/4-bit rows by packing whole rows, everything else by
-scattering each element's (at most nine) byte contributions with ``np.add.at`` in chunks (leaves
-never share a bit, so adding disjoint bit patterns into a zeroed byte is the same as OR-ing them).
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -67,6 +50,25 @@ def pack(
     ``fill_missing=True`` (then omitted leaves are zero bits). ``cast="round"`` rounds floating
     values into a narrower floating leaf (float32 -> FLOAT16) instead of refusing the loss.
 
+    Args:
+        leaves: the arrays by leaf path.
+        struct_type: the declaration, or its index in ``model.struct_types``.
+        model (ModelLike | list[StructTypeProto] | None): what resolves indices and
+            references.
+        fill_missing: zero-fill the leaves not given instead of refusing.
+        cast: "exact" refuses any value the leaf's type cannot hold; "round" rounds floats.
+
+    Returns:
+        The payload, exactly the declaration's size in bytes.
+
+    Raises:
+        ValidationError: an invalid declaration, a missing or unknown leaf (LeafNotFoundError),
+            a shape or value that does not fit its leaf, or zero-fill past
+            ``MAX_PACK_ZERO_FILL_BYTES``.
+        TypeError: ``leaves`` is not a mapping.
+        ValueError: ``cast`` is neither "exact" nor "round".
+
+    >>> from onnx_struct import make_bit_packing
     >>> pack({"a": [5], "b": [17]}, make_bit_packing([("a", 3), ("b", 5)], 1))
     b'\\x8d'
     """
@@ -133,7 +135,26 @@ def make_struct_value_from_leaves(
 ) -> StructProto:
     """A StructProto named ``name`` with the inline payload :func:`pack` builds from ``leaves``
     (``struct_type``: an inline declaration, type -1, or an index into ``model``; ``fill_missing``
-    and ``cast`` as for :func:`pack`)."""
+    and ``cast`` as for :func:`pack`).
+
+    Args:
+        name: the value's name.
+        leaves: the arrays by leaf path.
+        struct_type: an inline declaration, or its index in ``model.struct_types``.
+        model (ModelLike | list[StructTypeProto] | None): what resolves indices and
+            references.
+        doc_string: the value's ``doc_string``.
+        fill_missing: as for :func:`pack`.
+        cast: as for :func:`pack`.
+
+    Returns:
+        The StructProto, with its payload in ``raw_data``.
+
+    Raises:
+        ValidationError: as :func:`pack` raises it.
+        TypeError: ``leaves`` is not a mapping.
+        ValueError: ``cast`` is neither "exact" nor "round".
+    """
     payload = pack(leaves, struct_type, model, fill_missing=fill_missing, cast=cast)
     return make_struct_value(name, struct_type, payload, doc_string=doc_string)
 
@@ -171,9 +192,9 @@ def coerce_leaf(value: ArrayLike, leaf: Leaf, *, cast: Cast = "exact") -> np.nda
                 # without infinities overflow to NaN), is still a loss
                 wide, source = back.astype(np.float64), array.astype(np.float64)
                 lost = (np.isinf(wide) & ~np.isinf(source)) | (np.isnan(wide) & ~np.isnan(source))
-                # A type without NaN or infinities (FLOAT4E2M1, FLOAT6) saturates: NaN became -0.0
-                # and inf or 1e6 became 6.0 (found by a red-team pass); a value past the type's
-                # largest finite one is a loss there too.
+                # A type without NaN or infinities (FLOAT4E2M1, FLOAT6) saturates (NaN to -0.0,
+                # inf to 6.0): a non-finite value, or one past the type's largest finite one, is a
+                # loss there too.
                 lost |= ~np.isfinite(source) & np.isfinite(wide)
                 lost |= np.isfinite(source) & (np.abs(source) > float(ml_dtypes.finfo(target).max))
             elif array.dtype.kind in "iu" and target.kind in "iu" and array.dtype.kind != target.kind:
@@ -202,7 +223,7 @@ def _loss_reason(array: np.ndarray, target: np.dtype, lost: np.ndarray | None, c
     if lost is None or not lost.any():
         return reason
     index = _first(lost)
-    first = array[index]  # a numpy scalar, or the object itself in an object array (None: found by a red-team pass)
+    first = array[index]  # a numpy scalar, or the object itself (None too) in an object array
     reason += f": the first value that does not is {first.item() if isinstance(first, np.generic) else first!r} at index {_index(index)}"
     limits = _range(target) if bits is None else (0, 2**bits - 1)  # a component: its bit width bounds it
     if limits is not None:

@@ -258,10 +258,9 @@ def resolve_value(
 
 def _root_layout(proto, declaration, table: TypeTable, where: str) -> tuple[tuple[Leaf, ...], int, str]:
     """(leaves, size in bytes, declaration path) of a value's root. For ``struct_types[i]`` they
-    are computed once per table (a walk over N values of one declaration repeated its own fields'
-    work, and the labels of their names, N times: N x a 1 MB field name; found by a red-team
-    pass), with the leaves' sources under the declaration's path; a failure is raised as the
-    value's, as before."""
+    are computed once per table, so N values of one declaration cost its fields' work once (not N
+    times), with the leaves' sources under the declaration's path; a failure is raised as the
+    value's."""
     if proto.HasField("struct_type"):
         leaves, nbytes = layout_and_size(table, declaration, where)
         return leaves, nbytes, declaration_path(proto, declaration, table, where)

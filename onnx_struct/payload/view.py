@@ -2,7 +2,7 @@
 
 A view pairs a payload (inline ``raw_data``, or the exact external range, copied into memory on
 the first read of a leaf: a file that changes after the check is a ValidationError, never a
-SIGBUS as with a memory map) with the leaf layout of its declaration (:meth:`onnx_struct.layout.TypeTable.leaves`).
+SIGBUS as with a memory map) with the leaf layout of its declaration (:meth:`onnx_struct.layout.table.TypeTable.leaves`).
 The payload length is verified against the size function before any byte is read. Leaves are
 read by the bit kernels of :mod:`onnx_struct.layout.bits` (zero-copy where the layout allows).
 """
@@ -81,8 +81,8 @@ class StructView(Mapping):
         try:
             return self._by_path[path]
         except KeyError:
-            # At most five paths of 80 characters (docs/security.md): listing all of them made a
-            # 1.6 MB message per miss (found by a red-team pass).
+            # At most five paths of 80 characters: a message's size must not grow with the
+            # declaration (docs/security.md).
             shown_path = path if not isinstance(path, str) or len(path) <= 80 else f"{path[:77]}..."
             known = some_leaf_paths(self._by_path)
             raise LeafNotFoundError(self.where, f"no leaf {shown_path!r}; leaves are: {known}", leaf=path) from None
@@ -116,16 +116,37 @@ def view(
 ) -> StructView:
     """A :class:`StructView` of a struct value: a StructProto, or the name of one in ``model``.
 
-    ``model`` (any form :func:`onnx_struct.model.load` accepts, or a plain list of declarations)
+    ``model`` (any form :func:`onnx_struct.schema.model.load` accepts, or a plain list of declarations)
     supplies ``struct_types`` for
     ``type`` indices and ``type_index`` references, and, when it is a path, the directory external
     payloads are resolved against (``base_dir`` overrides it). The payload length is checked
     against the declaration's size before any byte is read; an external payload's exact range is
     read into memory when a leaf is first read (the file is checked again then).
 
-    >>> v = view("weight", "model.onnx")
-    >>> v["values"].dtype, v["scale"]
-    (dtype(int4), array(0.125, dtype=float32))
+    Args:
+        value: the StructProto, or the name of a struct value of ``model``.
+        model (ModelLike | list[StructTypeProto] | None): the model (any form) or a list of declarations.
+        base_dir: the directory external payloads are read from (default: the model file's).
+
+    Returns:
+        A read-only StructView of the value's payload.
+
+    Raises:
+        ValidationError: no value of that name, an invalid declaration, a payload of another
+            size than the declaration's, or an external location the model-directory rules refuse.
+
+    >>> import numpy as np
+    >>> from onnx import TensorProto, helper
+    >>> from onnx_struct import add_struct_types, add_struct_values, make_struct_value
+    >>> from onnx_struct import make_constant_field, make_field, make_structure, make_tensor_type
+    >>> values = make_field("values", make_tensor_type(TensorProto.INT4, [128]))
+    >>> decl = make_structure([values, make_constant_field("scale", np.float32(0.125))], name="L")
+    >>> model = helper.make_model(helper.make_graph([], "g", [], []))
+    >>> (index,) = add_struct_types(model, decl)
+    >>> add_struct_values(model, make_struct_value("weight", index, raw_data=bytes(64)))
+    >>> v = view("weight", model)
+    >>> v["values"].dtype, v["values"].shape, v["scale"]
+    (dtype(int4), (128,), array(0.125, dtype=float32))
     """
     return view_of(resolve_value(value, model, base_dir))
 
@@ -139,14 +160,27 @@ def view_buffer(buffer, struct_type: StructTypeProto | int, model=None, *, name:
     """A view of raw bytes (any buffer) under a declaration, or an index into ``model``'s types.
 
     The buffer length must equal the declaration's size in bytes.
+
+    Args:
+        buffer (bytes | memoryview | numpy.ndarray): the payload bytes (bytes, memoryview, numpy array, ...); not copied when contiguous.
+        struct_type: the declaration, or its index in ``model.struct_types``.
+        model (ModelLike | list[StructTypeProto] | None): what resolves indices and
+            references.
+        name: the name messages give the buffer (default ``buffer``).
+
+    Returns:
+        A read-only StructView of ``buffer``.
+
+    Raises:
+        ValidationError: the declaration is invalid or its size differs from the buffer's.
     """
     table = type_table(model)
     where = f"struct value {name!r}" if name else "buffer"
     declaration, _ = declaration_or_index(struct_type, table, f"{where}.type")
     layout, nbytes = layout_and_size(table, declaration, where)
     if isinstance(buffer, np.ndarray):
-        # reshape(-1) does not copy a strided 1-D array, and view() then refused it (ValueError;
-        # found by a red-team pass): its elements' bytes in C order, copied only when needed.
+        # A strided array is read as its elements' bytes in C order (reshape(-1) would not copy a
+        # strided 1-D array, which view() refuses), copied only when needed.
         data = np.ascontiguousarray(buffer).reshape(-1).view(np.uint8)
     else:
         data = memoryview(buffer).cast("B")

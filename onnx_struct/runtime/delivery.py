@@ -1,20 +1,13 @@
 """How a lowered model and its weights reach onnxruntime: the session's one door to
 ``onnxruntime.InferenceSession``.
 
-Every external tensor goes through the one resolver (:mod:`onnx_struct.payload.external`: inside
-the model directory, no link escapes), never through onnxruntime's own reading of the working
-directory or of the model's folder (a file truncated under a mapping killed the process). The
-repacked weights of the quantized route go outside the model bytes, as do the model's own
-external tensors:
+Rule: every external tensor is read through the one resolver (:mod:`onnx_struct.payload.external`),
+never by onnxruntime from the working directory or the model's folder. Repacked weights and
+external tensors reach onnxruntime through a temporary external-data file (with the session's
+own options or, beside a temporary copy of the model, with a caller's, which are never changed),
+else in memory or inline (docs/execution.md, "Memory"; docs/security.md, "Files").
 
-* with the session's own options, through a temporary external-data file whose folder the
-  options name, or in memory (``add_external_initializers``) where no file can be written;
-* with a caller's options, which are never changed (a second session from the same object, and
-  onnxruntime's re-creation of this one, see them as given), through a temporary copy of the
-  model beside that file, given to onnxruntime by path; where no file can be written the tensors
-  are brought inline in the model bytes.
-
-docs/execution.md, "Memory", and docs/security.md, "Files".
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

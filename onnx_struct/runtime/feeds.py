@@ -59,8 +59,8 @@ class Feed:
             )
         array = contiguous(self.numpy())
         if array.dtype == np.bool_:
-            # A view exposes a BOOL leaf's payload byte as is (0x76 stays 0x76); onnxruntime's Cast
-            # then gave 118.0 where the reference evaluator gives 1.0 (found by a red-team pass).
+            # A BOOL leaf is fed as 0 or 1: a view exposes its payload byte as is (0x76), which
+            # onnxruntime's Cast would turn into 118.0 where the reference evaluator gives 1.0.
             array = np.asarray(np.not_equal(array.view(np.uint8), 0))  # 0-d: numpy returns a scalar
         if array.dtype.kind == "V" or array.dtype.type.__module__.startswith("ml_dtypes"):
             # bfloat16, float8*, float8e8m0: same-size unsigned view, typed by ONNX element type.

@@ -2,10 +2,9 @@
 
 glibc serves a large allocation with its own mapping, returned on free, until one such mapping of
 up to 32 MiB is freed: it then raises its threshold to that size and serves later ones (the
-repacked weights) from its heap, which it keeps after they are freed. A session over a model read
-whole (inline payloads: the file's bytes, its parse) kept 35 MiB more for 34 MiB of Q8_0 that way
-(docs/execution.md, "Memory"). ``malloc_trim`` returns the heap's free pages; elsewhere (other C
-libraries, other systems) this does nothing.
+repacked weights) from its heap, which it keeps after they are freed (docs/execution.md, "Memory").
+``malloc_trim`` returns the heap's free pages; elsewhere (other C libraries, other systems) this
+does nothing.
 """
 
 from __future__ import annotations

@@ -1,26 +1,15 @@
 """Block-range parallel decode: a big value of a registered block format, decoded in cache-sized
 row ranges on every core.
 
-Why: onnxruntime 1.32 runs several of a block decoder's heaviest steps on one thread (per-axis
-``DequantizeLinear``, ``BitwiseAnd``, ``BitShift``, ``Concat``, ``Tile``, ``Cast``: the same time
-with 1 and 2 intra-op threads) and its parallel executor made decoders slower, so a whole-tensor
-decode leaves the other cores idle much of the time; and each of its steps streams a whole
-16-64 MB intermediate through memory. A registered format's decoder is block-wise (rows
-``[a, b)`` decode to the same values alone as with the rest), so :func:`decode_block_ranges`
-splits such a value into ranges of about :data:`RANGE_ELEMENTS` along its first axis, runs the
-format's decoder built for a range's shape in single-threaded sessions, on :func:`thread_count`
-threads that each take the next range when done (onnxruntime releases the GIL), and every range
-writes straight into its rows of one output array (IOBinding: nothing is concatenated). The output
-comes from :mod:`onnx_struct.buffer_pool`, since fresh pages would cost much of what this saves.
+onnxruntime runs several of a block decoder's heaviest steps on one thread (docs/benchmarks.md),
+so :func:`decode_block_ranges` decodes ranges of about :data:`RANGE_ELEMENTS` rows in
+single-threaded sessions on :func:`thread_count` threads, each writing its rows of one output
+array from :mod:`onnx_struct.payload.buffer_pool`.
 
-A decoder is trusted to be block-wise only when it is byte-identical to what the registry builds
-for a registered format whose ``block_ranges`` is set: the format is looked up by the decoder
-FunctionProto's exact (domain, name) (:func:`onnx_struct.formats.format_of_decoder`), the
-logical shape is the constant of the decoder's final Reshape, and the decoder the registry builds
-for that format and shape must equal the declared one byte for byte. The root declaration's name
-(free text, e.g. ``"Q4_K[4096,4096]"``) plays no part. So an edited or foreign decoder always
-runs whole; so do small values, values with packed (sub-byte) leaves, functions onnxruntime cannot
-run, and ``runtime="reference"``. The split changes no bit of the result.
+Rule: a decoder is split only when it is byte-identical to what the registry builds for its
+registered format (``block_ranges`` set), found by the decoder's exact (domain, name) at the
+shape of its final Reshape; anything else (an edited or foreign decoder, a small value, sub-byte
+leaves, ``runtime="reference"``) runs whole. The split changes no bit of the result.
 """
 
 from __future__ import annotations

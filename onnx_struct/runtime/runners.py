@@ -1,19 +1,13 @@
 """Function models run in onnxruntime: one :class:`FunctionRunner` per function model, cached
 sessions, reference fallback. Which function runs on which value is :mod:`onnx_struct.runtime.codec`.
 
-onnxruntime is imported lazily (on the first run, through :mod:`onnx_struct.runtime.ort`), so
-``import onnx_struct`` and the checker never load it.
+A decoder runs as a tiny function model (:mod:`onnx_struct.functions.models`) with its
+leaves as run-time inputs; sessions are cached per function, leaf types and constants in a
+bounded LRU. Where onnxruntime cannot load the function (a type it has no kernel for) it runs in
+``onnx.reference`` after a RuntimeWarning; an opset newer than onnxruntime's is a ValidationError.
+onnxruntime is imported on first run only.
 
-A decoder runs as a tiny *function model* (:mod:`onnx_struct.functions.models`): the decoder
-registered as a model-local function, one graph input per bound payload leaf (fed at run time, so
-nothing is constant-folded), constant leaves as initializers, and one call node. Sessions are cached
-per (function bytes, leaf types and shapes, constants, runtime) in a bounded LRU, so decoding many
-values of one format builds one session. The leaves are fed as :class:`~onnx_struct.runtime.feeds.Feed` s.
-
-Where onnxruntime cannot load the function model (no kernel for a type, as ``Cast`` from
-FLOAT4E2M1, or a type it does not know, as FLOAT6E2M3), the function runs in
-``onnx.reference.ReferenceEvaluator`` after a ``RuntimeWarning``; a decoder importing an opset newer
-than the installed onnxruntime supports is a ValidationError naming the declaration.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -38,7 +32,7 @@ from onnx_struct.runtime.ort import load_onnxruntime, ort_errors, ort_limits, or
 
 # onnxruntime's intra-op threads per decode session; 0 lets onnxruntime choose (physical cores).
 # Also the threads a big value of a registered block format is decoded on, in single-threaded
-# sessions over block ranges (onnx_struct.parallel; 0: the cores this process may use); 1 turns
+# sessions over block ranges (onnx_struct.runtime.parallel; 0: the cores this process may use); 1 turns
 # that off.
 INTRA_OP_THREADS = 0
 
@@ -118,7 +112,7 @@ class FunctionRunner:
         allowance_bytes: int = 0,
         expansion: int | None = None,
     ) -> None:
-        """``model`` is a function model (:func:`onnx_struct.functions.function_model`); it is
+        """``model`` is a function model (:func:`onnx_struct.functions.models.function_model`); it is
         checked against the decoder safety policy first (``allowance_bytes``: the bytes an encoder
         writes to its leaves; ``expansion``: the policy's bytes per input byte, default
         :data:`~onnx_struct.limits.FUNCTION_EXPANSION`), so no runner is ever built for a function check_model refuses.

@@ -33,7 +33,7 @@ from onnx_struct.schema.model import ModelLike, StructProto, StructTypeProto, lo
 class InferenceSession:
     """Run a model with struct parts in onnxruntime: ``InferenceSession(model).run(None, feeds)``.
 
-    ``model_or_path`` is any model form :func:`onnx_struct.model.load` accepts; ``compact`` is
+    ``model_or_path`` is any model form :func:`onnx_struct.schema.model.load` accepts; ``compact`` is
     :func:`onnx_struct.lower`'s (keep 4-bit weights compact in memory, decode on every run);
     ``execution`` is :func:`onnx_struct.lower`'s, "quantized" by default: MatMul/Gemm/Gather
     weights of a registered block format run quantized (docs/execution.md) at MatMulNBits'
@@ -53,8 +53,35 @@ class InferenceSession:
     and the stock part of any model is onnxruntime's to judge (docs/semantics.md, "Drop-in
     behaviour"); onnxruntime's refusal is a ValidationError that is also its own exception class.
 
-    >>> session = InferenceSession("model.onnx")
-    >>> session.run(None, {"X": x, "W": struct_value_or_payload_bytes})
+    Args:
+        model_or_path: the model (any form: ModelProto, bytes, path, LoadedModel).
+        sess_options (onnxruntime.SessionOptions | None): onnxruntime's options, never changed.
+        providers: onnxruntime's execution providers.
+        compact: as for :func:`onnx_struct.lower`.
+        base_dir: the directory external payloads are read from (default: the model file's).
+        execution: "quantized" (default) or "decode", as for :func:`onnx_struct.lower`.
+        accuracy_level: MatMulNBits' ``accuracy_level`` (None: onnxruntime's choice).
+        **ort_kwargs: passed to ``onnxruntime.InferenceSession``.
+
+    Raises:
+        ValidationError: the model is invalid, or onnxruntime refuses it (then also an instance
+            of onnxruntime's own exception class).
+        ValueError: ``execution`` is neither "decode" nor "quantized" (for a model with struct
+            parts).
+
+    >>> import numpy as np
+    >>> from onnx import TensorProto, helper
+    >>> from onnx_struct import add_struct_values, formats
+    >>> x_info = helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 1])
+    >>> y_info = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 32])
+    >>> graph = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["Y"])], "g", [x_info], [y_info])
+    >>> model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    >>> block = bytes([0x00, 0x3C]) + bytes([0x9A]) * 16  # Q4_0: d = 1.0; 16 weights 2.0, 16 weights 1.0
+    >>> add_struct_values(model, formats.get("Q4_0").make_value(model, "W", (1, 32), block))
+    >>> session = InferenceSession(model, accuracy_level=0)
+    >>> (y,) = session.run(None, {"X": np.full((1, 1), 2.0, np.float32)})
+    >>> y[0, [0, 16]]
+    array([4., 2.], dtype=float32)
     """
 
     def __init__(
@@ -150,7 +177,15 @@ class InferenceSession:
     def set_providers(self, providers=None, provider_options=None) -> None:
         """onnxruntime's, for a session created from self-contained model bytes; a session whose
         weights reached onnxruntime outside them (repacked weights, external tensors: they exist
-        only inside onnxruntime now) refuses: create a new InferenceSession with ``providers=...``."""
+        only inside onnxruntime now) refuses: create a new InferenceSession with ``providers=...``.
+
+        Args:
+            providers (Sequence[str] | None): onnxruntime's execution providers (None: its default).
+            provider_options (Sequence[dict] | None): their options, as onnxruntime takes them.
+
+        Raises:
+            NotImplementedError: the session's weights reached onnxruntime outside the model bytes.
+        """
         if not self._recreatable:
             raise NotImplementedError(
                 "this onnx_struct.InferenceSession handed its weights to onnxruntime outside the model bytes "
@@ -170,7 +205,21 @@ class InferenceSession:
         return getattr(self._session, name)
 
     def run(self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options=None) -> list:
-        """Like ``onnxruntime.InferenceSession.run``; struct inputs take a StructProto or bytes."""
+        """Like ``onnxruntime.InferenceSession.run``; struct inputs take a StructProto or bytes.
+
+        Args:
+            output_names: the outputs to compute (None: all).
+            input_feed: arrays by input name; a struct input takes a StructProto or its payload.
+            run_options (onnxruntime.RunOptions | None): onnxruntime's run options.
+
+        Returns:
+            The outputs' arrays, in ``output_names`` order.
+
+        Raises:
+            ValueError: a struct input is missing from ``input_feed``, or fed with the names of
+                its leaves as well.
+            ValidationError: a struct input's payload does not fit its declaration.
+        """
         missing = [name for name in self._struct_inputs if name not in input_feed]
         if missing:  # onnxruntime would name their lowered leaves (``W::values``), not them
             raise ValueError(f"Required struct inputs ({missing}) are missing from input_feed")

@@ -1,24 +1,13 @@
 """A ``tokenizers.Tokenizer`` built from a GGUF file's tokenizer metadata, tokenizing as llama.cpp does.
 
-Two vocabularies of ``tokenizer.ggml.model`` are built:
+Two ``tokenizer.ggml.model`` vocabularies are built: ``llama`` (llama.cpp's SentencePiece-style
+merge by piece score, as a byte-fallback BPE) and ``gpt2`` (byte-level BPE with the
+``tokenizer.ggml.pre`` regex of ``default``, ``llama-bpe`` or ``qwen2``). Any other model or
+pre-tokenizer is refused, naming the key. BOS is added where ``tokenizer.ggml.add_bos_token``
+says so; control tokens are neither matched in text nor decoded. Needs ``tokenizers``
+(``pip install 'onnx-struct[llm]'``).
 
-- ``llama`` (SentencePiece-style): llama.cpp's ``llm_tokenizer_spm`` splits the text (spaces
-  escaped as ``▁``, one ``▁`` prepended when ``tokenizer.ggml.add_space_prefix``, the default)
-  into characters and repeatedly merges the adjacent pair whose concatenation is the vocabulary
-  piece of highest score (leftmost first); characters left that are no piece become their UTF-8
-  bytes' ``<0xXX>`` pieces. That is a byte-fallback BPE whose merges are every split of every
-  piece into two pieces, ranked by the score of the merged piece: built as such here. (A piece
-  holding a character that is no piece itself could be formed by llama.cpp and not here;
-  SentencePiece's trained vocabularies hold every character of their pieces.)
-- ``gpt2`` (byte-level BPE, ``tokenizer.ggml.merges``): the pre-tokenizer regex of
-  ``tokenizer.ggml.pre`` (``default``/``gpt-2``, ``llama-bpe``/``llama3``, ``qwen2``), byte-level
-  mapping, the merges in file order; ``llama-bpe`` takes a whole word that is a token as it is
-  (llama.cpp's ``ignore_merges``).
-
-Any other tokenizer model or pre-tokenizer is refused, naming the key. The BOS token is added by
-:meth:`GGUFTokenizer.encode` where ``tokenizer.ggml.add_bos_token`` says so (default: true for
-``llama``, false for ``gpt2``); control tokens (type 3) are not matched in text and are left out
-of decoded text. Needs the ``tokenizers`` package (``pip install 'onnx-struct[llm]'``).
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

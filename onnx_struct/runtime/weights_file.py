@@ -3,8 +3,8 @@
 Arrays handed to onnxruntime in memory (``add_external_initializers``) are copied while it loads
 the model, with the Python ones still alive: the peak holds both, then the prepacked weights.
 From an external-data file onnxruntime reads each initializer, prepacks it and releases it, as it
-does for a model its own quantizer saved (measured: 1.5x the goal of issue 12 in memory, about
-1.15x from a file, for 97 MiB of Q4_0). So :class:`~onnx_struct.InferenceSession` writes the
+does for a model its own quantizer saved (figures: docs/benchmarks.md, "Session memory"). So
+:class:`~onnx_struct.InferenceSession` writes the
 repacked arrays, and every other external tensor of the lowered model (onnxruntime resolves all
 of a model's external data in one folder), to one file in a new private temporary directory,
 frees the arrays and removes the directory once the session exists (docs/execution.md, "Memory").
@@ -37,8 +37,8 @@ from onnx_struct.payload.external import (
 FILE_NAME = "weights.bin"
 # Offsets onnxruntime can map without reading (allocation granularity: 64 KiB on Windows); the
 # gaps are holes in a sparse file.
-# Tensors smaller than that are packed at 64 bytes (a model of 20,000 tiny external tensors
-# would otherwise make a file of 1.3 GB of holes, written out where a file system has none).
+# Tensors smaller than that are packed at 64 bytes, so the file's size follows the tensors' bytes,
+# not their count (holes are written out where a file system has none).
 _ALIGN = max(mmap.ALLOCATIONGRANULARITY, 1 << 16)
 _SMALL_ALIGN = 64
 _CHUNK = 8 << 20  # bytes copied at a time from the model's own external files (RSS while the arrays exist)

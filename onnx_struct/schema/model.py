@@ -28,10 +28,9 @@ StructProto = pb.StructProto
 ModelLike = Union[onnx.ModelProto, "pb.ModelProto", bytes, str, os.PathLike]
 
 
-# Below this model size the cut (a Python walk over the main graph's records, ~0.2 us each: +0.9
-# ms on benchmarks/bench_check.py's 2,000 nodes and values) costs more than the copies it saves;
-# above it, at most about as much as the check's own pass over those records (a red-team model of
-# 16 MiB of 2-byte records: 4.9 s to check below the size, 10.6 s above).
+# The stock views are cut from models of this size or more: below it the cut (a walk over the main
+# graph's records) costs more than the copies it saves, above it at most about as much as the
+# check's own pass over those records (figures: docs/benchmarks.md, "Figures behind design choices").
 STOCK_CUT_MIN_BYTES = 16 << 20
 
 
@@ -47,8 +46,7 @@ class ModelDirectory(type(pathlib.Path())):
 
 def resolve_path(path: str | os.PathLike) -> pathlib.Path:
     """``Path(path).resolve()`` with a symlink loop an OSError (ELOOP), as the OS reports it, not
-    Python 3.11's RuntimeError (which escaped from a base_dir or destination that loops; found by
-    a red-team pass)."""
+    Python 3.11's RuntimeError: a base_dir or destination that loops is an I/O error like any other."""
     try:
         return pathlib.Path(path).resolve()
     except RuntimeError:
@@ -131,8 +129,7 @@ class LoadedModel:
         if self._stock is None:
             self._stock = data = self.serialized
             # Not for a graph without struct values: the walk over its records would find nothing.
-            # (Their sizes are not asked: ByteSize over them raised the session peak by 25 MiB at 34
-            # MiB of inline Q8_0, a transient as large as a payload.)
+            # Their sizes are not asked: ByteSize over them makes a transient as large as a payload.
             if data is not None and len(data) >= STOCK_CUT_MIN_BYTES and len(self.proto.graph.struct_initializer):
                 try:
                     self._stock = struct_parts.without_struct_values(data)
@@ -192,8 +189,7 @@ class LoadedModel:
         """
         values = self._struct_values()
         candidates = values.stripped if values is not None else self.proto.graph.struct_initializer
-        # One name -> first index map per model: a loop over N values looked each up by a scan,
-        # N^2 (found by a red-team pass: 8,000 values, 15 s to load them inline).
+        # One name -> first index map per model: finding each of N values by name is linear in N.
         if self._name_index is None or self._name_index[0] is not candidates:
             index_of: dict = {}
             for index, value in enumerate(candidates):
@@ -238,9 +234,8 @@ def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = No
 
     An ``onnx.ModelProto`` is not serialized until something needs more than its struct parts.
     """
-    # A relative base_dir is fixed here, as a model's own directory is: resolved at each read, it
-    # followed the process's working directory (os.chdir between calls read another file; found by
-    # a red-team pass).
+    # A relative base_dir is resolved here, once, as a model's own directory is: a later os.chdir
+    # must not change which file a call reads.
     if isinstance(base_dir, ModelDirectory):  # a loaded model's own: resolved, with its second root
         directory = base_dir
     else:
@@ -303,8 +298,26 @@ def load_model(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | Non
     the model, and skips re-reading the file or re-serializing an ``onnx.ModelProto`` (which costs
     a pass over every inline payload per call).
 
-    >>> m = load_model("weights.onnx")
-    >>> arrays = {v.name: decode(v.name, m) for v in m.struct_values}
+    Args:
+        model: any model form (``onnx.ModelProto``, overlay ModelProto, bytes, path, LoadedModel).
+        base_dir: the directory external payloads are read from (default: the model file's).
+
+    Returns:
+        The LoadedModel, parsed.
+
+    Raises:
+        ValidationError: the file is missing, empty or not a parsable ONNX model.
+        TypeError: ``model`` is not a model form.
+
+    >>> from onnx import helper
+    >>> from onnx_struct import add_struct_values, formats
+    >>> model = helper.make_model(helper.make_graph([], "g", [], []))
+    >>> block = bytes([0x00, 0x3C]) + bytes([0x9A]) * 16  # Q4_0: d = 1.0, codes 10 (low), 9 (high)
+    >>> add_struct_values(model, formats.get("Q4_0").make_value(model, "weight", (32,), block))
+    >>> from onnx_struct import decode
+    >>> loaded = load_model(model)
+    >>> {v.name: decode(v.name, loaded)[[0, 16]] for v in loaded.struct_values}
+    {'weight': array([2., 1.], dtype=float32)}
     """
     loaded = load(model, base_dir)
     loaded.proto  # noqa: B018 - parsed now: a snapshot of an onnx.ModelProto the caller may edit later
@@ -360,13 +373,33 @@ def copy_without_struct_values(model: pb.ModelProto) -> pb.ModelProto:
 
 
 def from_onnx(model: onnx.ModelProto) -> pb.ModelProto:
-    """Stock model -> overlay (struct parts, unknown to onnx, become real fields); protobuf's
-    DecodeError as the whole parse raises it (e.g. nesting past its limit)."""
+    """Stock model -> overlay: the struct parts, unknown fields to onnx, become real fields.
+
+    Args:
+        model: the stock model.
+
+    Returns:
+        A new overlay ModelProto; ``model`` is not changed.
+
+    Raises:
+        google.protobuf.message.DecodeError: as protobuf's whole parse raises it (e.g. nesting past
+            its limit).
+    """
     return pb.ModelProto.FromString(model.SerializeToString())
 
 
 def to_onnx(model: pb.ModelProto) -> onnx.ModelProto:
-    """Overlay -> stock model (struct parts kept as unknown fields, written back on save)."""
+    """Overlay -> stock model (struct parts kept as unknown fields, written back on save).
+
+    Args:
+        model: the overlay model.
+
+    Returns:
+        A new ``onnx.ModelProto``; ``model`` is not changed.
+
+    Raises:
+        ValidationError: the model is too large for protobuf to copy (``limit_exceeded``).
+    """
     # Within a few bytes of 2 GiB protobuf may refuse to write or read back what it parsed (the
     # overlay's parse already passed the nesting limit, which onnx's, skipping struct parts,
     # cannot exceed).
@@ -387,6 +420,16 @@ def get_struct_types(model: ModelLike) -> list[StructTypeProto]:
     **A snapshot, not a live view**: for an ``onnx.ModelProto`` (where the struct parts are
     unknown fields), bytes or a path the list holds parsed copies, so editing them changes
     nothing in ``model``. To write edits back, pass the edited list to :func:`set_struct_types`.
+
+    Args:
+        model: any model form (``onnx.ModelProto``, overlay ModelProto, bytes, path, LoadedModel).
+
+    Returns:
+        The declarations, index ``i`` at position ``i``.
+
+    Raises:
+        ValidationError: the model cannot be read or parsed.
+        TypeError: ``model`` is not a model form.
     """
     return list(load(model).struct_types)
 
@@ -398,23 +441,58 @@ def get_struct_values(model: ModelLike) -> list[StructProto]:
     unknown fields), bytes or a path the list holds parsed copies, so editing them changes
     nothing in ``model``. To write edits back, pass the edited list to :func:`set_struct_values`.
 
+    Args:
+        model: any model form (``onnx.ModelProto``, overlay ModelProto, bytes, path, LoadedModel).
+
+    Returns:
+        The struct values, in order.
+
+    Raises:
+        ValidationError: the model cannot be read or parsed.
+        TypeError: ``model`` is not a model form.
+
+    >>> from onnx import helper
+    >>> from onnx_struct import add_struct_values, formats
+    >>> model = helper.make_model(helper.make_graph([], "g", [], []))
+    >>> block = bytes([0x00, 0x3C]) + bytes([0x9A]) * 16  # Q4_0: d = 1.0, codes 10 (low), 9 (high)
+    >>> add_struct_values(model, formats.get("Q4_0").make_value(model, "weight", (32,), block))
     >>> values = get_struct_values(model)
     >>> values[0].name = "renamed"
+    >>> get_struct_values(model)[0].name
+    'weight'
     >>> set_struct_values(model, values)
+    >>> get_struct_values(model)[0].name
+    'renamed'
     """
     return list(load(model).struct_values)
 
 
 def set_struct_types(model: onnx.ModelProto | pb.ModelProto, declarations: Iterable[StructTypeProto]) -> None:
     """Replace ``model.struct_types`` in place by ``declarations`` (e.g. an edited
-    :func:`get_struct_types` list). Indices are positions: references keep their numbers."""
+    :func:`get_struct_types` list). Indices are positions: references keep their numbers.
+
+    Args:
+        model: the in-memory model to change.
+        declarations: the new declarations, in index order.
+
+    Raises:
+        TypeError: ``model`` is not an in-memory ModelProto.
+    """
     declarations = list(declarations)
     _replace(model, "struct_types", lambda proto: proto.struct_types, declarations)
 
 
 def set_struct_values(model: onnx.ModelProto | pb.ModelProto, values: Iterable[StructProto]) -> None:
     """Replace the main graph's struct values in place by ``values`` (e.g. an edited
-    :func:`get_struct_values` list); the rest of the model is left as it was."""
+    :func:`get_struct_values` list); the rest of the model is left as it was.
+
+    Args:
+        model: the in-memory model to change.
+        values: the new struct values, in order.
+
+    Raises:
+        TypeError: ``model`` is not an in-memory ModelProto.
+    """
     values = list(values)
     _replace(model, "struct values", lambda proto: proto.graph.struct_initializer, values)
 
@@ -443,14 +521,33 @@ def _copy(message):
 
 
 def add_struct_types(model: onnx.ModelProto | pb.ModelProto, *declarations: StructTypeProto) -> list[int]:
-    """Append declarations to ``model.struct_types`` in place; returns their indices."""
+    """Append declarations to ``model.struct_types`` in place.
+
+    Args:
+        model: the in-memory model to change.
+        *declarations: the declarations to append, in order.
+
+    Returns:
+        Their indices in ``model.struct_types``, for references and struct values.
+
+    Raises:
+        TypeError: ``model`` is not an in-memory ModelProto.
+    """
     first = len(load(model).struct_types) if isinstance(model, onnx.ModelProto) else len(model.struct_types)
     _append(model, pb.ModelProto(struct_types=declarations))
     return list(range(first, first + len(declarations)))
 
 
 def add_struct_values(model: onnx.ModelProto | pb.ModelProto, *values: StructProto) -> None:
-    """Append struct values to the main graph's ``struct_initializer`` in place."""
+    """Append struct values to the main graph's ``struct_initializer`` in place.
+
+    Args:
+        model: the in-memory model to change.
+        *values: the StructProtos to append, in order.
+
+    Raises:
+        TypeError: ``model`` is not an in-memory ModelProto.
+    """
     _append(model, pb.ModelProto(graph=pb.GraphProto(struct_initializer=values)))
 
 
@@ -461,7 +558,17 @@ def add_value_infos(
     outputs: Iterable[pb.ValueInfoProto] = (),
     value_info: Iterable[pb.ValueInfoProto] = (),
 ) -> None:
-    """Append (struct-typed) ValueInfoProtos to the main graph's inputs/outputs/value_info."""
+    """Append (struct-typed) ValueInfoProtos to the main graph's inputs/outputs/value_info.
+
+    Args:
+        model: the in-memory model to change.
+        inputs: appended to ``graph.input``.
+        outputs: appended to ``graph.output``.
+        value_info: appended to ``graph.value_info``.
+
+    Raises:
+        TypeError: ``model`` is not an in-memory ModelProto.
+    """
     graph = pb.GraphProto(input=list(inputs), output=list(outputs), value_info=list(value_info))
     _append(model, pb.ModelProto(graph=graph))
 

@@ -1,20 +1,13 @@
 """Whether a serialized model holds a struct part: the one cheap test that sends a plain model to
 stock onnx unchanged (docs/semantics.md, "Plain models").
 
-A struct part is a field of the proposal in the message that carries it: ``ModelProto.struct_types``
-(27), ``GraphProto.struct_initializer`` (17) in any graph, ``TypeProto.struct_type`` (10) in any
-type. The test parses the bytes at C speed as a *mask*: a copy of the overlay messages
-(``schemas/onnx_struct.proto``) that declares only the fields on a path to a struct part, each
-struct part as a message ``Mark`` that requires a ``Mark``, which no finite bytes satisfy.
-Everything else stays an unknown field, unread; a struct part anywhere leaves a ``Mark`` without
-its required field, which ``IsInitialized()`` (one C walk of the few declared messages) reports.
+The bytes are parsed at C speed as a *mask*: the overlay messages declaring only the fields on a
+path to a struct part, each struct part a message that can never be initialized, so
+``IsInitialized()`` reports any struct part. A proposal field of the wrong wire type counts as a
+(broken) struct part in the model and its main graph, not elsewhere (docs/semantics.md); the
+checker's wire scan (schema/wire.py) refuses it anywhere.
 
-A proposal field of the wrong wire type (``struct_types`` as a varint) is an unknown field to the
-mask as it is to stock onnx. In the model and its main graph it counts as a (broken) struct part,
-found among the few unknown fields of the mask's two outer messages (the main graph's
-initializers are declared, as empty messages, so that they are not among them); in a type or a
-subgraph it does not (docs/semantics.md). In a model that has struct parts, the checker's wire
-scan refuses it wherever it is (schema/wire.py).
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -136,9 +129,9 @@ def has_struct_parts(data: bytes | FileBytes) -> bool | None:
     return any(field.field_number == number for message, number in outer for field in UnknownFieldSet(message))
 
 
-# Above this size a model is mostly initializer data, which protobuf's Python parse would copy (100
-# MiB: 70 ms, where onnx's C++ checker reads the bytes in 22 ms): the mask is parsed from the bytes
-# without the main graph's initializer records, found by one pass over the main graph's records.
+# Above this size a model is mostly initializer data, which protobuf's Python parse would copy: the
+# mask is parsed from the bytes without the main graph's initializer records, found by one pass over
+# the main graph's records (figures: docs/benchmarks.md, "Figures behind design choices").
 CUT_MIN_BYTES = 1 << 20
 
 
@@ -172,8 +165,8 @@ _GRAPH = pb.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
 _INITIALIZERS = {pb.GraphProto.DESCRIPTOR.fields_by_name[name].number for name in ("initializer", "sparse_initializer")}
 # The first two bytes of a tag of field 17 or 27 of any wire type but LEN (2) or the invalid 6 and
 # 7, in its shortest form or a longer one (second byte 0x81): without them in the bytes, neither
-# field is on the wire with a wrong wire type, and the unknown fields (~10 us each message to
-# list) need not be read.
+# field is on the wire with a wrong wire type, and the unknown fields (slow to list) need not be
+# read.
 _WRONG_WIRE_TYPE_TAG = re.compile(rb"[\x88\x89\x8b-\x8d\xd8\xd9\xdb-\xdd][\x01\x81]")
 _TYPES = pb.ModelProto.DESCRIPTOR.fields_by_name["struct_types"].number
 _VALUES = pb.GraphProto.DESCRIPTOR.fields_by_name["struct_initializer"].number

@@ -1,18 +1,12 @@
 """The proposal's fields of a stock ``onnx.ModelProto``, read without parsing the model whole.
 
-Stock onnx keeps ``ModelProto.struct_types`` and ``GraphProto.struct_initializer`` as unknown
-fields. protobuf's public ``UnknownFieldSet`` hands over their bytes (one copy per field: protobuf
-has no zero-copy access to them) without touching anything else in the model, so a caller that
-needs only the struct parts (``view``, ``decode``, ``get_struct_types``...) skips serializing and
-re-parsing every node, tensor and inline payload of the model.
+Stock onnx keeps ``struct_types`` and ``struct_initializer`` as unknown fields; their bytes are
+parsed as overlay messages in their place (so protobuf's nesting limit counts as in a whole
+parse), and a struct value's inline payload is a memoryview, never parsed. Rule: whatever this
+reader cannot vouch for makes it return None, and the caller parses the whole model, which raises
+what it always raised.
 
-The bytes are parsed as overlay messages *in their place*: the struct types inside a ModelProto,
-the struct values inside ModelProto.graph, so protobuf's nesting limit counts exactly as in a
-whole-model parse. A struct value's inline payload is not parsed at all: the value is parsed with
-one empty ``raw_data`` in place of its ``raw_data`` fields (so ``HasField`` answers as before), and
-the payload, the last of them (the one protobuf keeps), is a memoryview over the field's bytes. Anything this reader cannot vouch for (bytes that do not
-parse, an unusual encoding of ``raw_data``) makes it return None: the caller then parses the whole
-model, which raises exactly what it raises today.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Strings that are not UTF-8, anywhere in a message: found at C speed, named by path.
 
-onnx.proto is proto2, and proto2 parsers do not validate UTF-8: upb hands a ``string`` field that
-holds other bytes to Python as ``bytes``. Code that expects ``str`` then fails in its own way, in
-onnx.helper, onnxruntime's bindings and ours; the fuzzer found such a place at a time (a function
-output name, an operator type, a decoder input name). Checking each place cannot end. protobuf's
-``string`` is UTF-8 text by definition, and proto3 parsers refuse anything else. So a twin of the
-schemas in proto3 syntax (same messages, field numbers and types; no defaults, labels or options)
-parses the same bytes, and upb itself validates every string in them. Only when the twin refuses
-does a walk look for the first such string, to name its path.
+Rule: every ``string`` field of a model is UTF-8, checked in one place. onnx.proto is proto2, whose
+parsers hand other bytes to Python as ``bytes``, which code expecting ``str`` mishandles. A proto3
+twin of the schemas (same messages, numbers and types) parses the same bytes, and upb validates
+every string in it; only when the twin refuses does a walk look for the first such string, to
+name its path (docs/security.md).
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """What a parse cannot show: a scan of a model's serialized bytes for ambiguous struct parts.
 
-protobuf keeps the *last* member of a oneof and moves a known field of the wrong wire type into the
-unknown fields, so after a parse nothing shows that ``Field.type`` and ``Field.constant`` were both
-on the wire (a payload field or a zero-size constant, depending on their order), or that
-``ModelProto.struct_types`` came as a varint (the declarations silently vanish). This module reads
-the bytes themselves and reports the first such problem as a ValidationError with a proto path:
+protobuf keeps the last member of a oneof and hides a known field of the wrong wire type among
+the unknown fields. Rule: in every overlay message (``schemas/onnx_struct.proto``) a second member
+of one oneof, or a known field with the wrong wire type, is a ValidationError with its proto path.
+onnx's own messages are skipped by length, so the scan costs one step per overlay field whatever
+the payload sizes; it is iterative, and main-graph runs of nodes and values are read with numpy
+(schema/wire_runs.py).
 
-- a second member of one oneof in one message (two occurrences of a singular message field are one
-  message, as protobuf merges them), and
-- a known field number with the wrong wire type,
-
-in every *overlay* message (``schemas/onnx_struct.proto``: the proposal's messages and the copies
-of onnx's messages on a path to them). onnx's own messages (tensors, decoders, shapes) keep stock
-protobuf semantics, as in stock onnx, and are skipped by their length without being read, so the
-scan costs one step per field of the overlay messages, whatever the payload sizes. It is iterative
-(no recursion on hostile depth). In the main graph, runs of node records and of struct value
-records are read with numpy instead (``wire_runs.py``); what the scan learns there (which nodes may
-have attributes, which values hold exactly ``type``, ``raw_data`` and ``name``) is handed to the
-checker (:class:`Scan`), so that it reads neither kind one message at a time.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

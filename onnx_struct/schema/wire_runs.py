@@ -1,18 +1,12 @@
 """Runs of small records in the main graph, read by numpy over the buffer for the wire scan.
 
-A large graph is mostly two runs of records of one field each: its nodes (``GraphProto.node``)
-and its struct values (``struct_initializer``). Stepping over them one Python iteration per record
-is most of a scan's time (docs/benchmarks.md); here a window of the buffer is read with a few numpy
-operations instead. Every position holding the field's tag is a candidate start, its length varint
-says where that record stops, and the run is the chain of candidates from the first one, each
-starting where the one before stops (guessed, checked link by link, and found by pointer doubling
-where the guess fails): bytes inside a record that only look like a tag are never reached, so the
-chain is exactly what protobuf reads. A run ends before
-the first record that is not a candidate (another field, a length of more than two bytes, a record
-crossing the window's end, a struct value of another shape): the scan reads that one its usual way.
+A large graph is mostly a run of nodes and a run of struct values; here a window of the buffer is
+read with a few numpy operations instead of one Python step per record. The run is the chain of
+tag candidates from the first record, each starting where the one before stops, so it is exactly
+what protobuf reads; it ends before the first record that is not a candidate, which the scan
+reads its usual way. Short runs are left to the scan.
 
-A pass costs about as much as one or two hundred records read in Python, so short runs are left
-to the scan, and windows double while runs fill them.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -105,9 +99,9 @@ class Runs:
     def _fit(self, kind: str, used: int, records: int) -> None:
         """Double the window after a run that filled most of it; after a run that ended early,
         shrink it to twice that run's bytes, and after a short run, wait. A pass then never reads
-        more than a few times the bytes the one before it stepped over: with windows that only
-        grew, 64 empty nodes and a graph field, repeated, had every pass read 1 MiB (a 13 KB
-        stretch of them cost 11 s, tests/adversarial/test_conformance.py)."""
+        more than a few times the bytes the one before it stepped over, so short runs between
+        other fields cannot make every pass read a full window (docs/security.md, "Findings behind
+        code rules")."""
         window = self.windows[kind]
         if 2 * used > window:
             self.windows[kind] = min(_LAST_WINDOW, 2 * window)

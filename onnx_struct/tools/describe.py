@@ -168,7 +168,7 @@ def _declaration_node(
         position = offset
         fields = declaration.structure.field
         for i, field in enumerate(fields):
-            if budget[0] <= 0:  # the budget bounds a structure's own fields too (found by a red-team pass)
+            if budget[0] <= 0:  # the budget bounds a structure's own fields too, not only references
                 node["truncated_children"] = len(fields) - i
                 break
             where = element_label(f"{path}.structure.field[{i}]", field.name)

@@ -1,33 +1,13 @@
 """The decoder graph of a llama-shaped GGUF model: ``convert("model.gguf", graph=True)``.
 
-:func:`add_decoder_graph` takes the model :func:`onnx_struct.tools.gguf.convert`
-made of a GGUF file (its tensors are struct values holding the GGUF bytes, its metadata the GGUF
-key-value pairs) and gives it the computation llama.cpp runs for ``general.architecture`` llama,
-mistral or qwen2 (docs/llm.md draws it per layer):
+:func:`add_decoder_graph` gives the model :func:`onnx_struct.tools.gguf.convert`
+made of a GGUF file the computation llama.cpp runs for ``general.architecture`` llama, mistral or
+qwen2 (docs/llm.md): embedding Gather, per layer RMSNorm, q/k/v projections, GroupQueryAttention
+with llama.cpp's RoPE mode and the KV cache, SwiGLU MLP and residuals, then the output head. I/O
+names follow onnxruntime-genai (``input_ids``, ``attention_mask``, ``past_key_values.{i}.key``,
+``logits``, ``present.{i}.key``). No onnxruntime import here.
 
-- ``Gather(token_embd.weight, input_ids)``, which lowering turns into ``GatherBlockQuantized``;
-- per layer: RMSNorm (``x / sqrt(mean(x^2) + eps) * w``, the pattern onnxruntime fuses into
-  ``SimplifiedLayerNormalization``), q/k/v projections ``MatMul(x, Transpose(W))`` (lowered to
-  ``MatMulNBits`` on the GGUF codes; qwen2 adds its biases), ``com.microsoft.GroupQueryAttention``
-  with rotary embedding and the KV cache, the output projection, a residual, RMSNorm, the SwiGLU
-  MLP ``down(silu(gate(x)) * up(x))`` and a second residual;
-- the output RMSNorm and head: ``output.weight``, or the token embedding where the file ties them.
-
-RoPE is llama.cpp's for the architecture: llama and mistral use ggml's NORM mode, rotating the
-adjacent pairs ``(x[2i], x[2i+1])`` of q and k as the GGUF rows store them (llama.cpp's converter
-permuted the rows of Hugging Face's q/k weights so that this applies), which is GroupQueryAttention's
-``rotary_interleaved=1``; qwen2 uses NEOX mode, ``(x[i], x[i + d/2])``, ``rotary_interleaved=0``.
-The angle of pair ``i`` at position ``p`` is ``p * freq_base^(-2i/d) / rope_freqs[i] * 1/factor``
-(``rope_freqs`` where the file has one, e.g. Llama 3.1's scaling; ``factor`` for
-``rope.scaling.type`` linear). The cos/sin tables are computed in the graph from constants,
-so onnxruntime folds them once when the session is created.
-
-I/O contract (onnxruntime-genai's names): inputs ``input_ids`` int64 [batch, seq],
-``attention_mask`` int64 [batch, total], ``past_key_values.{i}.key`` / ``.value`` float32
-[batch, n_kv_heads, past, head_dim]; outputs ``logits`` float32 [batch, seq, vocab],
-``present.{i}.key`` / ``.value``. ``total`` is the number of positions attended to (past tokens
-plus these); a cache whose buffer is bound as both past and present (io_binding) may be longer,
-as GroupQueryAttention's shared-buffer mode allows. No onnxruntime import here.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

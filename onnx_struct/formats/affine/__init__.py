@@ -1,17 +1,16 @@
 """Affine forms of the registered block formats: ``value = (code - zero_point) * scale + minimum``.
 
-A format has an affine form when its payload maps exactly onto 4- or 8-bit integer codes with one
-float32 scale (and optionally an integer zero point and a float32 additive minimum) per block of
-``block_size`` elements, the form ONNX's blocked ``DequantizeLinear`` (onnxruntime fuses it with
-``MatMul`` into ``MatMulNBits``) can carry. The table of which formats have one and how exact it
-is lives in docs/execution.md; :func:`affine_table` returns it.
-
-This module works on leaves (``{path: array}`` with a leading ``n_blocks`` dimension); reading a
-payload's bytes into leaves is the payload layer's job: :func:`onnx_struct.payload.affine.affine_form`.
+A format has an affine form when its payload maps exactly onto 4- or 8-bit integer codes with
+one float32 scale (optionally an integer zero point and a float32 minimum) per block, the form
+ONNX's blocked ``DequantizeLinear`` carries. :func:`affine_table` gives which formats have one
+(docs/execution.md). This module works on leaves; reading payload bytes into leaves is
+:func:`onnx_struct.payload.affine.affine_form`'s job.
 
 >>> spec = affine_spec("Q4_K")
 >>> spec.bits, spec.block_size, spec.zero_point, spec.minimum
 (4, 32, False, True)
+
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """Affine forms of GGUF's legacy, K-quant and ternary formats.
 
-Each rule computes the scale and minimum exactly as gguf-py's ``dequantize_blocks`` does (same
-float32 operations in the same order: ``d * sc`` with the 6- or 8-bit sub-scale), so that
-``(code - zero_point) * scale + minimum`` rounds like the reference: ``d * q - m`` and
-``d * q + (-m)`` are the same IEEE operation, and ``(code - 8) * d`` is formed exactly in integers.
+Rule: scale and minimum are computed as gguf-py's ``dequantize_blocks`` computes them (the same
+float32 operations in the same order), so ``(code - zero_point) * scale + minimum`` rounds like
+the reference. 4-bit and narrower codes keep the stored value with the format's offset as zero
+point; 5- and 6-bit codes are widened to 8 bits.
 
-Codes: 4-bit formats keep the stored unsigned nibble (or 2-, 3-bit value) with the format's
-constant offset as the zero point; 5- and 6-bit codes are widened to 8 bits, signed with the offset
-subtracted when the format has one (Q5_0, Q6_K), unsigned with a minimum otherwise (Q5_1, Q5_K).
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Affine forms of GGUF's IQ formats and its FP4 formats (MXFP4, NVFP4).
 
-They look non-affine (a code book), but every code book is integers times a per-block scale:
-IQ4's ``kvalues_iq4nl`` is an int8 table, the IQ2/IQ3 grids are small unsigned bytes that signs
-turn into int8, IQ1's grid (-1, 0, 1) shifted by ``delta = 1/8`` is (8 g +- 1) / 8, and E2M1
-values times 2 are the int8 ``kvalues``. The code is the table entry (times the sign), the scale
-is gguf-py's float32 block scale (times ``delta`` for IQ1, exact: a power of two on a float32 far
-from the subnormal range). Signs multiply exactly, so ``(grid * sign) * db == (db * grid) * sign``.
-The tables are the format's own constant leaves, not copies.
+Every code book of these formats is integers times a per-block scale, so the code is the table
+entry (times its sign) and the scale gguf-py's float32 block scale; both products are exact. The
+tables are the format's own constant leaves, not copies.
+
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
 """Affine forms of the OCP MX formats whose element values are small integers times a power of two.
 
-An element's value times ``2**k`` is an int8 for FP4 E2M1 (k = 1: 0, ±1, ..., ±12) and FP6 E2M3
-(k = 3: up to ±60), and MXINT8 elements are ``int8 * 2**-6``; the block scale becomes
-``2**(e - 127 - k)``, exact in float32 for every scale byte (byte 0 gives a subnormal), and the
-NaN scale (0xFF) stays NaN. The products are exact, so values match the format's decoding bit for
-bit except that E2M1/E2M3's negative zero becomes +0.0 (an integer code has no -0).
-FP8 (E4M3: 2**-9 .. 448, E5M2) and FP6 E3M2 (2**-4 .. 28, x16 = 448) need more than 8 bits
-and have no affine form.
+FP4 E2M1, FP6 E2M3 and MXINT8 elements times ``2**k`` are int8, and the block scale becomes
+``2**(e - 127 - k)``, exact in float32; values match the format's decoding bit for bit except
+that a negative zero becomes +0.0. FP8 and FP6 E3M2 need more than 8 bits: no affine form.
+
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """The scale searches of ggml's K-quant reference quantizers, as ONNX graph recipes.
 
-ggml's ``quantize_row_q{2..6}_K_ref`` (ggml-quants.c) choose each sub-block's scale (and minimum)
-by trying a fixed list of candidate scales one after the other and keeping a candidate only when
-it beats the best so far. These recipes reproduce that choice bit for bit:
+Rule: the chosen scales match ``quantize_row_q{2..6}_K_ref`` bit for bit. So every float32
+operation is one ONNX op in C's evaluation order (sums as chains of Adds, no FMA contraction),
+candidates are unrolled in ggml's order and kept with ``Where`` under ggml's own comparison, and
+``nearest_int`` is ggml's add-1.5*2^23 trick, not ``Round``.
 
-- Sub-blocks are columns: values are ``[k, S]`` (``k`` weights of each of ``S`` sub-blocks), so a
-  per-sub-block sum is a chain of ``k - 1`` Adds over rows, in ggml's order (``sum += term``,
-  left to right). float32 addition is not associative: a ReduceSum (any order) could differ in
-  the last bit, and then a tie between two candidates could break the other way.
-- Candidates are unrolled in ggml's order and each one updates the best so far with ``Where``
-  under ggml's own comparison, so ties and NaN comparisons resolve exactly as in C.
-- Each float32 operation is one ONNX op in C's evaluation order (``w*x*l`` is ``(w*x)*l``).
-  ggml-quants.c is compiled without ``-march`` flags (it is in ggml-base, not the CPU backend),
-  so the reference does not contract ``a*b+c`` into an FMA; each product is rounded on its own.
-- ``nearest_int`` is ggml's add-1.5*2^23 trick itself (BitCast, opset 26), not ONNX ``Round``:
-  the two agree up to ``2^22``, but extreme inputs (subnormal ranges, FLOAT16 scales that
-  overflow) reach inf and NaN quotients, where the trick's bits decide ggml's quants.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,36 +1,15 @@
 """GGUF recipes: the unpacking steps of GGUF decoders, written with the shared FunctionBuilder.
 
-A format module reads like gguf-py's numpy code, one helper call per numpy step::
+A format module reads like gguf-py's numpy code, one recipe call per numpy step (:func:`nibbles`,
+:func:`bit_fields`, :func:`bit_planes`, :func:`spread`, :func:`byte_lookup`,
+:func:`nibble_lookup`, :func:`dequantize_rows`, :func:`scaled_down`, :func:`add_rows`); the
+builder, :func:`field` and the opset constants are in :mod:`onnx_struct.formats._graph`.
 
-    b = FunctionBuilder("decode_Q4_0", ["d", "qs"])
-    q = nibbles(b, "qs", n, 16)  # [n, 32]: low nibbles, then high nibbles
-    y = dequantize_rows(b, q, b.to_float("d"), zero_point=8)
-    decoder = b.finish(y, shape)
+Rule: each recipe uses the cheapest onnxruntime steps that give gguf-py's exact result (scalar
+shifts and uint8 arithmetic, few Gathers, no Transpose of small blocks, one DequantizeLinear
+product); the per-op costs behind each choice are in docs/benchmarks.md.
 
-Stable interface for any GGUF format module: the recipes :func:`nibbles`, :func:`bit_fields`,
-:func:`bit_planes`, :func:`spread`, :func:`byte_lookup`, :func:`nibble_lookup`, :func:`dequantize_rows`,
-:func:`scaled_down`, :func:`add_rows` (formats register as tables of
-:class:`onnx_struct.formats.base.FormatSpec`). The builder,
-:func:`field` and the opset constants are in :mod:`onnx_struct.formats._graph`.
-
-Why the recipes look the way they do (the per-op costs behind each choice, and how they were
-measured, are in docs/benchmarks.md, "figures behind design choices"): in onnxruntime's CPU
-provider uint8/uint16 ``Add``/``Sub``/``Mul``/``Min``/``Max``/comparisons and bool->uint8
-``Cast`` are the cheapest steps per element; ``BitwiseAnd`` and ``BitShift`` cost several times
-more; a multiply by a constant *row* (``[rows, k] * [k]``) more than a scalar one; a ``Gather``
-costs far more per *index*, almost whatever its row (so one index should fetch several values,
-from a table small enough to stay in cache); uint8 ``Where`` is dear too; and any broadcast whose
-innermost run is short (a ``[n, 1, 32] >> [1, 8, 1]`` shift, an ``Expand``/``Resize`` repeating
-single bytes) loops per run. ``Transpose`` of small inner blocks is fine on one thread and much
-slower with two (avoid it). So nibbles are cut with one *scalar* shift plus uint8 arithmetic;
-narrower fields over long runs are one scalar wrapping multiply per field on the packed bytes
-(moving the field to the top bits), one mask, shift or compare where bits below remain, and one
-``Concat``; bit expansions with short runs use a 256-entry ``Gather`` table (one row copy per
-byte), and 16-entry codebooks gather 4 values per index. ``DequantizeLinear`` (per-axis) turns
-bytes into floats in one pass and computes ``float(q - zero_point) * scale`` with a single
-rounding, exactly gguf-py's ``d * q`` (onnxruntime runs it on one thread: it is every
-decoder's floor). The remaining float pass of formats with a minimum (``d * q + m``) is
-kept separate because gguf-py rounds twice (:func:`add_rows`).
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -212,7 +191,7 @@ def add_rows(b: FunctionBuilder, y: str, offset: str, rows: int) -> str:
 
     A broadcast ``Add`` of ``[rows, 1]``. A ``BatchNormalization`` with unit scale and variance
     and zero epsilon computes the same sums on onnxruntime's CPU provider and is faster on
-    one thread (docs/benchmarks.md) (the block-range sessions, :mod:`onnx_struct.parallel`), but it is not portable:
+    one thread (docs/benchmarks.md) (the block-range sessions, :mod:`onnx_struct.runtime.parallel`), but it is not portable:
     onnxruntime's CUDA provider raises epsilon to cuDNN's minimum 1e-5, which would make a lowered
     model's decoder divide by ``sqrt(1 + 1e-5)``. Decoders must give the same bits on any provider.
     """

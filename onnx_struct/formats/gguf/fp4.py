@@ -1,28 +1,12 @@
 """GGUF's FP4 block types MXFP4 and NVFP4, as gguf-py (``gguf.quants``) and ggml define them.
 
-Both store E2M1 codes through ggml's ``kvalues_mxfp4`` table, which holds the E2M1 values
-*doubled* (0, 1, 2, 3, 4, 6, 8, 12 and their negatives, code 8 being +0); the scales carry the
-matching factor 1/2:
+MXFP4: 32 values in 17 bytes (an E8M0 exponent, then 16 bytes of nibbles); NVFP4: 64 values in
+36 bytes (four unsigned E4M3 scales, then 32 bytes of nibbles). Both store E2M1 codes through
+ggml's ``kvalues_mxfp4`` table of doubled E2M1 values. Decoders are exact and run in onnxruntime;
+the MXFP4 encoder reproduces ``gguf.quants.quantize`` byte for byte, the NVFP4 encoder ggml's
+``quantize_row_nvfp4_ref`` (gguf-py has none).
 
-* **MXFP4** (32 values, 17 bytes): ``e`` (uint8, an E8M0 exponent; ``d = 2**(e - 128)``, no NaN
-  code) then ``qs[16]``: value ``j < 16`` is the low nibble of ``qs[j]``, value ``j + 16`` its
-  high nibble.
-* **NVFP4** (64 values, 36 bytes): ``d[4]`` (uint8, one unsigned E4M3 scale per 16 values; bias
-  7, the sign bit ignored, 0x00 and 0x7F mean 0, times 1/2) then ``qs[32]``: sub-block ``s`` uses
-  bytes ``8s .. 8s+7``, value ``j < 8`` in the low nibble of byte ``j``, value ``j + 8`` in the
-  high nibble.
-
-Decoders: the scale by a 256-entry table Gather per block, the value ``kvalues[code]`` by a dozen
-uint8 operations (the E2M1 pattern as arithmetic: several times cheaper in onnxruntime than a
-Gather per value; the ``kvalues`` constant field still declares the table, and the tests check
-every code against gguf-py), then one DequantizeLinear product ``d * kvalue``. Exact (every
-product is representable in float32) and run in onnxruntime at opset 21.
-
-Encoders: the MXFP4 encoder reproduces ``gguf.quants.quantize`` byte for byte, including its
-float32 ``floor(log2(amax))`` (which rounds up just below a power of two) and, for
-``0 < amax < 2**-125``, the x86 wrap-around of its float -> uint8 cast. gguf-py has no NVFP4
-quantizer; the NVFP4 encoder follows ggml's ``quantize_row_nvfp4_ref`` (per 16 values
-``ue = fp32_to_ue4m3(amax / 6)``, then the nearest ``kvalues * d``, first index on ties).
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """GGUF's IQ ("importance") block types, and through :mod:`.tq` the ternary TQ types, as data.
 
-Each type is one :class:`BlockFormat`: its block Structure declares the payload fields in ggml's
-order with their real ONNX types (``d: FLOAT16``, ``qs: UINT8[n]`` or ``UINT16[n]``, ...) plus
-the lookup tables the decoder needs as CONSTANT fields (``iq2xxs_grid``, ``ksigns_iq2xs``,
-``kvalues_iq4nl``, ... stored as ggml declares them, zero payload bytes). The decoder is an ONNX
-function reproducing ``gguf.quants.dequantize`` bit for bit (NaN where gguf-py has NaN): the
-float32 scales are computed with gguf-py's operations in its order, the rest of gguf-py's product
-(grid times signs, a level) is an exact small integer, and the two meet in one float32 multiply
-(DequantizeLinear), which rounds exactly as gguf-py's chain does.
+Each type is one :class:`BlockFormat`: the payload fields in ggml's order with their real ONNX
+types, plus the lookup tables the decoder needs as constant fields (zero payload bytes). Rule: the
+decoder reproduces ``gguf.quants.dequantize`` bit for bit (gguf-py's float32 scale operations in
+its order, then one exact DequantizeLinear product). Where gguf-py splits a ggml array by
+meaning, the declaration follows gguf-py's names.
 
-Speed, in onnxruntime: one Gather of a whole row (8 signed grid values, 4 IQ4 levels) per index,
-tables derived from the constant fields only (folded when the session is built), no element-wise
-op on a short broadcast span or a trailing dimension of 1, and no Transpose of small blocks; those
-cost more than gguf-py's whole numpy pipeline.
-
-Where gguf-py splits a ggml array by meaning, the declaration follows gguf-py's names:
-IQ2_S ``qs[64]`` is ``qs[32]`` (grid indices) + ``signs[32]``, IQ3_XXS ``qs[96]`` is ``qs[64]``
-+ ``scales: UINT32[8]`` (ggml's ``scales_and_signs``), and IQ1_M ``scales`` is ``UINT16[4]``
-(ggml declares ``uint8_t[8]`` but reads it as ``uint16_t``; the bytes are the same).
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

@@ -55,8 +55,8 @@ def _element_types(field, gguf) -> list:
     """The value's type, and an array's element types down to the innermost. gguf-py records an
     array's element type from its first element, so an empty array's (``[]`` of UINT8, or the
     first inner array of an array of arrays) is read from the array's own header: parts 3, 5, ...
-    are the element types of the outer array and of each first inner array (found by a red-team
-    pass: an empty array's type came out as ``ARRAY``)."""
+    are the element types of the outer array and of each first inner array, so an empty array's type
+    is its declared element type, never ``ARRAY``."""
     types = [gguf.GGUFValueType(t) for t in field.types]
     while types[-1] == gguf.GGUFValueType.ARRAY and 3 + 2 * (len(types) - 1) < len(field.parts):
         types.append(gguf.GGUFValueType(int(field.parts[3 + 2 * (len(types) - 1)][0])))
@@ -107,6 +107,15 @@ def decode_metadata(
     ``props`` is a converted model, its ``metadata_props`` as they are (``model.metadata_props``),
     or a ``{key: value}`` mapping. Entries that did not come from the GGUF file (no value type
     recorded for them) are left out; a model that was not converted from GGUF gives ``{}``.
+
+    Args:
+        props: a converted model, its ``metadata_props``, or a ``{key: value}`` mapping.
+
+    Returns:
+        The GGUF metadata by key.
+
+    Raises:
+        ValidationError: a recorded entry that is not valid JSON of its value type, naming it.
 
     Example::
 

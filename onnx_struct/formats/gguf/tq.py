@@ -1,15 +1,11 @@
 """GGUF's ternary types TQ1_0 and TQ2_0: declarations, decoders and encoders.
 
-Both store 256 values in {-1, 0, 1} times one f16 scale ``d`` (the block's absolute maximum),
-with ``d`` *last* in the block. TQ2_0 packs 2-bit codes ``q + 1``; TQ1_0 packs 5 trits per byte
-as a fixed-point fraction of 243 so that digit k is ``((byte * 3**k) mod 256) * 3 >> 8``.
+256 values in {-1, 0, 1} times one FLOAT16 scale ``d``, stored last. TQ2_0 packs 2-bit codes
+``q + 1``; TQ1_0 packs 5 trits per byte as a fixed-point fraction of 243. The encoders reproduce
+``gguf.quants.quantize`` byte for byte for finite input, the decoders ``gguf.quants.dequantize``
+bit for bit; blocks holding NaN or infinity have no defined encoding.
 
-The encoders reproduce ``gguf.quants.quantize`` byte for byte for finite input (gguf-py's
-float32 ``d``, ``1 / d`` and ``x * id``; its round-half-away-from-zero ``np_roundf`` is two
-comparisons on the reachable range, see :func:`ternary_codes`); the decoders reproduce
-``gguf.quants.dequantize`` bit for bit (``d * (q - 1)`` as one DequantizeLinear multiply of an
-exact integer). Blocks containing NaN or infinity have no defined encoding in gguf-py (the
-float -> int8 cast of NaN is platform-defined), so none here either.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

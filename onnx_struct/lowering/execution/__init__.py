@@ -1,18 +1,12 @@
 """Lowering for execution: quantized weights stay quantized in the lowered model.
 
-``lower(model, execution="quantized")`` runs :func:`rewrite_for_execution` before the ordinary
-lowering. It finds struct values of a registered block format with an affine form (see
-:mod:`.recognize`) that are consumed as
+``lower(model, execution="quantized")`` runs :func:`rewrite_for_execution` first: struct values
+of a registered block format with an affine form that feed ``MatMul`` (through
+``Transpose(perm=[1, 0])``), ``Gemm(transB=1)`` or ``Gather(axis=0)`` are replaced, for those
+consumers, by the nodes of :mod:`.emit` over their repacked integer codes, never decoded to
+float. Other uses keep the decoder call. docs/execution.md has the per-format table.
 
-* the weight of ``MatMul`` through ``Transpose(perm=[1, 0])`` (a weight ``W [K, N]`` stored as
-  ``W^T [N, K]``, blocks along K: :mod:`onnx_struct.passes.quantize` and GGUF tensors),
-* the ``B`` of ``Gemm(transB=1)`` (same storage; ``transA=0``, ``alpha=1``),
-* the table of ``Gather(axis=0)`` (an embedding ``[V, D]``, blocks along D),
-
-and replaces those consumers' inputs with the nodes of :mod:`.emit` over initializers holding the
-payload's integer codes (repacked, never decoded to float). A value (or Transpose output) used
-anywhere else too keeps its decoder call for those other uses; a value with no use left is
-dropped. Everything else is then lowered as before. docs/execution.md has the per-format table.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

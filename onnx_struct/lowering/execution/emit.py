@@ -1,25 +1,13 @@
 """The standard-ONNX (and onnxruntime contrib) nodes a quantized weight becomes.
 
-``MatMul``: ``DequantizeLinear(codes [K, N], scale [K/bs, N], zero_point, axis=0, block_size=bs)``
-feeding the ``MatMul``, the pattern onnxruntime fuses into ``MatMulNBits`` at session creation
-(every combination of INT4/UINT4/INT8/UINT8, with or without a zero point, block sizes 16..256).
-A per-block additive minimum ``m`` cannot ride in ``DequantizeLinear`` without a float zero point
-(``MatMulNBits``' slow path), so it is a second, small product:
-``x @ (d*q + m) = x @ (d*q) + blocksum(x) @ m`` with ``blocksum(x)``: ``[..., K/bs]``.
+``MatMul``: blocked ``DequantizeLinear`` feeding the ``MatMul`` (which onnxruntime fuses into
+``MatMulNBits``), or with ``accuracy_level`` set ``com.microsoft.MatMulNBits`` itself over the
+same bytes; a per-block minimum is a second, small product over the input's block sums.
+``Gather``: ``com.microsoft.GatherBlockQuantized``. The arrays come from :mod:`.repack`; with
+``arrays`` the initializers are placeholders at :data:`IN_MEMORY_LOCATION` and their arrays go
+to the caller, not into the model's bytes.
 
-With ``accuracy_level`` set (what :class:`onnx_struct.InferenceSession` asks for), the product is
-``com.microsoft.MatMulNBits`` itself, over the inputs onnxruntime's fusion would derive (same
-bytes, same node, so the same results) without the fusion's copy of every weight at session
-creation.
-
-``Gather`` (axis 0, an embedding table ``[V, D]`` blocked along D): onnxruntime's
-``com.microsoft.GatherBlockQuantized`` over uint8 codes (two 4-bit codes per byte, low nibble
-first), which dequantizes only the gathered rows; a minimum is gathered and added per block.
-
-The arrays come from :mod:`.repack`'s layouts. With ``arrays`` (a dict) the emitted initializers
-are placeholders (external data at :data:`IN_MEMORY_LOCATION`) and their arrays go to the dict:
-the caller hands them to onnxruntime (``SessionOptions.add_external_initializers``) instead of
-copying them into the model's bytes.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -50,7 +38,7 @@ class Emitter:
         self._blocksums: dict[tuple[str, int], str] = {}
         # (x, block size) -> the nodes computing its blocksum, and every request for one, in order:
         # a blocksum shared by weights whose consumers come in another order than their values
-        # must move before its first consumer (rewrite_for_execution does; found by a red-team pass).
+        # must move before its first consumer (rewrite_for_execution does).
         self.blocksum_nodes: dict[tuple[str, int], list] = {}
         self.blocksum_requests: list[tuple[str, int]] = []
         self._constants: dict[tuple, str] = {}

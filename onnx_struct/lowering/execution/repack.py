@@ -1,16 +1,12 @@
 """A quantized weight's codes repacked range of rows by range of rows, never whole, never as float.
 
-:func:`row_forms` reads a struct value's payload in ranges of whole rows (blocks run along the last
-axis, so rows ``[r0, r1)`` are one contiguous byte range: an external payload is read range by
-range, an inline one is sliced) and yields the affine form of each range. A *layout* collects
-those forms into the arrays one emitted node reads, allocated once at their final size:
-:class:`DequantizeLayout` here, for ``DequantizeLinear`` over ``W [K, N]`` of a weight stored
-``[N, K]`` (codes transposed, INT4/UINT4 packed as ONNX packs them); onnxruntime's contrib
-kernels' layouts (MatMulNBits, GatherBlockQuantized) are in :mod:`.contrib_layouts`.
+:func:`row_forms` yields the affine form of each range of whole rows of a payload; a *layout*
+(:class:`DequantizeLayout` here; onnxruntime's contrib kernels' layouts in :mod:`.contrib_layouts`) writes them into
+the arrays one emitted node reads, allocated once at their final size. Rule: a weight costs its
+repacked arrays plus one range's temporaries (about :data:`ROW_RANGE_BYTES` of payload), never
+its whole payload's codes and copies at once.
 
-A weight then costs its repacked arrays plus one range's temporaries (about
-:data:`ROW_RANGE_BYTES` of payload and a few bytes per element of it), instead of its whole
-payload, one byte per element of codes, and their packed and transposed copies at once.
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations

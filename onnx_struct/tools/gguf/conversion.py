@@ -1,21 +1,14 @@
 """GGUF file -> ONNX model with struct values: ``convert("model.gguf")``.
 
 Every GGUF tensor becomes a struct value of the same name, declared with the registered format of
-its GGML type (``formats.get("Q4_K")``) for the tensor's logical shape; the bytes are the GGUF
-tensor's bytes, verbatim. They are copied inline (``raw_data``) by default, or with
-``reference=True`` left in the .gguf and referenced by ``external_data`` (location, offset,
-length), so a multi-GiB file is converted without copying a payload byte.
+its GGML type; its bytes are the GGUF tensor's, verbatim, inline or (``reference=True``)
+referenced in the .gguf. GGUF metadata becomes ``metadata_props`` (docs/formats.md).
 
-The header is read with gguf-py's ``GGUFReader`` (a memory map), after :mod:`.validate` has
-checked every count, length and tensor range in its header against the file's size and the limits
-in :mod:`onnx_struct.limits` (gguf-py trusts them); nothing here parses GGUF for its data. Tensor
-bytes are read from the open file (``pread``), never through the map: a file truncated during the
-conversion then gives a short read, a ValidationError, where touching a mapped page past the new
-end of the file killed the process (SIGBUS). The
-model's graph has no nodes, inputs or outputs: a GGUF file carries weights and metadata, not the
-computation, and ``onnx.checker`` accepts such a graph. It imports the opset its decoders import,
-so a graph built on it lowers and runs. GGUF key-value metadata becomes model ``metadata_props``
-(:mod:`onnx_struct.formats.gguf.metadata`; encoding in docs/formats.md, "GGUF files and quantizing").
+Rule: gguf-py reads the header only after :mod:`.validate` has checked every count, length and
+range in it; tensor bytes are read with ``pread``, never through a memory map, so a file
+truncated meanwhile is a ValidationError, not a SIGBUS.
+
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations
@@ -79,6 +72,9 @@ def convert(
             inputs ``input_ids``, ``attention_mask``, ``past_key_values.{i}.key/value``, outputs
             ``logits`` and ``present.{i}.key/value`` (:mod:`onnx_struct.tools.llm_graph`,
             docs/llm.md). Without it the graph has no nodes.
+
+    Returns:
+        The model: a struct value per tensor, the GGUF metadata in ``metadata_props``.
 
     Raises:
         ValidationError: the file is not a readable little-endian GGUF file whose counts,

@@ -1,17 +1,12 @@
 """A bounds check of a GGUF file, run before gguf-py's ``GGUFReader`` is let near it.
 
-``GGUFReader`` trusts every count it reads: an array claiming 2^40 elements makes it loop 2^40
-times (each iteration a new numpy view past the end of the file), arrays nested 5,000 deep
-exhaust Python's recursion, a tensor's data past the end of the file becomes a numpy reshape
-error. This module walks the same header iteratively (magic, version, counts, each key-value
-pair, each tensor info) and checks every count and length against the bytes that really remain
-and against the limits in :mod:`onnx_struct.limits`, so a hostile file is refused with a
-:class:`ValidationError` after reading at most its header once; element payloads of fixed-size
-arrays are skipped, never read. It returns nothing: the data the converter uses still comes
-from gguf-py, which then parses a file whose every count is known to fit.
-
-Paths name the offending element: ``gguf.header``, ``gguf.kv[3] ('general.name')``,
+Rule: ``GGUFReader`` trusts every count it reads, so this module walks the same header
+iteratively first and checks every count and length against the bytes that remain and the limits
+in :mod:`onnx_struct.limits`; a hostile file is a :class:`ValidationError` after one read of its
+header. Paths name the offending element: ``gguf.kv[3] ('general.name')``,
 ``gguf.tensors[5] ('blk.0.attn_q.weight')``.
+
+Notes: docs/modules.md.
 """
 
 from __future__ import annotations
