@@ -151,7 +151,7 @@ def _convert(
     _match_decoder_opsets(model)
     if not graph:
         return to_onnx(model)
-    # issue 28 moves this converter out of formats/; the graph builder already lives in tools/.
+    # The graph builder is a tool above formats/: imported only when a graph is asked for.
     from onnx_struct.tools.llm_graph import add_decoder_graph  # noqa: PLC0415
 
     return add_decoder_graph(to_onnx(model), tensors)
@@ -320,8 +320,8 @@ def _element_types(field, gguf) -> list:
     """The value's type, and an array's element types down to the innermost. gguf-py records an
     array's element type from its first element, so an empty array's (``[]`` of UINT8, or the
     first inner array of an array of arrays) is read from the array's own header: parts 3, 5, ...
-    are the element types of the outer array and of each first inner array (found by a red-team
-    pass: an empty array's type came out as ``ARRAY``)."""
+    are the element types of the outer array and of each first inner array, so an empty array
+    keeps its declared element type."""
     types = [gguf.GGUFValueType(t) for t in field.types]
     while types[-1] == gguf.GGUFValueType.ARRAY and 3 + 2 * (len(types) - 1) < len(field.parts):
         types.append(gguf.GGUFValueType(int(field.parts[3 + 2 * (len(types) - 1)][0])))
