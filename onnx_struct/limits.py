@@ -39,8 +39,8 @@ MAX_SAMPLE_PATHS = 5
 MAX_SAMPLE_PATH_CHARS = 80
 
 # Declaration-level names the lowered model repeats once per value (a leaf path in each value's
-# leaf names, a decoder's name in each call node) are shortened past this many characters: a 1 MB
-# decoder name in a 2 MB model of 2,500 values made 2.5 GB (MemoryError; found by a red-team pass).
+# leaf names, a decoder's name in each call node) are shortened past this many characters, so the
+# lowered model's size does not multiply a name's length by the number of values.
 MAX_LOWERED_NAME_CHARS = 256
 
 # Inline payloads a converted GGUF file may hold in total: above this the model could not be

@@ -141,7 +141,7 @@ def declared_type_conflicts(loaded: LoadedModel, types: LogicalTypes | None = No
     with a type other than its logical type: not a tensor type (a sequence, a map, ...), or a tensor
     type of another element type, rank, or a dimension both give. The logical view retypes them,
     so onnx's full checker cannot see the conflict; the lowered model keeps the declared type and
-    onnx and onnxruntime refuse it (found by red-team passes). A struct type, or the Opaque
+    onnx and onnxruntime refuse it, so it is refused here. A struct type, or the Opaque
     stand-in of one, names the value itself (other rules)."""
     declared = [
         (field, j, info)

@@ -41,16 +41,16 @@ def signature_digest(
 ) -> bytes:
     """A digest of ``function`` bound to ``inputs`` (name, type) and ``initializers``, and of
     ``labels``: the key of the caches of analyses and runners. Every piece goes in after its
-    length, so no two different signatures give one byte stream (bare concatenation let a decoder
-    with a trailing unknown field and a constant without those bytes hash alike: one declaration
-    took another's analysis and passed the policy; found by a red-team pass)."""
+    length, so no two different signatures give one byte stream (with bare concatenation a decoder
+    with a trailing unknown field and a constant without those bytes would hash alike, and one
+    declaration would take another's analysis)."""
     digest = hashlib.blake2b(digest_size=32)
 
     def piece(data: bytes) -> None:
         digest.update(len(data).to_bytes(8, "little"))
         digest.update(data)
 
-    def text(name: str | bytes) -> None:  # a name that is not UTF-8 comes as bytes (found by the fuzzer)
+    def text(name: str | bytes) -> None:  # a name that is not UTF-8 comes as bytes
         piece(b"b" + name if isinstance(name, bytes) else b"s" + name.encode("utf-8", "surrogatepass"))
 
     for label in labels:
@@ -115,8 +115,7 @@ def tensor_type(elem_type: int, shape: Sequence[int]) -> onnx.TypeProto:
 
 # Domains whose operators runtimes implement themselves: onnx's other operator sets and
 # onnxruntime's contrib ones. onnxruntime runs its own kernel for a node whose (domain, name) it
-# knows, not the model-local function of that id (a decoder com.microsoft::Gelu computed Gelu,
-# found by a red-team pass).
+# knows, not the model-local function of that id (a decoder com.microsoft::Gelu would compute Gelu).
 RUNTIME_DOMAINS = frozenset(
     {
         "ai.onnx.ml",

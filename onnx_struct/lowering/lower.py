@@ -279,7 +279,7 @@ class _Lowerer:
     def decoder_binding(self, declaration: StructTypeProto, where: str, leaves) -> _Binding:
         """The declaration's decoder bound to its leaves, once per declaration: values of one
         declaration share it (every read of a name from protobuf copies it, and labels repeat
-        names: N values x a 1 MB name cost N x 1 MB; found by a red-team pass)."""
+        names, so N values must not cost N copies of a long name)."""
         known = self.bindings.get(id(declaration))
         if known is None:  # the declaration is held in the entry, so its id is not reused
             decoder = declaration.decoder

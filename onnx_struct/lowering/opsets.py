@@ -38,7 +38,7 @@ def differing_ops(nodes: Iterable[onnx.NodeProto], domain: str, have: int, want:
     """Operators of ``domain`` among ``nodes`` whose schema differs between the two versions."""
     differing = set()
     for op in {n.op_type for n in nodes if canonical_domain(n.domain) == domain}:
-        if not isinstance(op, str):  # not UTF-8 (bytes from the parse): no standard operator (found by the fuzzer)
+        if not isinstance(op, str):  # not UTF-8 (bytes from the parse): no standard operator
             continue
         try:
             a = onnx.defs.get_schema(op, have, domain).since_version
@@ -72,18 +72,18 @@ def convert_default_opset(model: onnx.ModelProto, version: int) -> onnx.ModelPro
     reused = _reused_names(converted.graph) - _reused_names(model.graph)
     if reused:  # e.g. Softmax_12_13 names its Softmax "<output>_intermediate" without asking
         raise OpsetConversionError(f"it gave a second value the name {sorted(reused)[0]!r}")
-    # The graph's signature and value_info as they were: the converter's IR dropped an elem_type
-    # set to 0, which onnx's checker then refused (found by the long fuzz run on lower), and its
-    # shape inference leaves a value_info per intermediate and refined output shapes behind.
+    # The graph's signature and value_info as they were: the converter's IR drops an elem_type set
+    # to 0, which onnx's checker then refuses, and its shape inference leaves a value_info per
+    # intermediate and refined output shapes behind.
     for field in ("input", "output", "value_info"):
         del getattr(converted.graph, field)[:]
         getattr(converted.graph, field).extend(getattr(model.graph, field))
     return converted
 
 
-# Operators whose meaning changed at an opset where onnx's converter does not adapt them (found by
-# red-team passes comparing the converted model's values with the original's): a model using one
-# is not converted across that opset. op -> (the opset, what changes).
+# Operators whose meaning changed at an opset where onnx's converter does not adapt them (the
+# converted model would compute other values): a model using one is not converted across that
+# opset. op -> (the opset, what changes).
 UNADAPTED_MEANING_CHANGES = {
     # Resize_10_11 keeps Resize-11's default coordinate_transformation_mode; Resize-10 (and
     # Upsample, converted through it) maps coordinates as asymmetric does.
@@ -97,8 +97,7 @@ UNADAPTED_MEANING_CHANGES = {
 
 def _reused_names(graph: onnx.GraphProto) -> set[str]:
     """Names a node defines that a graph input, initializer or earlier node of its graph, or of a
-    graph enclosing it, already defines (subgraphs too: the converter adapts their nodes as well;
-    found by a review)."""
+    graph enclosing it, already defines (subgraphs too: the converter adapts their nodes as well)."""
     reused: set[str] = set()
     for _, _, node, defined in walk_scoped(graph):
         own: set[str] = set()

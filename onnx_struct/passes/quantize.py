@@ -354,8 +354,8 @@ def runtime_error(model: onnx.ModelProto | CheckedModel) -> str:
             # one protobuf cannot hold it: the caller's decoder probe is the check (it ran one block)
             return ""
         # External tensors left in the model (an unloaded initializer) would be resolved by
-        # onnxruntime against the working directory (found by a red-team pass): a model without a
-        # directory has none to read them from, which is the refusal.
+        # onnxruntime against the working directory: a model without a directory has none to read
+        # them from, which is the refusal.
         files = external_tensors_in_memory(lowered, None)
         if files:
             names = list(files)

@@ -225,7 +225,7 @@ class InferenceSession:
             raise ValueError(f"Required struct inputs ({missing}) are missing from input_feed")
         hidden = {leaf: info.name for info in self._struct_inputs.values() for leaf in info.leaf_inputs}
         fed = [name for name in input_feed if name in hidden]
-        if fed:  # it replaced the leaf split from the struct input (found by a red-team pass)
+        if fed:  # a leaf fed by name would silently replace the leaf split from the struct input
             raise ValueError(
                 f"input_feed names {fed[0]!r}, a leaf of the struct input {hidden[fed[0]]!r} that is fed "
                 f"from it; pass {hidden[fed[0]]!r} only"

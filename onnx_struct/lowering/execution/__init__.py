@@ -92,7 +92,7 @@ def rewrite_for_execution(
     consumers, pinned = _uses(graph)
     taken = graph_names(loaded.proto.graph)
     # The names lower gives the leaves of a value it keeps decoded (W::scale): the emitted
-    # initializers must not take them (found by a red-team pass: "'W::scale' is already used").
+    # initializers must not take them (else: "'W::scale' is already used").
     table = checked.table
     for name, (_, value, _) in candidates.items():  # the leaves' paths only: no payload is read
         declaration = value_declaration(value, table, name)
@@ -213,7 +213,7 @@ def rewrite_for_execution(
     if not report.rewritten:
         return ExecutionRewrite(checked, report)
     kept_nodes = [node for j, node in enumerate(graph.node) if j not in removed]
-    # Subgraphs too: they resolve their operators at the model's opset as well (found by a red-team pass).
+    # Subgraphs too: they resolve their operators at the model's opset as well.
     changed = differing_ops(_with_subgraph_nodes(kept_nodes), "", opset, MIN_OPSET) if opset < MIN_OPSET else []
     if changed:  # the graph's own operators would change meaning at opset 21: decode instead
         reason = f"the graph imports opset {opset} and its operators {', '.join(changed)} differ at {MIN_OPSET}"

@@ -145,7 +145,7 @@ def _convert(
     _match_decoder_opsets(model)
     if not graph:
         return to_onnx(model)
-    # issue 28 moves this converter out of formats/; the graph builder already lives in tools/.
+    # The graph builder is a tool above formats/: imported only when a graph is asked for.
     from onnx_struct.tools.llm_graph import add_decoder_graph  # noqa: PLC0415
 
     return add_decoder_graph(to_onnx(model), tensors)

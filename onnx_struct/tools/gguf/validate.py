@@ -93,7 +93,7 @@ def check_gguf_bytes(data: bytes | bytearray | memoryview | mmap.mmap, quant_siz
     tensors = []
     for i in range(tensor_count):
         name, where = _unique_name(cursor, f"gguf.tensors[{i}]", "its name", names, "two tensors have this name")
-        if not name:  # it would name a struct value, which must have a name (found by a red-team pass)
+        if not name:  # it would name a struct value, which must have a name
             raise ValidationError(where, "the tensor has no name", code="missing_name")
         names.add(name)
         n_dims = cursor.u32(where, "its number of dimensions")
@@ -111,8 +111,7 @@ def check_gguf_bytes(data: bytes | bytearray | memoryview | mmap.mmap, quant_siz
         for where, dims, ggml_type, offset in tensors
     )
     # Tensors share no byte: llama.cpp's reader even wants each at the running size of the ones
-    # before it; gguf-py's reads overlapping ones, which made two weights of the same bytes (found
-    # by a red-team pass).
+    # before it, and gguf-py would read overlapping ones as two weights of the same bytes.
     for (start, length, where), (next_start, _, next_where) in itertools.pairwise(ranges):
         if next_start < start + length:
             raise ValidationError(
