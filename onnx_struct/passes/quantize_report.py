@@ -28,6 +28,7 @@ from onnx_struct.lowering.execution import rewrite_for_execution
 from onnx_struct.lowering.lower import lower
 from onnx_struct.passes import quantize_error
 from onnx_struct.passes.quantize import quantize_and_plan
+from onnx_struct.passes.quantize_calibration import check_calibration, read_entries
 from onnx_struct.passes.quantize_plan import (
     DEFAULT_OP_TYPES,
     WEIGHT_INPUT,
@@ -229,6 +230,8 @@ def quantize_with_report(
         stock, deferred = read_model(model), None
     if isinstance(op_types, str):  # would be read letter by letter
         raise TypeError(f"op_types: expected a sequence of operator names, got the string {op_types!r}")
+    if given is not None:  # before the work: an entry naming nothing is the caller's to fix
+        check_calibration(stock, *given)
     planned = build_plan(stock, fmt, tuple(op_types), min_elements, group_axis, pad)
     quantized = quantize_and_plan(
         model if deferred is not None else stock,
@@ -266,7 +269,7 @@ def _calibration(stock: onnx.ModelProto | None, calibration, seed: int) -> tuple
             code="invalid",
         )
     with data:
-        return {k: data[k] for k in data.files}, path
+        return read_entries(data, path), path
 
 
 def build_report(
