@@ -42,6 +42,8 @@ from onnx_struct.passes.quantize_plan import (
     resolve_format,
 )
 from onnx_struct.passes.quantize_sites import MAIN, Site
+from onnx_struct.passes.quantize_write import QuantizeOutput
+from onnx_struct.payload.external import load_external_tensors
 from onnx_struct.runtime.codec import decode
 from onnx_struct.schema.model import load
 
@@ -197,6 +199,7 @@ def quantize_with_report(
     calibration: Mapping[str, np.ndarray] | str | os.PathLike | None = None,
     threshold: float = DEFAULT_THRESHOLD,
     seed: int = 0,
+    output: QuantizeOutput | None = None,
 ) -> tuple[onnx.ModelProto, QuantizeReport]:
     """:func:`onnx_struct.passes.quantize.quantize` (same arguments), and its report.
 
@@ -205,6 +208,8 @@ def quantize_with_report(
             array, or a ``.npz`` file of them; None: random inputs (:func:`quantize_error.random_feeds`
             with ``seed``).
         threshold: the relative error of an op's output above which a weight is flagged.
+        output: where the result will be written; a result it streams to OUT.data references
+            payloads there (:class:`onnx_struct.passes.quantize_write.QuantizeOutput`).
 
     Returns:
         (the quantized model, a :class:`QuantizeReport`).
@@ -239,6 +244,7 @@ def quantize_with_report(
         **options,
         allow_reference_only=allow_reference_only,
         keep_source=False,
+        output=output,
     )[0]
     feeds, source = given or _calibration(stock, None, seed)
     held = sum(length for _, length in deferred.runs.values()) if deferred is not None else 0
@@ -248,7 +254,8 @@ def quantize_with_report(
             f" not run: the model's {held / 2**20:.0f} MiB of weights would be held by onnxruntime besides "
             "this process; random op inputs instead (--calibration FILE runs it)"
         )
-    report = build_report(stock, quantized, planned, feeds, source, threshold, seed, deferred, run_float)
+    base_dir = output.base_dir if output is not None and output.streaming else None
+    report = build_report(stock, quantized, planned, feeds, source, threshold, seed, deferred, run_float, base_dir)
     return quantized, report
 
 
@@ -282,10 +289,12 @@ def build_report(
     seed: int = 0,
     deferred: DeferredData | None = None,
     run_float: bool = True,
+    base_dir: str | os.PathLike | None = None,
 ) -> QuantizeReport:
     """The report for ``quantized``, made from ``stock`` by ``planned`` (a plan built on ``stock``;
     ``deferred``: where the data of its large initializers is, when ``stock`` is a skeleton).
-    ``run_float``: run the float model on ``feeds`` for the ops' inputs and the output errors."""
+    ``run_float``: run the float model on ``feeds`` for the ops' inputs and the output errors.
+    ``base_dir``: where ``quantized``'s external payloads and tensors are."""
     fmt = planned.format
     names = set().union(*(quantize_error.op_input_names(planned.sites[w.label]) for w in planned.weights))
     outputs = [o.name for o in stock.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT]
@@ -298,10 +307,14 @@ def build_report(
         del whole
     output_errors = {}
     if planned.weights and not failure:
-        output_errors = quantize_error.output_errors(lower(quantized), feeds, {k: values[k] for k in outputs})
+        lowered = lower(quantized, base_dir=base_dir, keep_external=False)
+        if base_dir is not None:  # kept float tensors in the data file: onnxruntime gets them in memory
+            load_external_tensors(lowered, base_dir)
+        output_errors = quantize_error.output_errors(lowered, feeds, {k: values[k] for k in outputs})
+        del lowered
     if failure and failure != "not run":
         source += f" (onnxruntime could not run the float model on it: {failure}; random op inputs instead)"
-    execution = _execution(quantized) if planned.weights else None
+    execution = _execution(quantized, base_dir) if planned.weights else None
     weights = []
     for label, site in planned.sites.items():
         weight = next((w for w in planned.weights if w.label == label), None)
@@ -335,7 +348,7 @@ def build_report(
             deferred is not None and site.where == MAIN and site.kind == "initializer" and site.name in deferred.runs
         )
         w = deferred.array(site.tensor) if from_file else numpy_helper.to_array(site.tensor)
-        wq = quantize_error.restored(decode(weight.value_name, quantized), weight)
+        wq = quantize_error.restored(decode(weight.value_name, quantized, base_dir=base_dir), weight)
         error, measured = quantize_error.weight_error(site, w, wq, values, seed)
         how, why = _how_it_runs(weight, site, fmt, execution)
         weights.append(
@@ -368,9 +381,9 @@ def _whole(stock: onnx.ModelProto, deferred: DeferredData | None) -> onnx.ModelP
     return whole
 
 
-def _execution(quantized: onnx.ModelProto):
+def _execution(quantized: onnx.ModelProto, base_dir=None):
     """What InferenceSession's quantized execution does with each struct value (no session made)."""
-    loaded = load(quantized)
+    loaded = load(quantized, base_dir)
     try:
         return rewrite_for_execution(loaded, accuracy_level=0, arrays={})[1]
     except ValidationError:  # the model is valid (quantize checked it); an opset the rewrite refuses
