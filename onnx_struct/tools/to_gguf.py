@@ -175,9 +175,11 @@ def write_gguf(export: GGUFExport, handle: BinaryIO) -> None:
     """Write ``export`` as a GGUF file to the open binary ``handle`` with gguf-py's GGUFWriter."""
     gguf = _gguf()
     writer = gguf.GGUFWriter(None, export.architecture or "")
-    # The writer names an architecture on creation; a weights-only file without one claims none.
-    writer.kv_data[0].pop(ARCHITECTURE_KEY, None)
+    if export.architecture is None:  # the writer names one on creation; a file without one claims none
+        writer.kv_data[0].pop(ARCHITECTURE_KEY, None)
     for key, (value, label) in export.metadata.items():
+        if key == ARCHITECTURE_KEY:  # the writer put it first, as gguf-py writes every file
+            continue
         value_type, sub_type = _value_types(label, gguf)
         if key == ALIGNMENT_KEY:
             writer.data_alignment = value  # checked by _recorded_metadata: a power of two
