@@ -121,3 +121,28 @@ def test_a_link_at_the_data_file_is_refused_before_any_work(tmp_path, capsys):
     assert main(argv) == 2
     assert "'q.onnx.data' is a symbolic link" in capsys.readouterr().err
     assert (tmp_path / "victim").read_text() == "keep" and not (tmp_path / "q.onnx").exists()
+
+
+def test_an_input_with_external_data_is_read_one_weight_at_a_time(tmp_path, monkeypatch, capsys):
+    """A model past 2 GiB keeps its weights in an external file: quantize leaves them there (the
+    skeleton holds no weight) and reads each back when it encodes or copies it."""
+    arrays = float_model(tmp_path / "inline.onnx")
+    inline = quantize(onnx.load(tmp_path / "inline.onnx"), "Q8_0")
+    (tmp_path / "in").mkdir()
+    onnx.save(
+        onnx.load(tmp_path / "inline.onnx"), tmp_path / "in" / "m.onnx", save_as_external_data=True, location="w.bin"
+    )
+    stock, deferred = read_model_deferred(tmp_path / "in" / "m.onnx")
+    assert sorted(deferred.files) == ["W1", "W2", "bias"] and not any(t.raw_data for t in stock.graph.initializer)
+    np.testing.assert_array_equal(deferred.array(stock.graph.initializer[2]), arrays["bias"])
+    monkeypatch.setattr(limits, "INLINE_RESULT_LIMIT", 100_000)
+    out = tmp_path / "q.onnx"
+    assert main(["quantize", str(tmp_path / "in" / "m.onnx"), str(out), "--format", "Q8_0", "--quiet"]) == 0
+    data = (tmp_path / "q.onnx.data").read_bytes()
+    expected = {v.name: v.raw_data for v in S.get_struct_values(inline)}
+    for value in S.get_struct_values(out):
+        entries = _external(value.external_data)
+        assert data[int(entries["offset"]) :][: int(entries["length"])] == expected[value.name]
+    x = np.random.default_rng(1).standard_normal((64, K)).astype(np.float32)
+    got = S.InferenceSession(str(out), accuracy_level=0).run(None, {"X": x})[0]
+    np.testing.assert_array_equal(got, S.InferenceSession(inline, accuracy_level=0).run(None, {"X": x})[0])

@@ -216,7 +216,7 @@ def quantize_and_plan(
     if deferred is not None and streaming:  # the initializers kept as float: copied file to file
         for tensor in result.graph.initializer:
             if tensor.name in deferred.runs and not tensor.raw_data:
-                output.store_tensor(tensor, deferred.path, *deferred.runs[tensor.name])
+                output.store_tensor(tensor, *deferred.source(tensor.name))
     elif deferred is not None:  # the initializers kept as float get their data back
         deferred.restore(result.graph)
     # Declarations first, while the model holds no payload (each is found by reading the model's

@@ -248,6 +248,8 @@ def quantize_with_report(
     )[0]
     feeds, source = given or _calibration(stock, None, seed)
     held = sum(length for _, length in deferred.runs.values()) if deferred is not None else 0
+    if deferred is not None:  # and what its external data files held, read in with the skeleton
+        held += sum(len(tensor.raw_data) for tensor in stock.graph.initializer)
     run_float = given is not None or held <= CALIBRATION_RUN_BYTES
     if not run_float:
         source += (
