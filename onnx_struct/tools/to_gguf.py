@@ -153,7 +153,9 @@ def plan_gguf(model: ModelLike | LoadedModel, *, base_dir=None) -> GGUFExport:
                 continue
         tensors.append(GGUFTensor(name, value.name, index, type_name, shape, nbytes))
     if not tensors:
-        reasons = "; ".join(f"{name!r}: {reason}" for name, reason in skipped) or "the model has no struct values"
+        reasons = "; ".join(f"{name!r}: {reason}" for name, reason in skipped[:3]) or "the model has no struct values"
+        if len(skipped) > 3:  # one line, however many values
+            reasons += f"; and {len(skipped) - 3} more"
         raise ValidationError("graph.struct_initializer", f"no struct value can be a GGUF tensor ({reasons})")
     metadata: dict[str, tuple[object, str]] = {}
     names, architecture = "recorded", None
