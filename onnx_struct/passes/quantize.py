@@ -350,8 +350,12 @@ def runtime_error(model: onnx.ModelProto, base_dir: str | os.PathLike | None = N
             return ""
         # External tensors left in the model (an unloaded initializer) would be resolved by
         # onnxruntime against the working directory (found by a red-team pass): a model without a
-        # directory has none to read them from, which is the refusal.
-        files = external_tensors_in_memory(lowered, base_dir)
+        # directory has none to read them from, which is the refusal. A streamed result's leaves
+        # stay in its data file, whose every reference lower() has just resolved under the
+        # model-directory rules: onnxruntime reads them there (a copy in memory doubled the peak).
+        files = external_tensors_in_memory(lowered, None) if base_dir is None else {}
+        if base_dir is not None:
+            options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base_dir))
         if files:
             names = list(files)
             options.add_external_initializers_from_files_in_memory(

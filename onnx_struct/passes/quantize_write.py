@@ -9,7 +9,7 @@ from the input file in chunks, never held whole. Until :meth:`QuantizeOutput.fin
 is a new temporary file in OUT's directory (:class:`onnx_struct.payload.external_write.DirectoryWriter`),
 and the locations name it, so quantize's own checks and its report read the payloads under the
 model-directory rules (``base_dir``); ``finish`` renames the locations to ``OUT.data``, writes the
-skeleton as OUT and renames both files into place. Payloads sit at 64-byte offsets, as a
+skeleton as OUT and renames both files into place. Payloads sit at page-aligned offsets, as a
 memory-mapping runtime prefers.
 """
 
@@ -27,7 +27,7 @@ from onnx_struct.schema.model import StructProto, from_onnx
 
 __all__ = ["QuantizeOutput"]
 
-ALIGN = 64
+ALIGN = 4096  # a page: onnxruntime maps external data at page-aligned offsets instead of copying it
 COPY_CHUNK = 64 << 20  # bytes of a kept initializer copied per read
 MOVED_TENSOR_BYTES = 1 << 16  # inline initializers of at least this many bytes move to the data file
 
