@@ -13,6 +13,10 @@ from __future__ import annotations
 
 # The protobuf wire limit: a serialized message (so a model without external data) is < 2 GiB.
 PROTOBUF_LIMIT = 2**31 - 1
+# quantize writes a result of at least this many bytes (estimated before encoding) with its payloads
+# and large tensors in OUT.data, appended as they are encoded: 16 MiB below the wire limit, for
+# the estimate's margin (the skeleton's own fields).
+INLINE_RESULT_LIMIT = 2**31 - 2**24
 
 # Leaves of one concrete root (tensor fields, components, constants; not elements). Only reachable
 # beyond a few hundred through reference fan-out, which would otherwise be enumerated exponentially.

@@ -110,3 +110,23 @@ def test_q4_0_distances(tmp_path):
     theirs = run_llama_cpp(PYTHON, {"model": str(path), "task": "logits", "tokens": ids}, tmp_path)["logits"]
     assert relative_rms(_logits(model, config, ids), exact) < 1e-4
     assert relative_rms(theirs, exact) < 0.05
+
+
+@pytest.mark.parametrize("reference", [False, True])
+def test_to_gguf_round_trip_loads_in_llama_cpp_with_the_same_logits(tmp_path, reference):
+    """from-gguf (with the decoder graph) then to-gguf: llama.cpp loads the written file and gives
+    the logits it gives for the source file, bit for bit."""
+    import onnx  # noqa: PLC0415
+
+    from onnx_struct.tools.to_gguf import to_gguf  # noqa: PLC0415
+
+    types = {"ffn_down": "Q6_K", "attn_v": "Q8_0", "attn_k": "Q4_K", "token_embd": "F32"}
+    config = TinyLlama(**spm_vocab(), default_type="Q4_0", types=types, seed=3)
+    path = tmp_path / "source.gguf"
+    write_gguf(path, config)
+    onnx.save(convert(path, graph=True, reference=reference), tmp_path / "model.onnx")
+    to_gguf(tmp_path / "model.onnx", tmp_path / "back.gguf")
+    ids = [1, 5, 17, 40, 3, 77, 12]
+    before = run_llama_cpp(PYTHON, {"model": str(path), "task": "logits", "tokens": ids}, tmp_path)["logits"]
+    after = run_llama_cpp(PYTHON, {"model": str(tmp_path / "back.gguf"), "task": "logits", "tokens": ids}, tmp_path)
+    np.testing.assert_array_equal(after["logits"], before)

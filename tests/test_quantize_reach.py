@@ -166,10 +166,11 @@ def subgraph_model() -> onnx.ModelProto:
     return oh.make_model(graph, opset_imports=OPSET, ir_version=10)
 
 
-def function_model() -> onnx.ModelProto:
+def function_model(opset: int = 21) -> onnx.ModelProto:
     """A torch export with functions: ``Block`` keeps its weight in a Constant node and is called
     twice from the main graph and once from ``Outer``; ``Linear`` reads a main-graph initializer
-    passed to it; ``Outer`` is called from the main graph."""
+    passed to it; ``Outer`` is called from the main graph. Everything imports ``opset``."""
+    OPSET = [oh.make_opsetid("", opset)]  # noqa: N806 - the module's constant, at this opset
     block = oh.make_function(
         "local",
         "Block",
@@ -201,7 +202,7 @@ def function_model() -> onnx.ModelProto:
         [numpy_helper.from_array(array((64, 64), 22), "Wlin")],
     )
     return oh.make_model(
-        graph, opset_imports=[*OPSET, oh.make_opsetid("local", 1)], functions=[block, linear, outer], ir_version=10
+        graph, opset_imports=[*OPSET, oh.make_opsetid("local", 1)], functions=[block, linear, outer], ir_version=8
     )
 
 
@@ -259,6 +260,45 @@ def test_model_local_function_weights(fmt):
     assert len(functions["Outer"].input) == 2
     calls = [n for n in quantized.graph.node if n.domain == "local"]
     assert [len(n.input) for n in calls] == [2, 2, 2, 2]
+
+
+@pytest.mark.parametrize("opset", [13, 17, 19, 21])
+def test_model_local_function_weights_below_the_decoders_opset(opset):
+    """The decoders import opset 21: quantize raises an older model's opset with onnx's version
+    converter, which drops the model's local functions (found by a red-team pass: "local:Block is
+    not a registered function"). They are kept, and lower() raises their imports (Relu differs
+    between 13 and 21)."""
+    model = function_model(opset)
+    onnx.checker.check_model(model, full_check=True)
+    quantized = check_quantized(model, "Q8_0", {"w", "Wlin"}, {"X": X}, depth=4)
+    assert sorted(f.name for f in quantized.functions) == ["Block", "Linear", "Outer"]
+    assert {o.domain: o.version for o in quantized.opset_import}[""] == 21
+
+
+@pytest.mark.parametrize("opset", [13, 17, 19])
+def test_lower_keeps_local_functions_when_it_converts_the_graph(opset):
+    """lower() converts a graph below its decoders' opset whose operators differ (Relu here) and
+    keeps the model's local functions, raising their imports too."""
+    w = array((64, 64), 41)
+    relu = oh.make_function(
+        "local", "Act", ["x"], ["y"], [oh.make_node("Relu", ["x"], ["y"])], [oh.make_opsetid("", opset)]
+    )
+    nodes = [
+        oh.make_node("Relu", ["X"], ["R"]),
+        oh.make_node("MatMul", ["R", "W"], ["H"]),
+        oh.make_node("Act", ["H"], ["Y"], domain="local"),
+    ]
+    graph = oh.make_graph(nodes, "lower", [info("X", [4, 64])], [info("Y", [4, 64])])
+    opsets = [oh.make_opsetid("", opset), oh.make_opsetid("local", 1)]
+    model = oh.make_model(graph, opset_imports=opsets, functions=[relu], ir_version=8)
+    stored = gguf.quants.quantize(w, Q.Q8_0)  # blocks along W's rows (the output axis): decoded as stored
+    S.add_struct_values(model, S.formats.get("Q8_0").make_value(model, "W", (64, 64), stored.tobytes()))
+    S.check_model(model)
+    lowered = S.lower(model)
+    assert [f.name for f in lowered.functions if f.domain == "local"] == ["Act"]
+    decoded = np.asarray(gguf.quants.dequantize(stored, Q.Q8_0), np.float32).reshape(64, 64)
+    want = np.maximum(np.maximum(X, 0) @ decoded.astype(np.float64), 0)
+    np.testing.assert_allclose(stock_run(lowered, {"X": X})[0], want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0"])

@@ -20,6 +20,7 @@ from test_quantize import cli, synthetic_model
 from test_quantize_reach import subgraph_model
 
 import onnx_struct as S
+from onnx_struct.cli import main
 from onnx_struct.passes.quantize_report import DEFAULT_THRESHOLD, quantize_with_report
 
 gguf = pytest.importorskip("gguf")
@@ -105,6 +106,30 @@ def test_calibration_file_and_threshold(tmp_path):
         quantize_with_report(model, "Q4_0", calibration=tmp_path / "bad.npz")
     with pytest.raises(FileNotFoundError):
         quantize_with_report(model, "Q4_0", calibration=tmp_path / "missing.npz")
+
+
+def test_calibration_entries_that_fit_no_input_are_refused_naming_the_entry(tmp_path, capsys):
+    """Found by a red-team pass: a name matching no graph input, or an object array (which
+    allow_pickle=False refuses to load), printed onnxruntime's or numpy's traceback."""
+    model = synthetic_model()
+    np.savez(tmp_path / "wrong.npz", X=X, Y=X)
+    with pytest.raises(S.ValidationError, match=r"entry 'Y' names no input of the model \(its inputs: 'X'\)"):
+        quantize_with_report(model, "Q8_0", calibration=tmp_path / "wrong.npz")
+    np.savez(tmp_path / "objects.npz", X=np.array([{"a": 1}], dtype=object))
+    with pytest.raises(S.ValidationError, match=r"objects.npz: entry 'X': Object arrays cannot be loaded"):
+        quantize_with_report(model, "Q8_0", calibration=tmp_path / "objects.npz")
+    with pytest.raises(S.ValidationError, match=r"no entry for the model's input 'X'"):
+        quantize_with_report(model, "Q8_0", calibration={})
+    with pytest.raises(S.ValidationError, match=r"entry 'X' is not an array of numbers or booleans \(<U1\)"):
+        quantize_with_report(model, "Q8_0", calibration={"X": np.array(["a"])})
+
+    onnx.save(model, tmp_path / "m.onnx")
+    for name in ("wrong.npz", "objects.npz"):
+        argv = ["quantize", str(tmp_path / "m.onnx"), str(tmp_path / "q.onnx"), "--format", "q8_0"]
+        assert main([*argv, "--calibration", str(tmp_path / name)]) == 1
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith("onnx-struct quantize: ") and name in line, line
+    assert not (tmp_path / "q.onnx").exists()
 
 
 def damaged_conv_model() -> onnx.ModelProto:

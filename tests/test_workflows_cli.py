@@ -175,6 +175,7 @@ WRITERS = {
     "inspect --svg": ("inspect", "tiny.onnx", "--svg", "{out}", "--type", "0"),
     "quantize": ("quantize", "tiny.onnx", "{out}", "--format", "q8_0"),
     "from-gguf": ("from-gguf", "tiny.gguf", "{out}"),
+    "to-gguf": ("to-gguf", "tiny.onnx", "{out}"),
 }
 
 

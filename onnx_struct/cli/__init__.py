@@ -26,6 +26,7 @@ COMMANDS = {
     "check": "onnx_struct.cli.check",
     "inspect": "onnx_struct.cli.inspect",
     "from-gguf": "onnx_struct.cli.from_gguf",
+    "to-gguf": "onnx_struct.cli.to_gguf",
     "quantize": "onnx_struct.cli.quantize",
     "lower": "onnx_struct.cli.lower",
     "decode": "onnx_struct.cli.decode",

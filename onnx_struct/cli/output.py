@@ -94,7 +94,7 @@ def write_output(
             write(writer.open(output.name, "OUT", exclusive=True, model_location=False))
             writer.commit("OUT")
     except ValidationError as error:
-        raise _as_usage(output, error) from None
+        raise as_usage(output, error) from None
 
 
 def write_model_with_external_tensors(
@@ -110,10 +110,11 @@ def write_model_with_external_tensors(
     try:
         save_plain_with_external_tensors(model, output, location=f"{output.name}.data", model_location=False)
     except ValidationError as error:
-        raise _as_usage(output, error) from None
+        raise as_usage(output, error) from None
 
 
-def _as_usage(output: pathlib.Path, error: ValidationError) -> Exception:
+def as_usage(output: pathlib.Path, error: ValidationError) -> Exception:
+    """A refusal of OUT (a link, a directory) as the CLI reports it: a usage error (exit 2)."""
     if isinstance(error, OSError):  # a NotRegularFileError: already an I/O error (exit 2)
         return error
     return UsageError(f"OUT {error.reason}")

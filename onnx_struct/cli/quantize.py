@@ -17,11 +17,11 @@ import sys
 
 from onnx_struct.check.checker import check_model
 from onnx_struct.cli import EXIT_OK, UsageError, print_json
-from onnx_struct.cli.output import refuse_inputs, write_output
-from onnx_struct.limits import PROTOBUF_LIMIT
+from onnx_struct.cli.output import as_usage, refuse_inputs
+from onnx_struct.errors import ValidationError
 from onnx_struct.passes.quantize_plan import DEFAULT_OP_TYPES, WEIGHT_INPUT, resolve_format
 from onnx_struct.passes.quantize_report import DEFAULT_THRESHOLD, quantize_with_report
-from onnx_struct.payload.external_io import save_with_external_data
+from onnx_struct.passes.quantize_write import QuantizeOutput
 
 INPUT = "input"
 HELP = "quantize MatMul/Gemm (and Gather, Conv) weights into a block format, e.g. --format Q4_0 (exit 0 ok, 1 invalid, 2 usage/I-O)"
@@ -123,23 +123,25 @@ def run(args: argparse.Namespace) -> int:
     refuse_inputs(output.with_name(f"{output.name}.data"), [], [args.input])
     options = {"op_types": op_types, "min_elements": args.min_elements, "group_axis": args.group_axis}
     options["pad"] = not args.no_pad
-    model, report = quantize_with_report(
-        args.input,  # a path: its large weights are read from the file one at a time
-        fmt,
-        **options,
-        allow_reference_only=args.allow_reference_only,
-        calibration=args.calibration,
-        threshold=args.warn_above,
-    )
-    if not report.quantized:  # a model with quantized weights was checked by quantize_with_report
-        check_model(model)
-    if args.external or model.ByteSize() > PROTOBUF_LIMIT:  # one protobuf cannot hold 2 GiB
-        save_with_external_data(model, output, location=f"{output.name}.data")
-        size = output.stat().st_size
-    else:
-        data = model.SerializeToString()
-        write_output(output, lambda handle: handle.write(data))  # (refused inputs checked above)
-        size = len(data)
+    # --external, or a result estimated past protobuf's 2 GiB: its payloads are appended to OUT.data
+    # as they are encoded, and OUT is the skeleton (passes/quantize_write.py)
+    try:
+        destination = QuantizeOutput(output, external=True if args.external else None)
+    except ValidationError as error:
+        raise as_usage(output, error) from None
+    with destination:
+        model, report = quantize_with_report(
+            args.input,  # a path: its large weights are read from the file one at a time
+            fmt,
+            **options,
+            allow_reference_only=args.allow_reference_only,
+            calibration=args.calibration,
+            threshold=args.warn_above,
+            output=destination,
+        )
+        if not report.quantized:  # a model with quantized weights was checked by quantize_with_report
+            check_model(model, base_dir=destination.base_dir if destination.streaming else None)
+        size = destination.finish(model)  # (refused inputs checked above)
     if args.json:
         print_json({"path": str(output), "bytes": size, **report.to_json()})
     elif not args.quiet:

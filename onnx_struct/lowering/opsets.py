@@ -69,6 +69,11 @@ def convert_default_opset(model: onnx.ModelProto, version: int) -> onnx.ModelPro
     except Exception as error:  # noqa: BLE001 - the converter's failures have no common type
         text = str(error).splitlines()[0] if str(error) else ""
         raise OpsetConversionError(_ASSERTION_PREFIX.sub("", text)) from None
+    # The converter converts the graph and drops the model's local functions, so the graph's calls
+    # would name no function: they are kept, raised to ``version`` too, since onnx's checker refuses
+    # a function importing another default-domain version.
+    del converted.functions[:]
+    converted.functions.extend(_raised_functions(model, version))
     reused = _reused_names(converted.graph) - _reused_names(model.graph)
     if reused:  # e.g. Softmax_12_13 names its Softmax "<output>_intermediate" without asking
         raise OpsetConversionError(f"it gave a second value the name {sorted(reused)[0]!r}")
@@ -79,6 +84,24 @@ def convert_default_opset(model: onnx.ModelProto, version: int) -> onnx.ModelPro
         del getattr(converted.graph, field)[:]
         getattr(converted.graph, field).extend(getattr(model.graph, field))
     return converted
+
+
+def _raised_functions(model: onnx.ModelProto, version: int) -> list[onnx.FunctionProto]:
+    """Copies of the model's local functions importing at least ``version`` of the default domain
+    (each converted only where its operators differ: :func:`_upgrade_function`)."""
+    raised = []
+    for i, function in enumerate(model.functions):
+        copy = onnx.FunctionProto()
+        copy.CopyFrom(function)
+        for opset in copy.opset_import:
+            if canonical_domain(opset.domain) == "" and opset.version < version:
+                try:
+                    _upgrade_function(element_label(f"functions[{i}]", copy.name), copy, "", opset.version, version)
+                except ValidationError as error:
+                    raise OpsetConversionError(str(error)) from None
+                opset.version = version
+        raised.append(copy)
+    return raised
 
 
 # Operators whose meaning changed at an opset where onnx's converter does not adapt them (the

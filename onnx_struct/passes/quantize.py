@@ -44,6 +44,7 @@ from onnx_struct.passes.quantize_plan import (
     read_model_deferred,
     resolve_format,
 )
+from onnx_struct.passes.quantize_write import QuantizeOutput
 from onnx_struct.runtime.codec import encode
 from onnx_struct.runtime.delivery import external_tensors_in_memory
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
@@ -149,6 +150,7 @@ def quantize_and_plan(
     pad: bool = True,
     allow_reference_only: bool = False,
     keep_source: bool = True,
+    output: QuantizeOutput | None = None,
 ) -> tuple[onnx.ModelProto, Plan | None, onnx.ModelProto | None, CheckedModel | None]:
     """:func:`quantize`, also returning its plan, the model it read (the plan's sites point
     into that model, which is left as it was) and the quantized model as checked (None when
@@ -158,7 +160,12 @@ def quantize_and_plan(
     ``keep_source=False`` (what :func:`quantize` does): a model read here from a path or bytes is
     rewritten in place, not copied, and dropped once its skeleton is in the result; the plan and
     model returned are then None. Together with encoding one weight at a time (in row chunks),
-    this keeps quantize's peak memory near the size of the model once (docs/semantics.md)."""
+    this keeps quantize's peak memory near the size of the model once (docs/semantics.md).
+
+    ``output``: where the result will be written (:class:`.quantize_write.QuantizeOutput`). It
+    decides before the first weight is encoded whether the result streams to OUT.data; if so each
+    payload (and each large kept initializer's data) is written there as it is produced and the
+    result holds references into it, read from ``output.base_dir``."""
     rewrite_in_place = not keep_source and not isinstance(model, onnx.ModelProto)
     if rewrite_in_place and not isinstance(model, (bytes, bytearray)):
         stock, deferred = read_model_deferred(model)  # its large initializers' data stays in the file
@@ -190,6 +197,7 @@ def quantize_and_plan(
     planned = build_plan(result, *options)  # its sites are the copy's own nodes, rewritten below
     taken = graph_names(result.graph) | {v.name for v in load(stock).struct_values}
     taken |= {w.value_name for w in planned.weights} | {w.decoded_name for w in planned.weights}
+    streaming = output is not None and output.start(lambda: estimate_bytes(result, fmt, planned, deferred))
     # One weight at a time: its float array, the stored (transposed, padded) copy and its encoding
     # live together, never two weights' arrays (docs/semantics.md, "Quantize's memory"). The roots
     # are declared in a scratch model first and again, identically, in the result below.
@@ -201,8 +209,10 @@ def quantize_and_plan(
         array = deferred.array(tensor) if _is_deferred(weight, deferred) else numpy_helper.to_array(tensor)
         stored = stored_array(array, weight)
         del array
-        values.append(_encode_rows(stored, fmt, scratch, weight.value_name))
+        value = _encode_rows(stored, fmt, scratch, weight.value_name)
         del stored
+        values.append(output.store_value(value) if streaming else value)
+        del value
     detach_weights(result, planned)
     graph = result.graph
     restoring = [node for weight in planned.weights for node in _restore_nodes(weight, graph, taken)]
@@ -211,7 +221,11 @@ def quantize_and_plan(
     del graph.node[:]
     graph.node.extend(nodes)
 
-    if deferred is not None:  # the initializers kept as float get their data back
+    if deferred is not None and streaming:  # the initializers kept as float: copied file to file
+        for tensor in result.graph.initializer:
+            if tensor.name in deferred.runs and not tensor.raw_data:
+                output.store_tensor(tensor, *deferred.source(tensor.name))
+    elif deferred is not None:  # the initializers kept as float get their data back
         deferred.restore(result.graph)
     # Declarations first, while the model holds no payload (each is found by reading the model's
     # struct parts); then the values one at a time, each merged in as its own small fragment.
@@ -226,9 +240,10 @@ def quantize_and_plan(
     if rewrite_in_place:  # nothing else refers to the source any more
         del result, stock, graph, nodes, restoring
         planned.sites = {}
+    base_dir = output.base_dir if streaming else None
     checked = None
     if not allow_reference_only:
-        checked, problem = _checked_and_run(quantized)
+        checked, problem = _checked_and_run(quantized, base_dir)
         if problem:  # is it the format? The model may not run as given, or not at the decoder's opset
             source = read_model(model) if rewrite_in_place else stock  # as given, before the rewrite
             as_given = "" if conversion_failure else runtime_error(source)
@@ -246,13 +261,16 @@ def quantize_and_plan(
     return quantized, first_plan, (stock if keep_source else None), checked
 
 
-def _checked_and_run(model: onnx.ModelProto) -> tuple[CheckedModel | None, str]:
-    """``model`` checked once (None when it is invalid), and :func:`runtime_error`'s answer for it."""
+def _checked_and_run(
+    model: onnx.ModelProto, base_dir: str | os.PathLike | None = None
+) -> tuple[CheckedModel | None, str]:
+    """``model`` checked once (None when it is invalid), and :func:`runtime_error`'s answer for it.
+    ``base_dir``: where a streamed result's payloads are."""
     try:
-        checked = checked_model(model)
+        checked = checked_model(model, base_dir=base_dir)
     except ValidationError as error:
         return None, str(error)
-    return checked, runtime_error(checked)
+    return checked, runtime_error(checked, base_dir)
 
 
 def _refuse_if(problem: str, fmt: BlockFormat) -> None:
@@ -339,9 +357,9 @@ def _constant(graph: onnx.GraphProto, taken: set[str], name: str, value) -> str:
     return name
 
 
-def runtime_error(model: onnx.ModelProto | CheckedModel) -> str:
+def runtime_error(model: onnx.ModelProto | CheckedModel, base_dir: str | os.PathLike | None = None) -> str:
     """ "" when onnxruntime loads ``model`` (or a checked model) lowered into a session, else why
-    not (its first line)."""
+    not (its first line). ``base_dir``: where the model's external payloads and tensors are."""
     ort = load_onnxruntime()
     options = ort.SessionOptions()
     options.log_severity_level = 3  # its refusal is reported here; its warnings on the way are noise
@@ -349,14 +367,18 @@ def runtime_error(model: onnx.ModelProto | CheckedModel) -> str:
     # onnxruntime does not fold the decoders into float32 weights, a copy as large as the float model.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
-        lowered = lower_checked(model).model if isinstance(model, CheckedModel) else lower(model)
+        lowered = lower_checked(model).model if isinstance(model, CheckedModel) else lower(model, base_dir=base_dir)
         if lowered.ByteSize() >= 2**31:
             # one protobuf cannot hold it: the caller's decoder probe is the check (it ran one block)
             return ""
         # External tensors left in the model (an unloaded initializer) would be resolved by
         # onnxruntime against the working directory: a model without a directory has none to read
-        # them from, which is the refusal.
-        files = external_tensors_in_memory(lowered, None)
+        # them from, which is the refusal. A streamed result's leaves stay in its data file, whose
+        # every reference lower() has just resolved under the model-directory rules: onnxruntime
+        # reads them there (a copy in memory doubles the peak).
+        files = external_tensors_in_memory(lowered, None) if base_dir is None else {}
+        if base_dir is not None:
+            options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base_dir))
         if files:
             names = list(files)
             options.add_external_initializers_from_files_in_memory(
@@ -441,6 +463,22 @@ def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, .
             f"converter failed: {error}"
         )
     return converted, ""  # its signature and value_info as they were (convert_default_opset)
+
+
+def estimate_bytes(model: onnx.ModelProto, fmt: BlockFormat, planned: Plan, deferred: DeferredData | None) -> int:
+    """The quantized model's size in bytes, before any weight is encoded: the model as read (its
+    skeleton plus the data left in the file) less each planned weight's float data plus its payload,
+    and the declarations (a root with its decoder and encoder per stored shape)."""
+    # Part by part: ByteSize of a model past 2 GiB (the data it is estimated for) raises.
+    graph = model.graph
+    parts = [*graph.initializer, *graph.node, *graph.input, *graph.output, *graph.value_info, *model.functions]
+    size = sum(part.ByteSize() for part in parts) + sum(len(entry.value) for entry in model.metadata_props)
+    size += sum(length for _, length in deferred.runs.values()) if deferred is not None else 0
+    for weight in planned.weights:
+        size += fmt.num_blocks(weight.stored_shape) * fmt.bytes_per_block - 4 * math.prod(weight.shape)
+    shapes = {weight.stored_shape for weight in planned.weights}
+    size += sum(fmt.root_declaration(shape, 0).ByteSize() for shape in shapes)
+    return max(size + (fmt.block_declaration().ByteSize() if shapes else 0), 0)
 
 
 def _site_path(site) -> str:

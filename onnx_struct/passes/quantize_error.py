@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 import onnx
+from google.protobuf.message import EncodeError
 from onnx import helper
 
 from onnx_struct.passes.quantize_plan import PlannedWeight
@@ -76,7 +77,10 @@ def activations(
             probe.graph.output.add().name = name  # no type: onnxruntime infers it
     options = ort.SessionOptions()
     options.log_severity_level = 4  # a failure is returned; onnxruntime's own log of it is noise
-    data = probe.SerializeToString()
+    try:
+        data = probe.SerializeToString()
+    except EncodeError:  # past protobuf's 2 GiB: onnxruntime cannot be given it as one message
+        return {}, "the float model is past protobuf's 2 GiB"
     del probe  # (the caller's reference, if any, is its own)
     try:
         session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
@@ -91,13 +95,15 @@ def activations(
 def output_errors(lowered: onnx.ModelProto, feeds: dict[str, np.ndarray], reference: dict) -> dict[str, float]:
     """Relative L2 error of each output of ``lowered`` (the quantized model, plain ONNX) against
     ``reference`` (the float model's outputs on ``feeds``); {} when onnxruntime cannot run it."""
-    if lowered.ByteSize() >= 2**31:  # one protobuf cannot hold it: not measured
+    try:
+        data = lowered.SerializeToString()
+    except EncodeError:  # one protobuf cannot hold it: not measured
         return {}
     ort = load_onnxruntime()
     options = ort.SessionOptions()
     options.log_severity_level = 4  # a failure is returned; onnxruntime's own log of it is noise
     try:
-        session = ort.InferenceSession(lowered.SerializeToString(), options, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
         inputs = {i.name for i in session.get_inputs()}
         got = session.run(list(reference), {k: v for k, v in feeds.items() if k in inputs})
     except ort_errors():

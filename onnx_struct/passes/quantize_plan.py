@@ -14,6 +14,7 @@ import dataclasses
 import itertools
 import math
 import os
+import pathlib
 from collections.abc import Iterable, Sequence
 from typing import Literal
 
@@ -24,9 +25,10 @@ from google.protobuf.message import DecodeError
 from onnx_struct import formats
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.base import BlockFormat
+from onnx_struct.layout.table import element_label
 from onnx_struct.lowering.names import graph_names, read_names, unique_name
 from onnx_struct.passes.quantize_sites import MAIN, Site, find_sites
-from onnx_struct.payload.external import load_external_tensors
+from onnx_struct.payload.external import is_external, load_external_tensors, read_range, tensor_range
 from onnx_struct.schema.model import load, model_directory, read_model_file, read_stock_model
 from onnx_struct.schema.skeleton import read_run, split_initializer_data
 from onnx_struct.schema.wire_format import Malformed
@@ -174,21 +176,31 @@ def read_model(model: onnx.ModelProto | bytes | str | os.PathLike) -> onnx.Model
 @dataclasses.dataclass(frozen=True)
 class DeferredData:
     """The raw_data of main-graph initializers left in the model file (``runs``: name -> (offset,
-    length)), read back one tensor at a time (:func:`read_model_deferred`)."""
+    length)), or in the external data file of an initializer stored there (``files``: name ->
+    that file, checked under the model-directory rules), read back one tensor at a time
+    (:func:`read_model_deferred`)."""
 
     path: str
     runs: dict[str, tuple[int, int]]
+    files: dict[str, pathlib.Path] = dataclasses.field(default_factory=dict)
+
+    def source(self, name: str) -> tuple[str | pathlib.Path, int, int]:
+        """(file, offset, length) of the data of the initializer ``name``."""
+        return (self.files.get(name, self.path), *self.runs[name])
+
+    def _read(self, name: str) -> bytes:
+        if name in self.files:  # read as every external byte is, checked again as it is read
+            return read_range(*self.source(name), f"graph.initializer ({name!r}).external_data").tobytes()
+        return read_run(*self.source(name))
 
     def array(self, tensor: onnx.TensorProto) -> np.ndarray:
-        offset, length = self.runs[tensor.name]
-        data = read_run(self.path, offset, length)
-        return np.frombuffer(data, dtype="<f4").reshape(tuple(tensor.dims))
+        return np.frombuffer(self._read(tensor.name), dtype="<f4").reshape(tuple(tensor.dims))
 
     def restore(self, graph: onnx.GraphProto) -> None:
         """Bring the data back into every initializer of ``graph`` that still lacks it."""
         for tensor in graph.initializer:
             if tensor.name in self.runs and not tensor.raw_data:
-                tensor.raw_data = read_run(self.path, *self.runs[tensor.name])
+                tensor.raw_data = self._read(tensor.name)
 
 
 def read_model_deferred(path: str | os.PathLike) -> tuple[onnx.ModelProto, DeferredData]:
@@ -203,13 +215,33 @@ def read_model_deferred(path: str | os.PathLike) -> tuple[onnx.ModelProto, Defer
         stock = onnx.ModelProto.FromString(skeleton)
     except (Malformed, DecodeError):
         return read_model(path), DeferredData(path, {})  # raises the parse error read_model gives
+    directory = model_directory(path)
     try:
-        load_external_tensors(stock, model_directory(path))
+        files = _defer_external(stock, directory, runs)
+        load_external_tensors(stock, directory)  # the rest: tensors of subgraphs, nodes, functions
     except onnx.checker.ValidationError as error:
         if isinstance(error, ValidationError):
             raise
         raise ValidationError("graph.initializer", f"external data: {error}") from None
-    return stock, DeferredData(path, runs)
+    return stock, DeferredData(path, runs, files)
+
+
+def _defer_external(stock: onnx.ModelProto, directory, runs: dict[str, tuple[int, int]]) -> dict[str, pathlib.Path]:
+    """Leave the data of each main-graph initializer stored in an external file in that file,
+    like the large inline ones (a model past 2 GiB keeps its weights there): its range goes into
+    ``runs``, and the tensor looks like one whose raw_data was left out. Returns name -> file."""
+    files: dict[str, pathlib.Path] = {}
+    names = [tensor.name for tensor in stock.graph.initializer]
+    for index, tensor in enumerate(stock.graph.initializer):
+        if not is_external(tensor) or not tensor.name or names.count(tensor.name) != 1 or tensor.name in runs:
+            continue
+        where = element_label(f"graph.initializer[{index}]", tensor.name) + ".external_data"
+        file, offset, length = tensor_range(tensor, directory, where)
+        runs[tensor.name] = (offset, length)
+        files[tensor.name] = file
+        del tensor.external_data[:]
+        tensor.data_location = onnx.TensorProto.DEFAULT
+    return files
 
 
 def build_plan(

@@ -29,6 +29,7 @@ from onnx_struct.lowering.execution import rewrite_for_execution
 from onnx_struct.lowering.lower import lower_checked
 from onnx_struct.passes import quantize_error
 from onnx_struct.passes.quantize import quantize_and_plan
+from onnx_struct.passes.quantize_calibration import check_calibration, read_entries
 from onnx_struct.passes.quantize_plan import (
     DEFAULT_OP_TYPES,
     WEIGHT_INPUT,
@@ -42,6 +43,8 @@ from onnx_struct.passes.quantize_plan import (
     resolve_format,
 )
 from onnx_struct.passes.quantize_sites import MAIN, Site
+from onnx_struct.passes.quantize_write import QuantizeOutput
+from onnx_struct.payload.external import load_external_tensors
 from onnx_struct.runtime.codec import decode_resolved
 
 # A relative error of an op's output above which the report warns. Measured (docs/benchmarks.md):
@@ -196,6 +199,7 @@ def quantize_with_report(
     calibration: Mapping[str, np.ndarray] | str | os.PathLike | None = None,
     threshold: float = DEFAULT_THRESHOLD,
     seed: int = 0,
+    output: QuantizeOutput | None = None,
 ) -> tuple[onnx.ModelProto, QuantizeReport]:
     """:func:`onnx_struct.passes.quantize.quantize` (same arguments), and its report.
 
@@ -204,6 +208,8 @@ def quantize_with_report(
             array, or a ``.npz`` file of them; None: random inputs (:func:`quantize_error.random_feeds`
             with ``seed``).
         threshold: the relative error of an op's output above which a weight is flagged.
+        output: where the result will be written; a result it streams to OUT.data references
+            payloads there (:class:`onnx_struct.passes.quantize_write.QuantizeOutput`).
 
     Returns:
         (the quantized model, a :class:`QuantizeReport`). A model with a quantized weight has
@@ -230,6 +236,8 @@ def quantize_with_report(
         stock, deferred = read_model(model), None
     if isinstance(op_types, str):  # would be read letter by letter
         raise TypeError(f"op_types: expected a sequence of operator names, got the string {op_types!r}")
+    if given is not None:  # before the work: an entry naming nothing is the caller's to fix
+        check_calibration(stock, *given)
     planned = build_plan(stock, fmt, tuple(op_types), min_elements, group_axis, pad)
     quantized, _, _, checked = quantize_and_plan(
         model if deferred is not None else stock,
@@ -237,16 +245,22 @@ def quantize_with_report(
         **options,
         allow_reference_only=allow_reference_only,
         keep_source=False,
+        output=output,
     )
     feeds, source = given or _calibration(stock, None, seed)
     held = sum(length for _, length in deferred.runs.values()) if deferred is not None else 0
+    if deferred is not None:  # and what its external data files held, read in with the skeleton
+        held += sum(len(tensor.raw_data) for tensor in stock.graph.initializer)
     run_float = given is not None or held <= CALIBRATION_RUN_BYTES
     if not run_float:
         source += (
             f" not run: the model's {held / 2**20:.0f} MiB of weights would be held by onnxruntime besides "
             "this process; random op inputs instead (--calibration FILE runs it)"
         )
-    report = build_report(stock, quantized, planned, feeds, source, threshold, seed, deferred, run_float, checked)
+    base_dir = output.base_dir if output is not None and output.streaming else None
+    report = build_report(
+        stock, quantized, planned, feeds, source, threshold, seed, deferred, run_float, checked, base_dir
+    )
     return quantized, report
 
 
@@ -267,7 +281,7 @@ def _calibration(stock: onnx.ModelProto | None, calibration, seed: int) -> tuple
             code="invalid",
         )
     with data:
-        return {k: data[k] for k in data.files}, path
+        return read_entries(data, path), path
 
 
 def build_report(
@@ -281,14 +295,16 @@ def build_report(
     deferred: DeferredData | None = None,
     run_float: bool = True,
     checked: CheckedModel | None = None,
+    base_dir: str | os.PathLike | None = None,
 ) -> QuantizeReport:
     """The report for ``quantized``, made from ``stock`` by ``planned`` (a plan built on ``stock``;
     ``deferred``: where the data of its large initializers is, when ``stock`` is a skeleton).
     ``run_float``: run the float model on ``feeds`` for the ops' inputs and the output errors.
-    ``checked``: ``quantized`` as checked already (else it is checked here, once)."""
+    ``checked``: ``quantized`` as checked already (else it is checked here, once). ``base_dir``:
+    where ``quantized``'s external payloads and tensors are."""
     fmt = planned.format
     if planned.weights and checked is None:
-        checked = checked_model(quantized)
+        checked = checked_model(quantized, base_dir=base_dir)
     names = set().union(*(quantize_error.op_input_names(planned.sites[w.label]) for w in planned.weights))
     outputs = [o.name for o in stock.graph.output if o.type.tensor_type.elem_type == onnx.TensorProto.FLOAT]
     if planned.weights:
@@ -300,9 +316,11 @@ def build_report(
         del whole
     output_errors = {}
     if planned.weights and not failure:
-        output_errors = quantize_error.output_errors(
-            lower_checked(checked).model, feeds, {k: values[k] for k in outputs}
-        )
+        lowered = lower_checked(checked, keep_external=False).model
+        if base_dir is not None:  # kept float tensors in the data file: onnxruntime gets them in memory
+            load_external_tensors(lowered, base_dir)
+        output_errors = quantize_error.output_errors(lowered, feeds, {k: values[k] for k in outputs})
+        del lowered
     if failure and failure != "not run":
         source += f" (onnxruntime could not run the float model on it: {failure}; random op inputs instead)"
     execution = _execution(checked) if planned.weights else None

@@ -67,6 +67,19 @@ class DirectoryWriter:
         self._pending[destination] = (name, temporary, handle)
         return handle
 
+    def check(self, name: str, where: str) -> None:
+        """Raise now the ValidationError :meth:`open` would raise for ``name`` (a link, a
+        directory, outside the directory): a writer deciding later whether to write it refuses
+        a bad destination before any work."""
+        self._destination(name, where)
+
+    def temporary(self, name: str) -> pathlib.Path:
+        """The temporary file :meth:`open` made for ``name``, where its bytes are until
+        :meth:`commit`: a writer that reads back what it wrote (quantize checks and runs its result
+        before committing it) reads it there."""
+        destination = self._destination(name, "temporary")
+        return self._pending[destination][1]
+
     def _destination(self, name: str, where: str) -> pathlib.Path:
         try:
             parent = resolve_path((self.root / name).parent)

@@ -79,6 +79,7 @@ COMMANDS = {
     "from-gguf": lambda src, tmp: ["from-gguf", src, str(tmp / "g.onnx"), "--quiet"],
     "from-gguf --reference": lambda src, tmp: ["from-gguf", src, str(tmp / "g.onnx"), "--reference", "--quiet"],
     "generate": lambda src, tmp: ["generate", src, "--prompt", "hi", "--quiet"],
+    "to-gguf": lambda src, tmp: ["to-gguf", src, str(tmp / "t.gguf"), "--quiet"],
 }
 
 

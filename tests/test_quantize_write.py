@@ -1,0 +1,148 @@
+"""quantize's writer (passes/quantize_write.py): a result estimated past the inline limit goes to
+OUT + OUT.data, its payloads and kept float tensors appended as they are produced.
+
+The limit is lowered here (monkeypatched in onnx_struct.limits) so that a small model takes the
+path a model past 2 GiB takes. Oracles: the inline result of the same quantization (its payload
+bytes and its outputs in InferenceSession), gguf-py's quantizer for the bytes, and the float
+tensors of the input file.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, numpy_helper
+from onnx import helper as oh
+
+import onnx_struct as S
+from onnx_struct import limits
+from onnx_struct.cli import main
+from onnx_struct.passes.quantize import estimate_bytes, quantize, read_model_deferred
+from onnx_struct.passes.quantize_plan import build_plan, resolve_format
+
+gguf = pytest.importorskip("gguf")
+K = 256
+
+
+def float_model(path) -> dict[str, np.ndarray]:
+    """Two MatMul weights (quantized) and a large bias read by Add (kept as float, 64 KiB+),
+    saved inline at ``path``; returns the arrays."""
+    rng = np.random.default_rng(11)
+    arrays = {
+        "W1": rng.standard_normal((K, K), np.float32) * 0.1,
+        "W2": rng.standard_normal((K, K), np.float32) * 0.1,
+        "bias": rng.standard_normal((64, K), np.float32),
+    }
+    nodes = [
+        oh.make_node("MatMul", ["X", "W1"], ["H"]),
+        oh.make_node("MatMul", ["H", "W2"], ["G"]),
+        oh.make_node("Add", ["G", "bias"], ["Y"]),
+    ]
+    graph = oh.make_graph(
+        nodes,
+        "write",
+        [oh.make_tensor_value_info("X", TensorProto.FLOAT, [64, K])],
+        [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [64, K])],
+        [numpy_helper.from_array(a, n) for n, a in arrays.items()],
+    )
+    onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10), path)
+    return arrays
+
+
+def _external(entries) -> dict[str, str]:
+    return {e.key: e.value for e in entries}
+
+
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0"])
+def test_a_result_past_the_inline_limit_streams_to_the_data_file(tmp_path, monkeypatch, capsys, fmt):
+    arrays = float_model(tmp_path / "float.onnx")
+    inline = quantize(tmp_path / "float.onnx", fmt)
+    monkeypatch.setattr(limits, "INLINE_RESULT_LIMIT", 100_000)  # the result is about 0.3 MB
+    out = tmp_path / "q.onnx"
+    assert main(["quantize", str(tmp_path / "float.onnx"), str(out), "--format", fmt, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)  # measured on the streamed result, read back from the data file
+    assert report["bytes"] == out.stat().st_size and set(report["output_errors"]) == {"Y"}
+    assert all(w["error"] is not None for w in report["weights"] if w["status"] == "quantized")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["float.onnx", "q.onnx", "q.onnx.data"]  # no temporaries
+    assert out.stat().st_size < 10_000  # the skeleton
+    S.check_model(out)
+    data = (tmp_path / "q.onnx.data").read_bytes()
+    expected = {v.name: v.raw_data for v in S.get_struct_values(inline)}
+    values = S.get_struct_values(out)
+    assert sorted(v.name for v in values) == sorted(expected) == ["W1_T", "W2_T"]
+    for value in values:
+        entries = _external(value.external_data)
+        offset, length = int(entries["offset"]), int(entries["length"])
+        assert entries["location"] == "q.onnx.data" and offset % 4096 == 0 and not value.raw_data
+        stored = data[offset : offset + length]
+        assert stored == expected[value.name]
+        weight = arrays[value.name.removesuffix("_T")]
+        assert stored == gguf.quants.quantize(np.ascontiguousarray(weight.T), gguf.GGMLQuantizationType[fmt]).tobytes()
+    (bias,) = [t for t in onnx.load(out, load_external_data=False).graph.initializer if t.name == "bias"]
+    entries = _external(bias.external_data)
+    assert bias.data_location == TensorProto.EXTERNAL and entries["location"] == "q.onnx.data"
+    start = int(entries["offset"])
+    np.testing.assert_array_equal(
+        np.frombuffer(data[start : start + int(entries["length"])], "<f4"), arrays["bias"].ravel()
+    )
+    x = np.random.default_rng(0).standard_normal((64, K)).astype(np.float32)
+    got = S.InferenceSession(str(out), accuracy_level=0).run(None, {"X": x})[0]
+    want = S.InferenceSession(inline, accuracy_level=0).run(None, {"X": x})[0]
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_result_under_the_limit_is_one_file(tmp_path, capsys):
+    float_model(tmp_path / "float.onnx")
+    assert (
+        main(["quantize", str(tmp_path / "float.onnx"), str(tmp_path / "q.onnx"), "--format", "Q8_0", "--quiet"]) == 0
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["float.onnx", "q.onnx"]
+    assert all(v.raw_data for v in S.get_struct_values(tmp_path / "q.onnx"))
+
+
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0", "Q6_K"])
+def test_the_estimate_is_the_inline_results_size_within_a_few_kilobytes(tmp_path, fmt):
+    float_model(tmp_path / "float.onnx")
+    stock, deferred = read_model_deferred(tmp_path / "float.onnx")
+    planned = build_plan(stock, resolve_format(fmt), ("MatMul", "Gemm"), 4096, "input", True)
+    estimate = estimate_bytes(stock, resolve_format(fmt), planned, deferred)
+    actual = len(quantize(tmp_path / "float.onnx", fmt).SerializeToString())
+    assert abs(estimate - actual) < 4096, (estimate, actual)
+
+
+def test_a_link_at_the_data_file_is_refused_before_any_work(tmp_path, capsys):
+    float_model(tmp_path / "float.onnx")
+    (tmp_path / "victim").write_text("keep")
+    (tmp_path / "q.onnx.data").symlink_to("victim")
+    argv = ["quantize", str(tmp_path / "float.onnx"), str(tmp_path / "q.onnx"), "--format", "Q8_0", "--external"]
+    assert main(argv) == 2
+    assert "'q.onnx.data' is a symbolic link" in capsys.readouterr().err
+    assert (tmp_path / "victim").read_text() == "keep" and not (tmp_path / "q.onnx").exists()
+
+
+def test_an_input_with_external_data_is_read_one_weight_at_a_time(tmp_path, monkeypatch, capsys):
+    """A model past 2 GiB keeps its weights in an external file: quantize leaves them there (the
+    skeleton holds no weight) and reads each back when it encodes or copies it."""
+    arrays = float_model(tmp_path / "inline.onnx")
+    inline = quantize(onnx.load(tmp_path / "inline.onnx"), "Q8_0")
+    (tmp_path / "in").mkdir()
+    onnx.save(
+        onnx.load(tmp_path / "inline.onnx"), tmp_path / "in" / "m.onnx", save_as_external_data=True, location="w.bin"
+    )
+    stock, deferred = read_model_deferred(tmp_path / "in" / "m.onnx")
+    assert sorted(deferred.files) == ["W1", "W2", "bias"] and not any(t.raw_data for t in stock.graph.initializer)
+    np.testing.assert_array_equal(deferred.array(stock.graph.initializer[2]), arrays["bias"])
+    monkeypatch.setattr(limits, "INLINE_RESULT_LIMIT", 100_000)
+    out = tmp_path / "q.onnx"
+    assert main(["quantize", str(tmp_path / "in" / "m.onnx"), str(out), "--format", "Q8_0", "--quiet"]) == 0
+    data = (tmp_path / "q.onnx.data").read_bytes()
+    expected = {v.name: v.raw_data for v in S.get_struct_values(inline)}
+    for value in S.get_struct_values(out):
+        entries = _external(value.external_data)
+        assert data[int(entries["offset"]) :][: int(entries["length"])] == expected[value.name]
+    x = np.random.default_rng(1).standard_normal((64, K)).astype(np.float32)
+    got = S.InferenceSession(str(out), accuracy_level=0).run(None, {"X": x})[0]
+    np.testing.assert_array_equal(got, S.InferenceSession(inline, accuracy_level=0).run(None, {"X": x})[0])
