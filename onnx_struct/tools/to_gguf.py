@@ -38,6 +38,7 @@ from typing import BinaryIO
 import numpy as np
 from onnx import TensorProto
 
+from onnx_struct import limits
 from onnx_struct.check.checker import check_model
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.base import BlockFormat
@@ -50,7 +51,6 @@ from onnx_struct.schema.model import LoadedModel, ModelLike, load_model
 
 __all__ = ["GGUFExport", "GGUFTensor", "plan_gguf", "to_gguf"]
 
-GGML_MAX_DIMS = 4  # ggml.h: a GGUF tensor has at most four dimensions
 ARCHITECTURE_KEY = "general.architecture"
 ALIGNMENT_KEY = "general.alignment"
 RESTORING_OPS = ("Slice", "Transpose", "Reshape")  # what quantize puts between a struct value and its weight
@@ -222,8 +222,8 @@ def _gguf_type(declaration, gguf) -> tuple[str, tuple[int, ...], int] | str:
     fmt, shape = recognized
     if fmt.family != "gguf" or fmt.name not in gguf.GGMLQuantizationType.__members__:
         return f"format {fmt.name} is not a GGUF tensor type"
-    if len(shape) > GGML_MAX_DIMS:
-        return f"{len(shape)} dimensions; a GGUF tensor has at most {GGML_MAX_DIMS}"
+    if len(shape) > limits.MAX_GGUF_DIMS:
+        return f"{len(shape)} dimensions; a GGUF tensor has at most {limits.MAX_GGUF_DIMS}"
     return fmt.name, shape, _nbytes(fmt, shape)
 
 
@@ -244,8 +244,8 @@ def _raw_gguf_type(declaration, gguf) -> tuple[str, tuple[int, ...], int] | str:
         shape = tuple(json.loads(props.get("gguf.shape", "")))
     except (ValueError, TypeError):
         return "its recorded gguf.shape is not a JSON list"
-    if not shape or len(shape) > GGML_MAX_DIMS or not all(type(d) is int and d > 0 for d in shape):
-        return f"its recorded gguf.shape {list(shape)} is not 1 to {GGML_MAX_DIMS} positive dimensions"
+    if not shape or len(shape) > limits.MAX_GGUF_DIMS or not all(type(d) is int and d > 0 for d in shape):
+        return f"its recorded gguf.shape {list(shape)} is not 1 to {limits.MAX_GGUF_DIMS} positive dimensions"
     block_size, type_size = gguf.GGML_QUANT_SIZES[gguf.GGMLQuantizationType[type_name]]
     n_bytes = math.prod(shape) // block_size * type_size
     array = declaration.array if declaration.HasField("array") else None
