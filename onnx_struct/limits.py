@@ -95,3 +95,13 @@ MAX_GGUF_ARRAY_DEPTH = 4
 # builds one numpy array per element (memory and time per item: docs/benchmarks.md). Real tokenizers hold up to
 # about 800,000 (Gemma 3: 3 x 262,144; Llama 3: 537,000).
 MAX_GGUF_METADATA_ITEMS = 2**21
+# Positions of a decoder's context (``{arch}.context_length``, from-gguf --graph and generate): the
+# graph folds cos/sin tables of context_length x head_dim float32 when the session is created.
+# Released llama/mistral/qwen2 models train up to about 2^20 positions (Qwen2.5-1M); 2^40 asked
+# for a 4 TiB table.
+MAX_CONTEXT_LENGTH = 2**24
+# Work of building a SentencePiece-style tokenizer's merges (``tokenizer.ggml.model`` llama): one
+# unit per candidate split of a piece (a split whose two lengths are both piece lengths of the
+# vocabulary) plus the characters that split copies. Real vocabularies need a few million units
+# (256,000 pieces); only many pieces of many distinct long lengths reach this.
+MAX_SPM_MERGE_WORK = 2**27

@@ -31,9 +31,10 @@ import numpy as np
 import onnx
 
 from onnx_struct import formats
-from onnx_struct.errors import ValidationError
+from onnx_struct.errors import ValidationError, limit_exceeded
 from onnx_struct.formats.function_builder import OPSET
 from onnx_struct.formats.gguf.validate import check_gguf_bytes
+from onnx_struct.limits import MAX_CONTEXT_LENGTH
 from onnx_struct.schema.builders import make_array, make_struct_value
 from onnx_struct.schema.model import add_struct_types, add_struct_values, from_onnx, resolve_path, to_onnx
 
@@ -402,3 +403,33 @@ def decode_metadata(
         except ValueError as error:
             raise ValidationError(f"metadata_props[{key!r}]", f"not the JSON of a {label} value: {error}") from None
     return out
+
+
+def checked_context_length(metadata: Mapping[str, object], arch: object) -> int:
+    """``{arch}.context_length``: a positive integer up to ``MAX_CONTEXT_LENGTH``.
+
+    Raises:
+        ValidationError: it is missing (``missing_metadata``), not a positive integer, or above
+            the limit (``limit_exceeded``); the path names the key.
+    """
+    full = f"{arch}.context_length"
+    value = metadata.get(full)
+    if value is None:
+        raise ValidationError(f"gguf.kv[{full!r}]", "missing: the decoder graph needs it", code="missing_metadata")
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValidationError(f"gguf.kv[{full!r}]", f"must be a positive integer, not {value!r} ({value_kind(value)})")
+    if value > MAX_CONTEXT_LENGTH:  # the graph's cos/sin tables hold context_length positions
+        raise limit_exceeded(
+            f"gguf.kv[{full!r}]",
+            f"{value} positions exceed the limit of {MAX_CONTEXT_LENGTH} (the rotary tables hold every position)",
+            value,
+            MAX_CONTEXT_LENGTH,
+        )
+    return value
+
+
+def value_kind(value: object) -> str:
+    """The GGUF-facing name of a decoded metadata value's type, for messages."""
+    return {bool: "a bool", int: "an integer", float: "a float", str: "a string", list: "an array"}.get(
+        type(value), type(value).__name__
+    )
