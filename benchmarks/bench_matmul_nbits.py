@@ -16,7 +16,7 @@ Q4_0 blocks, nothing else in it:
 
 For 1 activation row (generation) and 64 (prompt processing), 1 and 2 threads: the best and
 median seconds of one pass over all products (``--repeat`` passes after a warm-up), each side in
-its own process. A ratio ours / ggml near the full model's ratio (docs/benchmarks.md) says the
+its own process, ``--rounds`` processes per side in turns (the best of all). A ratio ours / ggml near the full model's ratio (docs/benchmarks.md) says the
 gap is the kernel. Prints a markdown table (docs/benchmarks.md, "LLM generation").
 """
 
@@ -101,7 +101,8 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=22, help="layers of products (22: the 1.1B model)")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--rows", default="1,64", help="activation rows: 1 (generation), 64 (a prompt)")
-    parser.add_argument("--repeat", type=int, default=10)
+    parser.add_argument("--repeat", type=int, default=10, help="timed passes per process (after a warm-up)")
+    parser.add_argument("--rounds", type=int, default=2, help="processes per side, in turns (best of all)")
     parser.add_argument("--workdir", default="/tmp")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -116,13 +117,14 @@ def main() -> int:
     for rows in (int(r) for r in args.rows.split(",")):
         for threads in (int(t) for t in args.threads.split(",")):
             request = {"shapes": shapes, "rows": rows, "threads": threads, "repeat": args.repeat}
-            ours = child(
-                [sys.executable, __file__, "--llama-python", args.llama_python, "--child"],
-                {**request, "accuracy_level": 4, "workdir": args.workdir},
-            )
-            repack = child([args.llama_python, str(PEER)], {**request, "repack": True})
-            plain = child([args.llama_python, str(PEER)], {**request, "repack": False})
-            o, r, p = ours["best"] * 1e3, repack["best"] * 1e3, plain["best"] * 1e3
+            best = {"ours": [], "repack": [], "plain": []}
+            for _ in range(args.rounds):  # in turns, so that a load phase of the machine hits every side
+                ours = [sys.executable, __file__, "--llama-python", args.llama_python, "--child"]
+                best["ours"].append(child(ours, {**request, "accuracy_level": 4, "workdir": args.workdir})["best"])
+                for side in ("repack", "plain"):
+                    peer = child([args.llama_python, str(PEER)], {**request, "repack": side == "repack"})
+                    best[side].append(peer["best"])
+            o, r, p = (min(best[side]) * 1e3 for side in ("ours", "repack", "plain"))
             print(f"| {rows} | {threads} | {o:.1f} | {r:.1f} | {p:.1f} | {o / r:.2f} | {o / p:.2f} |", flush=True)
     return 0
 
