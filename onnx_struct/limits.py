@@ -152,3 +152,13 @@ MAX_FREE_BUFFER_BYTES = 512 << 20
 # float table (or a sparse file a hostile model names) better from where it is, through the
 # in-memory route.
 EXTERNAL_COPY_ALLOWANCE = 256 << 20
+# Positions of a decoder's context (``{arch}.context_length``, from-gguf --graph and generate): the
+# graph folds cos/sin tables of context_length x head_dim float32 when the session is created.
+# Released llama/mistral/qwen2 models train up to about 2^20 positions (Qwen2.5-1M); 2^40 asked
+# for a 4 TiB table.
+MAX_CONTEXT_LENGTH = 2**24
+# Work of building a SentencePiece-style tokenizer's merges (``tokenizer.ggml.model`` llama): one
+# unit per candidate split of a piece (a split whose two lengths are both piece lengths of the
+# vocabulary) plus the characters that split copies. Real vocabularies need a few million units
+# (256,000 pieces); only many pieces of many distinct long lengths reach this.
+MAX_SPM_MERGE_WORK = 2**27

@@ -196,3 +196,161 @@ def test_metadata_that_is_not_json_is_refused_naming_the_entry(tiny):
     with pytest.raises(onnx_struct.ValidationError) as caught:
         decode_metadata(props)
     assert caught.value.path == "metadata_props['llama.block_count']"
+
+
+def _with_metadata(model: onnx.ModelProto, **changes: str) -> onnx.ModelProto:
+    """A copy of ``model`` whose GGUF metadata entries ``changes`` hold other JSON text."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    for prop in out.metadata_props:
+        prop.value = changes.pop(prop.key, prop.value)
+    assert not changes, changes  # every key changed is a stored entry
+    return out
+
+
+def test_a_context_length_over_the_limit_is_refused_by_the_generator(tiny):
+    with pytest.raises(onnx_struct.ValidationError) as caught:
+        Generator(_with_metadata(tiny[2], **{"llama.context_length": str(2**40)}), accuracy_level=0)
+    assert caught.value.path == "gguf.kv['llama.context_length']"
+    assert caught.value.code == "limit_exceeded"
+
+
+def test_a_vocabulary_shorter_than_the_logits_is_refused_by_the_generator(tiny):
+    import json
+
+    metadata = decode_metadata(tiny[2])
+    short = {
+        key: json.dumps(metadata[key][:-1])
+        for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.scores", "tokenizer.ggml.token_type")
+    }
+    with pytest.raises(onnx_struct.ValidationError, match=r"\d+ tokens, but the model's logits have") as caught:
+        Generator(_with_metadata(tiny[2], **short), accuracy_level=0)
+    assert caught.value.path == "gguf.kv['tokenizer.ggml.tokens']"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "path"),
+    [
+        ({"prompt": [1, "n_vocab"]}, "generate(prompt)[1]"),
+        ({"prompt": [1, 2**70]}, "generate(prompt)[1]"),
+        ({"prompt": [-1]}, "generate(prompt)[0]"),
+        ({"prompt": [1, 2.0]}, "generate(prompt)[1]"),
+        ({"prompt": [True]}, "generate(prompt)[0]"),
+        ({"max_new_tokens": -1}, "generate(max_new_tokens)"),
+        ({"max_new_tokens": 2.5}, "generate(max_new_tokens)"),
+        ({"temperature": float("nan")}, "generate(temperature)"),
+        ({"temperature": float("inf")}, "generate(temperature)"),
+        ({"temperature": -0.5}, "generate(temperature)"),
+        ({"temperature": "0.5"}, "generate(temperature)"),
+        ({"top_k": -1}, "generate(top_k)"),
+        ({"top_k": 1.5}, "generate(top_k)"),
+        ({"top_p": 0.0}, "generate(top_p)"),
+        ({"top_p": 1.5}, "generate(top_p)"),
+        ({"top_p": float("nan")}, "generate(top_p)"),
+        ({"seed": -1}, "generate(seed)"),
+        ({"seed": 1.5}, "generate(seed)"),
+    ],
+)
+def test_generate_arguments_out_of_range_are_refused(generator, arguments, path):
+    arguments = dict(arguments)
+    prompt = [generator.n_vocab if t == "n_vocab" else t for t in arguments.pop("prompt", [1, 2])]
+    with pytest.raises(onnx_struct.ValidationError) as caught:
+        onnx_struct.generate(generator, prompt, **{"max_new_tokens": 2, **arguments})
+    assert (caught.value.path, caught.value.code) == (path, "bad_argument")
+
+
+def test_the_last_token_id_is_accepted(generator):
+    """The refusal's bound is the vocabulary: its last id is a prompt token."""
+    result = generator.generate([1, generator.n_vocab - 1], max_new_tokens=1, stop_at_eos=False)
+    assert result.prompt_tokens == [1, generator.n_vocab - 1]
+
+
+def test_a_thread_count_below_one_is_refused(tiny):
+    with pytest.raises(onnx_struct.ValidationError) as caught:
+        Generator(tiny[2], threads=0)
+    assert (caught.value.path, caught.value.code) == ("generate(threads)", "bad_argument")
+
+
+@pytest.mark.parametrize(
+    ("option", "words"),
+    [
+        (["--temperature", "nan"], "--temperature: nan is not a finite number"),
+        (["--top-p", "nan"], "--top-p: nan is not a number in (0, 1]"),
+        (["--seed", "-1"], "--seed: -1 is not None or an integer >= 0"),
+        (["--max-new-tokens", "-1"], "--max-new-tokens: -1 is not an integer >= 0"),
+        (["--top-k", "-2"], "--top-k: -2 is not an integer >= 0"),
+        (["--threads", "0"], "--threads must be >= 1"),
+    ],
+)
+def test_cli_generate_options_out_of_range_are_usage_errors(tmp_path, capsys, option, words):
+    """Refused before the model is read (the file does not exist): exit 2, as other usage errors."""
+    assert main(["generate", str(tmp_path / "absent.onnx"), "--prompt", "x", *option]) == 2
+    assert words in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------- hostile tokenizer metadata
+def test_a_merge_naming_no_token_is_refused_naming_it(tmp_path):
+    path = tmp_path / "bpe.gguf"
+    write_gguf(
+        path, TinyLlama(**bpe_vocab(), default_type="F32", n_layers=1, n_embd=64, n_ff=64, n_heads=2, n_kv_heads=1)
+    )
+    metadata = decode_metadata(convert(path))
+    merges = metadata["tokenizer.ggml.merges"]
+    for bad, words in (("h zz", "'zz' is not a token"), ("\u0120 x", "'\u0120x' is not a token")):
+        with pytest.raises(onnx_struct.ValidationError, match=words) as caught:
+            GGUFTokenizer({**metadata, "tokenizer.ggml.merges": [*merges[:3], bad]})
+        assert caught.value.path == "gguf.kv['tokenizer.ggml.merges'][3]"
+    with pytest.raises(onnx_struct.ValidationError, match=r"pre-tokenizer \['llama-bpe'\]") as caught:
+        GGUFTokenizer({**metadata, "tokenizer.ggml.pre": ["llama-bpe"]})
+    assert caught.value.path == "gguf.kv['tokenizer.ggml.pre']"
+
+
+def test_scores_that_are_not_numbers_are_refused_naming_the_key(tiny):
+    metadata = decode_metadata(tiny[2])
+    for scores in (["1.0"] * len(metadata["tokenizer.ggml.scores"]), [True] * len(metadata["tokenizer.ggml.scores"])):
+        with pytest.raises(onnx_struct.ValidationError, match="array of numbers") as caught:
+            GGUFTokenizer({**metadata, "tokenizer.ggml.scores": scores})
+        assert caught.value.path == "gguf.kv['tokenizer.ggml.scores']"
+
+
+def _spm_metadata(tiny, extra: list[str]) -> dict[str, object]:
+    metadata = decode_metadata(tiny[2])
+    return {
+        **metadata,
+        "tokenizer.ggml.tokens": metadata["tokenizer.ggml.tokens"] + extra,
+        "tokenizer.ggml.scores": metadata["tokenizer.ggml.scores"] + [-1000.0] * len(extra),
+        "tokenizer.ggml.token_type": metadata["tokenizer.ggml.token_type"] + [1] * len(extra),
+    }
+
+
+def test_the_spm_merges_are_every_split_into_two_pieces(tiny):
+    """The candidate cuts (lengths of pieces only) miss no split: against trying every cut."""
+    from onnx_struct.runtime.tokenizer import _splits
+
+    tokens = _spm_metadata(tiny, ["\u2581hello\u2581world", "ab", "abab", "ababab", "x" * 40])["tokenizer.ggml.tokens"]
+    vocab = {piece: i for i, piece in enumerate(tokens)}
+    every = {
+        (piece, i, cut)
+        for piece, i in vocab.items()
+        for cut in range(1, len(piece))
+        if piece[:cut] in vocab and piece[cut:] in vocab
+    }
+    assert len(every) > 20
+    assert set(_splits(vocab)) == every
+
+
+def test_a_very_long_piece_builds_and_tokenizes_as_llama_cpp(tiny):
+    """A 400,000-character piece (splitting it at every cut was quadratic) changes no tokenization."""
+    config = tiny[0]
+    metadata = _spm_metadata(tiny, ["\u2581" + "q" * 400_000])
+    tokenizer = GGUFTokenizer(metadata)
+    tokens, scores = metadata["tokenizer.ggml.tokens"], metadata["tokenizer.ggml.scores"]
+    for text in ("hello world and the café", "q" * 50):
+        assert tokenizer.encode(text) == spm_tokenize(tokens, scores, text)
+    assert tokenizer.encode("hello") == spm_tokenize(config.tokens, config.token_scores, "hello")
+
+
+def test_many_long_pieces_of_distinct_lengths_hit_the_merge_limit(tiny):
+    with pytest.raises(onnx_struct.ValidationError) as caught:
+        GGUFTokenizer(_spm_metadata(tiny, ["r" * n for n in range(2, 1500)]))
+    assert (caught.value.path, caught.value.code) == ("gguf.kv['tokenizer.ggml.tokens']", "limit_exceeded")

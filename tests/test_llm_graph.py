@@ -179,6 +179,12 @@ def test_the_hand_written_shapes_are_what_the_builder_expects():
         (metadata(**{"llama.block_count": 2**40}), None, "gguf.kv['llama.block_count']", "11 tensors in all"),
         (metadata(**{"llama.attention.layer_norm_rms_epsilon": float("inf")}), None, "rms_epsilon", "finite"),
         (metadata(**{"llama.attention.layer_norm_rms_epsilon": 1e300}), None, "rms_epsilon", "float32"),
+        (metadata(**{"llama.context_length": 2**40}), None, "gguf.kv['llama.context_length']", "exceed the limit"),
+        (metadata(**{"llama.context_length": "64"}), None, "context_length", "not '64' (a string)"),
+        (metadata(**{"llama.attention.key_length": "16"}), None, "key_length", "positive integer, not '16' (a string)"),
+        (metadata(**{"llama.rope.freq_base": [1.0]}), None, "freq_base", "float32 number, not [1.0] (an array)"),
+        (metadata(**{"tokenizer.ggml.tokens": ["a"] * 31}), None, "tokenizer.ggml.tokens", "31 tokens, but"),
+        (metadata(**{"tokenizer.ggml.tokens": ["a"] * 33}), None, "tokenizer.ggml.tokens", "have 32 rows"),
         (metadata(), {"blk__0__ffn_up__weight": None}, "gguf.tensors['blk.0.ffn_up.weight']", "missing"),
         (metadata(), {"blk__0__attn_k__weight": ("Q4_0", (64, 64))}, "attn_k.weight", "[32, 64]"),
         (metadata(), {"blk__0__attn_q_norm__weight": ("F32", (16,))}, "attn_q_norm", "no use for 'attn_q_norm"),
@@ -189,6 +195,19 @@ def test_refusals_name_what_is_missing(meta, table, path, words):
         llm_graph.hyperparameters(meta, tensors(**(table or {})))
     assert path in caught.value.path
     assert words in str(caught.value)
+
+
+def test_a_vocabulary_of_the_embedding_size_is_accepted():
+    """The vocabulary check compares sizes: 32 tokens for token_embd's 32 rows pass."""
+    p = llm_graph.hyperparameters(metadata(**{"tokenizer.ggml.tokens": ["a"] * 32}), tensors())
+    assert p.n_vocab == 32
+
+
+def test_the_context_length_limit_is_a_limit_error():
+    with pytest.raises(onnx_struct.ValidationError) as caught:
+        llm_graph.hyperparameters(metadata(**{"llama.context_length": 2**24 + 1}), tensors())
+    assert (caught.value.code, caught.value.details) == ("limit_exceeded", {"actual": 2**24 + 1, "limit": 2**24})
+    assert llm_graph.hyperparameters(metadata(**{"llama.context_length": 2**24}), tensors()).context_length == 2**24
 
 
 def test_a_refused_file_is_refused_by_convert(tmp_path, capsys):

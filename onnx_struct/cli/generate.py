@@ -40,12 +40,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.max_new_tokens < 0 or (args.threads is not None and args.threads < 1):
-        raise UsageError("--max-new-tokens must be >= 0 and --threads >= 1")
-    if args.temperature < 0 or args.top_k < 0 or not 0 < args.top_p <= 1:
-        raise UsageError("--temperature and --top-k must be >= 0 and --top-p in (0, 1]")
+    if args.threads is not None and args.threads < 1:
+        raise UsageError("--threads must be >= 1")
     try:
-        from onnx_struct.runtime.generate import generate  # noqa: PLC0415 - onnxruntime on use only
+        from onnx_struct.runtime.generate import check_sampling, generate  # noqa: PLC0415 - onnxruntime on use only
+
+        check_sampling(
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            seed=args.seed,
+        )
 
         def stream(piece: str) -> None:
             sys.stdout.write(piece)
@@ -67,7 +73,10 @@ def run(args: argparse.Namespace) -> int:
         if error.name != "tokenizers":
             raise
         raise UsageError(str(error)) from None
-    except ValidationError:
+    except ValidationError as error:
+        if error.code == "bad_argument":  # generate(name): the option --name
+            option = "--" + error.path.removeprefix("generate(").removesuffix(")").replace("_", "-")
+            raise UsageError(f"{option}: {error.reason}") from None
         raise
     except ValueError as error:  # the prompt and --max-new-tokens exceed the context length
         raise UsageError(str(error)) from None

@@ -12,6 +12,7 @@ processing), then one token per step until ``max_new_tokens`` or the EOS token.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -19,7 +20,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from onnx_struct.errors import ValidationError
-from onnx_struct.formats.gguf.metadata import decode_metadata
+from onnx_struct.formats.gguf.metadata import checked_context_length, decode_metadata
 from onnx_struct.runtime.ort import load_onnxruntime
 from onnx_struct.runtime.session import InferenceSession
 from onnx_struct.runtime.tokenizer import GGUFTokenizer
@@ -88,11 +89,19 @@ class Generator:
 
     Raises:
         ValidationError: the model has no decoder graph (no ``input_ids`` / ``past_key_values``
-            inputs) or no GGUF tokenizer metadata.
+            inputs), no GGUF tokenizer metadata, a vocabulary of another size than its logits,
+            a context length missing or above ``MAX_CONTEXT_LENGTH``; ``threads`` is not an
+            integer >= 1 (``bad_argument``).
     """
 
     def __init__(self, model: ModelLike, *, threads: int | None = None, accuracy_level: int | None = None) -> None:
         options = None
+        if threads is not None and (
+            isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1
+        ):
+            raise ValidationError(
+                "generate(threads)", f"{threads!r} is not None or an integer >= 1", code="bad_argument"
+            )
         if threads is not None:
             # onnxruntime takes a thread count only through SessionOptions, which InferenceSession
             # leaves as given and runs on the same low-memory route (docs/llm.md, "Threads").
@@ -111,18 +120,22 @@ class Generator:
         cache = inputs.get("past_key_values.0.key")
         if "input_ids" not in inputs or cache is None or not all(isinstance(d, int) for d in cache[1::2]):
             raise _not_a_decoder()
+        logits = next((o.shape for o in self.session.get_outputs() if o.name == "logits"), None)
+        if not logits or not isinstance(logits[-1], int):
+            raise _not_a_decoder()
+        self.n_vocab = logits[-1]
         metadata = decode_metadata(self.session.lowered)
         self.tokenizer = GGUFTokenizer(metadata)
+        if self.tokenizer.vocab_size != self.n_vocab:  # an id the sampler picks must have a token
+            raise ValidationError(
+                "gguf.kv['tokenizer.ggml.tokens']",
+                f"{self.tokenizer.vocab_size} tokens, but the model's logits have {self.n_vocab}",
+                expected=self.n_vocab,
+                actual=self.tokenizer.vocab_size,
+            )
         self.n_layers = sum(1 for name in inputs if name.startswith("past_key_values.") and name.endswith(".key"))
         self.n_kv_heads, self.head_dim = cache[1], cache[3]
-        context = metadata.get(f"{metadata.get('general.architecture')}.context_length")
-        if isinstance(context, bool) or not isinstance(context, int) or context <= 0:
-            raise ValidationError(
-                f"gguf.kv['{metadata.get('general.architecture')}.context_length']",
-                "missing or not a positive integer",
-                code="missing_metadata",
-            )
-        self.context_length = context
+        self.context_length = checked_context_length(metadata, metadata.get("general.architecture"))
 
     def generate(
         self,
@@ -137,7 +150,8 @@ class Generator:
         stop_at_eos: bool = True,
     ) -> Generation:
         """See :func:`generate`."""
-        prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else [int(i) for i in prompt]
+        check_sampling(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else self._token_ids(prompt)
         if not prompt_ids:
             raise ValueError("the prompt has no tokens (an empty prompt without a BOS token)")
         length = len(prompt_ids) + max_new_tokens
@@ -177,6 +191,48 @@ class Generator:
         if stream is not None and text != shown:
             stream(text[len(shown) :])
         return Generation(text, tokens, prompt_ids, stopped, prompt_seconds, generation_seconds)
+
+    def _token_ids(self, prompt: Sequence[int]) -> list[int]:
+        # Gather would wrap a negative id to the end of the vocabulary and fail on a large one.
+        ids = []
+        for i, token in enumerate(prompt):
+            if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or not 0 <= token < self.n_vocab:
+                raise ValidationError(
+                    f"generate(prompt)[{i}]",
+                    f"{token!r} is not a token id in [0, {self.n_vocab})",
+                    code="bad_argument",
+                )
+            ids.append(int(token))
+        return ids
+
+
+def check_sampling(*, max_new_tokens: object, temperature: object, top_k: object, top_p: object, seed: object) -> None:
+    """Refuse generation arguments out of their ranges before anything runs.
+
+    Raises:
+        ValidationError: (code ``bad_argument``, path ``generate(name)``) ``max_new_tokens`` or
+            ``top_k`` is not an integer >= 0, ``temperature`` not a finite number >= 0, ``top_p``
+            not in (0, 1], ``seed`` neither None nor an integer >= 0.
+    """
+
+    def refuse(name: str, value: object, wanted: str) -> ValidationError:
+        return ValidationError(f"generate({name})", f"{value!r} is not {wanted}", code="bad_argument")
+
+    def integer(value: object) -> bool:
+        return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0
+
+    def number(value: object) -> bool:
+        return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+    for name, value in (("max_new_tokens", max_new_tokens), ("top_k", top_k)):
+        if not integer(value):
+            raise refuse(name, value, "an integer >= 0")
+    if not number(temperature) or not 0 <= temperature < math.inf:
+        raise refuse("temperature", temperature, "a finite number >= 0")
+    if not number(top_p) or not 0 < top_p <= 1:
+        raise refuse("top_p", top_p, "a number in (0, 1]")
+    if seed is not None and not integer(seed):
+        raise refuse("seed", seed, "None or an integer >= 0")
 
 
 class _Steps:
@@ -237,7 +293,10 @@ def generate(
         A :class:`Generation`: the new text and tokens (stopped at EOS, which is not included).
 
     Raises:
-        ValidationError: the model has no decoder graph or no tokenizer metadata.
+        ValidationError: the model has no decoder graph or no tokenizer metadata, its vocabulary
+            and logits differ in size; an argument is out of range (code ``bad_argument``: a
+            prompt id outside the vocabulary, a negative ``max_new_tokens``, a temperature that
+            is not finite, ...).
         ValueError: the prompt and ``max_new_tokens`` exceed the model's context length.
 
     Example::

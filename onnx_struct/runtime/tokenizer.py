@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from onnx_struct.errors import ValidationError
+from onnx_struct.errors import ValidationError, limit_exceeded
+from onnx_struct.limits import MAX_SPM_MERGE_WORK
 
 SPACE = "\u2581"  # SentencePiece's escaped space
 CONTROL, BYTE = 3, 6  # llama.cpp's token types (llama_token_type) of BOS/EOS and of <0xXX> pieces
@@ -135,16 +136,10 @@ def _spm(metadata: Mapping[str, object], tokens: list[str]):
             f"must hold one score per token ({len(tokens)})",
             code="missing_metadata",
         )
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in scores):
+        raise ValidationError("gguf.kv['tokenizer.ggml.scores']", "must be an array of numbers (FLOAT32)")
     vocab = {piece: i for i, piece in enumerate(tokens)}  # llama.cpp's token_to_id: the last of duplicates
-    # llama.cpp merges a pair whenever its concatenation is any piece of the vocabulary.
-    merges = []
-    for piece, i in vocab.items():
-        if len(piece) < 2:
-            continue
-        for cut in range(1, len(piece)):
-            left, right = piece[:cut], piece[cut:]
-            if left in vocab and right in vocab:
-                merges.append((-float(scores[i]), i, cut, left, right))
+    merges = [(-float(scores[i]), i, cut, piece[:cut], piece[cut:]) for piece, i, cut in _splits(vocab)]
     # Highest score of the merged piece first. llama.cpp breaks a tie between two different pieces
     # of equal score by position (leftmost); a rank cannot: equal scores go by lower id here.
     merges.sort()
@@ -162,6 +157,43 @@ def _spm(metadata: Mapping[str, object], tokens: list[str]):
     return tokenizer
 
 
+def _splits(vocab: Mapping[str, int]) -> list[tuple[str, int, int]]:
+    """(piece, id, cut) for every split of a piece into two pieces: llama.cpp merges a pair
+    whenever its concatenation is a piece of the vocabulary.
+
+    Only cuts whose two lengths are both lengths of some piece can split a piece into two, so
+    those alone are tried: the work is linear in the vocabulary's characters where the pieces
+    have few distinct lengths (a single long piece costs nothing), where trying every cut was
+    quadratic in a piece's length.
+
+    Raises:
+        ValidationError: (``limit_exceeded``) the candidate splits and the characters they copy
+            exceed ``MAX_SPM_MERGE_WORK``.
+    """
+    lengths = sorted({len(piece) for piece in vocab})
+    present = set(lengths)
+    out, work = [], 0
+    for piece, i in vocab.items():
+        size = len(piece)
+        for cut in lengths:
+            if cut >= size:
+                break
+            work += 1
+            if size - cut not in present:
+                continue
+            work += size
+            if work > MAX_SPM_MERGE_WORK:
+                raise limit_exceeded(
+                    "gguf.kv['tokenizer.ggml.tokens']",
+                    f"splitting the pieces into pairs of pieces takes more than {MAX_SPM_MERGE_WORK} steps",
+                    work,
+                    MAX_SPM_MERGE_WORK,
+                )
+            if piece[:cut] in vocab and piece[cut:] in vocab:
+                out.append((piece, i, cut))
+    return out
+
+
 def _unk(metadata: Mapping[str, object], tokens: list[str]) -> int | None:
     value = metadata.get("tokenizer.ggml.unknown_token_id")
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < len(tokens) else None
@@ -170,20 +202,27 @@ def _unk(metadata: Mapping[str, object], tokens: list[str]) -> int | None:
 def _byte_bpe(metadata: Mapping[str, object], tokens: list[str]):
     tk = _tokenizers()
     pre = metadata.get("tokenizer.ggml.pre", "default")
-    if pre not in PRE_TOKENIZERS:
+    if not isinstance(pre, str) or pre not in PRE_TOKENIZERS:
         raise ValidationError(
             "gguf.kv['tokenizer.ggml.pre']",
             f"pre-tokenizer {pre!r} is not built ({', '.join(sorted(PRE_TOKENIZERS))} are)",
             code="unsupported_tokenizer",
         )
     regex, whole_words = PRE_TOKENIZERS[pre]
+    vocab = {piece: i for i, piece in enumerate(tokens)}
     merges = []
     for i, line in enumerate(_strings(metadata, "tokenizer.ggml.merges")):
         left, sep, right = line.partition(" ")
         if not sep:
             raise ValidationError(f"gguf.kv['tokenizer.ggml.merges'][{i}]", f"{line!r} is not two pieces")
+        # tokenizers refuses a merge whose pieces are no token (a bare Exception) and panics on one
+        # whose result is none
+        missing = next((p for p in (left, right, left + right) if p not in vocab), None)
+        if missing is not None:
+            raise ValidationError(
+                f"gguf.kv['tokenizer.ggml.merges'][{i}]", f"{line!r}: {missing!r} is not a token of the vocabulary"
+            )
         merges.append((left, right))
-    vocab = {piece: i for i, piece in enumerate(tokens)}
     tokenizer = tk.Tokenizer(tk.models.BPE(vocab=vocab, merges=merges, ignore_merges=whole_words))
     tokenizer.pre_tokenizer = tk.pre_tokenizers.Sequence(
         [

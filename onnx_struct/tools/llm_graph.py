@@ -22,7 +22,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from onnx_struct.errors import ValidationError
-from onnx_struct.formats.gguf.metadata import decode_metadata
+from onnx_struct.formats.gguf.metadata import checked_context_length, decode_metadata, value_kind
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -83,13 +83,17 @@ def hyperparameters(metadata: Mapping[str, object], tensors: Tensors) -> Hyperpa
         if value is None:
             raise ValidationError(f"gguf.kv[{full!r}]", "missing: the decoder graph needs it", code="missing_metadata")
         if kind is int and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
-            raise ValidationError(f"gguf.kv[{full!r}]", f"must be a positive integer, not {value!r}")
+            raise ValidationError(
+                f"gguf.kv[{full!r}]", f"must be a positive integer, not {value!r} ({value_kind(value)})"
+            )
         if kind is float and (
             isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= FLOAT32_MAX
         ):  # the graph holds it as a float32 constant: a larger value would become inf
-            raise ValidationError(f"gguf.kv[{full!r}]", f"must be a positive, finite float32 number, not {value!r}")
+            raise ValidationError(
+                f"gguf.kv[{full!r}]", f"must be a positive, finite float32 number, not {value!r} ({value_kind(value)})"
+            )
         if kind is str and not isinstance(value, str):
-            raise ValidationError(f"gguf.kv[{full!r}]", f"must be a string, not {value!r}")
+            raise ValidationError(f"gguf.kv[{full!r}]", f"must be a string, not {value!r} ({value_kind(value)})")
         return value
 
     for moe in ("expert_count", "expert_used_count"):
@@ -115,10 +119,11 @@ def hyperparameters(metadata: Mapping[str, object], tensors: Tensors) -> Hyperpa
         )
     head_dim = n_embd // n_heads
     for name in ("attention.key_length", "attention.value_length", "rope.dimension_count"):
-        if metadata.get(f"{arch}.{name}", head_dim) != head_dim:
+        size = key(name, head_dim)
+        if size != head_dim:
             raise ValidationError(
                 f"gguf.kv['{arch}.{name}']",
-                f"{metadata[f'{arch}.{name}']} differs from the head size {head_dim}: the graph rotates and "
+                f"{size} differs from the head size {head_dim}: the graph rotates and "
                 "attends over whole heads of embedding_length / head_count",
                 code="unsupported_architecture",
             )
@@ -149,7 +154,7 @@ def hyperparameters(metadata: Mapping[str, object], tensors: Tensors) -> Hyperpa
         n_kv_heads=n_kv_heads,
         head_dim=head_dim,
         n_vocab=vocab,
-        context_length=key("context_length"),
+        context_length=checked_context_length(metadata, arch),
         rms_eps=float(key("attention.layer_norm_rms_epsilon", kind=float)),
         freq_base=float(key("rope.freq_base", 10000.0, float)),
         freq_scale=1.0 / factor,
@@ -159,7 +164,21 @@ def hyperparameters(metadata: Mapping[str, object], tensors: Tensors) -> Hyperpa
         rope_freqs="rope_freqs.weight" in tensors,
     )
     _check_tensors(params, tensors)
+    _check_vocabulary(metadata, vocab)
     return params
+
+
+def _check_vocabulary(metadata: Mapping[str, object], n_vocab: int) -> None:
+    # llama.cpp sizes token_embd and output from the tokenizer's token count and refuses a file
+    # whose tensors disagree; a shorter vocabulary would let the sampler pick an id with no token.
+    tokens = metadata.get("tokenizer.ggml.tokens")
+    if isinstance(tokens, list) and len(tokens) != n_vocab:
+        raise ValidationError(
+            "gguf.kv['tokenizer.ggml.tokens']",
+            f"{len(tokens)} tokens, but token_embd.weight (and the output head) have {n_vocab} rows",
+            expected=n_vocab,
+            actual=len(tokens),
+        )
 
 
 def expected_shapes(p: Hyperparameters) -> dict[str, tuple[int, ...]]:

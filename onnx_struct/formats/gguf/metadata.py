@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import onnx
 
-from onnx_struct.errors import ValidationError
+from onnx_struct.errors import ValidationError, limit_exceeded
+from onnx_struct.limits import MAX_CONTEXT_LENGTH
 
 # metadata_props keys added besides the GGUF keys themselves.
 VALUE_TYPES_KEY = "onnx_struct.gguf.value_types"  # JSON object: GGUF key -> value type, e.g. "ARRAY[STRING]"
@@ -142,3 +143,33 @@ def decode_metadata(
         except ValueError as error:
             raise ValidationError(f"metadata_props[{key!r}]", f"not the JSON of a {label} value: {error}") from None
     return out
+
+
+def checked_context_length(metadata: Mapping[str, object], arch: object) -> int:
+    """``{arch}.context_length``: a positive integer up to ``MAX_CONTEXT_LENGTH``.
+
+    Raises:
+        ValidationError: it is missing (``missing_metadata``), not a positive integer, or above
+            the limit (``limit_exceeded``); the path names the key.
+    """
+    full = f"{arch}.context_length"
+    value = metadata.get(full)
+    if value is None:
+        raise ValidationError(f"gguf.kv[{full!r}]", "missing: the decoder graph needs it", code="missing_metadata")
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValidationError(f"gguf.kv[{full!r}]", f"must be a positive integer, not {value!r} ({value_kind(value)})")
+    if value > MAX_CONTEXT_LENGTH:  # the graph's cos/sin tables hold context_length positions
+        raise limit_exceeded(
+            f"gguf.kv[{full!r}]",
+            f"{value} positions exceed the limit of {MAX_CONTEXT_LENGTH} (the rotary tables hold every position)",
+            value,
+            MAX_CONTEXT_LENGTH,
+        )
+    return value
+
+
+def value_kind(value: object) -> str:
+    """The GGUF-facing name of a decoded metadata value's type, for messages."""
+    return {bool: "a bool", int: "an integer", float: "a float", str: "a string", list: "an array"}.get(
+        type(value), type(value).__name__
+    )
