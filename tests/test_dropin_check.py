@@ -422,3 +422,27 @@ def test_an_undefined_input_of_a_crashing_operator_is_refused_in_a_subgraph():
     assert raised.value.code == "undefined_input" and raised.value.path.startswith(
         "graph.node[0].attribute.body[0].node[2]"
     )
+
+
+def test_a_crashing_operator_is_found_beside_a_large_models_initializers():
+    """Above CUT_MIN_BYTES the names are searched without the main graph's initializer records
+    (which hold no node): a node before or after them is still walked and refused."""
+    from onnx_struct.check.stock import _names_crashing_operator
+    from onnx_struct.schema.plain import CUT_MIN_BYTES
+
+    big = onnx.numpy_helper.from_array(np.ones(CUT_MIN_BYTES // 4, np.float32), "big")
+    named = onnx.numpy_helper.from_array(np.frombuffer(b"EyeLike" * 1000, np.uint8), "named")
+    eyelike = oh.make_node("EyeLike", ["nowhere"], ["e"], dtype=TensorProto.DOUBLE)
+    for nodes in ([eyelike], [oh.make_node("Identity", ["X"], ["Y"]), eyelike]):
+        model = base_model()
+        model.graph.initializer.extend([big, named])
+        model.graph.node.extend(nodes)
+        with pytest.raises(onnx.shape_inference.InferenceError) as raised:
+            S.infer_shapes(model)  # in process: refused before onnx sees it
+        assert raised.value.code == "undefined_input"
+    plain = base_model()
+    plain.graph.initializer.extend([big, named])  # the name only in a tensor's bytes
+    assert _names_crashing_operator(plain.SerializeToString()) is False
+    assert _names_crashing_operator(named.SerializeToString() * 200) is True  # no main graph: all searched
+    assert _names_crashing_operator(b"\x0a" + b"\xff" * CUT_MIN_BYTES + b"EyeLike") is True  # no protobuf: all searched
+    assert_same_outcome(onnx.shape_inference.infer_shapes, S.infer_shapes, plain)

@@ -19,7 +19,8 @@ from google.protobuf.message import DecodeError
 
 from onnx_struct.errors import InferenceError, from_stock
 from onnx_struct.payload.external import open_model_file
-from onnx_struct.schema.plain import CUT_MIN_BYTES, FileBytes, has_struct_parts
+from onnx_struct.schema.plain import CUT_MIN_BYTES, FileBytes, has_struct_parts, without_initializers
+from onnx_struct.schema.wire_format import Malformed
 
 stock_check_model = onnx.checker.check_model
 stock_infer_shapes = onnx.shape_inference.infer_shapes
@@ -65,6 +66,11 @@ def classify(model: object, *, paths: bool = True) -> tuple[str, object]:
         return (STRUCT, None) if found is True else (UNPARSABLE if found else PLAIN, form)
     else:
         return STRUCT, None
+    return _classify_bytes(data)
+
+
+def _classify_bytes(data: bytes) -> tuple[str, object]:
+    """:func:`classify` of serialized bytes."""
     found = has_struct_parts(data)
     if found is None:
         # The mask's parse failed: a broken struct part if protobuf reads the bytes as onnx's;
@@ -86,7 +92,13 @@ def plain_form(model: object, *, paths: bool = True, unparsable: bool = True) ->
     """What to hand stock onnx for a model without struct parts (see :func:`classify`; with
     ``unparsable``, also for bytes Python's protobuf cannot parse), else None: the struct-aware
     path decides."""
-    kind, form = classify(model, paths=paths)
+    # The common forms straight to the test: on a small model onnx's own check is a few Python calls long.
+    if type(model) is onnx.ModelProto:
+        kind, form = _classify_bytes(model.SerializeToString())
+    elif type(model) is bytes:
+        kind, form = _classify_bytes(model)
+    else:
+        kind, form = classify(model, paths=paths)
     return form if kind == PLAIN or (unparsable and kind == UNPARSABLE) else None
 
 
@@ -110,7 +122,7 @@ def infer_shapes(
     (docs/semantics.md). ``parsed``: the ``onnx.ModelProto`` whose bytes ``model`` is, if the
     caller has it.
     """
-    if isinstance(model, bytes) and any(name in model for name in CRASHING_OPERATORS):
+    if isinstance(model, bytes) and _names_crashing_operator(model):
         if parsed is None:
             try:
                 parsed = onnx.ModelProto.FromString(model)
@@ -136,6 +148,19 @@ def prefix(error: Exception) -> str:
 # names (C speed) spares every other model the walk (~1 us a node, more than onnx's inference of a
 # small model).
 CRASHING_OPERATORS = (b"EyeLike", b"LabelEncoder", b"TreeEnsemble", b"RegexFullMatch")
+
+
+def _names_crashing_operator(data: bytes) -> bool:
+    """Whether a :data:`CRASHING_OPERATORS` name is in ``data``, the main graph's initializer
+    records left out of a large model's bytes (they hold no node; searching them would cost as
+    much as onnx's inference of such a model)."""
+    if len(data) >= CUT_MIN_BYTES:
+        try:
+            data = without_initializers(data)
+        except Malformed:
+            pass  # not protobuf: searched whole, stock's parse then refuses it
+    eye, label, tree, regex = CRASHING_OPERATORS
+    return eye in data or label in data or tree in data or regex in data  # unrolled: no generator to start
 
 
 def first_undefined_input(graph: onnx.GraphProto, outer: frozenset, path: str) -> str | None:
