@@ -14,6 +14,7 @@ take at most 1.3x stock onnx's time (one cheap test, then onnx's own function).
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -180,9 +181,9 @@ def plain(quick: bool) -> None:
     hooked_check, hooked_infer = onnx.checker.check_model, onnx.shape_inference.infer_shapes
     S.uninstall()
 
-    def each(function):
+    def each(function, models=corpus):
         def run():
-            for model in corpus:
+            for model in models:
                 try:
                     function(model)
                 except Exception:  # noqa: BLE001, S110 - a refused model costs its time too
@@ -192,12 +193,16 @@ def plain(quick: bool) -> None:
 
     rounds = 5 if quick else 15
     rows = []
+    started = f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.2f}"
+    serialized = [model.SerializeToString() for model in corpus]
     for what, functions in (
         ("check_model", (stock_check, S.check_model, hooked_check)),
         ("infer_shapes", (stock_infer, S.infer_shapes, hooked_infer)),
     ):
         times = interleaved_minimum([each(f) for f in functions], repeat=rounds)
         rows.append((f"{what}, {name}", times))
+        times = interleaved_minimum([each(f, serialized) for f in functions], repeat=rounds)
+        rows.append((f"{what}, the same as bytes", times))
     big = _big_plain_model(10 if quick else 100)
     with tempfile.TemporaryDirectory() as tmp:
         path = str(pathlib.Path(tmp) / "big.onnx")
@@ -215,6 +220,7 @@ def plain(quick: bool) -> None:
             [lambda f=f: f(big) for f in (stock_infer, S.infer_shapes, hooked_infer)], repeat=rounds
         )
         rows.append((f"infer_shapes, {megabytes:.0f} MB ModelProto", times))
+    print(f"{started} to {time.strftime('%H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.2f}\n")
     print("| plain models | stock (ms) | onnx_struct (ms) | hook (ms) | onnx_struct / stock | hook / stock |")
     print("|---|---:|---:|---:|---:|---:|")
     for what, (stock, ours, hooked) in rows:
