@@ -30,12 +30,15 @@ import onnx
 import onnx.checker
 import onnx.shape_inference
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto
 from onnx import helper as oh
 from support.models import base_model
 
 import onnx_struct as S
 from onnx_struct import errors
+from onnx_struct.check.stock import CRASHING_OPERATORS
 
 WHEEL_MODELS = sorted((pathlib.Path(onnx.__file__).parent / "backend" / "test" / "data").rglob("*.onnx"))
 CHECK_FLAGS = [{}, {"full_check": True}]
@@ -446,3 +449,25 @@ def test_a_crashing_operator_is_found_beside_a_large_models_initializers():
     assert _names_crashing_operator(named.SerializeToString() * 200) is True  # no main graph: all searched
     assert _names_crashing_operator(b"\x0a" + b"\xff" * CUT_MIN_BYTES + b"EyeLike") is True  # no protobuf: all searched
     assert_same_outcome(onnx.shape_inference.infer_shapes, S.infer_shapes, plain)
+
+
+PIECES = [b"E", b"F", b"x", b"EyeLik", b"yeLike", b"Label", b"Encoder", b"Tree", b"Ensemble", b"Regex", b"FullMatch"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(PIECES + [b"E" * 40, *CRASHING_OPERATORS]), max_size=12))
+def test_the_crashing_operator_search_finds_exactly_the_names(pieces):
+    """Found by a letter each name holds, then the name around it: the same answer as a search
+    for each name (the oracle), with near misses, the letters many times, names at either end."""
+    from onnx_struct.check.stock import _names_crashing_operator
+
+    data = b"".join(pieces)
+    assert _names_crashing_operator(data) is any(name in data for name in CRASHING_OPERATORS)
+
+
+def test_each_crashing_operator_is_listed_by_a_letter_it_holds():
+    from onnx_struct.check.stock import _BY_LETTER
+
+    listed = [(letter, name, at) for letter, names in _BY_LETTER for name, at in names]
+    assert sorted(name for _, name, _ in listed) == sorted(CRASHING_OPERATORS)
+    assert all(name[at : at + 1] == letter for letter, name, at in listed)

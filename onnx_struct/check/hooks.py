@@ -44,7 +44,9 @@ def _wrap_check_model(original):
     def check_model(model, full_check=False, skip_opset_compatibility_check=False, check_custom_domain=False):
         kind, form = _route(model)
         if kind == stock.PLAIN:
-            return original(form, full_check, skip_opset_compatibility_check, check_custom_domain)
+            return stock.call_check_model(
+                original, form, full_check, skip_opset_compatibility_check, check_custom_domain
+            )
         return struct_check(
             model,
             full_check=full_check,

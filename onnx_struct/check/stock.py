@@ -16,6 +16,8 @@ import onnx
 import onnx.checker
 import onnx.shape_inference
 from google.protobuf.message import DecodeError
+from onnx.onnx_cpp2py_export import checker as onnx_cpp_checker
+from onnx.onnx_cpp2py_export import shape_inference as onnx_cpp_inference
 
 from onnx_struct.errors import InferenceError, from_stock
 from onnx_struct.payload.external import open_model_file
@@ -24,6 +26,12 @@ from onnx_struct.schema.wire_format import Malformed
 
 stock_check_model = onnx.checker.check_model
 stock_infer_shapes = onnx.shape_inference.infer_shapes
+
+# onnx's check_model and infer_shapes given bytes under onnx's 2 GiB limit make one C call each
+# (and infer_shapes parses its result): a plain model is handed on as bytes, so that call is made
+# here directly, without the Python frames around it, when the function is onnx's own.
+_ONNX_FUNCTIONS = (vars(onnx.checker), vars(onnx.shape_inference))
+_MAXIMUM_PROTOBUF = onnx.checker.MAXIMUM_PROTOBUF
 
 # What stock onnx raises for a model it refuses (a C++ file system error is a RuntimeError).
 STOCK_ERRORS = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError, RuntimeError)
@@ -107,9 +115,26 @@ def check_model(
 ) -> None:
     """``onnx.checker.check_model`` on ``model`` (a :func:`plain_form`), its errors as ours."""
     try:
-        stock_check_model(model, full_check, skip_opset_compatibility_check, check_custom_domain)
+        call_check_model(stock_check_model, model, full_check, skip_opset_compatibility_check, check_custom_domain)
     except STOCK_ERRORS as error:
         raise from_stock(error, prefix(error)) from None
+
+
+def call_check_model(
+    function, model: object, full_check: bool, skip_opset_compatibility_check: bool, check_custom_domain: bool
+) -> None:
+    """``function`` (``onnx.checker.check_model``, or what stood in its place) on ``model``, onnx's
+    own errors raised as they are."""
+    if type(model) is bytes and len(model) <= _MAXIMUM_PROTOBUF and _is_onnxs(function):
+        onnx_cpp_checker.check_model(model, full_check, skip_opset_compatibility_check, check_custom_domain)
+    else:
+        function(model, full_check, skip_opset_compatibility_check, check_custom_domain)
+
+
+def _is_onnxs(function) -> bool:
+    """Whether ``function`` is onnx's own (defined in its module, not a wrapper from elsewhere)."""
+    found = getattr(function, "__globals__", None)
+    return found is _ONNX_FUNCTIONS[0] or found is _ONNX_FUNCTIONS[1]  # by identity: no dict comparison
 
 
 def infer_shapes(
@@ -132,6 +157,10 @@ def infer_shapes(
         if undefined is not None:
             raise InferenceError(undefined, "names no value defined before the node", code="undefined_input")
     try:
+        if type(model) is bytes and _is_onnxs(stock_infer_shapes):
+            inferred = onnx.ModelProto()
+            inferred.ParseFromString(onnx_cpp_inference.infer_shapes(model, check_type, strict_mode, data_prop))
+            return inferred
         return stock_infer_shapes(model, check_type, strict_mode, data_prop)
     except STOCK_ERRORS as error:
         raise from_stock(error, "onnx.shape_inference: ") from None
@@ -159,8 +188,28 @@ def _names_crashing_operator(data: bytes) -> bool:
             data = without_initializers(data)
         except Malformed:
             pass  # not protobuf: searched whole, stock's parse then refuses it
-    eye, label, tree, regex = CRASHING_OPERATORS
-    return eye in data or label in data or tree in data or regex in data  # unrolled: no generator to start
+    for letter, names in _BY_LETTER:
+        pos, seen = data.find(letter), 0
+        while pos >= 0:
+            if seen == _MAX_LETTERS:  # bytes full of the letter (tensor data): a search per name
+                if any(name in data for name, _ in names):
+                    return True
+                break
+            for name, at in names:
+                if pos >= at and data.startswith(name, pos - at):
+                    return True
+            pos, seen = data.find(letter, pos + 1), seen + 1
+    return False
+
+
+# Each name by an uppercase letter it holds, and where: a letter is found at C speed (memchr),
+# and a model's bytes seldom hold it, where a search for a name reads every byte at Python's
+# substring speed.
+_BY_LETTER = (
+    (b"E", ((b"EyeLike", 0), (b"LabelEncoder", 5), (b"TreeEnsemble", 4))),
+    (b"F", ((b"RegexFullMatch", 5),)),
+)
+_MAX_LETTERS = 32
 
 
 def first_undefined_input(graph: onnx.GraphProto, outer: frozenset, path: str) -> str | None:
