@@ -74,12 +74,11 @@ def classify(model: object, *, paths: bool = True) -> tuple[str, object]:
         return (STRUCT, None) if found is True else (UNPARSABLE if found else PLAIN, form)
     else:
         return STRUCT, None
-    return _classify_bytes(data)
+    return _classified(data, has_struct_parts(data))
 
 
-def _classify_bytes(data: bytes) -> tuple[str, object]:
-    """:func:`classify` of serialized bytes."""
-    found = has_struct_parts(data)
+def _classified(data: bytes, found: bool | None) -> tuple[str, object]:
+    """:func:`classify` of serialized bytes, given what :func:`has_struct_parts` found in them."""
     if found is None:
         # The mask's parse failed: a broken struct part if protobuf reads the bytes as onnx's;
         # if it does not, no reader of this package can find a struct part in them, and onnx's
@@ -101,10 +100,12 @@ def plain_form(model: object, *, paths: bool = True, unparsable: bool = True) ->
     ``unparsable``, also for bytes Python's protobuf cannot parse), else None: the struct-aware
     path decides."""
     # The common forms straight to the test: on a small model onnx's own check is a few Python calls long.
-    if type(model) is onnx.ModelProto:
-        kind, form = _classify_bytes(model.SerializeToString())
-    elif type(model) is bytes:
-        kind, form = _classify_bytes(model)
+    if type(model) is onnx.ModelProto or type(model) is bytes:
+        data = model if type(model) is bytes else model.SerializeToString()
+        found = has_struct_parts(data)
+        if found is False:
+            return data
+        kind, form = _classified(data, found)
     else:
         kind, form = classify(model, paths=paths)
     return form if kind == PLAIN or (unparsable and kind == UNPARSABLE) else None
@@ -115,7 +116,10 @@ def check_model(
 ) -> None:
     """``onnx.checker.check_model`` on ``model`` (a :func:`plain_form`), its errors as ours."""
     try:
-        call_check_model(stock_check_model, model, full_check, skip_opset_compatibility_check, check_custom_domain)
+        if _ONNX_CHECK_MODEL is not None and type(model) is bytes and len(model) <= _MAXIMUM_PROTOBUF:
+            onnx_cpp_checker.check_model(model, full_check, skip_opset_compatibility_check, check_custom_domain)
+        else:  # call_check_model's test, one frame fewer
+            stock_check_model(model, full_check, skip_opset_compatibility_check, check_custom_domain)
     except STOCK_ERRORS as error:
         raise from_stock(error, prefix(error)) from None
 
@@ -135,6 +139,9 @@ def _is_onnxs(function) -> bool:
     """Whether ``function`` is onnx's own (defined in its module, not a wrapper from elsewhere)."""
     found = getattr(function, "__globals__", None)
     return found is _ONNX_FUNCTIONS[0] or found is _ONNX_FUNCTIONS[1]  # by identity: no dict comparison
+
+
+_ONNX_CHECK_MODEL = stock_check_model if _is_onnxs(stock_check_model) else None
 
 
 def infer_shapes(
