@@ -471,3 +471,27 @@ def test_each_crashing_operator_is_listed_by_a_letter_it_holds():
     listed = [(letter, name, at) for letter, names in _BY_LETTER for name, at in names]
     assert sorted(name for _, name, _ in listed) == sorted(CRASHING_OPERATORS)
     assert all(name[at : at + 1] == letter for letter, name, at in listed)
+
+
+@pytest.mark.parametrize("hooked", [False, True])
+def test_the_size_limit_is_onnxs_at_each_call(monkeypatch, hooked):
+    """onnx reads ``onnx.checker.MAXIMUM_PROTOBUF`` when it is called (onnx's own
+    ``test_check_model_protobuf_size_over_limit_raises`` lowers it): so does the direct call."""
+    model = base_model()
+    monkeypatch.setattr(onnx.checker, "MAXIMUM_PROTOBUF", len(model.SerializeToString()) - 1)
+    for argument in (model, model.SerializeToString()):
+        with pytest.raises(ValueError) as stock_raised:
+            onnx.checker.check_model(argument)
+        if hooked:
+            S.install()
+            try:
+                with pytest.raises(ValueError) as raised:
+                    onnx.checker.check_model(argument)
+            finally:
+                S.uninstall()
+            assert type(raised.value) is type(stock_raised.value)  # onnx's own exception
+        else:
+            with pytest.raises(ValueError) as raised:
+                S.check_model(argument)
+            assert isinstance(raised.value, S.ValidationError)
+        assert str(stock_raised.value) in str(raised.value)

@@ -29,9 +29,9 @@ stock_infer_shapes = onnx.shape_inference.infer_shapes
 
 # onnx's check_model and infer_shapes given bytes under onnx's 2 GiB limit make one C call each
 # (and infer_shapes parses its result): a plain model is handed on as bytes, so that call is made
-# here directly, without the Python frames around it, when the function is onnx's own.
+# here directly, without the Python frames around it, when the function is onnx's own. The limit
+# is read where onnx reads it, at each call (a caller may change it).
 _ONNX_FUNCTIONS = (vars(onnx.checker), vars(onnx.shape_inference))
-_MAXIMUM_PROTOBUF = onnx.checker.MAXIMUM_PROTOBUF
 
 # What stock onnx raises for a model it refuses (a C++ file system error is a RuntimeError).
 STOCK_ERRORS = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError, RuntimeError)
@@ -116,7 +116,7 @@ def check_model(
 ) -> None:
     """``onnx.checker.check_model`` on ``model`` (a :func:`plain_form`), its errors as ours."""
     try:
-        if _ONNX_CHECK_MODEL is not None and type(model) is bytes and len(model) <= _MAXIMUM_PROTOBUF:
+        if _ONNX_CHECK_MODEL is not None and type(model) is bytes and len(model) <= onnx.checker.MAXIMUM_PROTOBUF:
             onnx_cpp_checker.check_model(model, full_check, skip_opset_compatibility_check, check_custom_domain)
         else:  # call_check_model's test, one frame fewer
             stock_check_model(model, full_check, skip_opset_compatibility_check, check_custom_domain)
@@ -129,7 +129,7 @@ def call_check_model(
 ) -> None:
     """``function`` (``onnx.checker.check_model``, or what stood in its place) on ``model``, onnx's
     own errors raised as they are."""
-    if type(model) is bytes and len(model) <= _MAXIMUM_PROTOBUF and _is_onnxs(function):
+    if type(model) is bytes and len(model) <= onnx.checker.MAXIMUM_PROTOBUF and _is_onnxs(function):
         onnx_cpp_checker.check_model(model, full_check, skip_opset_compatibility_check, check_custom_domain)
     else:
         function(model, full_check, skip_opset_compatibility_check, check_custom_domain)
