@@ -142,6 +142,7 @@ def _is_onnxs(function) -> bool:
 
 
 _ONNX_CHECK_MODEL = stock_check_model if _is_onnxs(stock_check_model) else None
+_ONNX_INFER_SHAPES = stock_infer_shapes if _is_onnxs(stock_infer_shapes) else None
 
 
 def infer_shapes(
@@ -164,7 +165,7 @@ def infer_shapes(
         if undefined is not None:
             raise InferenceError(undefined, "names no value defined before the node", code="undefined_input")
     try:
-        if type(model) is bytes and _is_onnxs(stock_infer_shapes):
+        if _ONNX_INFER_SHAPES is not None and type(model) is bytes:
             inferred = onnx.ModelProto()
             inferred.ParseFromString(onnx_cpp_inference.infer_shapes(model, check_type, strict_mode, data_prop))
             return inferred

@@ -78,10 +78,10 @@ def _mask_class():
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{_name(pb.ModelProto.DESCRIPTOR)}"))
 
 
-# A model and a graph declare every stock field too: their unknown fields, where a proposal
-# field of the wrong wire type is, are then none in the common case, which is cheap to see. A message
-# or a string is declared as bytes (a copy, not parsed or validated, as an unknown field is not),
-# an enum as its integer (every value known).
+# A model and a graph declare every stock field too: their unknown fields, where a proposal field
+# of the wrong wire type is, are then none in the common case, which is cheap to see. A message or
+# a string is declared as bytes (a copy, not parsed or validated, as an unknown field is not), an
+# enum as its integer (every value known).
 _OUTER = (pb.ModelProto.DESCRIPTOR, pb.GraphProto.DESCRIPTOR)
 _MAIN_GRAPH = pb.ModelProto.DESCRIPTOR.fields_by_name["graph"].full_name
 _AS_READ = {
