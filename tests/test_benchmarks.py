@@ -156,4 +156,4 @@ def test_the_plain_model_benchmark_runs_and_prints_its_table():
     rows = [
         line for line in result.stdout.splitlines() if line.startswith("| check_model") or line.startswith("| infer")
     ]
-    assert len(rows) == 5, result.stdout
+    assert len(rows) == 7, result.stdout

@@ -30,12 +30,15 @@ import onnx
 import onnx.checker
 import onnx.shape_inference
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from onnx import TensorProto
 from onnx import helper as oh
 from support.models import base_model
 
 import onnx_struct as S
 from onnx_struct import errors
+from onnx_struct.check.stock import CRASHING_OPERATORS
 
 WHEEL_MODELS = sorted((pathlib.Path(onnx.__file__).parent / "backend" / "test" / "data").rglob("*.onnx"))
 CHECK_FLAGS = [{}, {"full_check": True}]
@@ -422,3 +425,73 @@ def test_an_undefined_input_of_a_crashing_operator_is_refused_in_a_subgraph():
     assert raised.value.code == "undefined_input" and raised.value.path.startswith(
         "graph.node[0].attribute.body[0].node[2]"
     )
+
+
+def test_a_crashing_operator_is_found_beside_a_large_models_initializers():
+    """Above CUT_MIN_BYTES the names are searched without the main graph's initializer records
+    (which hold no node): a node before or after them is still walked and refused."""
+    from onnx_struct.check.stock import _names_crashing_operator
+    from onnx_struct.schema.plain import CUT_MIN_BYTES
+
+    big = onnx.numpy_helper.from_array(np.ones(CUT_MIN_BYTES // 4, np.float32), "big")
+    named = onnx.numpy_helper.from_array(np.frombuffer(b"EyeLike" * 1000, np.uint8), "named")
+    eyelike = oh.make_node("EyeLike", ["nowhere"], ["e"], dtype=TensorProto.DOUBLE)
+    for nodes in ([eyelike], [oh.make_node("Identity", ["X"], ["Y"]), eyelike]):
+        model = base_model()
+        model.graph.initializer.extend([big, named])
+        model.graph.node.extend(nodes)
+        with pytest.raises(onnx.shape_inference.InferenceError) as raised:
+            S.infer_shapes(model)  # in process: refused before onnx sees it
+        assert raised.value.code == "undefined_input"
+    plain = base_model()
+    plain.graph.initializer.extend([big, named])  # the name only in a tensor's bytes
+    assert _names_crashing_operator(plain.SerializeToString()) is False
+    assert _names_crashing_operator(named.SerializeToString() * 200) is True  # no main graph: all searched
+    assert _names_crashing_operator(b"\x0a" + b"\xff" * CUT_MIN_BYTES + b"EyeLike") is True  # no protobuf: all searched
+    assert_same_outcome(onnx.shape_inference.infer_shapes, S.infer_shapes, plain)
+
+
+PIECES = [b"E", b"F", b"x", b"EyeLik", b"yeLike", b"Label", b"Encoder", b"Tree", b"Ensemble", b"Regex", b"FullMatch"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(PIECES + [b"E" * 40, *CRASHING_OPERATORS]), max_size=12))
+def test_the_crashing_operator_search_finds_exactly_the_names(pieces):
+    """Found by a letter each name holds, then the name around it: the same answer as a search
+    for each name (the oracle), with near misses, the letters many times, names at either end."""
+    from onnx_struct.check.stock import _names_crashing_operator
+
+    data = b"".join(pieces)
+    assert _names_crashing_operator(data) is any(name in data for name in CRASHING_OPERATORS)
+
+
+def test_each_crashing_operator_is_listed_by_a_letter_it_holds():
+    from onnx_struct.check.stock import _BY_LETTER
+
+    listed = [(letter, name, at) for letter, names in _BY_LETTER for name, at in names]
+    assert sorted(name for _, name, _ in listed) == sorted(CRASHING_OPERATORS)
+    assert all(name[at : at + 1] == letter for letter, name, at in listed)
+
+
+@pytest.mark.parametrize("hooked", [False, True])
+def test_the_size_limit_is_onnxs_at_each_call(monkeypatch, hooked):
+    """onnx reads ``onnx.checker.MAXIMUM_PROTOBUF`` when it is called (onnx's own
+    ``test_check_model_protobuf_size_over_limit_raises`` lowers it): so does the direct call."""
+    model = base_model()
+    monkeypatch.setattr(onnx.checker, "MAXIMUM_PROTOBUF", len(model.SerializeToString()) - 1)
+    for argument in (model, model.SerializeToString()):
+        with pytest.raises(ValueError) as stock_raised:
+            onnx.checker.check_model(argument)
+        if hooked:
+            S.install()
+            try:
+                with pytest.raises(ValueError) as raised:
+                    onnx.checker.check_model(argument)
+            finally:
+                S.uninstall()
+            assert type(raised.value) is type(stock_raised.value)  # onnx's own exception
+        else:
+            with pytest.raises(ValueError) as raised:
+                S.check_model(argument)
+            assert isinstance(raised.value, S.ValidationError)
+        assert str(stock_raised.value) in str(raised.value)

@@ -18,13 +18,17 @@ from onnx_struct.check.checker import check_model as struct_check
 from onnx_struct.check.inference import infer_shapes as struct_infer
 from onnx_struct.errors import ValidationError
 
+# The forms tested for struct parts, as tuples: a union written in a call is built at each call.
+_IN_MEMORY = (onnx.ModelProto, bytes)
+_TESTED = (*_IN_MEMORY, str)
+
 
 def _route(model, paths: bool = True) -> tuple[str, object]:
     """(PLAIN, the argument for the original) or (STRUCT, None), as check/stock.py classifies
     ``model``; a form or a file the original must judge itself (another
     type, a missing or unreadable path) is (PLAIN, model), so that stock onnx fails exactly as it
     fails on it."""
-    if not isinstance(model, onnx.ModelProto | bytes | str) and not hasattr(model, "__fspath__"):
+    if not isinstance(model, _TESTED) and not hasattr(model, "__fspath__"):
         return stock.PLAIN, model
     try:
         kind, form = stock.classify(model, paths=paths)
@@ -38,7 +42,9 @@ def _wrap_check_model(original):
     def check_model(model, full_check=False, skip_opset_compatibility_check=False, check_custom_domain=False):
         kind, form = _route(model)
         if kind == stock.PLAIN:
-            return original(form, full_check, skip_opset_compatibility_check, check_custom_domain)
+            return stock.call_check_model(
+                original, form, full_check, skip_opset_compatibility_check, check_custom_domain
+            )
         return struct_check(
             model,
             full_check=full_check,
@@ -52,7 +58,7 @@ def _wrap_check_model(original):
 def _wrap_infer_shapes(original):
     @functools.wraps(original)
     def infer_shapes(model, *args, **kwargs):
-        kind, form = _route(model, paths=False) if isinstance(model, onnx.ModelProto | bytes) else (stock.PLAIN, model)
+        kind, form = _route(model, paths=False) if isinstance(model, _IN_MEMORY) else (stock.PLAIN, model)
         if kind == stock.PLAIN:
             return original(form, *args, **kwargs)
         result = struct_infer(model, *args, **kwargs)  # onnx's check_type, strict_mode, data_prop

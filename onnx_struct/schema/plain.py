@@ -12,8 +12,6 @@ Notes: docs/modules.md.
 
 from __future__ import annotations
 
-import re
-
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
@@ -37,7 +35,6 @@ def _mask_class():
     mark.field.add(
         name="inner", number=1, label=_FIELD.LABEL_REQUIRED, type=_FIELD.TYPE_MESSAGE, type_name=f".{_PACKAGE}.Mark"
     )
-    file.message_type.add(name="Opaque")  # a main-graph initializer: declared, never read
     done: set[str] = set()
     todo = [pb.ModelProto.DESCRIPTOR]
     while todo:
@@ -53,18 +50,38 @@ def _mask_class():
             elif field.message_type is not None and field.message_type.file is pb.DESCRIPTOR:
                 todo.append(field.message_type)  # an overlay message: a path to struct parts
                 type_name = f".{_PACKAGE}.{_name(field.message_type)}"
-            elif descriptor is pb.GraphProto.DESCRIPTOR and field.name in ("initializer", "sparse_initializer"):
-                type_name = f".{_PACKAGE}.Opaque"
+            elif descriptor in _OUTER:  # any other field of a model or graph, by its wire type, never read
+                label = _FIELD.LABEL_REPEATED if field.is_repeated else _FIELD.LABEL_OPTIONAL
+                message.field.add(
+                    name=field.name, number=field.number, label=label, type=_AS_READ.get(field.type, field.type)
+                )
+                continue
             else:
-                continue  # onnx's own messages and scalars: unknown fields of the mask, never read
-            # repeated: a singular field written twice is two marks, merged or not, all checked
+                continue  # onnx's own messages, other messages' scalars: unknown fields of the mask, never read
+            # repeated: a singular field written twice is two marks, merged or not, all checked; the
+            # main graph is singular (one message to read, not a list): its occurrences merge, their
+            # marks and unknown fields kept, as onnx merges them
+            main_graph = field.full_name == _MAIN_GRAPH
             message.field.add(
-                name=field.name, number=field.number, label=_FIELD.LABEL_REPEATED, type=_FIELD.TYPE_MESSAGE,
-                type_name=type_name,
+                name=field.name, number=field.number, type=_FIELD.TYPE_MESSAGE, type_name=type_name,
+                label=_FIELD.LABEL_OPTIONAL if main_graph else _FIELD.LABEL_REPEATED,
             )  # fmt: skip
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{_name(pb.ModelProto.DESCRIPTOR)}"))
+
+
+# A model and a graph declare every stock field too: their unknown fields, where a proposal field
+# of the wrong wire type is, are then none in the common case, which is cheap to see. A message or
+# a string is declared as bytes (a copy, not parsed or validated, as an unknown field is not), an
+# enum as its integer (every value known).
+_OUTER = (pb.ModelProto.DESCRIPTOR, pb.GraphProto.DESCRIPTOR)
+_MAIN_GRAPH = pb.ModelProto.DESCRIPTOR.fields_by_name["graph"].full_name
+_AS_READ = {
+    _FIELD.TYPE_MESSAGE: _FIELD.TYPE_BYTES,
+    _FIELD.TYPE_STRING: _FIELD.TYPE_BYTES,
+    _FIELD.TYPE_ENUM: _FIELD.TYPE_INT32,
+}
 
 
 def _name(descriptor) -> str:
@@ -117,16 +134,16 @@ def has_struct_parts(data: bytes | FileBytes) -> bool | None:
     subgraph, function and training graph, every type), False when it holds none, None when
     protobuf cannot parse it (the caller's own parse then says what is wrong)."""
     try:
-        data = _without_initializers(data) if len(data) >= CUT_MIN_BYTES else data[:]
+        data = without_initializers(data) if len(data) >= CUT_MIN_BYTES else data[:]
         mask = _Mask.FromString(data)
     except (DecodeError, Malformed):
         return None
     if not mask.IsInitialized():
         return True
-    if _WRONG_WIRE_TYPE_TAG.search(data) is None:  # the common case: no unknown field to list
+    model, graph = UnknownFieldSet(mask), UnknownFieldSet(mask.graph)
+    if not (model or graph):  # the common case: no unknown field to list
         return False
-    outer = [(mask, _TYPES)] + [(graph, _VALUES) for graph in mask.graph]  # graph: all occurrences, merged by protobuf
-    return any(field.field_number == number for message, number in outer for field in UnknownFieldSet(message))
+    return any(field.field_number == _TYPES for field in model) or any(field.field_number == _VALUES for field in graph)
 
 
 # Above this size a model is mostly initializer data, which protobuf's Python parse would copy: the
@@ -135,7 +152,7 @@ def has_struct_parts(data: bytes | FileBytes) -> bool | None:
 CUT_MIN_BYTES = 1 << 20
 
 
-def _without_initializers(data) -> bytes:
+def without_initializers(data) -> bytes:
     """``data`` without the main graph's (dense and sparse) initializer records, every other byte
     kept in order; a main graph's length prefix is rewritten to what is left of it."""
     pieces = []
@@ -163,10 +180,5 @@ def _records(data, start: int, end: int):
 
 _GRAPH = pb.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
 _INITIALIZERS = {pb.GraphProto.DESCRIPTOR.fields_by_name[name].number for name in ("initializer", "sparse_initializer")}
-# The first two bytes of a tag of field 17 or 27 of any wire type but LEN (2) or the invalid 6 and
-# 7, in its shortest form or a longer one (second byte 0x81): without them in the bytes, neither
-# field is on the wire with a wrong wire type, and the unknown fields (slow to list) need not be
-# read.
-_WRONG_WIRE_TYPE_TAG = re.compile(rb"[\x88\x89\x8b-\x8d\xd8\xd9\xdb-\xdd][\x01\x81]")
 _TYPES = pb.ModelProto.DESCRIPTOR.fields_by_name["struct_types"].number
 _VALUES = pb.GraphProto.DESCRIPTOR.fields_by_name["struct_initializer"].number
