@@ -96,7 +96,9 @@ class GGUFExport:
         return f"{len(self.tensors)} tensors, {len(self.metadata)} metadata entries ({what}), {names}"
 
 
-def to_gguf(model: ModelLike | LoadedModel, path: str | os.PathLike, *, base_dir=None) -> GGUFExport:
+def to_gguf(
+    model: ModelLike | LoadedModel, path: str | os.PathLike, *, base_dir: str | os.PathLike | None = None
+) -> GGUFExport:
     """Write the struct weights of ``model`` to the GGUF file ``path`` (see the module docstring).
 
     Args:
@@ -126,7 +128,7 @@ def to_gguf(model: ModelLike | LoadedModel, path: str | os.PathLike, *, base_dir
     return export
 
 
-def plan_gguf(model: ModelLike | LoadedModel, *, base_dir=None) -> GGUFExport:
+def plan_gguf(model: ModelLike | LoadedModel, *, base_dir: str | os.PathLike | None = None) -> GGUFExport:
     """The :class:`GGUFExport` of ``model`` after checking it; no payload byte is read."""
     gguf = _gguf()
     loaded = load_model(model, base_dir)
