@@ -138,11 +138,29 @@ def weight_error(site: Site, w: np.ndarray, wq: np.ndarray, values: dict, seed: 
     generator = np.random.default_rng(seed)
     for use in site.uses:
         node = use.node
-        source = node.input[0] if node.op_type != "Gather" else node.input[1]
-        x = values.get(source) if use.where == MAIN and not use.via_call else None
+        x = x_of(use, values)
         measured &= x is not None
         worst = max(worst, _relative(_op(node, use.position, x, w, wq, generator)))
     return worst, measured
+
+
+def x_of(use, values: dict):
+    """The input a reader of the weight reads besides it, in the float model on the calibration
+    input (None: not available, for a reader in a subgraph or function, or not measured)."""
+    node = use.node
+    source = node.input[0] if node.op_type != "Gather" else node.input[1]
+    return values.get(source) if use.where == MAIN and not use.via_call else None
+
+
+def x_oriented(node: onnx.NodeProto, x) -> np.ndarray:
+    """``x`` as the op multiplies it (transposed for a Gemm with transA)."""
+    return np.asarray(x).T if node.op_type == "Gemm" and _attribute(node, "transA", 0) else x
+
+
+def norms_relative(reference_squares: float, difference_squares: float) -> float:
+    """||difference|| / ||reference|| from their sums of squares (0 when both are 0)."""
+    norm, diff = reference_squares**0.5, difference_squares**0.5
+    return diff / norm if norm else (0.0 if diff == 0 else math.inf)
 
 
 def _relative(pair: tuple[np.ndarray, np.ndarray]) -> float:
@@ -176,10 +194,7 @@ def _op(node, position: int, x, w: np.ndarray, wq: np.ndarray, generator) -> tup
         return _conv(node, x, w, wq, generator)
     if node.op_type == "Gemm" and _attribute(node, "transB", 0):
         w, wq = w.T, wq.T
-    if x is None:
-        x = generator.standard_normal((CALIBRATION_ROWS, w.shape[0]))
-    elif node.op_type == "Gemm" and _attribute(node, "transA", 0):
-        x = np.asarray(x).T
+    x = generator.standard_normal((CALIBRATION_ROWS, w.shape[0])) if x is None else x_oriented(node, x)
     x = np.asarray(x, np.float32)
     reference = x @ w
     return reference, reference + x @ (wq - w)
