@@ -362,6 +362,7 @@ def build_report(
             float_rows = quantize_rows.FloatRows(site.tensor, deferred if from_file else None)
             stored_rows = quantize_rows.QuantizedRows(checked, weight, fmt, scratch)
             error, measured = quantize_rows.weight_error(site, weight, float_rows, stored_rows, values, seed)
+            del float_rows, stored_rows  # (an inline payload's copy) before the next weight's
         else:
             w = deferred.array(site.tensor) if from_file else numpy_helper.to_array(site.tensor)
             wq = quantize_error.restored(decode_resolved(checked.resolved_named(weight.value_name)), weight)

@@ -1,0 +1,80 @@
+"""Peak RSS of ``onnx-struct quantize`` with its report, on a model dominated by two large weights
+(2 x 96 MiB float32), in a bounded child (issue 30): ``peak <= 1.5 x the input model + 200 MiB``.
+
+The report measures each weight's error range of rows by range of rows (passes/quantize_rows.py):
+the float weight is read from the input file and the quantized one decoded from its payload a
+range at a time, so the report adds about one range to what quantize holds. Measured (Q4_0, bound
+488 MiB): 351 MiB from an inline input, 447 from an external-data one, 332 with the result streamed
+to OUT.data; before, when the report read each weight whole (its float array, its decode and their
+difference), 686, 683 and 590.
+Q8_0 stays above the bound in quantize itself (not the report): onnxruntime's load of the lowered
+result for its check holds the lowered model, its serialization and the session's copy of the
+codes (604 MiB here): marked xfail, strict, so the marker goes once quantize meets the bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from adversarial.bounded import run_bounded
+from onnx import TensorProto, numpy_helper
+from onnx import helper as oh
+
+CHILD = r"""
+import onnxruntime  # imported before the baseline, as the session test does
+from onnx_struct.cli import main
+
+def peak_mib():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmHWM:"))
+
+extra = ["--external"] if ARG["streamed"] else []
+assert main(["quantize", ARG["path"], ARG["out"], "--format", ARG["format"], "--quiet", *extra]) == 0
+peak = peak_mib()
+assert peak <= ARG["bound"], f"peak RSS {peak:.0f} MiB; allowed {ARG['bound']:.0f} (1.5 x the model + 200)"
+"""
+
+K, N = 4096, 6144  # 96 MiB of float32 each
+
+
+def two_weight_model() -> onnx.ModelProto:
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal(shape, dtype=np.float32), f"W{i}")
+        for i, shape in enumerate([(K, N), (N, K)])
+    ]
+    nodes = [oh.make_node("MatMul", ["X", "W0"], ["H"]), oh.make_node("MatMul", ["H", "W1"], ["Y"])]
+    graph = oh.make_graph(
+        nodes,
+        "two",
+        [oh.make_tensor_value_info("X", TensorProto.FLOAT, ["n", K])],
+        [oh.make_tensor_value_info("Y", TensorProto.FLOAT, ["n", K])],
+        weights,
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("fmt", "external", "streamed"),
+    [
+        ("Q4_0", False, False),
+        ("Q4_0", True, False),
+        ("Q4_0", False, True),
+        pytest.param("Q8_0", False, False, marks=pytest.mark.xfail(strict=True, reason="quantize's check session")),
+    ],
+)
+def test_quantize_and_its_report_peak_within_the_bound(tmp_path, fmt, external, streamed):
+    """``external``: the input's weights in an external data file; ``streamed``: the result's
+    payloads written to OUT.data (--external) and read back from there by the report."""
+    path = tmp_path / "float.onnx"
+    if external:
+        onnx.save(two_weight_model(), path, save_as_external_data=True, location="float.data")
+    else:
+        onnx.save(two_weight_model(), path)
+    model_mib = sum(f.stat().st_size for f in tmp_path.iterdir()) / 2**20
+    arg = {"path": str(path), "out": str(tmp_path / "q.onnx"), "format": fmt, "streamed": streamed}
+    arg["bound"] = 1.5 * model_mib + 200
+    outcome = run_bounded(CHILD, arg, cpu_seconds=120)
+    assert outcome.error is None, outcome.message
