@@ -12,6 +12,7 @@ Notes: docs/modules.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -134,17 +135,23 @@ def op_input_names(site: Site) -> set[str]:
 def weight_error(site: Site, w: np.ndarray, wq: np.ndarray, values: dict, seed: int = 0) -> tuple[float, bool]:
     """(the largest relative error of an op reading the weight, whether every reader's input was
     the calibration's own activation)."""
+    return worst_error(site, values, seed, lambda use, x, rng: _relative(_op(use.node, use.position, x, w, wq, rng)))
+
+
+def worst_error(site: Site, values: dict, seed: int, error: Callable) -> tuple[float, bool]:
+    """(the largest ``error(use, x, generator)`` over the readers of ``site``, whether every ``x``
+    was the calibration's own activation); ``x`` is None where it is not, and random inputs are
+    drawn from one generator seeded with ``seed``, reader by reader."""
     worst, measured = 0.0, True
     generator = np.random.default_rng(seed)
     for use in site.uses:
-        node = use.node
-        x = x_of(use, values)
+        x = _x_of(use, values)
         measured &= x is not None
-        worst = max(worst, _relative(_op(node, use.position, x, w, wq, generator)))
+        worst = max(worst, error(use, x, generator))
     return worst, measured
 
 
-def x_of(use, values: dict):
+def _x_of(use, values: dict):
     """The input a reader of the weight reads besides it, in the float model on the calibration
     input (None: not available, for a reader in a subgraph or function, or not measured)."""
     node = use.node

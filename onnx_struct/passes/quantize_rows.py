@@ -25,7 +25,7 @@ from onnx import numpy_helper
 from onnx_struct.check.checked import CheckedModel
 from onnx_struct.formats.base import BlockFormat
 from onnx_struct.passes.quantize import _Scratch as Scratch
-from onnx_struct.passes.quantize_error import CALIBRATION_ROWS, norms_relative, x_of, x_oriented
+from onnx_struct.passes.quantize_error import CALIBRATION_ROWS, norms_relative, worst_error, x_oriented
 from onnx_struct.passes.quantize_plan import DeferredData, PlannedWeight
 from onnx_struct.passes.quantize_sites import Site
 from onnx_struct.payload.external import read_range
@@ -108,21 +108,18 @@ def weight_error(
 ) -> tuple[float, bool]:
     """:func:`quantize_error.weight_error` (the same inputs, random ones drawn in the same order),
     range of rows by range of rows."""
-    worst, measured = 0.0, True
-    generator = np.random.default_rng(seed)
-    for use in site.uses:
+
+    def error(use, x, generator) -> float:
         node = use.node
-        x = x_of(use, values)
-        measured &= x is not None
         if node.op_type == "Gather":
-            pair = _gather(x, w, wq, weight)
-        else:
-            trans_b = node.op_type == "Gemm" and bool(_trans_b(node))
-            k = w.shape[1] if trans_b else w.shape[0]
-            x = generator.standard_normal((CALIBRATION_ROWS, k)) if x is None else x_oriented(node, x)
-            pair = _product(np.asarray(x, np.float64), w, wq, weight, trans_b)
-        worst = max(worst, norms_relative(*pair))
-    return worst, measured
+            return norms_relative(*_gather(x, w, wq, weight))
+        trans_b = node.op_type == "Gemm" and bool(_trans_b(node))
+        k = w.shape[1] if trans_b else w.shape[0]
+        x = generator.standard_normal((CALIBRATION_ROWS, k)) if x is None else x_oriented(node, x)
+        x = np.asarray(x, np.float32).astype(np.float64)  # the op's float32 input, as quantize_error's
+        return norms_relative(*_product(x, w, wq, weight, trans_b))
+
+    return worst_error(site, values, seed, error)
 
 
 def _trans_b(node: onnx.NodeProto) -> int:
