@@ -12,6 +12,7 @@ Notes: docs/modules.md.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 import onnx
@@ -134,15 +135,39 @@ def op_input_names(site: Site) -> set[str]:
 def weight_error(site: Site, w: np.ndarray, wq: np.ndarray, values: dict, seed: int = 0) -> tuple[float, bool]:
     """(the largest relative error of an op reading the weight, whether every reader's input was
     the calibration's own activation)."""
+    return worst_error(site, values, seed, lambda use, x, rng: _relative(_op(use.node, use.position, x, w, wq, rng)))
+
+
+def worst_error(site: Site, values: dict, seed: int, error: Callable) -> tuple[float, bool]:
+    """(the largest ``error(use, x, generator)`` over the readers of ``site``, whether every ``x``
+    was the calibration's own activation); ``x`` is None where it is not, and random inputs are
+    drawn from one generator seeded with ``seed``, reader by reader."""
     worst, measured = 0.0, True
     generator = np.random.default_rng(seed)
     for use in site.uses:
-        node = use.node
-        source = node.input[0] if node.op_type != "Gather" else node.input[1]
-        x = values.get(source) if use.where == MAIN and not use.via_call else None
+        x = _x_of(use, values)
         measured &= x is not None
-        worst = max(worst, _relative(_op(node, use.position, x, w, wq, generator)))
+        worst = max(worst, error(use, x, generator))
     return worst, measured
+
+
+def _x_of(use, values: dict):
+    """The input a reader of the weight reads besides it, in the float model on the calibration
+    input (None: not available, for a reader in a subgraph or function, or not measured)."""
+    node = use.node
+    source = node.input[0] if node.op_type != "Gather" else node.input[1]
+    return values.get(source) if use.where == MAIN and not use.via_call else None
+
+
+def x_oriented(node: onnx.NodeProto, x) -> np.ndarray:
+    """``x`` as the op multiplies it (transposed for a Gemm with transA)."""
+    return np.asarray(x).T if node.op_type == "Gemm" and _attribute(node, "transA", 0) else x
+
+
+def norms_relative(reference_squares: float, difference_squares: float) -> float:
+    """||difference|| / ||reference|| from their sums of squares (0 when both are 0)."""
+    norm, diff = reference_squares**0.5, difference_squares**0.5
+    return diff / norm if norm else (0.0 if diff == 0 else math.inf)
 
 
 def _relative(pair: tuple[np.ndarray, np.ndarray]) -> float:
@@ -176,10 +201,7 @@ def _op(node, position: int, x, w: np.ndarray, wq: np.ndarray, generator) -> tup
         return _conv(node, x, w, wq, generator)
     if node.op_type == "Gemm" and _attribute(node, "transB", 0):
         w, wq = w.T, wq.T
-    if x is None:
-        x = generator.standard_normal((CALIBRATION_ROWS, w.shape[0]))
-    elif node.op_type == "Gemm" and _attribute(node, "transA", 0):
-        x = np.asarray(x).T
+    x = generator.standard_normal((CALIBRATION_ROWS, w.shape[0])) if x is None else x_oriented(node, x)
     x = np.asarray(x, np.float32)
     reference = x @ w
     return reference, reference + x @ (wq - w)

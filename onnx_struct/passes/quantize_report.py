@@ -27,7 +27,8 @@ from onnx_struct.formats.affine import has_affine_form
 from onnx_struct.formats.base import BlockFormat
 from onnx_struct.lowering.execution import rewrite_for_execution
 from onnx_struct.lowering.lower import lower_checked
-from onnx_struct.passes import quantize_error
+from onnx_struct.passes import quantize_error, quantize_rows
+from onnx_struct.passes.quantize import _Scratch as Scratch
 from onnx_struct.passes.quantize import quantize_and_plan
 from onnx_struct.passes.quantize_calibration import check_calibration, read_entries
 from onnx_struct.passes.quantize_plan import (
@@ -325,6 +326,7 @@ def build_report(
         source += f" (onnxruntime could not run the float model on it: {failure}; random op inputs instead)"
     execution = _execution(checked) if planned.weights else None
     weights = []
+    scratch = Scratch(fmt)  # declarations of the ranges of rows the errors decode
     for label, site in planned.sites.items():
         weight = next((w for w in planned.weights if w.label == label), None)
         before = 4 * site.elements
@@ -356,9 +358,16 @@ def build_report(
         from_file = (
             deferred is not None and site.where == MAIN and site.kind == "initializer" and site.name in deferred.runs
         )
-        w = deferred.array(site.tensor) if from_file else numpy_helper.to_array(site.tensor)
-        wq = quantize_error.restored(decode_resolved(checked.resolved_named(weight.value_name)), weight)
-        error, measured = quantize_error.weight_error(site, w, wq, values, seed)
+        if quantize_rows.measurable(site, weight):  # one range of rows of the weight at a time
+            float_rows = quantize_rows.FloatRows(site.tensor, deferred if from_file else None)
+            stored_rows = quantize_rows.QuantizedRows(checked, weight, fmt, scratch)
+            error, measured = quantize_rows.weight_error(site, weight, float_rows, stored_rows, values, seed)
+            del float_rows, stored_rows  # (an inline payload's copy) before the next weight's
+        else:
+            w = deferred.array(site.tensor) if from_file else numpy_helper.to_array(site.tensor)
+            wq = quantize_error.restored(decode_resolved(checked.resolved_named(weight.value_name)), weight)
+            error, measured = quantize_error.weight_error(site, w, wq, values, seed)
+            del w, wq
         how, why = _how_it_runs(weight, site, fmt, execution)
         weights.append(
             WeightReport(

@@ -92,12 +92,19 @@ class QuantizeOutput:
         return [("location", self._temporary), ("offset", str(offset)), ("length", str(length))]
 
     def store_value(self, value: StructProto) -> StructProto:
-        """``value`` with its payload appended to the data file and referenced there."""
-        offset, length = self._append([value.raw_data])
+        """A copy of ``value`` referencing its payload, appended to the data file (``value``'s own
+        ``raw_data`` is cleared)."""
+        payload = value.raw_data
         value.ClearField("raw_data")
+        # A new message: a cleared bytes field's memory stays in its message's arena until that
+        # message goes, so ``value`` (dropped by the caller) takes its payload with it.
+        stored = StructProto()
+        stored.CopyFrom(value)
+        offset, length = self._append([payload])
+        del payload
         for key, text in self._entries(offset, length):
-            value.external_data.add(key=key, value=text)
-        return value
+            stored.external_data.add(key=key, value=text)
+        return stored
 
     def store_tensor(self, tensor: onnx.TensorProto, source: str | os.PathLike, offset: int, length: int) -> None:
         """Point ``tensor`` (its data left in the file ``source`` at ``offset``) at a copy of those

@@ -1,0 +1,85 @@
+"""Peak RSS of ``onnx-struct quantize`` with its report, on models dominated by large weights
+(2 or 4 x 96 MiB float32), in a bounded child (issue 30): ``peak <= 1.5 x the input model + 200 MiB``.
+
+The report measures each weight's error range of rows by range of rows (passes/quantize_rows.py):
+the float weight is read from the input file and the quantized one decoded from its payload a
+range at a time, so the report adds about one range to what quantize holds. Measured (Q4_0, bound
+488 MiB): 351 MiB from an inline input, 447 from an external-data one, 332 with the result streamed
+to OUT.data; before, when the report read each weight whole (its float array, its decode and their
+difference), 686, 683 and 590.
+A result streamed to OUT.data drops each payload as it is written (QuantizeOutput.store_value hands
+back a new message: a cleared bytes field's memory stays in its message's arena): F32 of four
+weights, streamed, 593 MiB against 776; before, every payload stayed until the end, 877.
+Q8_0 stays above the bound in quantize itself (not the report): onnxruntime's load of the lowered
+result for its check holds the lowered model, its serialization and the session's copy of the
+codes (604 MiB here): marked xfail, strict, so the marker goes once quantize meets the bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from adversarial.bounded import run_bounded
+from onnx import TensorProto, numpy_helper
+from onnx import helper as oh
+
+CHILD = r"""
+import onnxruntime  # imported before the baseline, as the session test does
+from onnx_struct.cli import main
+
+def peak_mib():
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) / 1024 for line in status if line.startswith("VmHWM:"))
+
+extra = ["--external"] if ARG["streamed"] else []
+assert main(["quantize", ARG["path"], ARG["out"], "--format", ARG["format"], "--quiet", *extra]) == 0
+peak = peak_mib()
+assert peak <= ARG["bound"], f"peak RSS {peak:.0f} MiB; allowed {ARG['bound']:.0f} (1.5 x the model + 200)"
+"""
+
+K, N = 4096, 6144  # 96 MiB of float32 each
+
+
+def large_weight_model(layers: int) -> onnx.ModelProto:
+    """MatMul layers alternating [K, N] and [N, K] weights (``layers`` even)."""
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.standard_normal((K, N) if i % 2 == 0 else (N, K), dtype=np.float32), f"W{i}")
+        for i in range(layers)
+    ]
+    nodes = [oh.make_node("MatMul", ["X" if i == 0 else f"H{i - 1}", f"W{i}"], [f"H{i}"]) for i in range(layers)]
+    graph = oh.make_graph(
+        nodes,
+        "large",
+        [oh.make_tensor_value_info("X", TensorProto.FLOAT, ["n", K])],
+        [oh.make_tensor_value_info(f"H{layers - 1}", TensorProto.FLOAT, ["n", K])],
+        weights,
+    )
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("fmt", "external", "streamed", "layers"),
+    [
+        ("Q4_0", False, False, 2),
+        ("Q4_0", True, False, 2),
+        ("Q4_0", False, True, 2),
+        ("F32", True, True, 4),
+        pytest.param("Q8_0", False, False, 2, marks=pytest.mark.xfail(strict=True, reason="quantize's check session")),
+    ],
+)
+def test_quantize_and_its_report_peak_within_the_bound(tmp_path, fmt, external, streamed, layers):
+    """``external``: the input's weights in an external data file; ``streamed``: the result's
+    payloads written to OUT.data (--external) and read back from there by the report."""
+    path = tmp_path / "float.onnx"
+    if external:
+        onnx.save(large_weight_model(layers), path, save_as_external_data=True, location="float.data")
+    else:
+        onnx.save(large_weight_model(layers), path)
+    model_mib = sum(f.stat().st_size for f in tmp_path.iterdir()) / 2**20
+    arg = {"path": str(path), "out": str(tmp_path / "q.onnx"), "format": fmt, "streamed": streamed}
+    arg["bound"] = 1.5 * model_mib + 200
+    outcome = run_bounded(CHILD, arg, cpu_seconds=120)
+    assert outcome.error is None, outcome.message
