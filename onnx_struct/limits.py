@@ -132,6 +132,11 @@ MAX_GGUF_ARRAY_DEPTH = 4
 # about 800,000 (Gemma 3: 3 x 262,144; Llama 3: 537,000).
 MAX_GGUF_METADATA_ITEMS = 2**21
 
+# Bytes a calibration .npz (quantize --calibration) may inflate to, all entries together: a deflated
+# entry of zeros inflates about 1,000-fold, and numpy inflates an entry whole. The inputs are run
+# through the float model in one batch; real calibration batches are tens of MiB.
+MAX_CALIBRATION_BYTES = 2**31
+
 # ---------------------------------------------------------------------- running decoders
 # Decoder sessions kept alive at once; each holds its function model's kernels and arena, so the
 # bound keeps memory flat when many distinct formats or shapes are decoded.

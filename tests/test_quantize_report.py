@@ -8,7 +8,9 @@ on the float model whose kernel is gguf-py's round trip.
 
 from __future__ import annotations
 
+import io
 import json
+import zipfile
 
 import numpy as np
 import onnx
@@ -20,6 +22,7 @@ from test_quantize import cli, synthetic_model
 from test_quantize_reach import subgraph_model
 
 import onnx_struct as S
+from onnx_struct import limits
 from onnx_struct.cli import main
 from onnx_struct.passes.quantize_report import DEFAULT_THRESHOLD, quantize_with_report
 
@@ -130,6 +133,31 @@ def test_calibration_entries_that_fit_no_input_are_refused_naming_the_entry(tmp_
         (line,) = capsys.readouterr().err.splitlines()
         assert line.startswith("onnx-struct quantize: ") and name in line, line
     assert not (tmp_path / "q.onnx").exists()
+
+
+def npy_header(shape: tuple[int, ...]) -> bytes:
+    """An .npy header (format 1.0, float32) stating ``shape``, written by numpy's own writer."""
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": "<f4", "fortran_order": False, "shape": shape})
+    return buffer.getvalue()
+
+
+def test_calibration_sizes_are_checked_before_numpy_allocates(tmp_path, monkeypatch):
+    """numpy allocates an entry's array from its header's shape before reading it (2^40 elements:
+    MemoryError), and inflates a deflated entry whole (a 3 MB file of zeros: 3 GiB)."""
+    model = synthetic_model()
+    with zipfile.ZipFile(tmp_path / "claims.npz", "w") as archive:
+        archive.writestr("X.npy", npy_header((2**40,)) + bytes(12))
+    with pytest.raises(S.ValidationError, match=r"claims.npz: entry 'X': its header states shape \(1099511627776,\)"):
+        quantize_with_report(model, "Q8_0", calibration=tmp_path / "claims.npz")
+    inputs = np.zeros(X.shape, np.float32)
+    np.savez_compressed(tmp_path / "zeros.npz", X=inputs)
+    monkeypatch.setattr(limits, "MAX_CALIBRATION_BYTES", inputs.nbytes - 1)
+    with pytest.raises(S.ValidationError, match=r"zeros.npz: its entries inflate to \d+ bytes, past 767"):
+        quantize_with_report(model, "Q8_0", calibration=tmp_path / "zeros.npz")
+    monkeypatch.setattr(limits, "MAX_CALIBRATION_BYTES", inputs.nbytes + 1024)  # the header's bytes too
+    _, report = quantize_with_report(model, "Q8_0", calibration=tmp_path / "zeros.npz")
+    assert report.calibration == str(tmp_path / "zeros.npz")
 
 
 def damaged_conv_model() -> onnx.ModelProto:

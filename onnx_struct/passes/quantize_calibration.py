@@ -4,23 +4,30 @@ model's inputs before any work.
 An ``.npz`` is read with ``allow_pickle=False`` (an object array would run code from the file);
 such an entry, and an entry naming no input of the model, is a ValidationError naming the entry,
 as is a required input (a graph input that is not an initializer) without an entry: onnxruntime
-would refuse the feeds with a bare ValueError deep inside the report.
+would refuse the feeds with a bare ValueError deep inside the report. numpy allocates an entry's
+array from the shape its header states before reading a byte, and inflates deflated entries
+whole, so the archive's inflated size (limits.MAX_CALIBRATION_BYTES) and each header's shape
+(against the bytes its entry inflates to) are checked before any entry is read.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
 import onnx
 
+from onnx_struct import limits
 from onnx_struct.errors import ValidationError
 
 __all__ = ["read_entries", "check_calibration"]
 
 
-def read_entries(data: Mapping[str, np.ndarray], source: str) -> dict[str, np.ndarray]:
-    """Every array of an open ``.npz`` (``np.load(..., allow_pickle=False)``), entry by entry."""
+def read_entries(data: np.lib.npyio.NpzFile, source: str) -> dict[str, np.ndarray]:
+    """Every array of an open ``.npz`` (``np.load(..., allow_pickle=False)``), entry by entry,
+    once the archive's sizes are checked (:func:`_check_sizes`)."""
+    _check_sizes(data, source)
     entries = {}
     for name in data.files:
         try:
@@ -28,6 +35,45 @@ def read_entries(data: Mapping[str, np.ndarray], source: str) -> dict[str, np.nd
         except ValueError as error:  # an object array under allow_pickle=False, or a corrupt entry
             raise ValidationError("", f"calibration file {source}: entry {name!r}: {error}", code="invalid") from None
     return entries
+
+
+def _check_sizes(data: np.lib.npyio.NpzFile, source: str) -> None:
+    """Refuse an archive inflating past limits.MAX_CALIBRATION_BYTES, and an entry whose header
+    states a shape of more bytes than the entry holds (numpy would allocate it first)."""
+    members = data.zip.infolist()
+    inflated = sum(member.file_size for member in members)
+    if inflated > limits.MAX_CALIBRATION_BYTES:
+        raise ValidationError(
+            "",
+            f"calibration file {source}: its entries inflate to {inflated} bytes, past "
+            f"{limits.MAX_CALIBRATION_BYTES} (limits.MAX_CALIBRATION_BYTES)",
+            code="invalid",
+        )
+    for member in members:
+        name = member.filename.removesuffix(".npy")
+        with data.zip.open(member) as handle:
+            if handle.read(len(np.lib.format.MAGIC_PREFIX)) != np.lib.format.MAGIC_PREFIX:
+                continue  # not an array: numpy returns its bytes, which check_calibration refuses
+            handle.seek(0)
+            try:
+                version = np.lib.format.read_magic(handle)
+                # Versions 2.0 and 3.0 differ only in the header's text encoding.
+                read_header = (
+                    np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+                )
+                shape, _, dtype = read_header(handle)
+            except ValueError as error:
+                raise ValidationError(
+                    "", f"calibration file {source}: entry {name!r}: {error}", code="invalid"
+                ) from None
+            stated = math.prod(shape) * dtype.itemsize
+            if stated > member.file_size:
+                raise ValidationError(
+                    "",
+                    f"calibration file {source}: entry {name!r}: its header states shape {shape} of {dtype} "
+                    f"({stated} bytes) but the entry holds {member.file_size} bytes",
+                    code="invalid",
+                )
 
 
 def check_calibration(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], source: str) -> None:
