@@ -121,6 +121,7 @@ def test_a_link_at_the_data_file_is_refused_before_any_work(tmp_path, capsys):
     assert main(argv) == 2
     assert "'q.onnx.data' is a symbolic link" in capsys.readouterr().err
     assert (tmp_path / "victim").read_text() == "keep" and not (tmp_path / "q.onnx").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["float.onnx", "q.onnx.data", "victim"]  # no temporary left
 
 
 def test_an_input_with_external_data_is_read_one_weight_at_a_time(tmp_path, monkeypatch, capsys):

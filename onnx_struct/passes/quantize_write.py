@@ -52,9 +52,10 @@ class QuantizeOutput:
         self._data = None
         self._temporary = ""
         self._offset = 0
-        # A destination that cannot be written (a link, a directory) is refused before any work.
-        self._model = self._writer.open(self.output.name, "OUT", exclusive=True, model_location=False)
+        # A destination that cannot be written (a link, a directory) is refused before any work,
+        # OUT.data first: a refusal after OUT's temporary file was created would leave it behind.
         self._writer.check(self.location, "OUT.data")
+        self._model = self._writer.open(self.output.name, "OUT", exclusive=True, model_location=False)
 
     def __enter__(self) -> QuantizeOutput:
         return self
