@@ -90,11 +90,12 @@ def check_calibration(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], s
                 f"the calibration input ({source}): entry {name!r} names no input of the model (its inputs: {known})",
                 code="invalid",
             )
-        if not isinstance(value, np.ndarray) or value.dtype.kind not in "biufc":
+        # Complex arrays too are refused: onnxruntime takes no numpy complex feed (a bare RuntimeError).
+        if not isinstance(value, np.ndarray) or value.dtype.kind not in "biuf":
             kind = value.dtype if isinstance(value, np.ndarray) else type(value).__name__
             raise ValidationError(
                 "",
-                f"the calibration input ({source}): entry {name!r} is not an array of numbers or booleans ({kind})",
+                f"the calibration input ({source}): entry {name!r} is not an array of real numbers or booleans ({kind})",
                 code="invalid",
             )
     missing = [name for name in required if name not in feeds]
