@@ -147,3 +147,36 @@ def test_an_input_with_external_data_is_read_one_weight_at_a_time(tmp_path, monk
     x = np.random.default_rng(1).standard_normal((64, K)).astype(np.float32)
     got = S.InferenceSession(str(out), accuracy_level=0).run(None, {"X": x})[0]
     np.testing.assert_array_equal(got, S.InferenceSession(inline, accuracy_level=0).run(None, {"X": x})[0])
+
+
+@pytest.mark.parametrize("external", [False, True])
+def test_a_model_from_a_file_with_nothing_to_quantize_keeps_its_weights(tmp_path, capsys, external):
+    """The large initializers' data is left in the file while quantize plans; with no eligible
+    weight it was never read back: quantize returned initializers without data, and the CLI
+    failed on them with onnx's "one and only one value field"."""
+    arrays = float_model(tmp_path / "m.onnx")
+    if external:
+        onnx.save(onnx.load(tmp_path / "m.onnx"), tmp_path / "m.onnx", save_as_external_data=True, location="w.bin")
+    result = quantize(tmp_path / "m.onnx", "Q8_0", min_elements=10**9)
+    assert {t.name: numpy_helper.to_array(t).tolist() for t in result.graph.initializer} == {
+        name: array.tolist() for name, array in arrays.items()
+    }
+    assert (
+        main(
+            [
+                "quantize",
+                str(tmp_path / "m.onnx"),
+                str(tmp_path / "q.onnx"),
+                "--format",
+                "Q8_0",
+                "--min-elements",
+                "1000000000",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    stored = onnx.load(tmp_path / "q.onnx")
+    assert {t.name: numpy_helper.to_array(t).tolist() for t in stored.graph.initializer} == {
+        name: array.tolist() for name, array in arrays.items()
+    }

@@ -182,6 +182,8 @@ def quantize_and_plan(
         result = onnx.ModelProto()
         result.CopyFrom(stock)
     if not planned.weights:
+        if deferred is not None:  # nothing is rewritten: every initializer gets its data back
+            deferred.restore(result.graph)
         return result, planned, stock, None
     first_plan = planned if keep_source else None
     for w in planned.weights:  # before anything is sized by their dims
