@@ -62,6 +62,9 @@ def test_a_lowered_model_over_protobufs_limit_goes_out_with_external_tensors(tmp
     assert main(["lower", source, str(out / "big.onnx")]) == 2  # a link at OUT.data is refused
     assert (tmp_path / "victim.txt").read_text() == "keep" and not (out / "big.onnx").exists()
     (out / "big.onnx.data").unlink()
+    # 'a:b.onnx.data' would be written into OUT as a location no loader takes (it reads as a drive)
+    assert main(["lower", source, str(out / "a:b.onnx")]) == 2
+    assert sorted(p.name for p in out.iterdir()) == []
     assert main(["lower", source, str(out / "big.onnx")]) == 0
     model = onnx.load(out / "big.onnx")  # onnx's own loader reads OUT.data
     assert any(

@@ -180,3 +180,19 @@ def test_a_model_from_a_file_with_nothing_to_quantize_keeps_its_weights(tmp_path
     assert {t.name: numpy_helper.to_array(t).tolist() for t in stored.graph.initializer} == {
         name: array.tolist() for name, array in arrays.items()
     }
+
+
+def test_an_out_whose_data_file_no_model_can_name_is_refused(tmp_path, monkeypatch, capsys):
+    """'a:b.onnx.data' reads as a drive to the model-location rules: the result, written with that
+    location, could not be loaded (check_model: 'is absolute')."""
+    float_model(tmp_path / "float.onnx")
+    argv = ["quantize", str(tmp_path / "float.onnx"), str(tmp_path / "a:b.onnx"), "--format", "Q8_0", "--quiet"]
+    assert main([*argv, "--external"]) == 2
+    assert "location 'a:b.onnx.data' is absolute" in capsys.readouterr().err
+    monkeypatch.setattr(limits, "INLINE_RESULT_LIMIT", 100_000)  # streamed when the estimate says so
+    assert main(argv) == 1
+    assert "location 'a:b.onnx.data' is absolute" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["float.onnx"]
+    monkeypatch.undo()
+    assert main(argv) == 0  # inline: no location is written
+    assert S.check_model(str(tmp_path / "a:b.onnx")) is None

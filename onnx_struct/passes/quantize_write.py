@@ -22,6 +22,7 @@ from collections.abc import Callable
 import onnx
 
 from onnx_struct import limits
+from onnx_struct.payload.external import check_location
 from onnx_struct.payload.external_write import DirectoryWriter
 from onnx_struct.schema.model import StructProto, from_onnx
 
@@ -55,6 +56,8 @@ class QuantizeOutput:
         # A destination that cannot be written (a link, a directory) is refused before any work,
         # OUT.data first: a refusal after OUT's temporary file was created would leave it behind.
         self._writer.check(self.location, "OUT.data")
+        if external:
+            self._check_location()
         self._model = self._writer.open(self.output.name, "OUT", exclusive=True, model_location=False)
 
     def __enter__(self) -> QuantizeOutput:
@@ -72,9 +75,16 @@ class QuantizeOutput:
         if self.external is None:
             self.external = estimate() >= limits.INLINE_RESULT_LIMIT
         if self.external and self._data is None:
+            self._check_location()
             self._data = self._writer.open(self.location, "OUT.data", exclusive=True, model_location=False)
             self._temporary = self._writer.temporary(self.location).name
         return self.external
+
+    def _check_location(self) -> None:
+        """OUT.data's name is written into OUT as a location, read back under the model-location
+        rules: a name those refuse (``a:b.onnx.data`` reads as a drive) would make a result
+        nothing can load."""
+        check_location(self.location, "OUT.data")
 
     def _append(self, chunks) -> tuple[int, int]:
         """Write ``chunks`` at the next aligned offset: (offset, length)."""
