@@ -153,6 +153,12 @@ def test_calibration_sizes_are_checked_before_numpy_allocates(tmp_path, monkeypa
         archive.writestr("X.npy", npy_header((2**40,)) + bytes(12))
     with pytest.raises(S.ValidationError, match=r"claims.npz: entry 'X': its header states shape \(1099511627776,\)"):
         quantize_with_report(model, "Q8_0", calibration=tmp_path / "claims.npz")
+    np.savez(tmp_path / "crc.npz", X=X)  # a stored entry: its bytes follow the header
+    damaged = bytearray((tmp_path / "crc.npz").read_bytes())
+    damaged[damaged.find(b"NUMPY") + 200] ^= 0xFF
+    (tmp_path / "crc.npz").write_bytes(damaged)  # zipfile's BadZipFile at the entry's end
+    with pytest.raises(S.ValidationError, match=r"crc.npz: (entry 'X': )?Bad CRC-32 for file 'X.npy'"):
+        quantize_with_report(model, "Q8_0", calibration=tmp_path / "crc.npz")
     inputs = np.zeros(X.shape, np.float32)
     np.savez_compressed(tmp_path / "zeros.npz", X=inputs)
     monkeypatch.setattr(limits, "MAX_CALIBRATION_BYTES", inputs.nbytes - 1)

@@ -13,6 +13,7 @@ whole, so the archive's inflated size (limits.MAX_CALIBRATION_BYTES) and each he
 from __future__ import annotations
 
 import math
+import zipfile
 from collections.abc import Mapping
 
 import numpy as np
@@ -27,12 +28,17 @@ __all__ = ["read_entries", "check_calibration"]
 def read_entries(data: np.lib.npyio.NpzFile, source: str) -> dict[str, np.ndarray]:
     """Every array of an open ``.npz`` (``np.load(..., allow_pickle=False)``), entry by entry,
     once the archive's sizes are checked (:func:`_check_sizes`)."""
-    _check_sizes(data, source)
+    try:
+        _check_sizes(data, source)
+    except (zipfile.BadZipFile, EOFError) as error:  # a damaged local header
+        raise ValidationError("", f"calibration file {source}: {error}", code="invalid") from None
     entries = {}
     for name in data.files:
         try:
             entries[name] = data[name]
-        except ValueError as error:  # an object array under allow_pickle=False, or a corrupt entry
+        # an object array under allow_pickle=False, a corrupt entry, or bytes whose CRC-32 (checked
+        # by zipfile at the entry's end) differs
+        except (ValueError, zipfile.BadZipFile, EOFError) as error:
             raise ValidationError("", f"calibration file {source}: entry {name!r}: {error}", code="invalid") from None
     return entries
 
