@@ -159,6 +159,12 @@ def test_calibration_sizes_are_checked_before_numpy_allocates(tmp_path, monkeypa
     (tmp_path / "crc.npz").write_bytes(damaged)  # zipfile's BadZipFile at the entry's end
     with pytest.raises(S.ValidationError, match=r"crc.npz: (entry 'X': )?Bad CRC-32 for file 'X.npy'"):
         quantize_with_report(model, "Q8_0", calibration=tmp_path / "crc.npz")
+    damaged = bytearray((tmp_path / "claims.npz").read_bytes())
+    central = damaged.find(b"PK\x01\x02")  # the method: local header +8, central directory entry +10
+    damaged[8:10] = damaged[central + 10 : central + 12] = (99).to_bytes(2, "little")  # AES
+    (tmp_path / "aes.npz").write_bytes(damaged)  # zipfile's NotImplementedError
+    with pytest.raises(S.ValidationError, match=r"aes.npz: That compression method is not supported"):
+        quantize_with_report(model, "Q8_0", calibration=tmp_path / "aes.npz")
     inputs = np.zeros(X.shape, np.float32)
     np.savez_compressed(tmp_path / "zeros.npz", X=inputs)
     monkeypatch.setattr(limits, "MAX_CALIBRATION_BYTES", inputs.nbytes - 1)

@@ -30,7 +30,8 @@ def read_entries(data: np.lib.npyio.NpzFile, source: str) -> dict[str, np.ndarra
     once the archive's sizes are checked (:func:`_check_sizes`)."""
     try:
         _check_sizes(data, source)
-    except (zipfile.BadZipFile, EOFError) as error:  # a damaged local header
+    # a damaged local header, or a compression method zipfile does not implement (AES: 99)
+    except (zipfile.BadZipFile, EOFError, NotImplementedError) as error:
         raise ValidationError("", f"calibration file {source}: {error}", code="invalid") from None
     entries = {}
     for name in data.files:
@@ -38,7 +39,7 @@ def read_entries(data: np.lib.npyio.NpzFile, source: str) -> dict[str, np.ndarra
             entries[name] = data[name]
         # an object array under allow_pickle=False, a corrupt entry, or bytes whose CRC-32 (checked
         # by zipfile at the entry's end) differs
-        except (ValueError, zipfile.BadZipFile, EOFError) as error:
+        except (ValueError, zipfile.BadZipFile, EOFError, NotImplementedError) as error:
             raise ValidationError("", f"calibration file {source}: entry {name!r}: {error}", code="invalid") from None
     return entries
 
