@@ -165,6 +165,12 @@ def test_calibration_sizes_are_checked_before_numpy_allocates(tmp_path, monkeypa
     (tmp_path / "aes.npz").write_bytes(damaged)  # zipfile's NotImplementedError
     with pytest.raises(S.ValidationError, match=r"aes.npz: That compression method is not supported"):
         quantize_with_report(model, "Q8_0", calibration=tmp_path / "aes.npz")
+    damaged = bytearray((tmp_path / "claims.npz").read_bytes())
+    damaged[6] |= 1  # the general purpose flag "encrypted", local header and central directory entry
+    damaged[damaged.find(b"PK\x01\x02") + 8] |= 1
+    (tmp_path / "encrypted.npz").write_bytes(damaged)  # zipfile's RuntimeError: a password is needed
+    with pytest.raises(S.ValidationError, match=r"encrypted.npz: entry 'X' is encrypted"):
+        quantize_with_report(model, "Q8_0", calibration=tmp_path / "encrypted.npz")
     inputs = np.zeros(X.shape, np.float32)
     np.savez_compressed(tmp_path / "zeros.npz", X=inputs)
     monkeypatch.setattr(limits, "MAX_CALIBRATION_BYTES", inputs.nbytes - 1)

@@ -58,6 +58,8 @@ def _check_sizes(data: np.lib.npyio.NpzFile, source: str) -> None:
         )
     for member in members:
         name = member.filename.removesuffix(".npy")
+        if member.flag_bits & 0x1:  # zipfile would raise a bare RuntimeError (a password is needed)
+            raise ValidationError("", f"calibration file {source}: entry {name!r} is encrypted", code="invalid")
         with data.zip.open(member) as handle:
             if handle.read(len(np.lib.format.MAGIC_PREFIX)) != np.lib.format.MAGIC_PREFIX:
                 continue  # not an array: numpy returns its bytes, which check_calibration refuses
