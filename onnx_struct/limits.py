@@ -131,6 +131,10 @@ MAX_GGUF_ARRAY_DEPTH = 4
 # builds one numpy array per element (memory and time per item: docs/benchmarks.md). Real tokenizers hold up to
 # about 800,000 (Gemma 3: 3 x 262,144; Llama 3: 537,000).
 MAX_GGUF_METADATA_ITEMS = 2**21
+# general.alignment to_gguf writes (a recorded one is a model's word): the writer pads every tensor
+# up to it, and gguf-py builds each padding as a Python list of that many zeros. Files use 32 (the
+# default) to 4,096 (a page).
+MAX_GGUF_ALIGNMENT = 2**16
 
 # Bytes a calibration .npz (quantize --calibration) may inflate to, all entries together: a deflated
 # entry of zeros inflates about 1,000-fold, and numpy inflates an entry whole. The inputs are run

@@ -7,7 +7,9 @@ type, shape and bytes, every metadata key, type and value), and gguf-py's own qu
 
 from __future__ import annotations
 
+import json
 import pathlib
+import re
 import sys
 
 import numpy as np
@@ -175,6 +177,39 @@ def test_recorded_metadata_that_does_not_fit_its_type_is_refused_naming_the_key(
     entry.value = "4294967296"  # past UINT32
     with pytest.raises(S.ValidationError, match=r"^metadata_props\['llama.block_count'\]: .*UINT32"):
         plan_gguf(model)
+
+
+def recorded(model: onnx.ModelProto, key: str, value: str, label: str) -> onnx.ModelProto:
+    """``model`` with the GGUF entry ``key`` recorded as from-gguf records one: value and type."""
+    model.metadata_props.add(key=key, value=value)
+    types = next(p for p in model.metadata_props if p.key == VALUE_TYPES_KEY)
+    types.value = types.value[:-1] + f",{json.dumps(key)}:{json.dumps(label)}}}"
+    return model
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "label", "message"),
+    [
+        ("tiny.f", "1e300", "FLOAT32", "does not fit the recorded GGUF type FLOAT32"),  # struct.pack: OverflowError
+        ("tiny.f", "[1.0, -1e39]", "ARRAY[FLOAT32]", "does not fit the recorded GGUF type FLOAT32"),
+        ("GGUF.version", "3", "UINT32", "reserved"),  # gguf-py's reader could not read the file back
+        ("onnx_struct.tiny", "3", "STRING", "reserved"),  # nor could from-gguf
+        ("general.alignment", str(2**31), "UINT32", "past 65536"),  # gguf-py pads with a list of 2^31 zeros
+    ],
+)
+def test_recorded_metadata_the_writer_cannot_write_is_refused_naming_the_key(tiny_gguf, key, value, label, message):
+    with pytest.raises(S.ValidationError, match=rf"^metadata_props\[{re.escape(repr(key))}\]: .*{message}"):
+        plan_gguf(recorded(convert(tiny_gguf), key, value, label))
+
+
+def test_the_largest_recorded_alignment_and_float32_are_written(tiny_gguf, tmp_path):
+    model = recorded(convert(tiny_gguf), "general.alignment", str(2**16), "UINT32")
+    largest = float(np.finfo(np.float32).max)
+    to_gguf(recorded(model, "tiny.f", repr(largest), "FLOAT32"), tmp_path / "back.gguf")
+    reader = gguf.GGUFReader(str(tmp_path / "back.gguf"))
+    assert reader.fields["general.alignment"].contents() == 2**16
+    assert reader.fields["tiny.f"].contents() == largest
+    assert {t.data_offset % 2**16 for t in reader.tensors} == {0}
 
 
 def test_an_empty_recorded_array_is_skipped_with_the_reason(tiny_gguf, tmp_path):

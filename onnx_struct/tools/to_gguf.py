@@ -33,6 +33,7 @@ import math
 import os
 import pathlib
 import re
+import struct
 from typing import BinaryIO
 
 import numpy as np
@@ -42,7 +43,7 @@ from onnx_struct import limits
 from onnx_struct.check.checker import check_model
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.base import BlockFormat
-from onnx_struct.formats.gguf.metadata import VALUE_TYPES_KEY, decode_metadata
+from onnx_struct.formats.gguf.metadata import RESERVED_PREFIX, VALUE_TYPES_KEY, decode_metadata
 from onnx_struct.formats.recognize import registered_decoder
 from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.payload.external_write import DirectoryWriter
@@ -53,6 +54,7 @@ __all__ = ["GGUFExport", "GGUFTensor", "plan_gguf", "to_gguf"]
 
 ARCHITECTURE_KEY = "general.architecture"
 ALIGNMENT_KEY = "general.alignment"
+READER_PREFIX = "GGUF."  # gguf-py's reader names the header's fields so; a key of that name breaks it
 RESTORING_OPS = ("Slice", "Transpose", "Reshape")  # what quantize puts between a struct value and its weight
 
 
@@ -345,6 +347,8 @@ def _recorded_metadata(props: dict[str, str], gguf) -> tuple[dict[str, tuple[obj
     skipped = []
     for key, value in values.items():
         label, where = types[key], f"metadata_props[{key!r}]"
+        if key.startswith((READER_PREFIX, RESERVED_PREFIX)):  # from-gguf could not read the file back
+            raise ValidationError(where, f"keys starting with {READER_PREFIX!r} or {RESERVED_PREFIX!r} are reserved")
         if not isinstance(label, str):
             raise ValidationError(where, f"its recorded GGUF type {label!r} is not a type name")
         depth, base = _label_parts(label)
@@ -360,11 +364,26 @@ def _recorded_metadata(props: dict[str, str], gguf) -> tuple[dict[str, tuple[obj
         value = alignment[0]
         if alignment[1] != "UINT32" or value <= 0 or value & (value - 1):
             raise ValidationError(f"metadata_props[{ALIGNMENT_KEY!r}]", f"{value!r} is not a UINT32 power of two")
+        if value > limits.MAX_GGUF_ALIGNMENT:
+            raise ValidationError(
+                f"metadata_props[{ALIGNMENT_KEY!r}]",
+                f"{value} is past {limits.MAX_GGUF_ALIGNMENT}, the largest alignment written (docs/security.md)",
+            )
     architecture = out.get(ARCHITECTURE_KEY)
     if architecture is not None and architecture[1] != "STRING":
         raise ValidationError(f"metadata_props[{ARCHITECTURE_KEY!r}]", "the architecture is not a STRING")
     del gguf
     return out, skipped
+
+
+def _fits_float32(value: float) -> bool:
+    """Whether the writer can pack ``value`` as a float32 (NaN and infinities can; a finite value
+    past float32's range cannot)."""
+    try:
+        struct.pack("<f", value)
+    except OverflowError:
+        return False
+    return True
 
 
 def _label_parts(label: str) -> tuple[int, str]:
@@ -386,6 +405,7 @@ def _checked_value(value: object, depth: int, base: str, where: str) -> object:
     elif base in _FLOAT:
         ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in items)
         items = [float(v) for v in items] if ok else items
+        ok = ok and (base == "FLOAT64" or all(_fits_float32(v) for v in items))
     elif base in _INTEGER:
         info = np.iinfo(_INTEGER[base])
         ok = all(type(v) is int and info.min <= v <= info.max for v in items)
