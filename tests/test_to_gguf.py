@@ -148,6 +148,16 @@ def test_names_that_are_not_llamas_are_kept_and_no_architecture_is_claimed(tmp_p
     assert not [k for k in reader.fields if not k.startswith("GGUF.")]
 
 
+def test_a_name_ggml_cannot_read_is_skipped_with_the_reason(tmp_path):
+    """ggml's gguf reader refuses a file holding a tensor name of GGML_MAX_NAME (64) bytes or more."""
+    longest, too_long = "w" * 63, "é" * 32  # 63 bytes; 64 bytes in UTF-8
+    quantized = quantize(mlp({longest: (64, 96), too_long: (96, 64)}), "Q8_0", min_elements=0)
+    export = to_gguf(quantized, tmp_path / "q.gguf")
+    assert [t.name for t in gguf.GGUFReader(str(tmp_path / "q.gguf")).tensors] == [longest]
+    ((value, reason),) = export.skipped
+    assert value.startswith(too_long) and reason == f"its GGUF name {too_long!r} is past ggml's 63 bytes"
+
+
 def test_weights_that_cannot_be_gguf_tensors_are_skipped_with_the_reason():
     # w1's input axis 40 is padded to 64; w2 is fine; with --group-axis output every block runs along N
     quantized = quantize(mlp({"w1": (40, 64), "w2": (64, 96)}), "Q8_0", min_elements=0)

@@ -20,8 +20,9 @@ Two kinds of model, told apart by the GGUF metadata ``from-gguf`` records:
 
 A struct value that cannot be a GGUF tensor is skipped, with the reason in the result (the CLI
 prints each): a format outside the GGUF family, more than 4 dimensions, a weight padded past its
-last axis (quantize's zero padding, which a Slice drops) or one whose blocks run along the output
-axis of its MatMul/Gemm (``--group-axis output``; llama.cpp's matrices block the input axis). A
+last axis (quantize's zero padding, which a Slice drops), one whose blocks run along the output
+axis of its MatMul/Gemm (``--group-axis output``; llama.cpp's matrices block the input axis) or
+one whose GGUF name takes 64 bytes or more (ggml refuses a file holding one). A
 model in which no struct value qualifies is a ValidationError.
 """
 
@@ -54,6 +55,7 @@ __all__ = ["GGUFExport", "GGUFTensor", "plan_gguf", "to_gguf"]
 
 ARCHITECTURE_KEY = "general.architecture"
 ALIGNMENT_KEY = "general.alignment"
+GGML_MAX_NAME = 64  # ggml's: a tensor name and its NUL; ggml refuses a file with a longer name
 READER_PREFIX = "GGUF."  # gguf-py's reader names the header's fields so; a key of that name breaks it
 RESTORING_OPS = ("Slice", "Transpose", "Reshape")  # what quantize puts between a struct value and its weight
 
@@ -156,11 +158,6 @@ def plan_gguf(model: ModelLike | LoadedModel, *, base_dir: str | os.PathLike | N
                 skipped.append((value.name, problem))
                 continue
         tensors.append(GGUFTensor(name, value.name, index, type_name, shape, nbytes))
-    if not tensors:
-        reasons = "; ".join(f"{name!r}: {reason}" for name, reason in skipped[:3]) or "the model has no struct values"
-        if len(skipped) > 3:  # one line, however many values
-            reasons += f"; and {len(skipped) - 3} more"
-        raise ValidationError("graph.struct_initializer", f"no struct value can be a GGUF tensor ({reasons})")
     metadata: dict[str, tuple[object, str]] = {}
     names, architecture = "recorded", None
     if source == "gguf":
@@ -173,6 +170,14 @@ def plan_gguf(model: ModelLike | LoadedModel, *, base_dir: str | os.PathLike | N
         architecture = "llama" if names == "llama" else None
         if architecture:
             metadata[ARCHITECTURE_KEY] = (architecture, "STRING")
+    long = [t for t in tensors if len(t.name.encode()) >= GGML_MAX_NAME]
+    skipped += [(t.value, f"its GGUF name {t.name!r} is past ggml's {GGML_MAX_NAME - 1} bytes") for t in long]
+    tensors = [t for t in tensors if t not in long]
+    if not tensors:
+        reasons = "; ".join(f"{name!r}: {reason}" for name, reason in skipped[:3]) or "the model has no struct values"
+        if len(skipped) > 3:  # one line, however many values
+            reasons += f"; and {len(skipped) - 3} more"
+        raise ValidationError("graph.struct_initializer", f"no struct value can be a GGUF tensor ({reasons})")
     _refuse_duplicates(tensors)
     return GGUFExport(source, names, architecture, tensors, metadata, skipped, loaded)
 
