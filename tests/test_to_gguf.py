@@ -158,6 +158,13 @@ def test_a_name_ggml_cannot_read_is_skipped_with_the_reason(tmp_path):
     assert value.startswith(too_long) and reason == f"its GGUF name {too_long!r} is past ggml's 63 bytes"
 
 
+def test_a_layer_index_of_thousands_of_digits_is_no_llama_layer():
+    name = f"model.layers.{'9' * 5000}.mlp.up_proj.weight"  # int() of it raised ValueError
+    export = plan_gguf(quantize(mlp({"w1": (64, 96), name: (96, 64)}), "Q8_0", min_elements=0))
+    assert (export.names, [t.name for t in export.tensors]) == ("kept", ["w1"])
+    assert [reason for _, reason in export.skipped] == [f"its GGUF name {name!r} is past ggml's 63 bytes"]
+
+
 def test_weights_that_cannot_be_gguf_tensors_are_skipped_with_the_reason():
     # w1's input axis 40 is padded to 64; w2 is fine; with --group-axis output every block runs along N
     quantized = quantize(mlp({"w1": (40, 64), "w2": (64, 96)}), "Q8_0", min_elements=0)

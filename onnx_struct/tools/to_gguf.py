@@ -304,9 +304,10 @@ def _weight_name(value: str, consumers: dict[str, list]) -> tuple[str, str]:
 
 def _map_names(tensors: list[GGUFTensor], gguf) -> tuple[list[GGUFTensor], str]:
     """The tensors under llama's GGUF names when every name maps with TensorNameMap, else as given."""
-    layers = [int(m) for t in tensors for m in re.findall(r"\.(\d+)\.", t.name)]
+    layers = [int(m) for t in tensors for m in re.findall(r"\.(\d{1,9})\.", t.name)]
     # A layer index past the number of weights is no llama layer: such a name maps to nothing,
-    # and the map is never built for a count the names alone dictate.
+    # and the map is never built for a count the names alone dictate. Indices of more than 9
+    # digits are not read at all (int() refuses text of 4,300 digits and is quadratic below).
     n_blocks = min(max(layers, default=-1) + 1, len(tensors))
     mapping = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, n_blocks)
     mapped = [mapping.get_name(t.name, try_suffixes=(".weight", ".bias")) for t in tensors]
