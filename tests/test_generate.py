@@ -190,12 +190,14 @@ def test_a_model_without_context_length_is_refused_naming_the_key(tiny):
     assert caught.value.path == "gguf.kv['llama.context_length']"
 
 
-def test_metadata_that_is_not_json_is_refused_naming_the_entry(tiny):
+@pytest.mark.parametrize("key", ["llama.block_count", "onnx_struct.gguf.value_types"])
+@pytest.mark.parametrize("text", ["{not json", "[" * 100_000])  # json's RecursionError, not a ValueError
+def test_metadata_that_is_not_json_is_refused_naming_the_entry(tiny, key, text):
     props = {p.key: p.value for p in tiny[2].metadata_props}
-    props["llama.block_count"] = "{not json"
+    props[key] = text
     with pytest.raises(onnx_struct.ValidationError) as caught:
         decode_metadata(props)
-    assert caught.value.path == "metadata_props['llama.block_count']"
+    assert caught.value.path == f"metadata_props[{key!r}]"
 
 
 def _with_metadata(model: onnx.ModelProto, **changes: str) -> onnx.ModelProto:

@@ -11,6 +11,7 @@ import json
 import pathlib
 import re
 import sys
+import types
 
 import numpy as np
 import onnx
@@ -22,7 +23,7 @@ import onnx_struct as S
 from onnx_struct import formats
 from onnx_struct.cli import main
 from onnx_struct.passes.quantize import quantize
-from onnx_struct.tools.to_gguf import plan_gguf, to_gguf
+from onnx_struct.tools.to_gguf import _raw_gguf_type, plan_gguf, to_gguf
 
 gguf = pytest.importorskip("gguf")
 from gguf import quants as gq  # noqa: E402
@@ -83,6 +84,13 @@ def test_a_kept_unknown_type_is_written_back_as_its_recorded_type(tiny_gguf, tmp
     assert raw  # the attn_v tensors
     to_gguf(model, tmp_path / "back.gguf")
     assert_same_gguf(tiny_gguf, tmp_path / "back.gguf")
+
+
+def test_a_recorded_gguf_shape_nested_past_jsons_recursion_is_no_shape():
+    entries = [onnx.StringStringEntryProto(key="gguf.type", value="Q8_0")]
+    entries.append(onnx.StringStringEntryProto(key="gguf.shape", value="[" * 100_000))  # json: RecursionError
+    reason = _raw_gguf_type(types.SimpleNamespace(metadata_props=entries), gguf)
+    assert reason == "its recorded gguf.shape is not a JSON list"
 
 
 # ------------------------------------------------------------------------ quantized models

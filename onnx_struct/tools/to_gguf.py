@@ -251,7 +251,7 @@ def _raw_gguf_type(declaration, gguf) -> tuple[str, tuple[int, ...], int] | str:
         return f"GGML type {type_name!r} is unknown to gguf-py"
     try:
         shape = tuple(json.loads(props.get("gguf.shape", "")))
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):  # json recurses once per nested array
         return "its recorded gguf.shape is not a JSON list"
     if not shape or len(shape) > limits.MAX_GGUF_DIMS or not all(type(d) is int and d > 0 for d in shape):
         return f"its recorded gguf.shape {list(shape)} is not 1 to {limits.MAX_GGUF_DIMS} positive dimensions"

@@ -129,7 +129,7 @@ def decode_metadata(
         props = {entry.key: entry.value for entry in props}
     try:
         types = json.loads(props.get(VALUE_TYPES_KEY, "{}"))
-    except ValueError as error:
+    except (ValueError, RecursionError) as error:  # json recurses once per nested array or object
         raise ValidationError(f"metadata_props[{VALUE_TYPES_KEY!r}]", f"not JSON: {error}") from None
     if not isinstance(types, dict):
         raise ValidationError(f"metadata_props[{VALUE_TYPES_KEY!r}]", "not a JSON object of key -> value type")
@@ -140,7 +140,7 @@ def decode_metadata(
         text = props[key]
         try:
             out[key] = text if label == "STRING" else json.loads(text)
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:
             raise ValidationError(f"metadata_props[{key!r}]", f"not the JSON of a {label} value: {error}") from None
     return out
 
