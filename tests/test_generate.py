@@ -190,8 +190,17 @@ def test_a_model_without_context_length_is_refused_naming_the_key(tiny):
     assert caught.value.path == "gguf.kv['llama.context_length']"
 
 
-@pytest.mark.parametrize("key", ["llama.block_count", "onnx_struct.gguf.value_types"])
-@pytest.mark.parametrize("text", ["{not json", "[" * 100_000])  # json's RecursionError, not a ValueError
+@pytest.mark.parametrize(
+    ("key", "text"),
+    [
+        ("llama.block_count", "{not json"),
+        ("onnx_struct.gguf.value_types", "{not json"),
+        ("llama.block_count", "[" * 100_000),  # json's RecursionError, not a ValueError
+        ("onnx_struct.gguf.value_types", "[" * 100_000),
+        # a lone surrogate: the tokenizer's TypeError from tokenizers (no UTF-8 GGUF string holds one)
+        ("tokenizer.ggml.tokens", '["a", "\\ud800"]'),
+    ],
+)
 def test_metadata_that_is_not_json_is_refused_naming_the_entry(tiny, key, text):
     props = {p.key: p.value for p in tiny[2].metadata_props}
     props[key] = text

@@ -116,7 +116,8 @@ def decode_metadata(
         The GGUF metadata by key.
 
     Raises:
-        ValidationError: a recorded entry that is not valid JSON of its value type, naming it.
+        ValidationError: a recorded entry that is not valid JSON of its value type (or holds a
+            string with a lone surrogate, which UTF-8 cannot encode), naming it.
 
     Example::
 
@@ -140,7 +141,11 @@ def decode_metadata(
         text = props[key]
         try:
             out[key] = text if label == "STRING" else json.loads(text)
-        except (ValueError, RecursionError) as error:
+            if label != "STRING" and "\\u" in text:
+                # JSON escapes a lone surrogate (\ud800), which no UTF-8 GGUF string holds and
+                # nothing downstream can encode: checked by encoding what was read.
+                json.dumps(out[key], ensure_ascii=False).encode()
+        except (ValueError, RecursionError) as error:  # UnicodeEncodeError is a ValueError
             raise ValidationError(f"metadata_props[{key!r}]", f"not the JSON of a {label} value: {error}") from None
     return out
 
