@@ -178,6 +178,20 @@ def test_unknown_tokenizer_models_are_refused(tiny):
         GGUFTokenizer({**metadata, "tokenizer.ggml.scores": [0.0]})
 
 
+@pytest.mark.parametrize(
+    ("changes", "path"),
+    [
+        ({"tokenizer.ggml.add_bos_token": "false"}, "gguf.kv['tokenizer.ggml.add_bos_token']"),  # was true
+        ({"tokenizer.ggml.add_space_prefix": 0}, "gguf.kv['tokenizer.ggml.add_space_prefix']"),
+    ],
+)
+def test_tokenizer_flags_that_are_not_booleans_are_refused_naming_the_key(tiny, changes, path):
+    metadata = decode_metadata(tiny[2])
+    with pytest.raises(onnx_struct.ValidationError, match="not a boolean") as caught:
+        GGUFTokenizer({**metadata, **changes})
+    assert caught.value.path == path
+
+
 def test_a_model_without_context_length_is_refused_naming_the_key(tiny):
     model = onnx.ModelProto()
     model.CopyFrom(tiny[2])

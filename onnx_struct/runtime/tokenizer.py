@@ -70,12 +70,12 @@ class GGUFTokenizer:
         self._piece_bytes: list[bytes] | None = None
         if kind == "llama":
             self._tokenizer = _spm(metadata, tokens)
-            self.add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", True))
+            self.add_bos = _flag(metadata, "tokenizer.ggml.add_bos_token", True)
             self._piece_bytes = [_spm_bytes(piece, t) for piece, t in zip(tokens, types, strict=True)]
-            self._strip_space = bool(metadata.get("tokenizer.ggml.add_space_prefix", True))
+            self._strip_space = _flag(metadata, "tokenizer.ggml.add_space_prefix", True)
         elif kind == "gpt2":
             self._tokenizer = _byte_bpe(metadata, tokens)
-            self.add_bos = bool(metadata.get("tokenizer.ggml.add_bos_token", False))
+            self.add_bos = _flag(metadata, "tokenizer.ggml.add_bos_token", False)
         else:
             raise ValidationError(
                 "gguf.kv['tokenizer.ggml.model']",
@@ -118,6 +118,15 @@ def _strings(metadata: Mapping[str, object], key: str) -> list[str]:
     return value
 
 
+def _flag(metadata: Mapping[str, object], key: str, default: bool) -> bool:
+    """A BOOL key: any other type is refused, as llama.cpp refuses a key of the wrong type (the
+    truth of the string "false" would silently be True)."""
+    value = metadata.get(key, default)
+    if not isinstance(value, bool):
+        raise ValidationError(f"gguf.kv[{key!r}]", f"{value!r} is not a boolean")
+    return value
+
+
 def _token_id(metadata: Mapping[str, object], key: str, n_tokens: int) -> int | None:
     value = metadata.get(key)
     if value is None:
@@ -151,7 +160,7 @@ def _spm(metadata: Mapping[str, object], tokens: list[str]):
         fuse_unk=True,
     )
     tokenizer = tk.Tokenizer(model)
-    space_prefix = bool(metadata.get("tokenizer.ggml.add_space_prefix", True))
+    space_prefix = _flag(metadata, "tokenizer.ggml.add_space_prefix", True)
     steps = [tk.normalizers.Prepend(SPACE)] if space_prefix else []
     tokenizer.normalizer = tk.normalizers.Sequence([*steps, tk.normalizers.Replace(" ", SPACE)])
     return tokenizer
