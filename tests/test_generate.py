@@ -204,6 +204,18 @@ def test_a_model_without_context_length_is_refused_naming_the_key(tiny):
     assert caught.value.path == "gguf.kv['llama.context_length']"
 
 
+def test_a_context_length_past_the_graphs_rope_tables_is_refused(tiny):
+    """The graph was built for 128 positions; metadata claiming more made onnxruntime's
+    GroupQueryAttention fail past position 128 (a RuntimeError mid-generation)."""
+    model = onnx.ModelProto()
+    model.CopyFrom(tiny[2])
+    entry = next(p for p in model.metadata_props if p.key == "llama.context_length")
+    assert entry.value == str(tiny[0].context_length) == "128"
+    entry.value = "100000"
+    with pytest.raises(onnx_struct.ValidationError, match="100000 positions, but the graph's RoPE tables cover 128"):
+        Generator(model, accuracy_level=0)
+
+
 @pytest.mark.parametrize(
     ("key", "text"),
     [

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
+from onnx import numpy_helper
 
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.gguf.metadata import checked_context_length, decode_metadata
@@ -25,6 +26,8 @@ from onnx_struct.runtime.ort import load_onnxruntime
 from onnx_struct.runtime.session import InferenceSession
 from onnx_struct.runtime.tokenizer import GGUFTokenizer
 from onnx_struct.schema.model import ModelLike, load_model
+
+ROPE_LENGTH = "rope/length"  # the initializer from-gguf --graph gives the RoPE tables' length
 
 
 @dataclasses.dataclass
@@ -135,7 +138,17 @@ class Generator:
             )
         self.n_layers = sum(1 for name in inputs if name.startswith("past_key_values.") and name.endswith(".key"))
         self.n_kv_heads, self.head_dim = cache[1], cache[3]
-        self.context_length = checked_context_length(metadata, metadata.get("general.architecture"))
+        context = checked_context_length(metadata, metadata.get("general.architecture"))
+        # The graph's RoPE tables (from-gguf --graph's rope/length) cover the positions it was built
+        # for; metadata claiming more would fail in onnxruntime's attention mid-generation.
+        table = next((t for t in self.session.lowered.graph.initializer if t.name == ROPE_LENGTH), None)
+        if table is not None and context > float(numpy_helper.to_array(table)):
+            raise ValidationError(
+                f"gguf.kv['{metadata.get('general.architecture')}.context_length']",
+                f"{context} positions, but the graph's RoPE tables cover {float(numpy_helper.to_array(table)):.0f}",
+                code="invalid",
+            )
+        self.context_length = context
 
     def generate(
         self,
