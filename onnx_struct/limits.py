@@ -148,6 +148,9 @@ SESSION_CACHE_SIZE = 32
 # Dimensions of a decoder's final Reshape that the runner applies itself (numpy's limit); a
 # Reshape with more is left to onnxruntime, which reports it.
 MAX_RESHAPE_RANK = 64
+# onnxruntime threads generate(threads=N) asks for: onnxruntime starts its whole intra-op pool when
+# the session is created, and 10^6 threads crashed the process (SIGSEGV under a 3,000-process limit).
+MAX_INTRA_OP_THREADS = 1024
 # Threads a big value is decoded on, whatever the core count.
 MAX_DECODE_THREADS = 8
 # Free output buffers kept for reuse, in bytes (beyond that the least recently returned are

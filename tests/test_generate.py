@@ -139,6 +139,23 @@ def test_sampling_is_seeded(generator):
     assert first.tokens == second.tokens
 
 
+def test_a_thread_count_past_the_limit_is_refused_before_onnxruntime_starts_them(tiny, capsys):
+    """onnxruntime starts its whole pool at session creation: 10^6 threads crashed the process."""
+    with pytest.raises(onnx_struct.ValidationError, match="from 1 to 1024") as caught:
+        Generator(tiny[2], threads=10**6)
+    assert (caught.value.path, caught.value.code) == ("generate(threads)", "bad_argument")
+    onnx.save(tiny[2], tiny[1] / "threads.onnx")
+    argv = ["generate", str(tiny[1] / "threads.onnx"), "--prompt", "hi", "--threads", "1000000"]
+    assert main(argv) == 2
+    assert "--threads" in capsys.readouterr().err
+
+
+def test_a_bytes_prompt_is_refused(generator):
+    with pytest.raises(onnx_struct.ValidationError) as caught:
+        generator.generate(b"hello", max_new_tokens=1)  # would read as the ids 104, 101, ...
+    assert (caught.value.path, caught.value.code) == ("generate(prompt)", "bad_argument")
+
+
 # --------------------------------------------------------------------------------- the sampler
 LOGITS = np.log(np.array([1.0, 2.0, 4.0, 8.0]))  # softmax: 1/15, 2/15, 4/15, 8/15
 
@@ -316,7 +333,7 @@ def test_a_thread_count_below_one_is_refused(tiny):
         (["--seed", "-1"], "--seed: -1 is not None or an integer >= 0"),
         (["--max-new-tokens", "-1"], "--max-new-tokens: -1 is not an integer >= 0"),
         (["--top-k", "-2"], "--top-k: -2 is not an integer >= 0"),
-        (["--threads", "0"], "--threads must be >= 1"),
+        (["--threads", "0"], "--threads must be from 1 to 1024"),
     ],
 )
 def test_cli_generate_options_out_of_range_are_usage_errors(tmp_path, capsys, option, words):

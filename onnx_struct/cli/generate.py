@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from onnx_struct import limits
 from onnx_struct.cli import EXIT_OK, UsageError
 from onnx_struct.errors import ValidationError
 
@@ -40,8 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.threads is not None and args.threads < 1:
-        raise UsageError("--threads must be >= 1")
+    if args.threads is not None and not 1 <= args.threads <= limits.MAX_INTRA_OP_THREADS:
+        raise UsageError(f"--threads must be from 1 to {limits.MAX_INTRA_OP_THREADS}")
     try:
         from onnx_struct.runtime.generate import check_sampling, generate  # noqa: PLC0415 - onnxruntime on use only
 

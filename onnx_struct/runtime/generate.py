@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 from onnx import numpy_helper
 
+from onnx_struct import limits
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.gguf.metadata import checked_context_length, decode_metadata
 from onnx_struct.runtime.ort import load_onnxruntime
@@ -100,10 +101,14 @@ class Generator:
     def __init__(self, model: ModelLike, *, threads: int | None = None, accuracy_level: int | None = None) -> None:
         options = None
         if threads is not None and (
-            isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1
+            isinstance(threads, bool)
+            or not isinstance(threads, (int, np.integer))
+            or not 1 <= threads <= limits.MAX_INTRA_OP_THREADS  # onnxruntime starts the whole pool at once
         ):
             raise ValidationError(
-                "generate(threads)", f"{threads!r} is not None or an integer >= 1", code="bad_argument"
+                "generate(threads)",
+                f"{threads!r} is not None or an integer from 1 to {limits.MAX_INTRA_OP_THREADS}",
+                code="bad_argument",
             )
         if threads is not None:
             # onnxruntime takes a thread count only through SessionOptions, which InferenceSession
@@ -207,6 +212,8 @@ class Generator:
 
     def _token_ids(self, prompt: Sequence[int]) -> list[int]:
         # Gather would wrap a negative id to the end of the vocabulary and fail on a large one.
+        if isinstance(prompt, (bytes, bytearray)):  # its bytes would read as token ids
+            raise ValidationError("generate(prompt)", "bytes: give the text as str or token ids", code="bad_argument")
         ids = []
         for i, token in enumerate(prompt):
             if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or not 0 <= token < self.n_vocab:
