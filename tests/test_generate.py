@@ -150,6 +150,19 @@ def test_a_thread_count_past_the_limit_is_refused_before_onnxruntime_starts_them
     assert "--threads" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("piece", ["<0xZZ>", "<0x+1>"])
+def test_a_byte_piece_that_is_not_hexadecimal_is_refused_naming_it(tiny, piece):
+    metadata = decode_metadata(tiny[2])
+    n = len(metadata["tokenizer.ggml.tokens"])
+    hostile = {
+        "tokenizer.ggml.tokens": [piece, *metadata["tokenizer.ggml.tokens"][1:]],
+        "tokenizer.ggml.token_type": [6] + [1] * (n - 1),  # 6: a byte piece
+    }
+    with pytest.raises(onnx_struct.ValidationError, match="is not <0xXX>") as caught:
+        GGUFTokenizer({**metadata, **hostile})
+    assert caught.value.path == "gguf.kv['tokenizer.ggml.tokens'][0]"
+
+
 def test_a_bytes_prompt_is_refused(generator):
     with pytest.raises(onnx_struct.ValidationError) as caught:
         generator.generate(b"hello", max_new_tokens=1)  # would read as the ids 104, 101, ...

@@ -71,7 +71,9 @@ class GGUFTokenizer:
         if kind == "llama":
             self._tokenizer = _spm(metadata, tokens)
             self.add_bos = _flag(metadata, "tokenizer.ggml.add_bos_token", True)
-            self._piece_bytes = [_spm_bytes(piece, t) for piece, t in zip(tokens, types, strict=True)]
+            self._piece_bytes = [
+                _spm_bytes(piece, t, i) for i, (piece, t) in enumerate(zip(tokens, types, strict=True))
+            ]
             self._strip_space = _flag(metadata, "tokenizer.ggml.add_space_prefix", True)
         elif kind == "gpt2":
             self._tokenizer = _byte_bpe(metadata, tokens)
@@ -103,9 +105,12 @@ class GGUFTokenizer:
         return text[1:] if self._strip_space and text.startswith(" ") else text
 
 
-def _spm_bytes(piece: str, token_type: int) -> bytes:
+def _spm_bytes(piece: str, token_type: int, index: int) -> bytes:
     if token_type == BYTE and len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
-        return bytes([int(piece[3:5], 16)])
+        digits = piece[3:5]
+        if not all(c in "0123456789abcdefABCDEF" for c in digits):  # int() would take " 1" or "+1"
+            raise ValidationError(f"gguf.kv['tokenizer.ggml.tokens'][{index}]", f"byte piece {piece!r} is not <0xXX>")
+        return bytes([int(digits, 16)])
     return piece.replace(SPACE, " ").encode()
 
 
