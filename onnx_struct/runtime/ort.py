@@ -12,7 +12,7 @@ import functools
 import onnx
 from onnx import TensorProto, helper
 
-from onnx_struct.errors import ValidationError
+from onnx_struct.errors import ModelFileNotFoundError, ModelValueError, NotRegularFileError, ValidationError
 
 
 def load_onnxruntime():
@@ -64,18 +64,48 @@ def ort_errors() -> tuple[type[BaseException], ...]:
     return tuple(getattr(state, n) for n in names if hasattr(state, n))
 
 
+# The onnx_struct classes a refusal may also be (the dual classes of docs/errors.md), by name.
+_BASES = {cls.__name__: cls for cls in (ValidationError, ModelFileNotFoundError, NotRegularFileError, ModelValueError)}
+# What onnxruntime raises where loading the model file fails: the class each of our load refusals
+# is also, so that a caller's ``except`` for onnxruntime's class keeps catching it.
+_LOAD_REFUSALS = (
+    (ModelFileNotFoundError, "NoSuchFile"),
+    (NotRegularFileError, "InvalidProtobuf"),
+    (ModelValueError, "InvalidProtobuf"),
+)
+
+
+def _ort_class(name: str) -> type[BaseException]:
+    from onnxruntime.capi import onnxruntime_pybind11_state as state  # noqa: PLC0415, TID251
+
+    return getattr(state, name)
+
+
 @functools.cache
-def refusal_class(ort_class: type[BaseException]) -> type[ValidationError]:
-    """A :class:`ValidationError` that is also onnxruntime's ``ort_class``: what
-    ``InferenceSession`` raises when onnxruntime refuses a model, so that a caller's ``except``
-    clause for either keeps working (the session stands where onnxruntime's stood)."""
-    return type(ort_class.__name__, (ValidationError, ort_class), {"__module__": __name__, "__reduce__": _reduce})
+def refusal_class(ort_class: type[BaseException], base: type[ValidationError] = ValidationError) -> type:
+    """A ``base`` (a :class:`ValidationError`) that is also onnxruntime's ``ort_class``: what
+    ``InferenceSession`` raises when onnxruntime refuses a model, or where onnxruntime would have
+    refused its file, so that a caller's ``except`` clause for either keeps working (the session
+    stands where onnxruntime's stood)."""
+    return type(ort_class.__name__, (base, ort_class), {"__module__": __name__, "__reduce__": _reduce})
+
+
+def load_refusal(error: ValidationError) -> ValidationError:
+    """``error``, raised loading a model file, as the dual class of onnxruntime's refusal of that
+    file (missing: NoSuchFile; unparsable or a directory: InvalidProtobuf; empty: InvalidArgument);
+    other errors unchanged."""
+    name = next((n for cls, n in _LOAD_REFUSALS if type(error) is cls), None)
+    if name is None and type(error) is ValidationError and error.code == "not_parsable":
+        name = "InvalidArgument"  # an empty file
+    if name is None:
+        return error
+    return refusal_class(_ort_class(name), type(error))(error.path, error.reason, code=error.code, **error.details)
 
 
 def _reduce(error: ValidationError):
-    return (_rebuild, (type(error).__name__, error.path, error.reason, error.details, error.code))
+    base = next(c for c in type(error).__mro__[1:] if c.__name__ in _BASES)
+    return (_rebuild, (type(error).__name__, base.__name__, error.path, error.reason, error.details, error.code))
 
 
-def _rebuild(name: str, path: str, reason: str, details: dict, code: str) -> ValidationError:
-    (ort_class,) = [c for c in ort_errors() if c.__name__ == name]
-    return refusal_class(ort_class)(path, reason, code=code, **details)
+def _rebuild(name: str, base: str, path: str, reason: str, details: dict, code: str) -> ValidationError:
+    return refusal_class(_ort_class(name), _BASES[base])(path, reason, code=code, **details)

@@ -26,7 +26,7 @@ from onnx_struct.payload.view import StructView, view, view_buffer
 from onnx_struct.runtime.delivery import configured_accuracy_level, deliver
 from onnx_struct.runtime.feeds import Feed, leaf_feeds, ortvalue_to_numpy
 from onnx_struct.runtime.file_backed import held_lightly, inline_own_file_tensors
-from onnx_struct.runtime.ort import load_onnxruntime, ort_errors, refusal_class
+from onnx_struct.runtime.ort import load_onnxruntime, load_refusal, ort_errors, refusal_class
 from onnx_struct.schema.model import ModelLike, StructProto, StructTypeProto, load
 
 
@@ -64,8 +64,8 @@ class InferenceSession:
         **ort_kwargs: passed to ``onnxruntime.InferenceSession``.
 
     Raises:
-        ValidationError: the model is invalid, or onnxruntime refuses it (then also an instance
-            of onnxruntime's own exception class).
+        ValidationError: the model is invalid, or onnxruntime refuses it or would refuse its
+            file (then also an instance of onnxruntime's own exception class: docs/errors.md).
         ValueError: ``execution`` is neither "decode" nor "quantized" (for a model with struct
             parts).
 
@@ -97,7 +97,10 @@ class InferenceSession:
         **ort_kwargs: Any,
     ) -> None:
         ort = load_onnxruntime()
-        loaded = load(model_or_path, base_dir)
+        try:
+            loaded = load(model_or_path, base_dir)
+        except ValidationError as error:  # also onnxruntime's class for the same refusal of the file
+            raise load_refusal(error) from None
         self._base_dir = loaded.base_dir
         owned = loaded is not model_or_path  # read or parsed here: nobody else holds it
         model_file = model_or_path if isinstance(model_or_path, (str, os.PathLike)) else None
