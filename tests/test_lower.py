@@ -22,9 +22,12 @@ from support.models import (
 from support.oracles import bitpack_oracle, int4_oracle, q4_oracle, q4_payload
 
 import onnx_struct as S
+from onnx_struct.check.checked import checked_model
 from onnx_struct.functions.models import PRIVATE_DOMAIN
 from onnx_struct.layout.table import TypeTable
+from onnx_struct.lowering.execution.emit import IN_MEMORY_LOCATION
 from onnx_struct.lowering.leaf_tensors import dense_byte_run
+from onnx_struct.lowering.lower import lower_checked
 from onnx_struct.lowering.opsets import reconcile_opsets
 from onnx_struct.runtime import runners as runtime
 
@@ -694,3 +697,25 @@ def test_a_model_before_ir_3_gets_its_implicit_opset_written(with_value):
     from onnx.reference import ReferenceEvaluator  # noqa: PLC0415
 
     np.testing.assert_array_equal(ReferenceEvaluator(lowered).run(None, {})[0], [1, 2, 3, 4])
+
+
+def test_leaves_in_memory_reach_onnxruntime_as_arrays(rng):
+    """``leaves_in_memory``: a leaf numpy holds as is (Q4's FLOAT16 scales) goes to ``arrays`` under
+    a placeholder, never into the model's bytes; a packed one (UINT4 codes) stays a tensor. The
+    session given the arrays computes the blocks' values (the oracle's)."""
+    n = 6
+    payload = q4_payload(rng, n)
+    model, _ = q4_block_model(payload, n)
+    lowering = lower_checked(checked_model(model), leaves_in_memory=True)
+    blocks = np.frombuffer(payload, dtype=[("d", "<f2"), ("qs", "u1", 16)])
+    ((name, scales),) = lowering.arrays.items()
+    np.testing.assert_array_equal(scales, blocks["d"])
+    tensors = {t.name: t for t in lowering.model.graph.initializer}
+    assert tensors[name].data_location == TensorProto.EXTERNAL and not tensors[name].raw_data
+    assert {e.key: e.value for e in tensors[name].external_data}["location"] == IN_MEMORY_LOCATION
+    assert all(t.raw_data for k, t in tensors.items() if k != name and t.data_type == TensorProto.UINT4)
+    options = ort.SessionOptions()
+    options.add_external_initializers([name], [ort.OrtValue.ortvalue_from_numpy(scales)])
+    session = ort.InferenceSession(lowering.model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    (y,) = session.run(None, {})
+    np.testing.assert_array_equal(y, q4_oracle(payload))

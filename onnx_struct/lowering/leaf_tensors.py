@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 
 import numpy as np
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from onnx_struct.functions.models import PACKED_TYPES, contiguous, packed_rows
 from onnx_struct.layout.bits import merged_dims, pack_sub_byte
@@ -54,3 +54,21 @@ def leaf_to_tensor(name: str, leaf: Leaf, struct_view: StructView, elem_type: in
     tensor = TensorProto(name=name, data_type=elem_type, dims=leaf.shape)
     tensor.raw_data = array.tobytes()
     return tensor
+
+
+def leaf_array(leaf: Leaf, struct_view: StructView, elem_type: int) -> np.ndarray | None:
+    """The leaf's elements as a C-contiguous numpy array of ``elem_type``'s numpy type, for a runtime
+    handed arrays in memory; None where the tensor needs ONNX's own packing or a type numpy does not
+    have (sub-byte, BOOL, non-native widths, ml_dtypes types): :func:`leaf_to_tensor` then."""
+    if elem_type in PACKED_TYPES or leaf.bit_width % 8:
+        return None
+    try:
+        wanted = np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+    except (KeyError, TypeError):
+        return None
+    if wanted.kind not in "iuf" or wanted.itemsize * 8 != leaf.bit_width:
+        return None
+    array = contiguous(struct_view[leaf.path])
+    if array.dtype != wanted:
+        return None
+    return np.ascontiguousarray(array.reshape(leaf.shape))

@@ -28,7 +28,8 @@ from onnx_struct.functions.models import (
     tensor_type,
 )
 from onnx_struct.layout.table import Leaf, element_label
-from onnx_struct.lowering.leaf_tensors import dense_byte_run, leaf_to_tensor
+from onnx_struct.lowering.execution.emit import in_memory_placeholder
+from onnx_struct.lowering.leaf_tensors import dense_byte_run, leaf_array, leaf_to_tensor
 from onnx_struct.lowering.names import SEPARATOR, leaf_tensor_name, read_names, short_name
 from onnx_struct.lowering.opsets import reconcile_opsets
 from onnx_struct.lowering.scope import has_struct_parts
@@ -164,6 +165,7 @@ def lower_checked(
     execution: str = "decode",
     accuracy_level: int | None = None,
     in_memory: bool = False,
+    leaves_in_memory: bool = False,
 ) -> Lowering:
     """:func:`lower` of a model with struct parts, checked already, on its declaration table.
 
@@ -174,6 +176,9 @@ def lower_checked(
         in_memory: for ``execution="quantized"``, the repacked arrays are returned in
             ``Lowering.arrays`` and the model holds placeholders for them
             (:func:`onnx_struct.lowering.execution.rewrite_for_execution`).
+        leaves_in_memory: the payload leaves numpy holds as they are (not referenced in place in
+            an external file) go to ``Lowering.arrays`` too, the model holding placeholders for
+            them, so that they are never copied into the model's bytes.
 
     Returns:
         The :class:`Lowering`: the lowered model, its struct inputs and the repacked arrays.
@@ -190,7 +195,8 @@ def lower_checked(
         rewrite = quantized.rewrite_for_execution(checked, accuracy_level=accuracy_level, in_memory=in_memory)
         checked, arrays = rewrite.checked, rewrite.arrays
     loaded = checked.loaded
-    lowering = _Lowerer(checked, compact, keep_external, stock_view(loaded, external_initializers=False)).run()
+    stock = stock_view(loaded, external_initializers=False)
+    lowering = _Lowerer(checked, compact, keep_external, stock, arrays if leaves_in_memory else None).run()
     lowering.arrays = arrays
     return lowering
 
@@ -205,8 +211,9 @@ class _Binding:
 
 
 class _Lowerer:
-    def __init__(self, checked: CheckedModel, compact: bool, keep_external: bool, stock) -> None:
+    def __init__(self, checked: CheckedModel, compact: bool, keep_external: bool, stock, arrays=None) -> None:
         self.checked = checked
+        self.arrays = arrays  # leaf name -> its array, when the leaves are handed over in memory
         self.loaded = checked.loaded
         self.compact = compact
         self.keep_external = keep_external
@@ -347,6 +354,10 @@ class _Lowerer:
             for key, text in (("location", ref.location), ("offset", ref.offset + run[0]), ("length", run[1])):
                 tensor.external_data.add(key=key, value=str(text))
             return tensor
+        array = leaf_array(leaf, struct_view, elem_type) if self.arrays is not None else None
+        if array is not None:
+            self.arrays[name] = array
+            return in_memory_placeholder(name, elem_type, leaf.shape, array.nbytes)
         return leaf_to_tensor(name, leaf, struct_view, elem_type)
 
     # ------------------------------------------------------------------ struct inputs and types

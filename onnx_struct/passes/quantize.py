@@ -46,7 +46,7 @@ from onnx_struct.passes.quantize_plan import (
 )
 from onnx_struct.passes.quantize_write import QuantizeOutput
 from onnx_struct.runtime.codec import encode
-from onnx_struct.runtime.delivery import external_tensors_in_memory
+from onnx_struct.runtime.delivery import external_tensors_in_memory, placeholders
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
 from onnx_struct.schema.builders import make_struct_value
 from onnx_struct.schema.model import add_struct_values, from_onnx, load, to_onnx
@@ -369,7 +369,15 @@ def runtime_error(model: onnx.ModelProto | CheckedModel, base_dir: str | os.Path
     # onnxruntime does not fold the decoders into float32 weights, a copy as large as the float model.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     try:
-        lowered = lower_checked(model).model if isinstance(model, CheckedModel) else lower(model, base_dir=base_dir)
+        # The payload leaves go to onnxruntime as arrays, not as copies inside the model's bytes
+        # (the bytes, and onnxruntime's parse of them, would each hold every weight once more).
+        arrays: dict[str, np.ndarray] = {}
+        if isinstance(model, CheckedModel):
+            lowering = lower_checked(model, leaves_in_memory=True)
+            lowered, arrays = lowering.model, lowering.arrays
+            del lowering
+        else:
+            lowered = lower(model, base_dir=base_dir)
         if lowered.ByteSize() >= 2**31:
             # one protobuf cannot hold it: the caller's decoder probe is the check (it ran one block)
             return ""
@@ -378,7 +386,7 @@ def runtime_error(model: onnx.ModelProto | CheckedModel, base_dir: str | os.Path
         # them from, which is the refusal. A streamed result's leaves stay in its data file, whose
         # every reference lower() has just resolved under the model-directory rules: onnxruntime
         # reads them there (a copy in memory doubles the peak).
-        files = external_tensors_in_memory(lowered, None) if base_dir is None else {}
+        files = external_tensors_in_memory(lowered, None, placeholders(lowered, arrays)) if base_dir is None else {}
         if base_dir is not None:
             options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base_dir))
         if files:
@@ -386,6 +394,9 @@ def runtime_error(model: onnx.ModelProto | CheckedModel, base_dir: str | os.Path
             options.add_external_initializers_from_files_in_memory(
                 names, [files[n] for n in names], [len(files[n]) for n in names]
             )
+        if arrays:
+            names = list(arrays)
+            options.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(arrays[n]) for n in names])
         ort.InferenceSession(lowered.SerializeToString(), options, providers=["CPUExecutionProvider"])
     except ValidationError as error:
         return str(error)

@@ -49,7 +49,7 @@ def deliver(
     weights = write_weights_file(model, arrays, base_dir) if arrays else None
     # Onnxruntime copies the in-memory tensors while it creates the session; the options keep
     # pointing at them, which is why this session cannot be re-created (deliver's second value).
-    files = external_tensors_in_memory(model, base_dir, weights.moved if weights else _placeholders(model, arrays))
+    files = external_tensors_in_memory(model, base_dir, weights.moved if weights else placeholders(model, arrays))
     if files:
         names = list(files)
         buffers = [files[n] for n in names]
@@ -148,7 +148,8 @@ def configured_accuracy_level(sess_options) -> int | None:
         return None  # onnxruntime's own parse of it then reports it, as it would without onnx_struct
 
 
-def _placeholders(model: onnx.ModelProto, arrays) -> set[str]:
+def placeholders(model: onnx.ModelProto, arrays) -> set[str]:
+    """Where ``model``'s placeholders for the arrays in ``arrays`` are (paths, as external.model_tensors gives)."""
     return {where for where, t in external.model_tensors(model) if is_placeholder(where, t, arrays)}
 
 

@@ -23,6 +23,16 @@ MS_DOMAIN = "com.microsoft"
 IN_MEMORY_LOCATION = "onnx_struct.in_memory"
 
 
+def in_memory_placeholder(name: str, data_type: int, dims, nbytes: int) -> TensorProto:
+    """The initializer standing for an array handed to onnxruntime in memory (external data at
+    :data:`IN_MEMORY_LOCATION`, ``nbytes`` long)."""
+    tensor = TensorProto(name=name, data_type=data_type, dims=dims)
+    tensor.data_location = TensorProto.EXTERNAL
+    for key, text in (("location", IN_MEMORY_LOCATION), ("offset", 0), ("length", nbytes)):
+        tensor.external_data.add(key=key, value=str(text))
+    return tensor
+
+
 class Emitter:
     """Collects the initializers and nodes of the rewritten consumers; ``fresh`` gives unused names.
 
@@ -66,13 +76,11 @@ class Emitter:
     def part(self, prefix: str, part: Part) -> str:
         """An initializer of ``part`` named ``fresh(prefix)`` (a placeholder when collecting arrays)."""
         name = self.fresh(prefix)
-        tensor = TensorProto(name=name, data_type=part.data_type, dims=part.dims)
         if self.arrays is None:
+            tensor = TensorProto(name=name, data_type=part.data_type, dims=part.dims)
             tensor.raw_data = part.array.tobytes()
         else:
-            tensor.data_location = TensorProto.EXTERNAL
-            for key, text in (("location", IN_MEMORY_LOCATION), ("offset", 0), ("length", part.array.nbytes)):
-                tensor.external_data.add(key=key, value=str(text))
+            tensor = in_memory_placeholder(name, part.data_type, part.dims, part.array.nbytes)
             self.arrays[name] = part.array
         self.initializers.append(tensor)
         return name
