@@ -46,7 +46,7 @@ from onnx_struct.passes.quantize_plan import (
 )
 from onnx_struct.passes.quantize_write import QuantizeOutput
 from onnx_struct.runtime.codec import encode
-from onnx_struct.runtime.delivery import external_tensors_in_memory, placeholders
+from onnx_struct.runtime.delivery import add_in_memory, external_tensors_in_memory, placeholders
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
 from onnx_struct.schema.builders import make_struct_value
 from onnx_struct.schema.model import add_struct_values, from_onnx, load, to_onnx
@@ -389,14 +389,7 @@ def runtime_error(model: onnx.ModelProto | CheckedModel, base_dir: str | os.Path
         files = external_tensors_in_memory(lowered, None, placeholders(lowered, arrays)) if base_dir is None else {}
         if base_dir is not None:
             options.add_session_config_entry("session.model_external_initializers_file_folder_path", str(base_dir))
-        if files:
-            names = list(files)
-            options.add_external_initializers_from_files_in_memory(
-                names, [files[n] for n in names], [len(files[n]) for n in names]
-            )
-        if arrays:
-            names = list(arrays)
-            options.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(arrays[n]) for n in names])
+        add_in_memory(ort, options, files, arrays)
         ort.InferenceSession(lowered.SerializeToString(), options, providers=["CPUExecutionProvider"])
     except ValidationError as error:
         return str(error)

@@ -50,10 +50,6 @@ def deliver(
     # Onnxruntime copies the in-memory tensors while it creates the session; the options keep
     # pointing at them, which is why this session cannot be re-created (deliver's second value).
     files = external_tensors_in_memory(model, base_dir, weights.moved if weights else placeholders(model, arrays))
-    if files:
-        names = list(files)
-        buffers = [files[n] for n in names]
-        options.add_external_initializers_from_files_in_memory(names, buffers, [len(b) for b in buffers])
     self_contained = not (arrays or files)
     try:
         if weights is not None:
@@ -63,9 +59,7 @@ def deliver(
             )
             arrays.clear()
             release_free_memory()  # the arrays are in the file now: their pages, before onnxruntime's
-        elif arrays:
-            names = list(arrays)
-            options.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(arrays[n]) for n in names])
+        add_in_memory(ort, options, files, arrays)
         model_bytes = serialized(model)
         if weights is not None:
             weights.restore()  # ``lowered`` shows the placeholders, not a file about to be removed
@@ -75,6 +69,19 @@ def deliver(
         if weights is not None:
             weights.remove()
     return session, self_contained
+
+
+def add_in_memory(ort, options, files: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+    """Hand onnxruntime, through ``options``, the bytes of external tensors (``files``: name ->
+    the tensor's bytes) and initializers as arrays (``arrays``), so that neither is copied into
+    the model's bytes. The session must be created while ``files`` and ``arrays`` are alive."""
+    if files:
+        names = list(files)
+        buffers = [files[n] for n in names]
+        options.add_external_initializers_from_files_in_memory(names, buffers, [len(b) for b in buffers])
+    if arrays:
+        names = list(arrays)
+        options.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(arrays[n]) for n in names])
 
 
 def _with_callers_options(ort, model, arrays, base_dir, sess_options, providers, ort_kwargs) -> tuple[Any, bool]:

@@ -147,10 +147,11 @@ class Generator:
         # The graph's RoPE tables (from-gguf --graph's rope/length) cover the positions it was built
         # for; metadata claiming more would fail in onnxruntime's attention mid-generation.
         table = next((t for t in self.session.lowered.graph.initializer if t.name == ROPE_LENGTH), None)
-        if table is not None and context > float(numpy_helper.to_array(table)):
+        covered = float(numpy_helper.to_array(table)) if table is not None else float("inf")
+        if context > covered:
             raise ValidationError(
                 f"gguf.kv['{metadata.get('general.architecture')}.context_length']",
-                f"{context} positions, but the graph's RoPE tables cover {float(numpy_helper.to_array(table)):.0f}",
+                f"{context} positions, but the graph's RoPE tables cover {covered:.0f}",
                 code="invalid",
             )
         self.context_length = context
