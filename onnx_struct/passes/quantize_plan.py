@@ -188,10 +188,17 @@ class DeferredData:
         """(file, offset, length) of the data of the initializer ``name``."""
         return (self.files.get(name, self.path), *self.runs[name])
 
-    def _read(self, name: str) -> bytes:
+    def data(self, name: str, skip: int = 0, length: int | None = None):
+        """``length`` bytes (default: to the end) of the data of the initializer ``name``, from
+        byte ``skip`` of it: a read-only buffer."""
+        file, offset, total = self.source(name)
+        length = total - skip if length is None else length
         if name in self.files:  # read as every external byte is, checked again as it is read
-            return read_range(*self.source(name), f"graph.initializer ({name!r}).external_data").tobytes()
-        return read_run(*self.source(name))
+            return read_range(file, offset + skip, length, f"graph.initializer ({name!r}).external_data")
+        return read_run(file, offset + skip, length)
+
+    def _read(self, name: str) -> bytes:
+        return bytes(self.data(name))
 
     def array(self, tensor: onnx.TensorProto) -> np.ndarray:
         return np.frombuffer(self._read(tensor.name), dtype="<f4").reshape(tuple(tensor.dims))

@@ -32,7 +32,6 @@ from onnx_struct.payload.external import read_range
 from onnx_struct.payload.values import ExternalPayload, resolve_value
 from onnx_struct.runtime.codec import decode_resolved
 from onnx_struct.schema.builders import make_struct_value
-from onnx_struct.schema.skeleton import read_run
 
 # Elements of a weight (float or decoded) per range: a range's float32 and float64 copies stay a
 # few tens of MiB whatever the weight's size.
@@ -59,14 +58,8 @@ class FloatRows:
     def rows(self, r0: int, r1: int) -> np.ndarray:
         if self._array is not None:
             return self._array[r0:r1]
-        name = self.tensor.name
-        file, offset, _ = self.deferred.source(name)
         row = 4 * math.prod(self.shape[1:])
-        start, length = offset + r0 * row, (r1 - r0) * row
-        if name in self.deferred.files:  # read as every external byte is, checked again as it is read
-            data = read_range(file, start, length, f"graph.initializer ({name!r}).external_data")
-        else:
-            data = read_run(file, start, length)
+        data = self.deferred.data(self.tensor.name, r0 * row, (r1 - r0) * row)
         return np.frombuffer(data, dtype="<f4").reshape((r1 - r0, *self.shape[1:]))
 
 
