@@ -41,15 +41,15 @@ import numpy as np
 from onnx import TensorProto
 
 from onnx_struct import limits
-from onnx_struct.check.checker import check_model
+from onnx_struct.check.checked import CheckedModel, checked_model
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.base import BlockFormat
 from onnx_struct.formats.gguf.metadata import RESERVED_PREFIX, VALUE_TYPES_KEY, decode_metadata
 from onnx_struct.formats.recognize import registered_decoder
-from onnx_struct.layout.table import TypeTable, element_label
+from onnx_struct.layout.table import element_label
 from onnx_struct.payload.external_write import DirectoryWriter
-from onnx_struct.payload.values import ExternalPayload, resolve_value, value_declaration
-from onnx_struct.schema.model import LoadedModel, ModelLike, load_model
+from onnx_struct.payload.values import ExternalPayload, value_declaration
+from onnx_struct.schema.model import LoadedModel, ModelLike
 
 __all__ = ["GGUFExport", "GGUFTensor", "plan_gguf", "to_gguf"]
 
@@ -88,7 +88,7 @@ class GGUFExport:
     tensors: list[GGUFTensor]
     metadata: dict[str, tuple[object, str]]  # key -> (value, GGUF value type label as from-gguf records it)
     skipped: list[tuple[str, str]]  # (struct value or metadata key, reason)
-    model: LoadedModel = dataclasses.field(repr=False)
+    checked: CheckedModel = dataclasses.field(repr=False)  # the model as checked, its table built once
 
     def summary(self) -> str:
         names = {
@@ -135,12 +135,12 @@ def to_gguf(
 def plan_gguf(model: ModelLike | LoadedModel, *, base_dir: str | os.PathLike | None = None) -> GGUFExport:
     """The :class:`GGUFExport` of ``model`` after checking it; no payload byte is read."""
     gguf = _gguf()
-    loaded = load_model(model, base_dir)
-    check_model(loaded)
+    checked = checked_model(model, base_dir=base_dir)
+    loaded = checked.loaded
     props = {entry.key: entry.value for entry in loaded.proto.metadata_props}
     source = "gguf" if VALUE_TYPES_KEY in props else "onnx"
     skipped: list[tuple[str, str]] = []
-    table = TypeTable(loaded.struct_types)
+    table = checked.table
     consumers = _consumers(loaded.proto.graph) if source == "onnx" else {}
     tensors = []
     for index, value in enumerate(loaded.proto.graph.struct_initializer):
@@ -179,7 +179,7 @@ def plan_gguf(model: ModelLike | LoadedModel, *, base_dir: str | os.PathLike | N
             reasons += f"; and {len(skipped) - 3} more"
         raise ValidationError("graph.struct_initializer", f"no struct value can be a GGUF tensor ({reasons})")
     _refuse_duplicates(tensors)
-    return GGUFExport(source, names, architecture, tensors, metadata, skipped, loaded)
+    return GGUFExport(source, names, architecture, tensors, metadata, skipped, checked)
 
 
 def write_gguf(export: GGUFExport, handle: BinaryIO) -> None:
@@ -207,11 +207,9 @@ def write_gguf(export: GGUFExport, handle: BinaryIO) -> None:
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
-    table = TypeTable(export.model.struct_types)
-    values = export.model.proto.graph.struct_initializer
     for tensor in export.tensors:  # one payload in memory at a time
         where = element_label(f"graph.struct_initializer[{tensor.index}]", tensor.value)
-        payload = resolve_value(values[tensor.index], export.model, where=where, table=table).payload
+        payload = export.checked.resolved(tensor.index, where).payload
         data = payload.read() if isinstance(payload, ExternalPayload) else np.frombuffer(payload, np.uint8)
         writer.write_tensor_data(data)
         del data, payload
