@@ -157,3 +157,15 @@ def test_the_plain_model_benchmark_runs_and_prints_its_table():
         line for line in result.stdout.splitlines() if line.startswith("| check_model") or line.startswith("| infer")
     ]
     assert len(rows) == 7, result.stdout
+
+
+def test_bench_quantize_memory_reports_peak_and_goal_per_case():
+    command = [sys.executable, str(BENCHMARKS / "bench_quantize_memory.py"), "--quick"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, check=True)
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| ") and "MiB |" not in line]
+    formats = [row.split("|")[2].strip() for row in rows]
+    assert formats == ["Q4_0", "Q4_0", "Q4_0", "Q8_0", "F32", "F32", "Q8_0"], result.stdout
+    for row in rows:
+        cells = [c.strip() for c in row.strip().strip("|").split("|")]
+        goal, peak, ratio = float(cells[2]), float(cells[3]), float(cells[4])
+        assert goal > 200 and peak > 50 and abs(ratio - peak / goal) < 0.01, row

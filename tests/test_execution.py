@@ -535,3 +535,47 @@ def test_gemm_with_beta_0_ignores_its_bias_as_the_decoded_route_does(tmp_path):
     (z,), _ = run_ort(S.lower(model, execution="quantized"), inputs, tmp_path)
     assert np.isfinite(z).all()
     assert_close_product(z, x, oracle("Q8_0", payload, (N, K)))
+
+
+def _report_variants():
+    """Models whose execution reports differ: every consumer rewritten, one kept decoded, an
+    untransposed MatMul, a Transpose without perm, an older opset whose subgraph changes meaning."""
+    payload = random_payload("Q4_0", (N, K), SEED, sane=True)
+    plain = weight_model("Q4_0", payload)
+    extra = [oh.make_node("ReduceSum", ["W"], ["total"], keepdims=0, name="sum")]
+    also_read = weight_model("Q4_0", payload, extra, [oh.make_tensor_value_info("total", TensorProto.FLOAT, [])])
+    untransposed = weight_model("Q4_0", payload)
+    untransposed.graph.node[1].input[1] = "W"
+    del untransposed.graph.node[0]
+    no_perm = weight_model("Q4_0", payload)
+    del no_perm.graph.node[0].attribute[:]
+    old_opset = weight_model("Q4_0", payload, opset=17)
+    old_opset.graph.node.append(oh.make_node("ReduceMean", ["x"], ["m"], axes=[1], name="mean"))
+    old_opset.graph.output.append(oh.make_tensor_value_info("m", TensorProto.FLOAT, [ROWS, 1]))
+    return {
+        "plain": plain,
+        "also_read": also_read,
+        "untransposed": untransposed,
+        "no_perm": no_perm,
+        "opset17": old_opset,
+    }
+
+
+@pytest.mark.parametrize("variant", ["plain", "also_read", "untransposed", "no_perm", "opset17"])
+def test_report_only_gives_the_report_of_the_whole_rewrite_without_reading_a_payload(variant, monkeypatch):
+    """quantize's report asks only which consumers run quantized: ``report_only`` answers as the
+    whole rewrite (which repacks every payload) does, and reads no payload at all."""
+    model = _report_variants()[variant]
+    whole = rewrite_for_execution(checked_model(model), accuracy_level=0, in_memory=True)
+    assert whole.report.rewritten or whole.report.kept  # each variant says something
+    import onnx_struct.lowering.execution as execution  # noqa: PLC0415
+
+    def no_payload(*args, **kwargs):
+        raise AssertionError("report_only read a payload")
+
+    monkeypatch.setattr(execution, "row_forms", no_payload)
+    checked = checked_model(model)
+    only = rewrite_for_execution(checked, accuracy_level=0, report_only=True)
+    assert only.report == whole.report and only.checked is checked and only.arrays == {}
+    with pytest.raises(ValueError, match="report_only needs accuracy_level"):
+        rewrite_for_execution(checked, report_only=True)

@@ -196,3 +196,87 @@ def test_an_out_whose_data_file_no_model_can_name_is_refused(tmp_path, monkeypat
     monkeypatch.undo()
     assert main(argv) == 0  # inline: no location is written
     assert S.check_model(str(tmp_path / "a:b.onnx")) is None
+
+
+def test_an_inline_result_is_the_in_memory_result(tmp_path):
+    """Under the limit the payloads still go to a scratch file as they are encoded (the checks and
+    the report read them there); OUT is then the skeleton plus one fragment per value, which
+    protobuf reads as the model quantize() returns, value for value and in order. The directory
+    holds no scratch file afterwards."""
+    float_model(tmp_path / "float.onnx")
+    in_memory = quantize(tmp_path / "float.onnx", "Q4_0")
+    out = tmp_path / "q.onnx"
+    assert main(["quantize", str(tmp_path / "float.onnx"), str(out), "--format", "Q4_0", "--quiet"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["float.onnx", "q.onnx"]
+    written = S.from_onnx(onnx.load(out))
+    assert written == S.from_onnx(in_memory)
+    assert [v.name for v in written.graph.struct_initializer] == ["W1_T", "W2_T"]
+    assert all(v.raw_data and not v.external_data for v in written.graph.struct_initializer)
+    S.check_model(out)
+    x = np.random.default_rng(0).standard_normal((64, K)).astype(np.float32)
+    np.testing.assert_array_equal(
+        S.InferenceSession(out).run(None, {"X": x})[0], S.InferenceSession(in_memory).run(None, {"X": x})[0]
+    )
+
+
+def test_struct_values_already_in_the_input_stay_first_and_inline(tmp_path):
+    """A model quantized before (W1, W2 in Q8_0, inline) with a new float weight W3 quantized
+    again: its values stay in the skeleton, the new one follows, as quantize() orders them."""
+    float_model(tmp_path / "float.onnx")
+    once = quantize(tmp_path / "float.onnx", "Q8_0")
+    before = S.get_struct_values(once)
+    w3 = np.random.default_rng(3).standard_normal((K, K), np.float32)
+    once.graph.initializer.append(numpy_helper.from_array(w3, "W3"))
+    once.graph.node.append(oh.make_node("MatMul", ["Y", "W3"], ["Y3"]))
+    once.graph.output[0].name = "Y3"
+    onnx.save(once, tmp_path / "partly.onnx")
+    S.check_model(tmp_path / "partly.onnx")
+    out = tmp_path / "q.onnx"
+    assert main(["quantize", str(tmp_path / "partly.onnx"), str(out), "--format", "Q4_0", "--quiet"]) == 0
+    written = S.from_onnx(onnx.load(out))
+    assert [v.name for v in written.graph.struct_initializer] == ["W1_T", "W2_T", "W3_T"]
+    assert [v.raw_data for v in written.graph.struct_initializer[:2]] == [v.raw_data for v in before]
+    assert written == S.from_onnx(quantize(tmp_path / "partly.onnx", "Q4_0"))
+
+
+def test_a_failure_after_encoding_leaves_no_scratch_file(tmp_path, monkeypatch, capsys):
+    from onnx_struct.passes import quantize as quantize_pass  # noqa: PLC0415
+
+    float_model(tmp_path / "float.onnx")
+    monkeypatch.setattr(quantize_pass, "runtime_error", lambda *a, **k: "refused for the test")
+    argv = ["quantize", str(tmp_path / "float.onnx"), str(tmp_path / "q.onnx"), "--format", "Q4_0", "--quiet"]
+    assert main(argv) == 1
+    assert "refused for the test" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["float.onnx"]
+
+
+@pytest.mark.parametrize("length", [0, 1, 127, 128, 300, 70_000])
+def test_a_value_fragment_head_and_its_payload_append_the_value(length):
+    """Oracle: protobuf's own parse of the model bytes followed by the head and the payload
+    equals the model with the value appended by add_struct_values (lengths across varint sizes)."""
+    from onnx_struct.schema.model import struct_value_fragment_head  # noqa: PLC0415
+
+    model = oh.make_model(oh.make_graph([], "g", [], []))
+    S.add_struct_values(model, S.make_struct_value("first", 0, raw_data=b"\x01\x02"))
+    payload = bytes(np.random.default_rng(length).integers(0, 256, length, dtype=np.uint8))
+    value = S.make_struct_value("second", 0)
+    value.external_data.add(key="location", value="elsewhere")  # left out of the fragment
+    data = model.SerializeToString() + struct_value_fragment_head(value, length) + payload
+    expected = onnx.ModelProto()
+    expected.CopyFrom(model)
+    S.add_struct_values(expected, S.make_struct_value("second", 0, raw_data=payload))
+    assert S.from_onnx(onnx.ModelProto.FromString(data)) == S.from_onnx(expected)
+
+
+@pytest.mark.parametrize("ending", ["commit", "discard"])
+def test_a_writers_scratch_file_is_removed_by_commit_and_discard(tmp_path, ending):
+    from onnx_struct.payload.external_write import DirectoryWriter  # noqa: PLC0415
+
+    writer = DirectoryWriter(tmp_path)
+    path, handle = writer.scratch("work")
+    handle.write(b"scratch")
+    handle.flush()
+    assert path.parent == tmp_path and path.read_bytes() == b"scratch"
+    writer.open("kept.bin", "test").write(b"kept")
+    getattr(writer, ending)(*(["test"] if ending == "commit" else []))
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["kept.bin"] if ending == "commit" else [])

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import onnx
@@ -47,7 +47,9 @@ from onnx_struct.passes.quantize_plan import (
 from onnx_struct.passes.quantize_write import QuantizeOutput
 from onnx_struct.runtime.codec import encode
 from onnx_struct.runtime.delivery import add_in_memory, external_tensors_in_memory, placeholders
+from onnx_struct.runtime.heap import release_free_memory
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
+from onnx_struct.runtime.runners import clear_cache
 from onnx_struct.schema.builders import make_struct_value
 from onnx_struct.schema.model import add_struct_values, from_onnx, load, to_onnx
 
@@ -162,10 +164,10 @@ def quantize_and_plan(
     model returned are then None. Together with encoding one weight at a time (in row chunks),
     this keeps quantize's peak memory near the size of the model once (docs/semantics.md).
 
-    ``output``: where the result will be written (:class:`.quantize_write.QuantizeOutput`). It
-    decides before the first weight is encoded whether the result streams to OUT.data; if so each
-    payload (and each large kept initializer's data) is written there as it is produced and the
-    result holds references into it, read from ``output.base_dir``."""
+    ``output``: where the result will be written (:class:`.quantize_write.QuantizeOutput`). Each
+    payload is written to its data file as it is produced and the result holds references into it,
+    read from ``output.base_dir``; it decides before the first weight is encoded whether the result
+    is external (OUT.data, which then also takes each large kept initializer's data)."""
     rewrite_in_place = not keep_source and not isinstance(model, onnx.ModelProto)
     if rewrite_in_place and not isinstance(model, (bytes, bytearray)):
         stock, deferred = read_model_deferred(model)  # its large initializers' data stays in the file
@@ -199,7 +201,9 @@ def quantize_and_plan(
     planned = build_plan(result, *options)  # its sites are the copy's own nodes, rewritten below
     taken = graph_names(result.graph) | {v.name for v in load(stock).struct_values}
     taken |= {w.value_name for w in planned.weights} | {w.decoded_name for w in planned.weights}
-    streaming = output is not None and output.start(lambda: estimate_bytes(result, fmt, planned, deferred))
+    # Each payload goes to the output's data file as it is encoded (passes/quantize_write.py); an
+    # external result also moves its large kept initializers there.
+    external = output is not None and output.start(lambda: estimate_bytes(result, fmt, planned, deferred))
     # One weight at a time: its float array, the stored (transposed, padded) copy and its encoding
     # live together, never two weights' arrays (docs/semantics.md, "Quantize's memory"). The roots
     # are declared in a scratch model first and again, identically, in the result below.
@@ -211,10 +215,15 @@ def quantize_and_plan(
         array = deferred.array(tensor) if _is_deferred(weight, deferred) else numpy_helper.to_array(tensor)
         stored = stored_array(array, weight)
         del array
-        value = _encode_rows(stored, fmt, scratch, weight.value_name)
-        del stored
-        values.append(output.store_value(value) if streaming else value)
-        del value
+        chunks = _encode_rows(
+            stored, fmt, scratch, weight.value_name
+        )  # each written out as it is encoded, or joined here
+        if output is not None:
+            values.append(output.store_payload(make_struct_value(weight.value_name, 0), chunks))
+        else:
+            values.append(make_struct_value(weight.value_name, 0, raw_data=b"".join(chunks)))
+        del stored, chunks
+        release_free_memory()  # this weight's arrays and the encoder's buffers, before the next weight's
     detach_weights(result, planned)
     graph = result.graph
     restoring = [node for weight in planned.weights for node in _restore_nodes(weight, graph, taken)]
@@ -223,7 +232,7 @@ def quantize_and_plan(
     del graph.node[:]
     graph.node.extend(nodes)
 
-    if deferred is not None and streaming:  # the initializers kept as float: copied file to file
+    if deferred is not None and external:  # the initializers kept as float: copied file to file
         for tensor in result.graph.initializer:
             if tensor.name in deferred.runs and not tensor.raw_data:
                 output.store_tensor(tensor, *deferred.source(tensor.name))
@@ -242,8 +251,12 @@ def quantize_and_plan(
     if rewrite_in_place:  # nothing else refers to the source any more
         del result, stock, graph, nodes, restoring
         planned.sites = {}
-    base_dir = output.base_dir if streaming else None
+    base_dir = output.base_dir if output is not None else None
     checked = None
+    # The encoder sessions (one per chunk shape) and their arenas are done with; freed pages go back
+    # to the system before the check's session takes its own.
+    clear_cache()
+    release_free_memory()
     if not allow_reference_only:
         checked, problem = _checked_and_run(quantized, base_dir)
         if problem:  # is it the format? The model may not run as given, or not at the decoder's opset
@@ -425,17 +438,14 @@ class _Scratch:
         return self._table
 
 
-def _encode_rows(stored: np.ndarray, fmt: BlockFormat, scratch: _Scratch, name: str):
-    """``stored`` encoded ``ENCODE_CHUNK`` elements of whole rows at a time: blocks run along
-    the last axis, so a row's blocks never depend on another row's and the payload is the
-    chunks' payloads in order."""
+def _encode_rows(stored: np.ndarray, fmt: BlockFormat, scratch: _Scratch, name: str) -> Iterator[bytes]:
+    """The payload of ``stored``, encoded ``ENCODE_CHUNK`` elements of whole rows at a time:
+    blocks run along the last axis, so a row's blocks never depend on another row's and the
+    payload is the chunks' payloads in order."""
     rows = max(1, ENCODE_CHUNK // max(1, stored.shape[-1]))
-    parts = []
     for start in range(0, stored.shape[0], rows):
         chunk = stored[start : start + rows]
-        root = scratch.root(chunk.shape)
-        parts.append(encode_array(chunk, root, scratch.table, name).raw_data)
-    return make_struct_value(name, 0, raw_data=b"".join(parts))  # its type is set in the result
+        yield encode_array(chunk, scratch.root(chunk.shape), scratch.table, name).raw_data
 
 
 def encode_array(array: np.ndarray, root_index: int, model, name: str):

@@ -209,8 +209,8 @@ def quantize_with_report(
             array, or a ``.npz`` file of them; None: random inputs (:func:`quantize_error.random_feeds`
             with ``seed``).
         threshold: the relative error of an op's output above which a weight is flagged.
-        output: where the result will be written; a result it streams to OUT.data references
-            payloads there (:class:`onnx_struct.passes.quantize_write.QuantizeOutput`).
+        output: where the result will be written; the result references payloads in its data
+            file (:class:`onnx_struct.passes.quantize_write.QuantizeOutput`).
 
     Returns:
         (the quantized model, a :class:`QuantizeReport`). A model with a quantized weight has
@@ -402,7 +402,7 @@ def _whole(stock: onnx.ModelProto, deferred: DeferredData | None) -> onnx.ModelP
 def _execution(checked: CheckedModel):
     """What InferenceSession's quantized execution does with each struct value (no session made)."""
     try:
-        return rewrite_for_execution(checked, accuracy_level=0, in_memory=True).report
+        return rewrite_for_execution(checked, accuracy_level=0, report_only=True).report
     except ValidationError:  # the model is valid (quantize checked it); an opset the rewrite refuses
         return None
 

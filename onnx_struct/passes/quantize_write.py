@@ -1,30 +1,31 @@
-"""Where quantize's result goes: OUT alone, or OUT plus OUT.data written while the weights are
-encoded, so a result past protobuf's 2 GiB is never one message in memory.
+"""Where quantize's result goes: OUT alone, or OUT plus OUT.data, with every payload written to a
+file as soon as it is encoded, so neither the result nor its checks hold the payloads in memory.
 
-:class:`QuantizeOutput` decides before the first weight is encoded, from the result's estimated
-size (:data:`onnx_struct.limits.INLINE_RESULT_LIMIT`) or on request (``--external``). Streaming, each
-struct value's payload is appended to the data file as soon as it is encoded and the value keeps
-only its ``external_data``; the data of each large float initializer kept as it was is copied
-from the input file in chunks, never held whole. Until :meth:`QuantizeOutput.finish` the data file
-is a new temporary file in OUT's directory (:class:`onnx_struct.payload.external_write.DirectoryWriter`),
-and the locations name it, so quantize's own checks and its report read the payloads under the
-model-directory rules (``base_dir``); ``finish`` renames the locations to ``OUT.data``, writes the
-skeleton as OUT and renames both files into place. Payloads sit at page-aligned offsets, as a
-memory-mapping runtime prefers.
+:class:`QuantizeOutput` decides before the first weight is encoded whether the result is
+external, from its estimated size (:data:`onnx_struct.limits.INLINE_RESULT_LIMIT`) or on request
+(``--external``). Either way each struct value's payload is appended to a data file as soon as it
+is encoded and the value keeps only its ``external_data``: quantize's checks and its report read
+the payloads back from there (``base_dir``), a range at a time. An external result's data file is
+a new temporary file in OUT's directory that becomes OUT.data (the data of each large float
+initializer kept as it was is copied there from the input file in chunks, never held whole); an
+inline result's is a scratch file that :meth:`QuantizeOutput.finish` reads back, one payload at
+a time, into OUT: the skeleton, then one fragment per struct value (protobuf appends a repeated
+field given again), and removes. Payloads sit at page-aligned offsets, as a memory-mapping
+runtime prefers.
 """
 
 from __future__ import annotations
 
 import os
 import pathlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import onnx
 
 from onnx_struct import limits
 from onnx_struct.payload.external import check_location
 from onnx_struct.payload.external_write import DirectoryWriter
-from onnx_struct.schema.model import StructProto, from_onnx
+from onnx_struct.schema.model import StructProto, from_onnx, struct_value_fragment_head
 
 __all__ = ["QuantizeOutput"]
 
@@ -40,7 +41,7 @@ class QuantizeOutput:
     Args:
         output: the model file to write (refused at once, a ValidationError, when it is a link or
             a directory, or OUT.data is).
-        external: True: stream to OUT.data; False: one inline file; None (default): stream when
+        external: True: OUT and OUT.data; False: one inline file; None (default): external when
             the result's estimate reaches :data:`onnx_struct.limits.INLINE_RESULT_LIMIT`.
     """
 
@@ -68,16 +69,21 @@ class QuantizeOutput:
 
     @property
     def streaming(self) -> bool:
+        """Whether payloads are written to a data file in :attr:`base_dir` (after :meth:`start`)."""
         return self._data is not None
 
     def start(self, estimate: Callable[[], int]) -> bool:
-        """Decide (unless told) from the result's size in bytes, ``estimate()``; True when streaming."""
+        """Decide (unless told) from the result's size in bytes, ``estimate()``, and open the data
+        file the payloads go to; True when the result is external."""
         if self.external is None:
             self.external = estimate() >= limits.INLINE_RESULT_LIMIT
-        if self.external and self._data is None:
+        if self._data is None and self.external:
             self._check_location()
             self._data = self._writer.open(self.location, "OUT.data", exclusive=True, model_location=False)
             self._temporary = self._writer.temporary(self.location).name
+        elif self._data is None:  # a name of our own: OUT's may be one the location rules refuse
+            temporary, self._data = self._writer.scratch("onnx-struct-payloads")
+            self._temporary = temporary.name
         return self.external
 
     def _check_location(self) -> None:
@@ -102,37 +108,20 @@ class QuantizeOutput:
     def _entries(self, offset: int, length: int) -> list[tuple[str, str]]:
         return [("location", self._temporary), ("offset", str(offset)), ("length", str(length))]
 
-    def store_value(self, value: StructProto) -> StructProto:
-        """A copy of ``value`` referencing its payload, appended to the data file (``value``'s own
-        ``raw_data`` is cleared)."""
-        payload = value.raw_data
-        value.ClearField("raw_data")
-        # A new message: a cleared bytes field's memory stays in its message's arena until that
-        # message goes, so ``value`` (dropped by the caller) takes its payload with it.
-        stored = StructProto()
-        stored.CopyFrom(value)
-        offset, length = self._append([payload])
-        del payload
+    def store_payload(self, value: StructProto, chunks: Iterable[bytes]) -> StructProto:
+        """``value`` (without a payload) referencing ``chunks``, appended to the data file one at a
+        time as they are produced."""
+        offset, length = self._append(chunks)
         for key, text in self._entries(offset, length):
-            stored.external_data.add(key=key, value=text)
-        return stored
+            value.external_data.add(key=key, value=text)
+        return value
 
     def store_tensor(self, tensor: onnx.TensorProto, source: str | os.PathLike, offset: int, length: int) -> None:
         """Point ``tensor`` (its data left in the file ``source`` at ``offset``) at a copy of those
         bytes in the data file, copied in chunks."""
         with open(source, "rb") as handle:
             handle.seek(offset)
-
-            def chunks():
-                left = length
-                while left:
-                    chunk = handle.read(min(left, COPY_CHUNK))
-                    if not chunk:
-                        raise OSError(f"{source}: {length} bytes expected at offset {offset} (the file changed?)")
-                    left -= len(chunk)
-                    yield chunk
-
-            start, _ = self._append(chunks())
+            start, _ = self._append(_chunks(handle, length, source))
         self._point(tensor, start, length)
 
     def _point(self, tensor: onnx.TensorProto, offset: int, length: int) -> None:
@@ -144,18 +133,50 @@ class QuantizeOutput:
 
     def finish(self, model: onnx.ModelProto) -> int:
         """Write ``model`` as OUT (and the data file as OUT.data) and rename them into place;
-        returns OUT's size in bytes."""
-        if self.streaming:
+        returns OUT's size in bytes. An inline result consumes ``model`` (it is cleared)."""
+        if self.streaming and self.external:
             for tensor in model.graph.initializer:  # what is still inline and large (an in-memory input's)
                 if tensor.HasField("raw_data") and len(tensor.raw_data) >= MOVED_TENSOR_BYTES:
                     offset, length = self._append([tensor.raw_data])
                     self._point(tensor, offset, length)
             data = _renamed(model, self._temporary, self.location)
+            self._model.write(data)
+            size = len(data)
+        elif self.streaming:
+            size = self._write_inline(model)
         else:
             data = model.SerializeToString()
-        self._model.write(data)
+            self._model.write(data)
+            size = len(data)
         self._writer.commit("OUT")
-        return len(data)
+        return size
+
+    def _write_inline(self, model: onnx.ModelProto) -> int:
+        """OUT from ``model``, whose payloads are in the scratch data file: its skeleton, then each
+        payload read back into its value, one fragment at a time."""
+        self._data.flush()
+        overlay = from_onnx(model)  # its struct values are references: a copy of the skeleton
+        model.Clear()  # (its kept float weights are not held twice more)
+        ours = [_copy(v) for v in overlay.graph.struct_initializer if _location(v.external_data) == self._temporary]
+        kept = [v for v in overlay.graph.struct_initializer if _location(v.external_data) != self._temporary]
+        del overlay.graph.struct_initializer[:]
+        overlay.graph.struct_initializer.extend(kept)
+        skeleton = overlay.SerializeToString()
+        del overlay
+        self._model.write(skeleton)
+        size = len(skeleton)
+        del skeleton
+        with open(self.base_dir / self._temporary, "rb") as data:
+            for value in ours:
+                entries = {entry.key: entry.value for entry in value.external_data}
+                offset, length = int(entries["offset"]), int(entries["length"])
+                head = struct_value_fragment_head(value, length)
+                self._model.write(head)
+                data.seek(offset)
+                for chunk in _chunks(data, length, self._temporary):
+                    self._model.write(chunk)
+                size += len(head) + length
+        return size
 
 
 def _renamed(model: onnx.ModelProto, temporary: str, location: str) -> bytes:
@@ -172,3 +193,24 @@ def _rename(entries, temporary: str, location: str) -> None:
     for entry in entries:
         if entry.key == "location" and entry.value == temporary:
             entry.value = location
+
+
+def _copy(value: StructProto) -> StructProto:
+    copy = StructProto()
+    copy.CopyFrom(value)
+    return copy
+
+
+def _location(entries) -> str | None:
+    return next((entry.value for entry in entries if entry.key == "location"), None)
+
+
+def _chunks(handle, length: int, name: str | os.PathLike):
+    """``length`` bytes from ``handle``'s position, ``COPY_CHUNK`` at a time."""
+    left = length
+    while left:
+        chunk = handle.read(min(left, COPY_CHUNK))
+        if not chunk:
+            raise OSError(f"{name}: {length} bytes expected, the file ends first (did it change?)")
+        left -= len(chunk)
+        yield chunk

@@ -43,6 +43,7 @@ class DirectoryWriter:
     def __init__(self, directory: pathlib.Path) -> None:
         self.root = resolve_path(directory)
         self._pending: dict[pathlib.Path, tuple[str, pathlib.Path, object]] = {}
+        self._scratch: list[tuple[pathlib.Path, object]] = []
 
     def __enter__(self) -> DirectoryWriter:
         return self
@@ -66,6 +67,15 @@ class DirectoryWriter:
         handle = open(fd, "wb")  # noqa: SIM115 - closed by commit / discard
         self._pending[destination] = (name, temporary, handle)
         return handle
+
+    def scratch(self, stem: str) -> tuple[pathlib.Path, object]:
+        """A new temporary file in the directory (named after ``stem``) and a binary handle to it,
+        never renamed into place: a writer's working data, read back before :meth:`commit`, which
+        removes it as :meth:`discard` does."""
+        temporary, fd = _create_new(self.root / stem)
+        handle = open(fd, "wb")  # noqa: SIM115 - closed by commit / discard
+        self._scratch.append((temporary, handle))
+        return temporary, handle
 
     def check(self, name: str, where: str) -> None:
         """Raise now the ValidationError :meth:`open` would raise for ``name`` (a link, a
@@ -114,9 +124,17 @@ class DirectoryWriter:
             self._destination(name, where)  # still not a symlink, nor a directory
             os.replace(temporary, destination)  # rename(2) replaces the name, never follows it
             del self._pending[destination]
+        self._remove_scratch()
 
     def discard(self) -> None:
         for _, temporary, handle in self._pending.values():
             handle.close()
             temporary.unlink(missing_ok=True)
         self._pending.clear()
+        self._remove_scratch()
+
+    def _remove_scratch(self) -> None:
+        for temporary, handle in self._scratch:
+            handle.close()
+            temporary.unlink(missing_ok=True)
+        self._scratch.clear()

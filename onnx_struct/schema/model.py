@@ -551,6 +551,25 @@ def add_struct_values(model: onnx.ModelProto | pb.ModelProto, *values: StructPro
     _append(model, pb.ModelProto(graph=pb.GraphProto(struct_initializer=values)))
 
 
+def struct_value_fragment_head(value: StructProto, payload_length: int) -> bytes:
+    """The bytes that, followed by a payload of ``payload_length`` bytes, are a serialized
+    ModelProto holding only ``value`` (its own ``raw_data`` and ``external_data`` left out, that
+    payload as its ``raw_data``) in the main graph's ``struct_initializer``. Appended to a
+    serialized model they append the value to it: protobuf merges a message field given twice and
+    appends to its repeated fields. The payload is written after them from wherever it is, never
+    copied into a message.
+    """
+    head = StructProto()
+    head.CopyFrom(value)
+    head.ClearField("raw_data")
+    del head.external_data[:]
+    raw = _varint(_RAW_DATA_FIELD << 3 | 2) + _varint(payload_length)
+    value_length = head.ByteSize() + len(raw) + payload_length
+    value_tag = _varint(_STRUCT_INITIALIZER_FIELD << 3 | 2) + _varint(value_length)
+    graph_tag = _varint(_GRAPH_FIELD << 3 | 2) + _varint(len(value_tag) + value_length)
+    return graph_tag + value_tag + head.SerializeToString() + raw
+
+
 def add_value_infos(
     model: onnx.ModelProto | pb.ModelProto,
     *,
@@ -604,6 +623,9 @@ def length_delimited(field_number: int, payload: bytes) -> bytes:
     return _varint(field_number << 3 | 2) + _varint(len(payload)) + payload
 
 
+_GRAPH_FIELD = pb.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
+_STRUCT_INITIALIZER_FIELD = pb.GraphProto.DESCRIPTOR.fields_by_name["struct_initializer"].number
+_RAW_DATA_FIELD = StructProto.DESCRIPTOR.fields_by_name["raw_data"].number
 _GRAPH_INPUT_TAG = length_delimited(11, b"")[:1]  # GraphProto.input = 11
 _VALUE_INFO_NAME_TAG = length_delimited(1, b"")[:1]  # ValueInfoProto.name = 1
 _VALUE_INFO_TYPE_TAG = length_delimited(2, b"")[:1]  # ValueInfoProto.type = 2

@@ -57,7 +57,7 @@ class ExecutionRewrite:
 
 
 def rewrite_for_execution(
-    checked: CheckedModel, *, accuracy_level: int | None = None, in_memory: bool = False
+    checked: CheckedModel, *, accuracy_level: int | None = None, in_memory: bool = False, report_only: bool = False
 ) -> ExecutionRewrite:
     """A copy of ``checked``'s model whose eligible weight consumers read quantized codes, and a
     report. The checked model itself is returned when nothing is eligible.
@@ -68,16 +68,20 @@ def rewrite_for_execution(
             instead of the standard ``DequantizeLinear`` + ``MatMul`` it would fuse them into.
         in_memory: the repacked arrays are returned, and the model holds placeholders for them
             (:data:`.emit.IN_MEMORY_LOCATION`), to be handed to onnxruntime in memory.
+        report_only: only the report (with ``accuracy_level``): which consumers would be
+            rewritten, no payload read or repacked and ``checked`` itself returned.
 
     Returns:
         The :class:`ExecutionRewrite`. Each weight is read and repacked range of rows by range of
         rows (:mod:`.repack`), once for all its consumers.
 
     Raises:
-        ValueError: ``in_memory`` without ``accuracy_level``.
+        ValueError: ``in_memory`` or ``report_only`` without ``accuracy_level``.
     """
     if in_memory and accuracy_level is None:  # INT4 codes have no numpy array onnxruntime takes
         raise ValueError("arrays (repacked weights handed over in memory) needs accuracy_level (MatMulNBits)")
+    if report_only and accuracy_level is None:  # its report assumes MatMulNBits (every consumer replaced)
+        raise ValueError("report_only needs accuracy_level (MatMulNBits)")
     arrays: dict[str, np.ndarray] | None = {} if in_memory else None
     loaded = checked.loaded
     report = ExecutionReport()
@@ -187,7 +191,11 @@ def rewrite_for_execution(
                 pending.append((j, "gather", lambda node=node, f=as_gather: f(node)))
                 removed.add(j)
                 consumers[name].remove((j, slot))
-        if pending:  # one pass over the payload fills every layout this value's consumers read
+        if pending and report_only:  # what the actions below would record: MatMulNBits replaces each consumer
+            for index, _, _ in pending:
+                done.append(f"{graph.node[index].op_type} {graph.node[index].name!r}")
+                removed.add(index)
+        elif pending:  # one pass over the payload fills every layout this value's consumers read
             kinds = {kind for _, kind, _ in pending}
             if "matmul" in kinds:
                 layouts["matmul"] = emitter.matmul_layout(recognized.spec, recognized.shape)
@@ -218,6 +226,8 @@ def rewrite_for_execution(
     if changed:  # the graph's own operators would change meaning at opset 21: decode instead
         reason = f"the graph imports opset {opset} and its operators {', '.join(changed)} differ at {MIN_OPSET}"
         return ExecutionRewrite(checked, ExecutionReport(kept=dict.fromkeys(candidates, reason)))
+    if report_only:
+        return ExecutionRewrite(checked, report)
     for key, blocksum in emitter.blocksum_nodes.items():  # each before the first node that reads it
         ids = {id(node) for node in blocksum}
         for index, emitted in before.items():
