@@ -280,3 +280,30 @@ def test_a_writers_scratch_file_is_removed_by_commit_and_discard(tmp_path, endin
     writer.open("kept.bin", "test").write(b"kept")
     getattr(writer, ending)(*(["test"] if ending == "commit" else []))
     assert sorted(p.name for p in tmp_path.iterdir()) == (["kept.bin"] if ending == "commit" else [])
+
+
+def test_a_kept_tensors_data_file_cut_short_during_the_run_is_a_validation_error(tmp_path, monkeypatch, capsys):
+    """The float tensors an external result keeps are copied from the input's data file with the
+    checked reads every external byte gets (payload.external): a file cut short after the model was
+    read is the input's ValidationError naming the tensor, and nothing is written."""
+    from onnx_struct.passes import quantize_write  # noqa: PLC0415
+
+    float_model(tmp_path / "inline.onnx")
+    (tmp_path / "in").mkdir()
+    source = tmp_path / "in" / "m.onnx"
+    onnx.save(onnx.load(tmp_path / "inline.onnx"), source, save_as_external_data=True, location="w.bin")
+    start = quantize_write.QuantizeOutput.start
+
+    def start_then_cut(self, estimate):
+        streaming = start(self, estimate)
+        weights = tmp_path / "in" / "w.bin"
+        with open(weights, "r+b") as handle:  # W1 and W2 stay whole; bias (last) loses its end
+            handle.truncate(weights.stat().st_size - 1000)
+        return streaming
+
+    monkeypatch.setattr(quantize_write.QuantizeOutput, "start", start_then_cut)
+    out = tmp_path / "out" / "q.onnx"
+    out.parent.mkdir()
+    assert main(["quantize", str(source), str(out), "--format", "Q8_0", "--quiet", "--external"]) == 1
+    assert "graph.initializer ('bias').external_data" in capsys.readouterr().err
+    assert list(out.parent.iterdir()) == []

@@ -44,7 +44,7 @@ from onnx_struct.passes.quantize_plan import (
     read_model_deferred,
     resolve_format,
 )
-from onnx_struct.passes.quantize_write import QuantizeOutput
+from onnx_struct.passes.quantize_write import COPY_CHUNK, QuantizeOutput
 from onnx_struct.runtime.codec import encode
 from onnx_struct.runtime.delivery import add_in_memory, external_tensors_in_memory, placeholders
 from onnx_struct.runtime.heap import release_free_memory
@@ -235,7 +235,7 @@ def quantize_and_plan(
     if deferred is not None and external:  # the initializers kept as float: copied file to file
         for tensor in result.graph.initializer:
             if tensor.name in deferred.runs and not tensor.raw_data:
-                output.store_tensor(tensor, *deferred.source(tensor.name))
+                output.store_tensor(tensor, deferred.chunks(tensor.name, COPY_CHUNK))
     elif deferred is not None:  # the initializers kept as float get their data back
         deferred.restore(result.graph)
     # Declarations first, while the model holds no payload (each is found by reading the model's

@@ -197,6 +197,12 @@ class DeferredData:
             return read_range(file, offset + skip, length, f"graph.initializer ({name!r}).external_data")
         return read_run(file, offset + skip, length)
 
+    def chunks(self, name: str, size: int):
+        """The data of the initializer ``name``, ``size`` bytes at a time (read as :meth:`data`)."""
+        total = self.runs[name][1]
+        for skip in range(0, total, size):
+            yield self.data(name, skip, min(size, total - skip))
+
     def _read(self, name: str) -> bytes:
         return bytes(self.data(name))
 

@@ -30,7 +30,7 @@ from onnx_struct.schema.model import StructProto, from_onnx, struct_value_fragme
 __all__ = ["QuantizeOutput"]
 
 ALIGN = 4096  # a page: onnxruntime maps external data at page-aligned offsets instead of copying it
-COPY_CHUNK = 64 << 20  # bytes of a kept initializer copied per read
+COPY_CHUNK = 64 << 20  # bytes of a kept initializer or a payload copied per read
 MOVED_TENSOR_BYTES = 1 << 16  # inline initializers of at least this many bytes move to the data file
 
 
@@ -116,12 +116,10 @@ class QuantizeOutput:
             value.external_data.add(key=key, value=text)
         return value
 
-    def store_tensor(self, tensor: onnx.TensorProto, source: str | os.PathLike, offset: int, length: int) -> None:
-        """Point ``tensor`` (its data left in the file ``source`` at ``offset``) at a copy of those
-        bytes in the data file, copied in chunks."""
-        with open(source, "rb") as handle:
-            handle.seek(offset)
-            start, _ = self._append(_chunks(handle, length, source))
+    def store_tensor(self, tensor: onnx.TensorProto, chunks: Iterable[bytes]) -> None:
+        """Point ``tensor`` at its data, ``chunks`` (read from the input as they are written),
+        appended to the data file."""
+        start, length = self._append(chunks)
         self._point(tensor, start, length)
 
     def _point(self, tensor: onnx.TensorProto, offset: int, length: int) -> None:
