@@ -660,3 +660,17 @@ def test_encoding_in_row_chunks_gives_the_same_bytes(model, fmt, monkeypatch):
         values = {v.name: v for v in S.get_struct_values(quantize(model, fmt))}
         assert values["W1_T"].raw_data == gguf.quants.quantize(np.ascontiguousarray(w["W1"].T), Q[fmt]).tobytes()
         assert values["W2"].raw_data == gguf.quants.quantize(w["W2"], Q[fmt]).tobytes()
+
+
+def test_a_model_invalid_as_given_is_refused_with_its_own_error_not_the_formats():
+    """Found in the last review: two initializers named W made the quantized model fail the check
+    ("SSA form"), and onnxruntime runs the input, so quantize blamed Q4_0. The input's own error
+    (onnx's checker, as check_model gives it) is raised instead."""
+    model = synthetic_model()
+    model.graph.initializer.append(model.graph.initializer[0])
+    with pytest.raises(S.ValidationError) as expected:
+        S.check_model(model)
+    with pytest.raises(S.ValidationError) as info:
+        quantize(model, "Q4_0")
+    assert str(info.value) == str(expected.value) and "not unique" in str(info.value)
+    assert "Q4_0" not in str(info.value)

@@ -261,6 +261,7 @@ def quantize_and_plan(
         checked, problem = _checked_and_run(quantized, base_dir)
         if problem:  # is it the format? The model may not run as given, or not at the decoder's opset
             source = read_model(model) if rewrite_in_place else stock  # as given, before the rewrite
+            checked_model(source)  # a model invalid as given raises its own error (its path), not the format's
             as_given = "" if conversion_failure else runtime_error(source)
             cause = conversion_failure or (
                 as_given and f"onnxruntime cannot run the model given to quantize either: {as_given}"
