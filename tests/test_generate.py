@@ -130,7 +130,17 @@ def test_cli_generate_prints_the_text(tiny, generator, capsys):
     assert out == expected.text + "\n"
     assert "new tokens at" in err
     assert main([*args, "--max-new-tokens", "1000"]) == 2
-    assert "exceed the context length 128" in capsys.readouterr().err
+    assert "--max-new-tokens: " in (err := capsys.readouterr().err) and "exceed the context length 128" in err
+
+
+def test_a_prompt_past_the_context_or_without_tokens_is_a_bad_argument(generator):
+    """Like every other argument of generate (they were plain ValueErrors)."""
+    with pytest.raises(onnx_struct.ValidationError, match="exceed the context length 128") as info:
+        generator.generate(PROMPT, max_new_tokens=1000)
+    assert (info.value.path, info.value.code) == ("generate(max_new_tokens)", "bad_argument")
+    with pytest.raises(onnx_struct.ValidationError, match="the prompt has no tokens") as info:
+        generator.generate([], max_new_tokens=1)
+    assert (info.value.path, info.value.code) == ("generate(prompt)", "bad_argument")
 
 
 def test_sampling_is_seeded(generator):

@@ -79,8 +79,6 @@ def run(args: argparse.Namespace) -> int:
             option = "--" + error.path.removeprefix("generate(").removesuffix(")").replace("_", "-")
             raise UsageError(f"{option}: {error.reason}") from None
         raise
-    except ValueError as error:  # the prompt and --max-new-tokens exceed the context length
-        raise UsageError(str(error)) from None
     sys.stdout.write("\n")
     if not args.quiet:
         n = len(result.tokens)

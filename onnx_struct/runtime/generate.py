@@ -172,12 +172,16 @@ class Generator:
         check_sampling(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
         prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else self._token_ids(prompt)
         if not prompt_ids:
-            raise ValueError("the prompt has no tokens (an empty prompt without a BOS token)")
+            raise ValidationError(
+                "generate(prompt)", "the prompt has no tokens (an empty prompt without a BOS token)", code="bad_argument"
+            )
         length = len(prompt_ids) + max_new_tokens
         if length > self.context_length:
-            raise ValueError(
+            raise ValidationError(
+                "generate(max_new_tokens)",
                 f"{len(prompt_ids)} prompt tokens + {max_new_tokens} new ones exceed the context length "
-                f"{self.context_length}"
+                f"{self.context_length}",
+                code="bad_argument",
             )
         rng = np.random.default_rng(seed)
         step = _Steps(self, length)
@@ -317,8 +321,8 @@ def generate(
         ValidationError: the model has no decoder graph or no tokenizer metadata, its vocabulary
             and logits differ in size; an argument is out of range (code ``bad_argument``: a
             prompt id outside the vocabulary, a negative ``max_new_tokens``, a temperature that
-            is not finite, ...).
-        ValueError: the prompt and ``max_new_tokens`` exceed the model's context length.
+            is not finite, an empty prompt, the prompt and ``max_new_tokens`` past the model's
+            context length, ...).
 
     Example::
 
