@@ -232,9 +232,35 @@ def test_a_refusal_of_a_model_without_decoders_does_not_mention_decoders():
     with pytest.raises(S.ValidationError) as info:
         S.InferenceSession(model)
     assert "decoder" not in str(info.value) and info.value.code == "runtime_failure"
+    assert info.value.path == ""  # no tensor named: the refusal is the model's
     from onnxruntime.capi.onnxruntime_pybind11_state import InvalidGraph  # noqa: PLC0415
 
     assert isinstance(info.value, InvalidGraph)  # a caller's except clause for onnxruntime's class holds
+
+
+def test_a_refused_external_tensor_is_named_by_its_path(tmp_path):
+    """onnxruntime refuses an external length that disagrees with the tensor's dims (Fail, as
+    stock); the error's path names the initializer, where it was empty."""
+    weight = numpy_helper.from_array(np.ones((64, 64), np.float32), "W")
+    graph = oh.make_graph(
+        [oh.make_node("MatMul", ["X", "W"], ["Y"])],
+        "g",
+        [oh.make_tensor_value_info("X", TensorProto.FLOAT, [1, 64])],
+        [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 64])],
+        [numpy_helper.from_array(np.zeros(3, np.int64), "unused"), weight],
+    )
+    path = tmp_path / "m.onnx"
+    onnx.save(oh.make_model(graph), path, save_as_external_data=True, location="w.bin", size_threshold=1024)
+    model = onnx.load(path, load_external_data=False)
+    next(e for e in model.graph.initializer[1].external_data if e.key == "length").value = "100"
+    onnx.save(model, path)
+    with pytest.raises(Exception) as stock:
+        ort.InferenceSession(str(path), providers=CPU)
+    with pytest.raises(S.ValidationError) as info:
+        S.InferenceSession(str(path), providers=CPU)
+    assert isinstance(info.value, type(stock.value)) and info.value.code == "runtime_failure"
+    assert info.value.path == "graph.initializer[1] ('W').external_data"
+    assert "size mismatch" in str(info.value)
 
 
 BYTE_FLIP_CHILD = r"""

@@ -173,7 +173,9 @@ class Generator:
         prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else self._token_ids(prompt)
         if not prompt_ids:
             raise ValidationError(
-                "generate(prompt)", "the prompt has no tokens (an empty prompt without a BOS token)", code="bad_argument"
+                "generate(prompt)",
+                "the prompt has no tokens (an empty prompt without a BOS token)",
+                code="bad_argument",
             )
         length = len(prompt_ids) + max_new_tokens
         if length > self.context_length:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ import onnx
 
 from onnx_struct.check.checked import checked_model
 from onnx_struct.errors import ValidationError
+from onnx_struct.layout.table import element_label
 from onnx_struct.limits import PROTOBUF_LIMIT
 from onnx_struct.lowering.lower import StructInput, lower_checked, lower_model
 from onnx_struct.lowering.scope import has_struct_parts
@@ -166,7 +168,9 @@ class InferenceSession:
                 what = "the lowered model"
                 hint = " (onnx_struct.decode falls back to onnx's reference evaluator for such decoders)"
             raise refusal_class(type(error))(
-                "", f"onnxruntime {ort.__version__} cannot load {what}: {message}{hint}", code="runtime_failure"
+                _refused_tensor(lowering.model.graph, message),
+                f"onnxruntime {ort.__version__} cannot load {what}: {message}{hint}",
+                code="runtime_failure",
             ) from None
         finally:
             arrays.clear()  # the Python copies go now; only onnxruntime's remain
@@ -318,3 +322,19 @@ def _plain_feed(value) -> Feed:
 
     array = np.asarray(value)
     return Feed(helper.np_dtype_to_tensor_dtype(array.dtype), array.shape, array=array)
+
+
+# onnxruntime names the tensor it refuses: "TensorProto: W external data size mismatch",
+# "Deserialize tensor W failed".
+_TENSOR_IN_MESSAGE = re.compile(r"(?:TensorProto:|[Tt]ensor)\s+'?([^\s':]+)'?")
+
+
+def _refused_tensor(graph: onnx.GraphProto, message: str) -> str:
+    """The path of the main-graph initializer onnxruntime's refusal ``message`` names ("" if none):
+    ``graph.initializer[3] ('W')``, with ``.external_data`` when the refusal is about its external data."""
+    positions = {tensor.name: i for i, tensor in enumerate(graph.initializer)}
+    for name in _TENSOR_IN_MESSAGE.findall(message):
+        if name in positions:
+            path = element_label(f"graph.initializer[{positions[name]}]", name)
+            return path + (".external_data" if "external data" in message else "")
+    return ""
