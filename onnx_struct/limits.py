@@ -169,6 +169,10 @@ EXTERNAL_COPY_ALLOWANCE = 256 << 20
 # Released llama/mistral/qwen2 models train up to about 2^20 positions (Qwen2.5-1M); 2^40 asked
 # for a 4 TiB table.
 MAX_CONTEXT_LENGTH = 2**24
+# Bytes of a decoder graph's cos/sin tables (context_length x head_dim float32 together,
+# from-gguf --graph), folded when its session is created: Qwen2.5-1M (2^20 positions, head size 128)
+# needs 512 MiB; 2^24 positions at head size 128 would be 8 GiB.
+MAX_ROPE_TABLE_BYTES = 2**30
 # Work of building a SentencePiece-style tokenizer's merges (``tokenizer.ggml.model`` llama): one
 # unit per candidate split of a piece (a split whose two lengths are both piece lengths of the
 # vocabulary) plus the characters that split copies. Real vocabularies need a few million units

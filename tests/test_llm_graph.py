@@ -210,6 +210,22 @@ def test_the_context_length_limit_is_a_limit_error():
     assert llm_graph.hyperparameters(metadata(**{"llama.context_length": 2**24}), tensors()).context_length == 2**24
 
 
+def test_the_rotary_tables_size_is_a_limit_error():
+    """context_length x head size x 4 bytes of cos/sin tables are folded at session creation: at
+    head size 32 (2 heads of 64), 2^23 positions fill MAX_ROPE_TABLE_BYTES (1 GiB) and one more is
+    refused, though both are under MAX_CONTEXT_LENGTH."""
+    heads = {"llama.attention.head_count": 2, "llama.attention.head_count_kv": 1}
+    at_limit = llm_graph.hyperparameters(metadata(**heads, **{"llama.context_length": 2**23}), tensors())
+    assert (at_limit.context_length, at_limit.head_dim) == (2**23, 32)
+    with pytest.raises(onnx_struct.ValidationError) as caught:
+        llm_graph.hyperparameters(metadata(**heads, **{"llama.context_length": 2**23 + 1}), tensors())
+    assert caught.value.path == "gguf.kv['llama.context_length']" and "rotary cos/sin tables" in str(caught.value)
+    assert (caught.value.code, caught.value.details) == (
+        "limit_exceeded",
+        {"actual": (2**23 + 1) * 128, "limit": 2**30},
+    )
+
+
 def test_a_refused_file_is_refused_by_convert(tmp_path, capsys):
     import gguf
 

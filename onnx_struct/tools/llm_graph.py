@@ -21,8 +21,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from onnx_struct.errors import ValidationError
+from onnx_struct.errors import ValidationError, limit_exceeded
 from onnx_struct.formats.gguf.metadata import checked_context_length, decode_metadata, value_kind
+from onnx_struct.limits import MAX_ROPE_TABLE_BYTES
 
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
@@ -145,6 +146,16 @@ def hyperparameters(metadata: Mapping[str, object], tensors: Tensors) -> Hyperpa
     factor = float(key("rope.scaling.factor", 1.0, float)) if scaling == "linear" else 1.0
     tied = "output.weight" not in tensors
     vocab = tensors.get("token_embd.weight", (None, (0, 0)))[1][0]
+    context = checked_context_length(metadata, arch)
+    table_bytes = context * head_dim * 4  # cos and sin: head_dim / 2 float32 each per position
+    if table_bytes > MAX_ROPE_TABLE_BYTES:  # folded when the session is created
+        raise limit_exceeded(
+            f"gguf.kv['{arch}.context_length']",
+            f"{context} positions x head size {head_dim}: the rotary cos/sin tables would take {table_bytes} "
+            f"bytes, over the limit of {MAX_ROPE_TABLE_BYTES}",
+            table_bytes,
+            MAX_ROPE_TABLE_BYTES,
+        )
     params = Hyperparameters(
         architecture=arch,
         n_layers=n_layers,
@@ -154,7 +165,7 @@ def hyperparameters(metadata: Mapping[str, object], tensors: Tensors) -> Hyperpa
         n_kv_heads=n_kv_heads,
         head_dim=head_dim,
         n_vocab=vocab,
-        context_length=checked_context_length(metadata, arch),
+        context_length=context,
         rms_eps=float(key("attention.layer_norm_rms_epsilon", kind=float)),
         freq_base=float(key("rope.freq_base", 10000.0, float)),
         freq_scale=1.0 / factor,
