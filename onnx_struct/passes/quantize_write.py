@@ -155,10 +155,11 @@ class QuantizeOutput:
         self._data.flush()
         overlay = from_onnx(model)  # its struct values are references: a copy of the skeleton
         model.Clear()  # (its kept float weights are not held twice more)
-        ours = [_copy(v) for v in overlay.graph.struct_initializer if _location(v.external_data) == self._temporary]
-        kept = [v for v in overlay.graph.struct_initializer if _location(v.external_data) != self._temporary]
-        del overlay.graph.struct_initializer[:]
-        overlay.graph.struct_initializer.extend(kept)
+        values = overlay.graph.struct_initializer
+        ours = [_copy(v) for v in values if _location(v.external_data) == self._temporary]
+        for i in reversed(range(len(values))):  # the others (an input's own inline values) stay where they are
+            if _location(values[i].external_data) == self._temporary:
+                del values[i]
         skeleton = overlay.SerializeToString()
         del overlay
         self._model.write(skeleton)
