@@ -71,7 +71,9 @@ LARGE = [
 ]
 
 
-def write_input(directory: pathlib.Path, layers: int, k: int, n: int, external: bool) -> pathlib.Path:
+def chain_model(layers: int, k: int, n: int) -> onnx.ModelProto:
+    """MatMul layers alternating ``[k, n]`` and ``[n, k]`` random float32 weights (``layers``
+    even; tests/test_quantize_memory.py and test_quantize_report_memory.py use it too)."""
     rng = np.random.default_rng(0)
     weights = [
         numpy_helper.from_array(rng.standard_normal((k, n) if i % 2 == 0 else (n, k), dtype=np.float32), f"W{i}")
@@ -85,7 +87,11 @@ def write_input(directory: pathlib.Path, layers: int, k: int, n: int, external: 
         [oh.make_tensor_value_info(f"H{layers - 1}", TensorProto.FLOAT, ["n", k])],
         weights,
     )
-    model = oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+
+
+def write_input(directory: pathlib.Path, layers: int, k: int, n: int, external: bool) -> pathlib.Path:
+    model = chain_model(layers, k, n)
     path = directory / "float.onnx"
     if external:
         onnx.save(model, path, save_as_external_data=True, location="float.data")

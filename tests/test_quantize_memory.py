@@ -11,18 +11,19 @@ calibration only for models of up to 32 MiB of weights unless --calibration is g
 API 239 MiB (Q8_0) and 183 MiB (Q4_0), CLI 260 MiB (Q8_0), here against the bound's 296; on
 models of 96 and 256 MiB (Q8_0) API 269 / 492 MiB and CLI 274 / 492 MiB against 344 / 584
 (before: 624 MiB for the API and 827 for the CLI at 96 MiB, 8x the model). What remains above the
-model: the file's bytes for the instant of the skeleton's copy, the encoded payloads, the result,
-and onnxruntime's arenas from the encoder runs.
+model: the file's bytes for the instant of the skeleton's copy, and for the API the encoded
+payloads and the result (the CLI writes each payload to a file as it is encoded, and drops the
+encoder's sessions before its check: tests/test_quantize_report_memory.py). The model is
+benchmarks/bench_quantize_memory.py's.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import pathlib
+
 import onnx
 import pytest
 from adversarial.bounded import run_bounded
-from onnx import TensorProto, numpy_helper
-from onnx import helper as oh
 
 CHILD = r"""
 import onnxruntime  # imported before the baseline, as the session test does
@@ -47,6 +48,7 @@ assert peak <= ARG["bound"], f"peak RSS {peak:.0f} MiB; allowed {ARG['bound']:.0
 """
 
 LAYERS, K = 4, 2048
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.mark.slow
@@ -54,20 +56,13 @@ LAYERS, K = 4, 2048
     ("fmt", "cli", "external"),
     [("Q8_0", False, False), ("Q4_0", False, False), ("Q8_0", True, False), ("Q8_0", True, True)],
 )
-def test_quantize_peak_rss_is_bounded_by_the_model_size(tmp_path, fmt, cli, external):
+def test_quantize_peak_rss_is_bounded_by_the_model_size(tmp_path, monkeypatch, fmt, cli, external):
     """--external: the CLI's writer streaming the payloads to OUT.data as they are encoded."""
-    rng = np.random.default_rng(0)
-    weights = [numpy_helper.from_array(rng.standard_normal((K, K), np.float32), f"W{i}") for i in range(LAYERS)]
-    nodes = [oh.make_node("MatMul", ["X" if i == 0 else f"H{i - 1}", f"W{i}"], [f"H{i}"]) for i in range(LAYERS)]
-    graph = oh.make_graph(
-        nodes,
-        "memory",
-        [oh.make_tensor_value_info("X", TensorProto.FLOAT, ["n", K])],
-        [oh.make_tensor_value_info(f"H{LAYERS - 1}", TensorProto.FLOAT, ["n", K])],
-        weights,
-    )
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from bench_quantize_memory import chain_model  # noqa: PLC0415 - a script of benchmarks/, found via sys.path
+
     path = tmp_path / "float.onnx"
-    onnx.save(oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10), path)
+    onnx.save(chain_model(LAYERS, K, K), path)
     model_mib = path.stat().st_size / 2**20
     arg = {"path": str(path), "format": fmt, "layers": LAYERS, "bound": 1.5 * model_mib + 200}
     arg |= {"cli": cli, "out": str(tmp_path / "q.onnx"), "external": external}

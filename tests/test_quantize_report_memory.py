@@ -13,12 +13,11 @@ weights to OUT.data 407 (593), Q8_0 of four weights from an external-data input 
 
 from __future__ import annotations
 
-import numpy as np
+import pathlib
+
 import onnx
 import pytest
 from adversarial.bounded import run_bounded
-from onnx import TensorProto, numpy_helper
-from onnx import helper as oh
 
 CHILD = r"""
 import onnxruntime  # imported before the baseline, as the session test does
@@ -35,24 +34,7 @@ assert peak <= ARG["bound"], f"peak RSS {peak:.0f} MiB; allowed {ARG['bound']:.0
 """
 
 K, N = 4096, 6144  # 96 MiB of float32 each
-
-
-def large_weight_model(layers: int) -> onnx.ModelProto:
-    """MatMul layers alternating [K, N] and [N, K] weights (``layers`` even)."""
-    rng = np.random.default_rng(0)
-    weights = [
-        numpy_helper.from_array(rng.standard_normal((K, N) if i % 2 == 0 else (N, K), dtype=np.float32), f"W{i}")
-        for i in range(layers)
-    ]
-    nodes = [oh.make_node("MatMul", ["X" if i == 0 else f"H{i - 1}", f"W{i}"], [f"H{i}"]) for i in range(layers)]
-    graph = oh.make_graph(
-        nodes,
-        "large",
-        [oh.make_tensor_value_info("X", TensorProto.FLOAT, ["n", K])],
-        [oh.make_tensor_value_info(f"H{layers - 1}", TensorProto.FLOAT, ["n", K])],
-        weights,
-    )
-    return oh.make_model(graph, opset_imports=[oh.make_opsetid("", 21)], ir_version=10)
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 @pytest.mark.slow
@@ -68,14 +50,17 @@ def large_weight_model(layers: int) -> onnx.ModelProto:
         ("Q8_0", True, False, 4),
     ],
 )
-def test_quantize_and_its_report_peak_within_the_bound(tmp_path, fmt, external, streamed, layers):
+def test_quantize_and_its_report_peak_within_the_bound(tmp_path, monkeypatch, fmt, external, streamed, layers):
     """``external``: the input's weights in an external data file; ``streamed``: the result's
     payloads written to OUT.data (--external) and read back from there by the report."""
     path = tmp_path / "float.onnx"
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    from bench_quantize_memory import chain_model  # noqa: PLC0415 - a script of benchmarks/, found via sys.path
+
     if external:
-        onnx.save(large_weight_model(layers), path, save_as_external_data=True, location="float.data")
+        onnx.save(chain_model(layers, K, N), path, save_as_external_data=True, location="float.data")
     else:
-        onnx.save(large_weight_model(layers), path)
+        onnx.save(chain_model(layers, K, N), path)
     model_mib = sum(f.stat().st_size for f in tmp_path.iterdir()) / 2**20
     arg = {"path": str(path), "out": str(tmp_path / "q.onnx"), "format": fmt, "streamed": streamed}
     arg["bound"] = 1.5 * model_mib + 200
