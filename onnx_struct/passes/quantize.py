@@ -45,13 +45,14 @@ from onnx_struct.passes.quantize_plan import (
     resolve_format,
 )
 from onnx_struct.passes.quantize_write import COPY_CHUNK, QuantizeOutput
+from onnx_struct.payload.external_io import read_external_payloads
 from onnx_struct.runtime.codec import encode
 from onnx_struct.runtime.delivery import add_in_memory, external_tensors_in_memory, placeholders
 from onnx_struct.runtime.heap import release_free_memory
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
 from onnx_struct.runtime.runners import clear_cache
 from onnx_struct.schema.builders import make_struct_value
-from onnx_struct.schema.model import add_struct_values, from_onnx, load, to_onnx
+from onnx_struct.schema.model import add_struct_values, from_onnx, load, model_directory, resolve_path, to_onnx
 
 __all__ = [
     "WEIGHT_INPUT",
@@ -173,6 +174,7 @@ def quantize_and_plan(
         stock, deferred = read_model_deferred(model)  # its large initializers' data stays in the file
     else:
         stock, deferred = read_model(model), None
+    stock = _own_payloads(stock, model, output)
     fmt = resolve_format(format)
     if isinstance(op_types, str):  # would be read letter by letter
         raise TypeError(f"op_types: expected a sequence of operator names, got the string {op_types!r}")
@@ -275,6 +277,19 @@ def quantize_and_plan(
                 )
         _refuse_if(problem, fmt)
     return quantized, first_plan, (stock if keep_source else None), checked
+
+
+def _own_payloads(stock: onnx.ModelProto, model, output: QuantizeOutput | None) -> onnx.ModelProto:
+    """``stock`` with the struct payloads it keeps in external files read in, unless the result
+    is written into the model's own directory: their locations are relative to that directory
+    alone, and a result held in memory or written elsewhere would name files it does not have."""
+    if isinstance(model, (onnx.ModelProto, bytes, bytearray)):  # no directory: its references stay as given
+        return stock
+    directory = model_directory(model)
+    here = output is not None and directory.resolved_file_directory is None
+    if here and resolve_path(output.base_dir) == directory:
+        return stock  # OUT's own directory: the references resolve there as they did
+    return read_external_payloads(stock, directory)
 
 
 def _checked_and_run(
