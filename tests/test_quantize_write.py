@@ -113,6 +113,24 @@ def test_the_estimate_is_the_inline_results_size_within_a_few_kilobytes(tmp_path
     assert abs(estimate - actual) < 4096, (estimate, actual)
 
 
+def test_the_estimate_counts_the_struct_values_an_input_already_holds(tmp_path):
+    """A model quantized before (W1, W2 in Q8_0, 139264 payload bytes inline) with a new float
+    weight: its values are part of the result, so they are part of the estimate (without them a
+    result past the limit was written inline)."""
+    float_model(tmp_path / "float.onnx")
+    once = quantize(tmp_path / "float.onnx", "Q8_0")
+    w3 = np.random.default_rng(3).standard_normal((K, K), np.float32)
+    once.graph.initializer.append(numpy_helper.from_array(w3, "W3"))
+    once.graph.node.append(oh.make_node("MatMul", ["Y", "W3"], ["Y3"]))
+    once.graph.output[0].name = "Y3"
+    onnx.save(once, tmp_path / "partly.onnx")
+    fmt = resolve_format("Q4_0")
+    stock, deferred = read_model_deferred(tmp_path / "partly.onnx")
+    estimate = estimate_bytes(stock, fmt, build_plan(stock, fmt, ("MatMul", "Gemm"), 4096, "input", True), deferred)
+    actual = len(quantize(tmp_path / "partly.onnx", fmt).SerializeToString())
+    assert actual > 139264 and abs(estimate - actual) < 4096, (estimate, actual)
+
+
 def test_a_link_at_the_data_file_is_refused_before_any_work(tmp_path, capsys):
     float_model(tmp_path / "float.onnx")
     (tmp_path / "victim").write_text("keep")
@@ -293,7 +311,7 @@ def test_an_inputs_external_struct_values_too_large_to_carry_are_refused_elsewhe
     monkeypatch.setattr(limits, "INLINE_RESULT_LIMIT", 100_000)  # the two Q8_0 payloads hold 139264 bytes
     argv = ["quantize", str(tmp_path / "a" / "partly.onnx"), "--format", "Q4_0", "--quiet"]
     assert main([*argv[:2], str(tmp_path / "b" / "q.onnx"), *argv[2:]]) == 1
-    assert "the external struct payloads total 139264 bytes" in capsys.readouterr().err
+    assert "the struct payloads total 139264 bytes" in capsys.readouterr().err
     assert list((tmp_path / "b").iterdir()) == []
     assert main([*argv[:2], str(tmp_path / "a" / "out.onnx"), *argv[2:]]) == 0
     S.check_model(tmp_path / "a" / "out.onnx")

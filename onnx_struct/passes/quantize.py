@@ -499,12 +499,13 @@ def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, .
 
 def estimate_bytes(model: onnx.ModelProto, fmt: BlockFormat, planned: Plan, deferred: DeferredData | None) -> int:
     """The quantized model's size in bytes, before any weight is encoded: the model as read (its
-    skeleton plus the data left in the file) less each planned weight's float data plus its payload,
+    skeleton, its struct values, plus the data left in the file) less each planned weight's float data plus its payload,
     and the declarations (a root with its decoder and encoder per stored shape)."""
     # Part by part: ByteSize of a model past 2 GiB (the data it is estimated for) raises.
     graph = model.graph
     parts = [*graph.initializer, *graph.node, *graph.input, *graph.output, *graph.value_info, *model.functions]
     size = sum(part.ByteSize() for part in parts) + sum(len(entry.value) for entry in model.metadata_props)
+    size += sum(value.ByteSize() for value in load(model).struct_values)  # the input's own, kept in the result
     size += sum(length for _, length in deferred.runs.values()) if deferred is not None else 0
     for weight in planned.weights:
         size += fmt.num_blocks(weight.stored_shape) * fmt.bytes_per_block - 4 * math.prod(weight.shape)

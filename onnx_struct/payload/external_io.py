@@ -201,15 +201,19 @@ def read_external_payloads(stock: onnx.ModelProto, base_dir: str | os.PathLike) 
     Raises:
         ValidationError: a location refused by the model-directory rules, a missing file, a
             payload whose size differs from its declaration's, or payloads whose total reaches
-            :data:`onnx_struct.limits.INLINE_RESULT_LIMIT` (no model could hold them inline).
+            :data:`onnx_struct.limits.INLINE_RESULT_LIMIT` with the inline ones (no model could
+            hold them inline).
     """
     source = load(stock, base_dir)
-    # Checked before any is read: past the limit the model they are read into could not be serialized.
-    total = sum(_stated_length(value) for value in source.struct_values)
+    if not any(len(value.external_data) for value in source.struct_values):
+        return stock
+    # Checked before any is read: past the limit the model they are read into (with the payloads
+    # already inline) could not be serialized.
+    total = sum(_stated_length(value) or len(value.raw_data) for value in source.struct_values)
     if total >= limits.INLINE_RESULT_LIMIT:
         raise limit_exceeded(
             "graph.struct_initializer",
-            f"the external struct payloads total {total} bytes, too many to hold inline in one model: write "
+            f"the struct payloads total {total} bytes, too many to hold inline in one model: write "
             "the result in the model's own directory",
             total,
             limits.INLINE_RESULT_LIMIT,
