@@ -304,15 +304,33 @@ def test_an_inputs_external_struct_values_are_carried_into_out_elsewhere(tmp_pat
     )
 
 
-def test_an_inputs_external_struct_values_too_large_to_carry_are_refused_elsewhere(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("stated", [True, False])
+def test_an_inputs_external_struct_values_too_large_to_carry_are_refused_elsewhere(
+    tmp_path, monkeypatch, capsys, stated
+):
     """Payloads past the inline limit cannot be read into one model: refused before any is read,
-    naming the limit; OUT beside the input keeps naming the input's data file, as before."""
+    naming the limit, by the size their declarations give (``stated=False``: the references
+    state no length, the payload runs to the end of the file); OUT beside the input keeps naming
+    the input's data file."""
     partly_external(tmp_path)
+    if not stated:
+        overlay = S.from_onnx(onnx.load(tmp_path / "a" / "partly.onnx", load_external_data=False))
+        for value in overlay.graph.struct_initializer:
+            kept = [(e.key, e.value) for e in value.external_data if e.key != "length"]
+            del value.external_data[:]
+            for key, text in kept:
+                value.external_data.add(key=key, value=text)
+        onnx.save(S.to_onnx(overlay), tmp_path / "a" / "partly.onnx")
     monkeypatch.setattr(limits, "INLINE_RESULT_LIMIT", 100_000)  # the two Q8_0 payloads hold 139264 bytes
     argv = ["quantize", str(tmp_path / "a" / "partly.onnx"), "--format", "Q4_0", "--quiet"]
     assert main([*argv[:2], str(tmp_path / "b" / "q.onnx"), *argv[2:]]) == 1
     assert "the struct payloads total 139264 bytes" in capsys.readouterr().err
     assert list((tmp_path / "b").iterdir()) == []
+    if not stated:  # beside the input the references stay, and W1_T's runs on past its 69632 bytes
+        assert main([*argv[:2], str(tmp_path / "a" / "out.onnx"), *argv[2:]]) == 1
+        error = capsys.readouterr().err  # the input's own fault, by path, not "cannot run the model given"
+        assert "graph.struct_initializer[0] ('W1_T'): external payload length is 204800 bytes" in error, error
+        return
     assert main([*argv[:2], str(tmp_path / "a" / "out.onnx"), *argv[2:]]) == 0
     S.check_model(tmp_path / "a" / "out.onnx")
     locations = {_external(v.external_data)["location"] for v in S.get_struct_values(tmp_path / "a" / "out.onnx")}

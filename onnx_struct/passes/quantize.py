@@ -263,8 +263,10 @@ def quantize_and_plan(
         checked, problem = _checked_and_run(quantized, base_dir)
         if problem:  # is it the format? The model may not run as given, or not at the decoder's opset
             source = read_model(model) if rewrite_in_place else stock  # as given, before the rewrite
-            checked_model(source)  # a model invalid as given raises its own error (its path), not the format's
-            as_given = "" if conversion_failure else runtime_error(source)
+            # read from its own directory, where its external payloads are (their sizes are checked too)
+            home = model_directory(model) if isinstance(model, (str, os.PathLike)) else None
+            checked_model(source, base_dir=home)  # a model invalid as given raises its own error (its path)
+            as_given = "" if conversion_failure else runtime_error(source, home)
             cause = conversion_failure or (
                 as_given and f"onnxruntime cannot run the model given to quantize either: {as_given}"
             )
@@ -499,8 +501,9 @@ def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, .
 
 def estimate_bytes(model: onnx.ModelProto, fmt: BlockFormat, planned: Plan, deferred: DeferredData | None) -> int:
     """The quantized model's size in bytes, before any weight is encoded: the model as read (its
-    skeleton, its struct values, plus the data left in the file) less each planned weight's float data plus its payload,
-    and the declarations (a root with its decoder and encoder per stored shape)."""
+    skeleton and struct values, plus the data left in the file) less each planned weight's float
+    data plus its payload, and the declarations (a root with its decoder and encoder per stored
+    shape)."""
     # Part by part: ByteSize of a model past 2 GiB (the data it is estimated for) raises.
     graph = model.graph
     parts = [*graph.initializer, *graph.node, *graph.input, *graph.output, *graph.value_info, *model.functions]

@@ -21,7 +21,7 @@ from onnx_struct.errors import ValidationError, limit_exceeded
 from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.payload import external
 from onnx_struct.payload.external_write import DirectoryWriter
-from onnx_struct.payload.values import resolve_value
+from onnx_struct.payload.values import resolve_value, value_declaration
 from onnx_struct.payload.view import view_of
 from onnx_struct.schema.model import LoadedModel, ModelLike, from_onnx, load, resolve_path, to_onnx
 
@@ -208,8 +208,13 @@ def read_external_payloads(stock: onnx.ModelProto, base_dir: str | os.PathLike) 
     if not any(len(value.external_data) for value in source.struct_values):
         return stock
     # Checked before any is read: past the limit the model they are read into (with the payloads
-    # already inline) could not be serialized.
-    total = sum(_stated_length(value) or len(value.raw_data) for value in source.struct_values)
+    # already inline) could not be serialized. A read payload is as large as its declaration says.
+    table = TypeTable(source.struct_types)
+    total = 0
+    for i, value in enumerate(source.struct_values):
+        where = element_label(f"graph.struct_initializer[{i}]", value.name)
+        total += -(-table.size(value_declaration(value, table, where), where) // 8) if len(value.external_data) else 0
+        total += len(value.raw_data)
     if total >= limits.INLINE_RESULT_LIMIT:
         raise limit_exceeded(
             "graph.struct_initializer",
@@ -219,12 +224,6 @@ def read_external_payloads(stock: onnx.ModelProto, base_dir: str | os.PathLike) 
             limits.INLINE_RESULT_LIMIT,
         )
     return _inlined(stock, source)
-
-
-def _stated_length(value) -> int:
-    """The length an external value's ``external_data`` states (0 when it states none, or none valid)."""
-    text = next((entry.value for entry in value.external_data if entry.key == "length"), "")
-    return int(text) if text.isdigit() else 0
 
 
 def _inlined(stock: onnx.ModelProto, source: LoadedModel) -> onnx.ModelProto:
