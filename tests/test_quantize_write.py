@@ -113,6 +113,24 @@ def test_the_estimate_is_the_inline_results_size_within_a_few_kilobytes(tmp_path
     assert abs(estimate - actual) < 4096, (estimate, actual)
 
 
+def test_the_estimate_counts_the_struct_values_an_input_already_holds(tmp_path):
+    """A model quantized before (W1, W2 in Q8_0, 139264 payload bytes inline) with a new float
+    weight: its values are part of the result, so they are part of the estimate (without them a
+    result past the limit was written inline)."""
+    float_model(tmp_path / "float.onnx")
+    once = quantize(tmp_path / "float.onnx", "Q8_0")
+    w3 = np.random.default_rng(3).standard_normal((K, K), np.float32)
+    once.graph.initializer.append(numpy_helper.from_array(w3, "W3"))
+    once.graph.node.append(oh.make_node("MatMul", ["Y", "W3"], ["Y3"]))
+    once.graph.output[0].name = "Y3"
+    onnx.save(once, tmp_path / "partly.onnx")
+    fmt = resolve_format("Q4_0")
+    stock, deferred = read_model_deferred(tmp_path / "partly.onnx")
+    estimate = estimate_bytes(stock, fmt, build_plan(stock, fmt, ("MatMul", "Gemm"), 4096, "input", True), deferred)
+    actual = len(quantize(tmp_path / "partly.onnx", fmt).SerializeToString())
+    assert actual > 139264 and abs(estimate - actual) < 4096, (estimate, actual)
+
+
 def test_a_link_at_the_data_file_is_refused_before_any_work(tmp_path, capsys):
     float_model(tmp_path / "float.onnx")
     (tmp_path / "victim").write_text("keep")
@@ -237,6 +255,86 @@ def test_struct_values_already_in_the_input_stay_first_and_inline(tmp_path):
     assert [v.name for v in written.graph.struct_initializer] == ["W1_T", "W2_T", "W3_T"]
     assert [v.raw_data for v in written.graph.struct_initializer[:2]] == [v.raw_data for v in before]
     assert written == S.from_onnx(quantize(tmp_path / "partly.onnx", "Q4_0"))
+
+
+def partly_external(tmp_path) -> dict[str, bytes]:
+    """a/partly.onnx: W1, W2 quantized to Q8_0 with their payloads in a/q.onnx.data, and a new
+    float weight W3 read by a MatMul after them; returns the payloads as that file holds them."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    float_model(tmp_path / "a" / "float.onnx")
+    argv = ["quantize", str(tmp_path / "a" / "float.onnx"), str(tmp_path / "a" / "q.onnx"), "--format", "Q8_0"]
+    assert main([*argv, "--external", "--quiet"]) == 0
+    partly = onnx.load(tmp_path / "a" / "q.onnx", load_external_data=False)
+    data = (tmp_path / "a" / "q.onnx.data").read_bytes()
+    before = {}  # the oracle: each value's bytes at its stated range of the input's data file
+    for value in S.get_struct_values(tmp_path / "a" / "q.onnx"):
+        entries = _external(value.external_data)
+        assert entries["location"] == "q.onnx.data"
+        before[value.name] = data[int(entries["offset"]) : int(entries["offset"]) + int(entries["length"])]
+    w3 = np.random.default_rng(3).standard_normal((K, K), np.float32)
+    partly.graph.initializer.append(numpy_helper.from_array(w3, "W3"))
+    partly.graph.node.append(oh.make_node("MatMul", ["Y", "W3"], ["Y3"]))
+    partly.graph.output[0].name = "Y3"
+    onnx.save(partly, tmp_path / "a" / "partly.onnx")  # its float tensors inline, its values in q.onnx.data
+    return before
+
+
+@pytest.mark.parametrize("extra", [[], ["--external"], ["--min-elements", "1000000000"]])
+def test_an_inputs_external_struct_values_are_carried_into_out_elsewhere(tmp_path, extra):
+    """A model whose struct values are in its own data file (a/q.onnx.data), quantized into
+    another directory: their locations are relative to a/ alone, so OUT takes their bytes (as it
+    takes the input's external float tensors) instead of naming a file b/ does not have. Before,
+    a result with nothing to quantize was written naming it (exit 0, unloadable), and one with a
+    weight to quantize (and quantize() in memory) was refused as "onnxruntime cannot run the
+    model given to quantize"."""
+    before = partly_external(tmp_path)
+    out = tmp_path / "b" / "q.onnx"
+    assert main(["quantize", str(tmp_path / "a" / "partly.onnx"), str(out), "--format", "Q4_0", "--quiet", *extra]) == 0
+    S.check_model(out)
+    written = {v.name: v for v in S.get_struct_values(out)}
+    assert set(written) == {"W1_T", "W2_T"} | ({"W3_T"} if "--min-elements" not in extra else set())
+    for name, payload in before.items():
+        assert written[name].raw_data == payload and not written[name].external_data
+    options = {"min_elements": 10**9} if "--min-elements" in extra else {}
+    in_memory = quantize(tmp_path / "a" / "partly.onnx", "Q4_0", **options)  # read from a/: its values resolve
+    x = np.random.default_rng(0).standard_normal((64, K)).astype(np.float32)
+    np.testing.assert_array_equal(
+        S.InferenceSession(out).run(None, {"X": x})[0], S.InferenceSession(in_memory).run(None, {"X": x})[0]
+    )
+
+
+@pytest.mark.parametrize("stated", [True, False])
+def test_an_inputs_external_struct_values_too_large_to_carry_are_refused_elsewhere(
+    tmp_path, monkeypatch, capsys, stated
+):
+    """Payloads past the inline limit cannot be read into one model: refused before any is read,
+    naming the limit, by the size their declarations give (``stated=False``: the references
+    state no length, the payload runs to the end of the file); OUT beside the input keeps naming
+    the input's data file."""
+    partly_external(tmp_path)
+    if not stated:
+        overlay = S.from_onnx(onnx.load(tmp_path / "a" / "partly.onnx", load_external_data=False))
+        for value in overlay.graph.struct_initializer:
+            kept = [(e.key, e.value) for e in value.external_data if e.key != "length"]
+            del value.external_data[:]
+            for key, text in kept:
+                value.external_data.add(key=key, value=text)
+        onnx.save(S.to_onnx(overlay), tmp_path / "a" / "partly.onnx")
+    monkeypatch.setattr(limits, "INLINE_RESULT_LIMIT", 100_000)  # the two Q8_0 payloads hold 139264 bytes
+    argv = ["quantize", str(tmp_path / "a" / "partly.onnx"), "--format", "Q4_0", "--quiet"]
+    assert main([*argv[:2], str(tmp_path / "b" / "q.onnx"), *argv[2:]]) == 1
+    assert "the struct payloads total 139264 bytes" in capsys.readouterr().err
+    assert list((tmp_path / "b").iterdir()) == []
+    if not stated:  # beside the input the references stay, and W1_T's runs on past its 69632 bytes
+        assert main([*argv[:2], str(tmp_path / "a" / "out.onnx"), *argv[2:]]) == 1
+        error = capsys.readouterr().err  # the input's own fault, by path, not "cannot run the model given"
+        assert "graph.struct_initializer[0] ('W1_T'): external payload length is 204800 bytes" in error, error
+        return
+    assert main([*argv[:2], str(tmp_path / "a" / "out.onnx"), *argv[2:]]) == 0
+    S.check_model(tmp_path / "a" / "out.onnx")
+    locations = {_external(v.external_data)["location"] for v in S.get_struct_values(tmp_path / "a" / "out.onnx")}
+    assert locations == {"q.onnx.data", "out.onnx.data"}
 
 
 def test_a_failure_after_encoding_leaves_no_scratch_file(tmp_path, monkeypatch, capsys):

@@ -45,13 +45,14 @@ from onnx_struct.passes.quantize_plan import (
     resolve_format,
 )
 from onnx_struct.passes.quantize_write import COPY_CHUNK, QuantizeOutput
+from onnx_struct.payload.external_io import read_external_payloads
 from onnx_struct.runtime.codec import encode
 from onnx_struct.runtime.delivery import add_in_memory, external_tensors_in_memory, placeholders
 from onnx_struct.runtime.heap import release_free_memory
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
 from onnx_struct.runtime.runners import clear_cache
 from onnx_struct.schema.builders import make_struct_value
-from onnx_struct.schema.model import add_struct_values, from_onnx, load, to_onnx
+from onnx_struct.schema.model import add_struct_values, from_onnx, load, model_directory, resolve_path, to_onnx
 
 __all__ = [
     "WEIGHT_INPUT",
@@ -173,6 +174,7 @@ def quantize_and_plan(
         stock, deferred = read_model_deferred(model)  # its large initializers' data stays in the file
     else:
         stock, deferred = read_model(model), None
+    stock = _own_payloads(stock, model, output)
     fmt = resolve_format(format)
     if isinstance(op_types, str):  # would be read letter by letter
         raise TypeError(f"op_types: expected a sequence of operator names, got the string {op_types!r}")
@@ -261,8 +263,10 @@ def quantize_and_plan(
         checked, problem = _checked_and_run(quantized, base_dir)
         if problem:  # is it the format? The model may not run as given, or not at the decoder's opset
             source = read_model(model) if rewrite_in_place else stock  # as given, before the rewrite
-            checked_model(source)  # a model invalid as given raises its own error (its path), not the format's
-            as_given = "" if conversion_failure else runtime_error(source)
+            # read from its own directory, where its external payloads are (their sizes are checked too)
+            home = model_directory(model) if isinstance(model, (str, os.PathLike)) else None
+            checked_model(source, base_dir=home)  # a model invalid as given raises its own error (its path)
+            as_given = "" if conversion_failure else runtime_error(source, home)
             cause = conversion_failure or (
                 as_given and f"onnxruntime cannot run the model given to quantize either: {as_given}"
             )
@@ -275,6 +279,19 @@ def quantize_and_plan(
                 )
         _refuse_if(problem, fmt)
     return quantized, first_plan, (stock if keep_source else None), checked
+
+
+def _own_payloads(stock: onnx.ModelProto, model, output: QuantizeOutput | None) -> onnx.ModelProto:
+    """``stock`` with the struct payloads it keeps in external files read in, unless the result
+    is written into the model's own directory: their locations are relative to that directory
+    alone, and a result held in memory or written elsewhere would name files it does not have."""
+    if isinstance(model, (onnx.ModelProto, bytes, bytearray)):  # no directory: its references stay as given
+        return stock
+    directory = model_directory(model)
+    here = output is not None and directory.resolved_file_directory is None
+    if here and resolve_path(output.base_dir) == directory:
+        return stock  # OUT's own directory: the references resolve there as they did
+    return read_external_payloads(stock, directory)
 
 
 def _checked_and_run(
@@ -484,12 +501,14 @@ def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, .
 
 def estimate_bytes(model: onnx.ModelProto, fmt: BlockFormat, planned: Plan, deferred: DeferredData | None) -> int:
     """The quantized model's size in bytes, before any weight is encoded: the model as read (its
-    skeleton plus the data left in the file) less each planned weight's float data plus its payload,
-    and the declarations (a root with its decoder and encoder per stored shape)."""
+    skeleton and struct values, plus the data left in the file) less each planned weight's float
+    data plus its payload, and the declarations (a root with its decoder and encoder per stored
+    shape)."""
     # Part by part: ByteSize of a model past 2 GiB (the data it is estimated for) raises.
     graph = model.graph
     parts = [*graph.initializer, *graph.node, *graph.input, *graph.output, *graph.value_info, *model.functions]
     size = sum(part.ByteSize() for part in parts) + sum(len(entry.value) for entry in model.metadata_props)
+    size += sum(value.ByteSize() for value in load(model).struct_values)  # the input's own, kept in the result
     size += sum(length for _, length in deferred.runs.values()) if deferred is not None else 0
     for weight in planned.weights:
         size += fmt.num_blocks(weight.stored_shape) * fmt.bytes_per_block - 4 * math.prod(weight.shape)

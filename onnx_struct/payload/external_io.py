@@ -16,11 +16,12 @@ import re
 
 import onnx
 
-from onnx_struct.errors import ValidationError
+from onnx_struct import limits
+from onnx_struct.errors import ValidationError, limit_exceeded
 from onnx_struct.layout.table import TypeTable, element_label
 from onnx_struct.payload import external
 from onnx_struct.payload.external_write import DirectoryWriter
-from onnx_struct.payload.values import resolve_value
+from onnx_struct.payload.values import resolve_value, value_declaration
 from onnx_struct.payload.view import view_of
 from onnx_struct.schema.model import LoadedModel, ModelLike, from_onnx, load, resolve_path, to_onnx
 
@@ -181,6 +182,52 @@ def load_with_external_data(path: str | os.PathLike, *, inline_struct_payloads: 
     stock = to_onnx(source.proto)
     external.load_external_tensors(stock, source.base_dir)
     if not inline_struct_payloads:
+        return stock
+    return _inlined(stock, source)
+
+
+def read_external_payloads(stock: onnx.ModelProto, base_dir: str | os.PathLike) -> onnx.ModelProto:
+    """``stock`` with every external struct payload read (size-checked) into ``raw_data`` from
+    ``base_dir``, the model's directory, under the model-directory rules: a model written
+    elsewhere keeps its payloads (its locations are relative to ``base_dir`` alone).
+
+    Args:
+        stock: the model as read (struct parts as unknown fields).
+        base_dir: the directory the model was read from.
+
+    Returns:
+        ``stock`` itself when no payload is external, else a new model.
+
+    Raises:
+        ValidationError: a location refused by the model-directory rules, a missing file, a
+            payload whose size differs from its declaration's, or payloads whose total reaches
+            :data:`onnx_struct.limits.INLINE_RESULT_LIMIT` with the inline ones (no model could
+            hold them inline).
+    """
+    source = load(stock, base_dir)
+    if not any(len(value.external_data) for value in source.struct_values):
+        return stock
+    # Checked before any is read: past the limit the model they are read into (with the payloads
+    # already inline) could not be serialized. A read payload is as large as its declaration says.
+    table = TypeTable(source.struct_types)
+    total = 0
+    for i, value in enumerate(source.struct_values):
+        where = element_label(f"graph.struct_initializer[{i}]", value.name)
+        total += -(-table.size(value_declaration(value, table, where), where) // 8) if len(value.external_data) else 0
+        total += len(value.raw_data)
+    if total >= limits.INLINE_RESULT_LIMIT:
+        raise limit_exceeded(
+            "graph.struct_initializer",
+            f"the struct payloads total {total} bytes, too many to hold inline in one model: write "
+            "the result in the model's own directory",
+            total,
+            limits.INLINE_RESULT_LIMIT,
+        )
+    return _inlined(stock, source)
+
+
+def _inlined(stock: onnx.ModelProto, source: LoadedModel) -> onnx.ModelProto:
+    if not any(len(value.external_data) for value in source.struct_values):
         return stock
     overlay = from_onnx(stock)
     table = TypeTable(source.struct_types)
