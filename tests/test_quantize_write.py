@@ -405,3 +405,14 @@ def test_a_kept_tensors_data_file_cut_short_during_the_run_is_a_validation_error
     assert main(["quantize", str(source), str(out), "--format", "Q8_0", "--quiet", "--external"]) == 1
     assert "graph.initializer ('bias').external_data" in capsys.readouterr().err
     assert list(out.parent.iterdir()) == []
+
+
+def test_struct_values_bytes_is_their_serialized_size():
+    """quantize's estimate counts an input's own struct values from onnx's unknown fields, without
+    a parse of the whole model; oracle: each value's ByteSize as the overlay parses it."""
+    from onnx_struct.schema.model import struct_values_bytes  # noqa: PLC0415
+
+    model = oh.make_model(oh.make_graph([], "g", [], []))
+    assert struct_values_bytes(model) == 0
+    S.add_struct_values(model, S.make_struct_value("a", 0, raw_data=bytes(300)), S.make_struct_value("b", 1))
+    assert struct_values_bytes(model) == sum(v.ByteSize() for v in S.get_struct_values(model)) > 300

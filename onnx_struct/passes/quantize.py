@@ -52,7 +52,15 @@ from onnx_struct.runtime.heap import release_free_memory
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
 from onnx_struct.runtime.runners import clear_cache
 from onnx_struct.schema.builders import make_struct_value
-from onnx_struct.schema.model import add_struct_values, from_onnx, load, model_directory, resolve_path, to_onnx
+from onnx_struct.schema.model import (
+    add_struct_values,
+    from_onnx,
+    load,
+    model_directory,
+    resolve_path,
+    struct_values_bytes,
+    to_onnx,
+)
 
 __all__ = [
     "WEIGHT_INPUT",
@@ -287,6 +295,8 @@ def _own_payloads(stock: onnx.ModelProto, model, output: QuantizeOutput | None) 
     alone, and a result held in memory or written elsewhere would name files it does not have."""
     if isinstance(model, (onnx.ModelProto, bytes, bytearray)):  # no directory: its references stay as given
         return stock
+    if not struct_values_bytes(stock):  # no struct value at all: nothing to read in
+        return stock
     directory = model_directory(model)
     here = output is not None and directory.resolved_file_directory is None
     if here and resolve_path(output.base_dir) == directory:
@@ -508,7 +518,7 @@ def estimate_bytes(model: onnx.ModelProto, fmt: BlockFormat, planned: Plan, defe
     graph = model.graph
     parts = [*graph.initializer, *graph.node, *graph.input, *graph.output, *graph.value_info, *model.functions]
     size = sum(part.ByteSize() for part in parts) + sum(len(entry.value) for entry in model.metadata_props)
-    size += sum(value.ByteSize() for value in load(model).struct_values)  # the input's own, kept in the result
+    size += struct_values_bytes(model)  # the input's own, kept in the result
     size += sum(length for _, length in deferred.runs.values()) if deferred is not None else 0
     for weight in planned.weights:
         size += fmt.num_blocks(weight.stored_shape) * fmt.bytes_per_block - 4 * math.prod(weight.shape)

@@ -551,6 +551,14 @@ def add_struct_values(model: onnx.ModelProto | pb.ModelProto, *values: StructPro
     _append(model, pb.ModelProto(graph=pb.GraphProto(struct_initializer=values)))
 
 
+def struct_values_bytes(model: onnx.ModelProto) -> int:
+    """The serialized size of the main graph's struct values in a stock model (0 when it has
+    none), without the model serialized or parsed again: each value's bytes once at a time."""
+    return sum(
+        len(field.data) for field in UnknownFieldSet(model.graph) if field.field_number == _STRUCT_INITIALIZER_FIELD
+    )
+
+
 def struct_value_fragment_head(value: StructProto, payload_length: int) -> bytes:
     """The bytes that, followed by a payload of ``payload_length`` bytes, are a serialized
     ModelProto holding only ``value`` (its own ``raw_data`` and ``external_data`` left out, that
