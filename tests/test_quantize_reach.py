@@ -18,6 +18,8 @@ from onnx import TensorProto, numpy_helper
 from onnx import helper as oh
 
 import onnx_struct as S
+from onnx_struct.check.checked import checked_model
+from onnx_struct.lowering.execution import rewrite_for_execution
 from onnx_struct.passes.quantize import plan, quantize
 
 gguf = pytest.importorskip("gguf")
@@ -315,3 +317,47 @@ def test_weight_of_an_op_outside_op_types_is_left_alone_and_said_so():
     assert not planned.weights
     reason = "a MatMul weight; MatMul is not in op_types"
     assert planned.other == {"Wlin": reason, "w (in function 'local.Block')": reason}
+
+
+def tied_embedding_model() -> onnx.ModelProto:
+    """An embedding table read by Gather (the tokens) and by Gemm(transB=1) (the output head)."""
+    nodes = [oh.make_node("Gather", ["W", "ids"], ["E"], axis=0), oh.make_node("Gemm", ["E", "W"], ["Y"], transB=1)]
+    graph = oh.make_graph(
+        nodes,
+        "tied",
+        [oh.make_tensor_value_info("ids", TensorProto.INT64, [4])],
+        [info("Y", [4, 128])],
+        [numpy_helper.from_array(array((128, 64), 41), "W")],
+    )
+    return oh.make_model(graph, opset_imports=OPSET, ir_version=10)
+
+
+@pytest.mark.parametrize("fmt", ["Q8_0", "Q4_0"])
+def test_a_tied_embedding_is_quantized_once_along_its_rows(fmt):
+    """Gather and Gemm(transB=1) both read blocks along each row of W [V, D] (GGUF's token_embd):
+    one struct value of W itself (not transposed), run quantized by both; it was kept as float
+    ("its consumers disagree on which axis is the input axis"). Oracle: gguf-py's bytes of W and
+    the float model run on gguf-py's round trip of W."""
+    model = tied_embedding_model()
+    w = numpy_helper.to_array(model.graph.initializer[0])
+    ops = ("MatMul", "Gemm", "Gather")
+    assert [x.name for x in plan(model, fmt, op_types=ops).weights] == ["W"]
+    quantized = quantize(model, fmt, op_types=ops)
+    (value,) = S.get_struct_values(quantized)
+    assert value.raw_data == gguf.quants.quantize(w, Q[fmt]).tobytes()
+    rewritten = rewrite_for_execution(checked_model(quantized), accuracy_level=0).report.rewritten[value.name]
+    assert sorted(entry.split()[0] for entry in rewritten) == ["Gather", "Gemm"]
+    feeds = {"ids": np.array([0, 5, 127, 5], np.int64)}
+    expected = onnx.ModelProto()
+    expected.CopyFrom(model)
+    restored = gguf.quants.dequantize(gguf.quants.quantize(w, Q[fmt]), Q[fmt]).reshape(w.shape)
+    expected.graph.initializer[0].CopyFrom(numpy_helper.from_array(restored.astype(np.float32), "W"))
+    want = stock_run(expected, feeds)[0]
+    for got in (
+        S.InferenceSession(quantized, accuracy_level=0).run(None, feeds)[0],
+        stock_run(S.lower(quantized), feeds)[0],
+    ):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    # Blocks along the output axis: Gather's rows and the head's columns disagree; kept, said so.
+    by_output = plan(model, fmt, op_types=ops, group_axis="output")
+    assert not by_output.weights and "disagree" in next(iter(by_output.skipped.values()))

@@ -308,6 +308,10 @@ def _planned(site: Site, fmt: BlockFormat, group_axis: str, pad: bool, taken: se
     # a Gather(axis=0) table keeps its rows (each block is part of one embedding vector); a Conv
     # kernel [O, I, kh, kw] is flattened to [O, I*kh*kw], whose axis 1 is K.
     k_axes = {_k_axis(use.node) for use in site.uses}
+    if group_axis == "input" and k_axes == {"rows", 1}:
+        # A tied embedding: Gather reads whole rows and Gemm(transB=1) reduces along axis 1, so
+        # both read blocks along each row, as GGUF stores token_embd for both.
+        k_axes = {1}
     if len(k_axes) != 1:
         return "its consumers disagree on which axis is the input axis", None
     (k_axis,) = k_axes
