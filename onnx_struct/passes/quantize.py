@@ -225,9 +225,8 @@ def quantize_and_plan(
         array = deferred.array(tensor) if _is_deferred(weight, deferred) else numpy_helper.to_array(tensor)
         stored = stored_array(array, weight)
         del array
-        chunks = _encode_rows(
-            stored, fmt, scratch, weight.value_name
-        )  # each written out as it is encoded, or joined here
+        # each chunk's payload written out as it is encoded, or joined here
+        chunks = _encode_rows(stored, fmt, scratch, weight.value_name)
         if output is not None:
             values.append(output.store_payload(make_struct_value(weight.value_name, 0), chunks))
         else:
