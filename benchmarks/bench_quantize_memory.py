@@ -16,6 +16,7 @@ automatically and whose Q8_0 result (612 MiB) is inline; it needs about 5 GB of 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import pathlib
 import subprocess
@@ -117,6 +118,10 @@ def main() -> int:
     parser.add_argument("--no-peer", action="store_true", help="skip onnxruntime's quantizer")
     parser.add_argument("--quick", action="store_true", help="256 x 384 weights (seconds)")
     args = parser.parse_args()
+    # onnxruntime's quantizer imports onnx-ir (the bench extra); without it the peer column is "-".
+    peer_available = not args.no_peer and importlib.util.find_spec("onnx_ir") is not None
+    if not args.no_peer and not peer_available:
+        print("(onnxruntime's quantizer needs onnx-ir: pip install '.[bench]'; no peer column)", file=sys.stderr)
     print("| input | format | goal MiB | peak MiB | peak / goal | s | ort quantizer (4-bit) peak MiB | ours / ort |")
     print("|---|---|---|---|---|---|---|---|")
     peers: dict[tuple, float] = {}
@@ -133,7 +138,7 @@ def main() -> int:
             peak, seconds = peak_of([*argv, *(["--external"] if to_data else [])])
             key = (layers, k, n, external)
             peer = ""
-            if fmt == "Q4_0" and not args.no_peer and key not in peers:
+            if fmt == "Q4_0" and peer_available and key not in peers:
                 script = directory / "peer.py"
                 script.write_text(PEER)
                 peers[key] = peak_of([str(script), str(source), str(directory / "ort.onnx")])[0]
