@@ -232,7 +232,8 @@ def quantize_and_plan(
         else:
             values.append(make_struct_value(weight.value_name, 0, raw_data=b"".join(chunks)))
         del stored, chunks
-        release_free_memory()  # this weight's arrays and the encoder's buffers, before the next weight's
+        if 4 * math.prod(weight.shape) >= RELEASE_BYTES:
+            release_free_memory()  # this weight's arrays and the encoder's buffers, before the next weight's
     detach_weights(result, planned)
     graph = result.graph
     restoring = [node for weight in planned.weights for node in _restore_nodes(weight, graph, taken)]
@@ -262,10 +263,11 @@ def quantize_and_plan(
         planned.sites = {}
     base_dir = output.base_dir if output is not None else None
     checked = None
-    # The encoder sessions (one per chunk shape) and their arenas are done with; freed pages go back
-    # to the system before the check's session takes its own.
-    clear_cache()
-    release_free_memory()
+    if sum(4 * math.prod(weight.shape) for weight in planned.weights) >= RELEASE_BYTES:
+        # The encoder sessions (one per chunk shape) and their arenas are done with; freed pages go
+        # back to the system before the check's session takes its own.
+        clear_cache()
+        release_free_memory()
     if not allow_reference_only:
         checked, problem = _checked_and_run(quantized, base_dir)
         if problem:  # is it the format? The model may not run as given, or not at the decoder's opset
@@ -440,6 +442,10 @@ def runtime_error(model: onnx.ModelProto | CheckedModel, base_dir: str | os.Path
 
 
 ENCODE_CHUNK = 1 << 20  # elements per encoder run: its intermediate tensors stay a few MiB
+# Float weights of at least this many bytes (one, or all together) are worth giving memory back
+# after: below it the encoder's arenas and freed heap are a few MiB, and re-creating the cached
+# encoder sessions on the next call would cost more time than they hold.
+RELEASE_BYTES = 16 << 20
 
 
 class _Scratch:
