@@ -274,8 +274,8 @@ def quantize_and_plan(
             source = read_model(model) if rewrite_in_place else stock  # as given, before the rewrite
             # read from its own directory, where its external payloads are (their sizes are checked too)
             home = model_directory(model) if isinstance(model, (str, os.PathLike)) else None
-            checked_model(source, base_dir=home)  # a model invalid as given raises its own error (its path)
-            as_given = "" if conversion_failure else runtime_error(source, home)
+            given = checked_model(source, base_dir=home)  # a model invalid as given raises its own error (its path)
+            as_given = "" if conversion_failure else runtime_error(given, home)
             cause = conversion_failure or (
                 as_given and f"onnxruntime cannot run the model given to quantize either: {as_given}"
             )

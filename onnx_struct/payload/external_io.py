@@ -223,14 +223,14 @@ def read_external_payloads(stock: onnx.ModelProto, base_dir: str | os.PathLike) 
             total,
             limits.INLINE_RESULT_LIMIT,
         )
-    return _inlined(stock, source)
+    return _inlined(stock, source, table)
 
 
-def _inlined(stock: onnx.ModelProto, source: LoadedModel) -> onnx.ModelProto:
+def _inlined(stock: onnx.ModelProto, source: LoadedModel, table: TypeTable | None = None) -> onnx.ModelProto:
     if not any(len(value.external_data) for value in source.struct_values):
         return stock
     overlay = from_onnx(stock)
-    table = TypeTable(source.struct_types)
+    table = table if table is not None else TypeTable(source.struct_types)
     for i, value in enumerate(overlay.graph.struct_initializer):
         if len(value.external_data):
             value.raw_data = _payload(source, value, i, table).tobytes()
