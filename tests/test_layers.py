@@ -38,6 +38,7 @@ LAYERS = (
     ("runtime", ("runtime",)),
     ("passes", ("passes",)),
     ("tools", ("tools",)),
+    ("llm", ("llm",)),
     ("cli", ("cli",)),
     ("facade", ("", "__main__")),  # "" is onnx_struct/__init__.py
 )
