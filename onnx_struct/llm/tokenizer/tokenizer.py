@@ -81,8 +81,9 @@ class Tokenizer:
         self.eos_ids = vocab.eog
         self.add_bos = vocab.add_bos and vocab.bos is not None
         if vocab.model in ("spm", "ugm", "bpe"):
+            byte = int(Attr.BYTE)
             for i, attr in enumerate(vocab.attrs):
-                if attr & Attr.BYTE:
+                if attr & byte:
                     _byte_value(vocab.tokens[i], i)
         self._partition = SpecialPartition(vocab)
         self._session = _session(vocab)
@@ -380,13 +381,9 @@ def _metadata(model) -> Mapping[str, object]:
         with open(path, "rb") as handle:
             magic = handle.read(4)
         if magic == b"GGUF":
-            from onnx_struct.formats.gguf.metadata import metadata_props  # noqa: PLC0415
-            from onnx_struct.tools.gguf.conversion import _gguf, _open  # noqa: PLC0415
+            from onnx_struct.llm.tokenizer.gguf_metadata import read_gguf_metadata  # noqa: PLC0415
 
-            gguf = _gguf()
-            reader, fd = _open(gguf, path)
-            os.close(fd)
-            return decode_metadata(metadata_props(reader, gguf))
+            return read_gguf_metadata(path)
         return decode_metadata(onnx.load(str(path), load_external_data=False))
     raise ValidationError(
         "load_tokenizer(model)", f"a {type(model).__name__}: not a model, a path or metadata", code="bad_argument"

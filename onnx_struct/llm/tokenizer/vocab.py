@@ -239,7 +239,8 @@ def load_vocab(metadata: Mapping[str, object]) -> Vocab:
     tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
     scores = _numbers(metadata, "tokenizer.ggml.scores", n)
     types = _integers(metadata, "tokenizer.ggml.token_type", n)
-    attrs = [int(_TYPE_ATTRS.get(t, Attr.UNDEFINED)) for t in types] if types is not None else [int(Attr.NORMAL)] * n
+    type_attrs = {t: int(a) for t, a in _TYPE_ATTRS.items()}
+    attrs = [type_attrs.get(t, 0) for t in types] if types is not None else [int(Attr.NORMAL)] * n
     token_to_id = {t: i for i, t in enumerate(tokens)}  # the last of duplicated pieces, as llama.cpp's map
     if name == "hybriddna" and "<oov>" in token_to_id:  # k-mers decode without their marker
         tokens = [
@@ -268,15 +269,17 @@ def load_vocab(metadata: Mapping[str, object]) -> Vocab:
             if found is not None:
                 specials[field] = found
                 attrs[found] |= Attr.CONTROL
+    control, unused = int(Attr.CONTROL), int(Attr.UNUSED)
     for i, text in enumerate(tokens):
-        if attrs[i] & Attr.CONTROL and "unused" in text:
-            attrs[i] |= Attr.UNUSED
+        if attrs[i] & control and "unused" in text:
+            attrs[i] |= unused
     eog = _eog(specials, token_to_id, tokens, attrs)
     for text in _ALWAYS_RENDERED:
         if text in token_to_id:
             attrs[token_to_id[text]] = int(Attr.USER_DEFINED)
 
-    special_ids = [i for i in range(n) if attrs[i] & (Attr.CONTROL | Attr.USER_DEFINED | Attr.UNKNOWN)]
+    matched = int(Attr.CONTROL | Attr.USER_DEFINED | Attr.UNKNOWN)
+    special_ids = [i for i in range(n) if attrs[i] & matched]
     # longest text first (llama.cpp's std::sort leaves equal lengths in no set order: here by id)
     special_ids.sort(key=lambda i: -len(tokens[i].encode("utf-8")))
     _name_attrs(metadata, token_to_id, attrs, special_ids)
