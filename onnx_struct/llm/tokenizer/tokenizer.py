@@ -11,6 +11,7 @@ prefixed space of an SPM text taken off the first piece, and llama.cpp's ``clean
 
 from __future__ import annotations
 
+import importlib
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
@@ -33,21 +34,22 @@ def _session(vocab: Vocab):
         if vocab.tokenizer_model == "whitespace":
             return WhitespaceSession(vocab)
         return BpeSession(vocab)
-    if vocab.model == "spm":
-        try:
-            from onnx_struct.llm.tokenizer.spm import SpmSession  # noqa: PLC0415 - per model
-        except ImportError:  # until the SentencePiece session lands: today's merge-by-score tokenizer
-            from onnx_struct.llm.tokenizer._spm_fallback import SpmSession  # noqa: PLC0415
-        return SpmSession(vocab)
-    names = {"wpm": "WpmSession", "ugm": "UgmSession", "rwkv": "RwkvSession", "plamo2": "Plamo2Session"}
+    # the other models' modules, imported when their model is used (by name: they are built apart)
+    names = {"spm": "SpmSession", "wpm": "WpmSession", "ugm": "UgmSession", "rwkv": "RwkvSession"}
+    names["plamo2"] = "Plamo2Session"
     try:
-        module = __import__(f"onnx_struct.llm.tokenizer.{vocab.model}", fromlist=[names[vocab.model]])
-    except ImportError:
-        raise ValidationError(
-            "gguf.kv['tokenizer.ggml.model']",
-            f"the {vocab.tokenizer_model!r} tokenizer model ({vocab.model}) is not built in this version",
-            code="unsupported_tokenizer",
-        ) from None
+        module = importlib.import_module(f"onnx_struct.llm.tokenizer.{vocab.model}")
+    except ModuleNotFoundError as error:
+        if error.name != f"onnx_struct.llm.tokenizer.{vocab.model}":
+            raise
+        if vocab.model == "spm":  # until the SentencePiece session lands: today's merge-by-score tokenizer
+            module = importlib.import_module("onnx_struct.llm.tokenizer._spm_fallback")
+        else:
+            raise ValidationError(
+                "gguf.kv['tokenizer.ggml.model']",
+                f"the {vocab.tokenizer_model!r} tokenizer model ({vocab.model}) is not built in this version",
+                code="unsupported_tokenizer",
+            ) from None
     return getattr(module, names[vocab.model])(vocab)
 
 
@@ -171,9 +173,7 @@ class Tokenizer:
         v = self.vocab
         text, attr = v.tokens[token], v.attrs[token]
         if v.model == "rwkv":
-            from onnx_struct.llm.tokenizer.rwkv import token_bytes  # noqa: PLC0415 - per model
-
-            return token_bytes(text)
+            return importlib.import_module("onnx_struct.llm.tokenizer.rwkv").token_bytes(text)
         if v.model == "plamo2":
             if attr & Attr.BYTE and len(text) == 6 and text.startswith("<0x") and text.endswith(">"):
                 digits = text[3:5]
