@@ -101,7 +101,9 @@ def gguf_metadata(path: pathlib.Path) -> dict[str, object]:
             elif key == "tokenizer.ggml.precompiled_charsmap":
                 out[key] = b"".join(bytes(field.parts[i]) for i in field.data)
             else:
-                out[key] = [field.parts[i].tolist()[0] for i in field.data]
+                import numpy as np  # noqa: PLC0415
+
+                out[key] = np.concatenate([field.parts[i] for i in field.data]).tolist() if len(field.data) else []
         elif kind == gguf.GGUFValueType.STRING:
             out[key] = bytes(field.parts[field.data[0]]).decode("utf-8", "replace")
         else:
