@@ -87,6 +87,7 @@ def vocab_from_metadata(metadata: Mapping[str, object]) -> Vocab:
 def gguf_metadata(path: pathlib.Path) -> dict[str, object]:
     """The tokenizer keys of a GGUF file, decoded with gguf-py's reader."""
     import gguf  # noqa: PLC0415
+    import numpy as np  # noqa: PLC0415
 
     reader = gguf.GGUFReader(str(path))
     out: dict[str, object] = {}
@@ -101,8 +102,6 @@ def gguf_metadata(path: pathlib.Path) -> dict[str, object]:
             elif key == "tokenizer.ggml.precompiled_charsmap":
                 out[key] = b"".join(bytes(field.parts[i]) for i in field.data)
             else:
-                import numpy as np  # noqa: PLC0415
-
                 out[key] = np.concatenate([field.parts[i] for i in field.data]).tolist() if len(field.data) else []
         elif kind == gguf.GGUFValueType.STRING:
             out[key] = bytes(field.parts[field.data[0]]).decode("utf-8", "replace")
@@ -134,7 +133,7 @@ def write_vocab_gguf(path: pathlib.Path, metadata: Mapping[str, object]) -> None
         elif key == "tokenizer.ggml.token_type":
             w.add_token_types([int(v) for v in value])
         elif key == "tokenizer.ggml.precompiled_charsmap":
-            w.add_array(key, np.frombuffer(bytes(value), dtype=np.uint8))
+            w.add_precompiled_charsmap(bytes(value))
         elif isinstance(value, bool):
             w.add_bool(key, value)
         elif isinstance(value, int):
@@ -254,7 +253,8 @@ def rwkv_escape(data: bytes) -> str:
 
 def rwkv_metadata(pieces: list[bytes], *, all_bytes: bool = True) -> dict[str, object]:
     """An RWKV vocabulary: <s> (id 0, as RWKV's), the 256 single bytes (optional), then ``pieces``."""
-    raw = [b"<s>"] + ([bytes([b]) for b in range(256)] if all_bytes else []) + list(pieces)
+    raw = [b"<s>"] + ([bytes([b]) for b in range(256)] if all_bytes else [])
+    raw += [p for p in dict.fromkeys(pieces) if p not in raw]  # llama.cpp refuses duplicated texts
     tokens = [rwkv_escape(p) for p in raw]
     return {
         "tokenizer.ggml.model": "rwkv",
@@ -323,3 +323,43 @@ def encode_raw(vocab: Vocab, session, text: str) -> list[int]:
         out.extend(session.tokenize(fragment))
         prev_special = False
     return out
+
+
+def precompiled_charsmap(mapping: Mapping[str, str]) -> bytes:
+    """A precompiled charsmap (SentencePiece's normalizer blob) mapping each key's UTF-8 bytes to
+    its replacement: a 4-byte XCDA size, the XOR-compressed double array, then the NUL-terminated
+    replacement strings. Built here from its definition (a node's children sit at
+    ``index ^ base(index) ^ byte``, its value at ``index ^ base(index)`` with bit 31 set), not with
+    SentencePiece's builder."""
+    strings = bytearray()
+    trie: dict = {}
+    for key, replacement in mapping.items():
+        node = trie
+        for b in key.encode():
+            node = node.setdefault(b, {})
+        node[None] = len(strings)
+        strings += replacement.encode() + b"\0"
+    entries: dict[int, int] = {}
+    used = {0}
+    pending = [(0, trie)]
+    while pending:
+        index, node = pending.pop()
+        labels = [b for b in node if b is not None]
+        offset = 1
+        while any(offset ^ c in used for c in labels) or offset in used:
+            offset += 1
+        used.add(offset)
+        base = index ^ offset
+        assert base < 1 << 21
+        entries[index] = entries.get(index, 0) | (base << 10)
+        if None in node:
+            entries[offset] = (1 << 31) | node[None]
+        for c in labels:
+            child = offset ^ c
+            used.add(child)
+            leaf = 1 << 8 if None in node[c] else 0
+            entries[child] = leaf | c
+            pending.append((child, node[c]))
+    size = (max(entries) | 0xFF) + 1  # every index ^ byte stays inside the array
+    array = struct.pack(f"<{size}I", *[entries.get(i, 0) for i in range(size)])
+    return struct.pack("<I", len(array)) + array + bytes(strings)
