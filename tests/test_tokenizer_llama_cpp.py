@@ -27,7 +27,7 @@ from onnx_struct.llm.tokenizer.vocab import Attr
 
 pytestmark = [pytest.mark.slow, pytest.mark.llama_cpp]
 PYTHON = os.environ.get("ONNX_STRUCT_LLAMA_CPP_PYTHON", sys.executable)
-SCRIPT = pathlib.Path(__file__).parent / "support" / "llama_cpp_tokenize.py"
+SCRIPT = pathlib.Path(__file__).parent / "support" / "llama_cpp_roundtrip.py"
 N_STRINGS = 3000
 MODES = [[False, False], [True, True]]
 
