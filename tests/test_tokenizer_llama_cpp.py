@@ -18,7 +18,6 @@ import subprocess
 import sys
 
 import pytest
-
 from support.llama_cpp_source import llama_cpp_source, vocab_files
 from support.tokenizer_strings import generated_strings
 
