@@ -42,14 +42,11 @@ def _session(vocab: Vocab):
     except ModuleNotFoundError as error:
         if error.name != f"onnx_struct.llm.tokenizer.{vocab.model}":
             raise
-        if vocab.model == "spm":  # until the SentencePiece session lands: today's merge-by-score tokenizer
-            module = importlib.import_module("onnx_struct.llm.tokenizer._spm_fallback")
-        else:
-            raise ValidationError(
-                "gguf.kv['tokenizer.ggml.model']",
-                f"the {vocab.tokenizer_model!r} tokenizer model ({vocab.model}) is not built in this version",
-                code="unsupported_tokenizer",
-            ) from None
+        raise ValidationError(
+            "gguf.kv['tokenizer.ggml.model']",
+            f"the {vocab.tokenizer_model!r} tokenizer model ({vocab.model}) is not built in this version",
+            code="unsupported_tokenizer",
+        ) from None
     return getattr(module, names[vocab.model])(vocab)
 
 
