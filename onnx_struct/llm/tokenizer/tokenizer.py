@@ -87,6 +87,22 @@ class Tokenizer:
         self._partition = SpecialPartition(vocab)
         self._session = _session(vocab)
         self._pieces: dict[int, bytes] = {}
+        vocab.nl = self._linefeed()
+
+    def _linefeed(self) -> int | None:
+        """llama.cpp's linefeed_id: SPM's byte piece of '\n' (or the piece "\n"), WPM's pad id,
+        otherwise the first id of "\n" tokenized (the pad id where there is none)."""
+        v = self.vocab
+        if v.model == "spm":
+            found = v.token_to_id.get("<0x0A>", v.token_to_id.get("\n"))
+            return found if found is not None else v.pad
+        if v.model == "wpm":
+            return v.pad
+        try:
+            ids = self.encode("\n", add_bos=False)
+        except ValidationError:  # a session that cannot tokenize it (no unknown token)
+            ids = []
+        return ids[0] if ids else v.pad
 
     # ------------------------------------------------------------------ encode
     def encode(self, text: str, *, add_bos: bool | None = None, special: bool = False) -> list[int]:
