@@ -4,8 +4,9 @@ the space prefix, wpm lowercased and cased, ugm with a precompiled charsmap buil
 user-defined pieces and without either, rwkv, plamo2), and for llama.cpp's own vocabulary files of
 these models (llama-spm, phi-3, baichuan: spm; bert-bge: wpm; nomic-bert-moe: ugm), generated
 strings (whitespace runs, tabs and newlines, CJK, emoji, combining marks, digits, code) tokenized
-by ``Llama(path, vocab_only=True).tokenize(text, add_bos=False, special=False)`` and by the
-session with llama.cpp's framing, identical.
+by ``Llama(path, vocab_only=True).tokenize(text, add_bos=False, special=False)``, by the session
+with llama.cpp's framing (tests/support/tiny_vocabs.encode_raw) and by ``load_tokenizer(path)``
+end to end, identical.
 
 llama.cpp runs in the interpreter ONNX_STRUCT_LLAMA_CPP_PYTHON names (one process per vocabulary,
 strings in and ids out as JSON); skipped where it does not import llama_cpp.
@@ -27,6 +28,7 @@ from support.tiny_vocabs import encode_raw, gguf_metadata, vocab_from_metadata, 
 from onnx_struct.llm.tokenizer.plamo2 import Plamo2Session
 from onnx_struct.llm.tokenizer.rwkv import RwkvSession
 from onnx_struct.llm.tokenizer.spm import SpmSession
+from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer
 from onnx_struct.llm.tokenizer.ugm import UgmSession
 from onnx_struct.llm.tokenizer.wpm import WpmSession
 
@@ -73,6 +75,12 @@ def _compare(metadata, path, texts, workdir) -> None:
     session = SESSIONS[vocab.model](vocab)
     failed = [(text, ids) for text, ids in zip(texts, theirs, strict=True) if encode_raw(vocab, session, text) != ids]
     assert not failed, f"{len(failed)} of {len(texts)} differ, first: {failed[:3]}"
+    # and end to end: the file through load_tokenizer (load_vocab, the partition, the framing)
+    tokenizer = load_tokenizer(path)
+    failed = [
+        (text, ids) for text, ids in zip(texts, theirs, strict=True) if tokenizer.encode(text, add_bos=False) != ids
+    ]
+    assert not failed, f"load_tokenizer: {len(failed)} of {len(texts)} differ, first: {failed[:3]}"
 
 
 @pytest.mark.parametrize("name", sorted(tiny_metadata()))
