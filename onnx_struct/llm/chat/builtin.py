@@ -114,6 +114,55 @@ _RWKV_WORLD = _each(
     f"{{%- elif {_R} == 'assistant' -%}}{{{{- 'Assistant: ' + {_trim(_C)} + '\\n\\n' -}}}}{{%- endif -%}}"
 )
 
+_GIGACHAT = (
+    "{%- set has_system = messages and messages[0]['role'] == 'system' -%}"
+    "{%- if has_system -%}{{- '<s>' + messages[0]['content'] + '<|message_sep|>' -}}{%- else -%}{{- '<s>' -}}{%- endif -%}"
+    "{%- for message in messages[1 if has_system else 0:] -%}"
+    f"{{%- if {_R} == 'user' -%}}"
+    f"{{{{- 'user<|role_sep|>' + {_C} + '<|message_sep|>' + 'available functions<|role_sep|>[]<|message_sep|>' -}}}}"
+    f"{{%- elif {_R} == 'assistant' -%}}{{{{- 'assistant<|role_sep|>' + {_C} + '<|message_sep|>' -}}}}{{%- endif -%}}"
+    "{%- endfor -%}" + _GEN.replace("GEN", repr("assistant<|role_sep|>"))
+)
+
+_HUNYUAN_DENSE = _each(
+    f"{{%- if loop.first and {_R} == 'system' -%}}{{{{- {_C} + '<｜hy_place▁holder▁no▁3｜>' -}}}}{{%- endif -%}}"
+    + _per_role(
+        {
+            "assistant": f"'<｜hy_Assistant｜>' + {_C} + '<｜hy_place▁holder▁no▁2｜>'",
+            "user": f"'<｜hy_User｜>' + {_C} + '<｜hy_Assistant｜>'",
+        }
+    )
+)
+
+_PANGU = _each(
+    f"{{%- if loop.first and {_R} != 'system' -%}}{{{{- '[unused9]系统：[unused10]' -}}}}{{%- endif -%}}"
+    + _per_role(
+        {
+            "system": f"'[unused9]系统：' + {_C} + '[unused10]'",
+            "user": f"'[unused9]用户：' + {_C} + '[unused10]'",
+            "assistant": f"'[unused9]助手：' + {_C} + '[unused10]'",
+            "tool": f"'[unused9]工具：' + {_C} + '[unused10]'",
+            "function": f"'[unused9]方法：' + {_C} + '[unused10]'",
+        }
+    ),
+    "[unused9]助手：",
+)
+
+
+def _bailing_role() -> str:
+    # llama.cpp: "user" becomes HUMAN, every other role is upper-cased (ASCII toupper)
+    return f"('HUMAN' if {_R} == 'user' else {_R}|upper)"
+
+
+def _granite_4(tool_call_role: str) -> str:
+    return _each(
+        f"{{%- if {_R} == 'assistant_tool_call' -%}}{{{{- {tool_call_role!r} -}}}}"
+        f"{{%- else -%}}{{{{- '<|start_of_role|>' + {_R} + '<|end_of_role|>' -}}}}{{%- endif -%}}"
+        f"{{{{- {_C} + '<|end_of_text|>\\n' -}}}}",
+        "<|start_of_role|>assistant<|end_of_role|>",
+    )
+
+
 _BUILTINS: dict[str, str] = {
     "chatml": _simple("<|im_start|>", "\n", "<|im_end|>\n", "<|im_start|>assistant\n"),
     "llama2": _llama2(system=False, bos_inside=False, strip=False),
@@ -249,6 +298,74 @@ _BUILTINS: dict[str, str] = {
         "<seed:bos>assistant\n",
     ),
     "solar-open": _simple("<|begin|>", "<|content|>", "<|end|>", "<|begin|>assistant"),
+    "exaone4": _each(
+        _per_role(
+            {
+                "system": f"'[|system|]' + {_trim(_C)} + '[|endofturn|]\\n'",
+                "user": f"'[|user|]' + {_trim(_C)} + '\\n'",
+                "assistant": f"'[|assistant|]' + {_trim(_C)} + '[|endofturn|]\\n'",
+                "tool": f"'[|tool|]' + {_trim(_C)} + '[|endofturn|]\\n'",
+            }
+        ),
+        "[|assistant|]",
+    ),
+    "exaone-moe": _each(
+        _per_role(
+            {
+                role: f"'<|{role}|>\\n' + {_trim(_C)} + '<|endofturn|>\\n'"
+                for role in ("system", "user", "assistant", "tool")
+            }
+        ),
+        "<|assistant|>\n",
+    ),
+    "granite-4.0": _granite_4("<|start_of_role|>assistant<|end_of_role|><|tool_call|>"),
+    "granite-4.1": _granite_4("<|start_of_role|>assistant<|end_of_role|><|tool_call|>"),
+    "gigachat": _GIGACHAT,
+    "yandex": _each(
+        _per_role({"user": f"' Пользователь: ' + {_C} + '\\n\\n'", "assistant": f"' Ассистент: ' + {_C} + '\\n\\n'"}),
+        " Ассистент:[SEP]",
+    ),
+    "bailing": _each(f"{{{{- '<role>' + {_bailing_role()} + '</role>' + {_C} -}}}}", "<role>ASSISTANT</role>"),
+    "bailing-think": _each(
+        f"{{{{- '<role>' + {_bailing_role()} + '</role>' + {_C} -}}}}", "<role>ASSISTANT</role><think>"
+    ),
+    "bailing2": _each(
+        f"{{{{- '<role>' + {_bailing_role()} + '</role>' + {_C} + '<|role_end|>' -}}}}",
+        "<role>ASSISTANT</role>",
+        before="{%- if not (messages and messages[0]['role'] == 'system') -%}"
+        "{{- '<role>SYSTEM</role>detailed thinking off<|role_end|>' -}}{%- endif -%}",
+    ),
+    "deepseek-ocr": _each(f"{{{{- {_C} -}}}}"),
+    "hunyuan-moe": _each(
+        _per_role(
+            {"system": f"'<|startoftext|>' + {_C} + '<|extra_4|>'", "assistant": f"{_C} + '<|eos|>'"},
+            f"'<|startoftext|>' + {_C} + '<|extra_0|>'",
+        )
+    ),
+    "hunyuan-dense": _HUNYUAN_DENSE,
+    "kimi-k2": _each(
+        _per_role(
+            {
+                "system": "'<|im_system|>system<|im_middle|>'",
+                "user": "'<|im_user|>user<|im_middle|>'",
+                "assistant": "'<|im_assistant|>assistant<|im_middle|>'",
+                "tool": "'<|im_system|>tool<|im_middle|>'",
+            }
+        )
+        + f"{{{{- {_C} + '<|im_end|>' -}}}}",
+        "<|im_assistant|>assistant<|im_middle|>",
+    ),
+    "grok-2": _each(
+        _per_role(
+            {
+                "system": f"'System: ' + {_trim(_C)} + '<|separator|>\\n\\n'",
+                "user": f"'Human: ' + {_trim(_C)} + '<|separator|>\\n\\n'",
+                "assistant": f"'Assistant: ' + {_C} + '<|separator|>\\n\\n'",
+            }
+        ),
+        "Assistant:",
+    ),
+    "pangu-embedded": _PANGU,
 }
 
 

@@ -362,6 +362,9 @@ def _concatenated(context, value):
     return _checked("'~'", value)
 
 
+# Keyword arguments Jinja's compiled code adds to every call inside loops and blocks (Context.call drops them).
+_JINJA_KWARGS = frozenset({"_loop_vars", "_block_vars"})
+
 # Filters the instrumented tree calls (a template naming them itself only charges its own budget).
 _LOOP_FILTER, _EMIT_FILTER, _CONCAT_FILTER = "__onnx_struct_loop__", "__onnx_struct_emit__", "__onnx_struct_concat__"
 
@@ -443,8 +446,9 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
             args = (_bounded_iter(args[0]), *args[1:])
         elif isinstance(getattr(__obj, "__self__", None), (str, bytes, bytearray, list, tuple, dict)):
             # a method of a built-in value: its integers are widths and counts (center, ljust, zfill, ...)
-            _check_int_args(f"calling {getattr(__obj, '__name__', '?')}", args, kwargs)
-            args = _method_call(__obj, args, kwargs)
+            given = {key: value for key, value in kwargs.items() if key not in _JINJA_KWARGS}
+            _check_int_args(f"calling {getattr(__obj, '__name__', '?')}", args, given)
+            args = _method_call(__obj, args, given)
         return _checked("a call's result", super().call(__context, __obj, *args, **kwargs))
 
     def getattr(self, obj, attribute):
