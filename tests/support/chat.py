@@ -140,7 +140,7 @@ def transformers_renderer():
     except ImportError:  # older transformers: messages as given
         _normalize_chat_messages = list
 
-    def render(text: str, name: str, generation: bool) -> dict:
+    def render(text: str, name: str, generation: bool, bos: str = BOS, eos: str = EOS) -> dict:
         messages, tools = CONVERSATIONS[name]
         try:
             rendered, _ = render_jinja_template(
@@ -148,8 +148,8 @@ def transformers_renderer():
                 tools=tools,
                 chat_template=text,
                 add_generation_prompt=generation,
-                bos_token=BOS,
-                eos_token=EOS,
+                bos_token=bos,
+                eos_token=eos,
             )
             return {"text": rendered[0]}
         except Exception as error:  # the template's own refusal, as transformers reports it
