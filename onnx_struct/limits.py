@@ -181,8 +181,9 @@ MAX_SPM_MERGE_WORK = 2**27
 
 # Chat templates (onnx_struct.llm.chat): a template comes with the file, so it is hostile input.
 # Jinja's sandbox stops attribute escapes but bounds neither loops nor output. Characters of one
-# template's text (the largest of llama.cpp's 71 real templates has about 16,700).
-MAX_TEMPLATE_CHARS = 1_000_000
+# template's text (the largest of llama.cpp's 70 real templates has about 16,700; compiling
+# costs about 10 µs a character).
+MAX_TEMPLATE_CHARS = 200_000
 # Steps of one rendering: loop iterations, calls, attribute and item lookups, intercepted
 # operators, pieces of output, plus one per element a filter or method returns. Rendering a real
 # template on a 20-turn conversation takes a few thousand.
@@ -200,5 +201,5 @@ MAX_TEMPLATE_VALUE_SIZE = 4_000_000
 MAX_TEMPLATE_INT_BITS = 4096
 # tojson(indent=N): real templates indent by 2 or 4; each level of nesting repeats the indent.
 MAX_TEMPLATE_JSON_INDENT = 64
-# Wall-clock seconds of one rendering, the backstop behind the step count (checked every 1,024 steps).
+# Wall-clock seconds of one rendering, the backstop behind the step count (checked every 32 steps).
 MAX_TEMPLATE_SECONDS = 5.0

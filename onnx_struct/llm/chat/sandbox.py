@@ -8,7 +8,7 @@ as it defines them). Jinja's sandbox already keeps a template away from Python's
 so every rendering here also runs against a :class:`Budget`:
 
 - each loop iteration, call, attribute or item lookup, intercepted operator and piece of output
-  is a step (``MAX_TEMPLATE_STEPS``), and the clock is read every 1,024 steps
+  is a step (``MAX_TEMPLATE_STEPS``), and the clock is read every 32 steps
   (``MAX_TEMPLATE_SECONDS``): a loop that prints nothing still ends;
 - a value a call, filter or operator returns is measured (``MAX_TEMPLATE_VALUE_SIZE``, its elements
   charged as steps), and the operations that multiply sizes (``*``, ``%``, ``str.format`` widths,
@@ -39,7 +39,7 @@ import jinja2.utils
 import jinja2.visitor
 import markupsafe
 from jinja2.exceptions import SecurityError
-from jinja2.runtime import LoopContext
+from jinja2.runtime import LoopContext, Macro
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEscapeFormatter, SandboxedFormatter
 
 from onnx_struct.limits import (
@@ -51,7 +51,9 @@ from onnx_struct.limits import (
     MAX_TEMPLATE_VALUE_SIZE,
 )
 
-_CLOCK_EVERY = 1024  # steps between two readings of the clock
+_CLOCK_EVERY = 32  # steps between two readings of the clock (a step may scan a 4M-character string)
+_MACRO_STEPS = 16  # steps charged for one macro call (its frame, arguments and buffer)
+_CHARS_PER_STEP = 64  # a value handled costs a step per this many characters or elements
 _NUMBER = re.compile(r"\d+")
 
 
@@ -135,8 +137,16 @@ def size_of(value: Any) -> int:
 
 
 def _checked(what: str, value: Any) -> Any:
-    _refuse_size(what, size_of(value))
+    size = size_of(value)
+    _refuse_size(what, size)
+    _charge(size // _CHARS_PER_STEP)  # building it took time in proportion
     return value
+
+
+def _charge_input(value: Any) -> None:
+    """A call reading a long string or list takes time in proportion, whatever it returns."""
+    if isinstance(value, (str, bytes, bytearray, list, tuple, dict)):
+        _charge(len(value) // _CHARS_PER_STEP)
 
 
 def _check_int_args(what: str, args: tuple, kwargs: Mapping) -> None:
@@ -265,6 +275,8 @@ def _bounded_filter(name: str, function: Any) -> Any:
     def bounded(*args, **kwargs):
         _charge()
         head, tail = args[:leading], args[leading:]
+        if tail:
+            _charge_input(tail[0])
         if name in _SIZED_FILTERS:
             _check_int_args(f"filter {name!r}", tail[1:], kwargs)
         if estimate is not None and tail:
@@ -428,6 +440,8 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     def call_binop(self, context, operator, left, right):
         _charge()
+        _charge_input(left)
+        _charge_input(right)
         if operator == "*":
             for seq, times in ((left, right), (right, left)):
                 if isinstance(seq, (str, bytes, list, tuple)) and isinstance(times, int):
@@ -442,10 +456,13 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (Jinja's signature)
         _charge()
+        if isinstance(__obj, Macro):  # a macro call costs as much as a dozen plain steps
+            _charge(_MACRO_STEPS)
         if isinstance(__obj, LoopContext) and args:  # loop(children) in a recursive loop
             args = (_bounded_iter(args[0]), *args[1:])
         elif isinstance(getattr(__obj, "__self__", None), (str, bytes, bytearray, list, tuple, dict)):
             # a method of a built-in value: its integers are widths and counts (center, ljust, zfill, ...)
+            _charge_input(__obj.__self__)
             given = {key: value for key, value in kwargs.items() if key not in _JINJA_KWARGS}
             _check_int_args(f"calling {getattr(__obj, '__name__', '?')}", args, given)
             args = _method_call(__obj, args, given)
