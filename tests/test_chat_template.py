@@ -275,3 +275,23 @@ def test_hostile_refused_at_once(template):
     with pytest.raises(S.ValidationError) as caught:
         render(template, TURNS)
     assert caught.value.code == "bad_template"
+
+
+def test_loaded_model_and_refusals(tmp_path):
+    model = onnx.ModelProto()
+    onnx.helper.set_model_props(
+        model,
+        {
+            "tokenizer.chat_template": "{{ 'from a LoadedModel' }}",
+            VALUE_TYPES_KEY: '{"tokenizer.chat_template": "STRING"}',
+        },
+    )
+    assert S.apply_chat_template(S.from_onnx(model), TURNS) == "from a LoadedModel"
+    onnx.save(model, tmp_path / "m.onnx")
+    assert S.apply_chat_template(S.load_model(tmp_path / "m.onnx"), TURNS) == "from a LoadedModel"
+    (tmp_path / "junk.onnx").write_bytes(b"\xff\xff\xff\xff not a model")
+    with pytest.raises(S.ValidationError, match="neither a GGUF file nor an ONNX model"):
+        S.apply_chat_template(tmp_path / "junk.onnx", TURNS)
+    with pytest.raises(S.ValidationError) as caught:
+        S.apply_chat_template(42, TURNS)
+    assert caught.value.code == "bad_argument"

@@ -38,17 +38,25 @@ def _metadata(model: Any) -> Mapping[str, object]:
 
     if isinstance(model, onnx.ModelProto):
         return decode_metadata(model)
+    if hasattr(model, "metadata_props"):  # onnx_struct's own ModelProto (from_onnx)
+        return decode_metadata(model.metadata_props)
     if isinstance(model, (str, os.PathLike)):
         path = pathlib.Path(model)
         with open(path, "rb") as handle:
             magic = handle.read(4)
         if magic == b"GGUF":
             return _gguf_metadata(path)
-        return decode_metadata(onnx.load(os.fspath(path), load_external_data=False))
-    for attribute in ("metadata", "model", "proto"):
+        try:
+            proto = onnx.load(os.fspath(path), load_external_data=False)
+        except Exception as error:  # protobuf's DecodeError and its kin: not a model file
+            raise ValidationError(str(path), f"neither a GGUF file nor an ONNX model: {error}") from None
+        return decode_metadata(proto)
+    for attribute in ("metadata", "proto", "model"):  # a Tokenizer's metadata, a LoadedModel's proto
         inner = getattr(model, attribute, None)
         if isinstance(inner, (Mapping, onnx.ModelProto)):
             return _metadata(inner)
+        if inner is not None and hasattr(inner, "metadata_props"):
+            return decode_metadata(inner.metadata_props)
     raise ValidationError(
         "apply_chat_template(model)",
         f"{type(model).__name__} is not a model: pass a .onnx or .gguf path, a ModelProto or a metadata mapping",
