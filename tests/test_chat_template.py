@@ -295,3 +295,9 @@ def test_loaded_model_and_refusals(tmp_path):
     with pytest.raises(S.ValidationError) as caught:
         S.apply_chat_template(42, TURNS)
     assert caught.value.code == "bad_argument"
+
+
+def test_percent_formatting_digits_in_text_are_not_widths():
+    assert render("{{ 'id %s of 123456789' % 'x' }}|{{ '%5d|%-3s|%.2f' % (7, 'a', 1.5) }}", TURNS) == (
+        "id x of 123456789|    7|a  |1.50"
+    )

@@ -55,6 +55,8 @@ _CLOCK_EVERY = 32  # steps between two readings of the clock (a step may scan a 
 _MACRO_STEPS = 16  # steps charged for one macro call (its frame, arguments and buffer)
 _CHARS_PER_STEP = 1024  # a value handled costs a step per this many characters or elements (C-speed work)
 _NUMBER = re.compile(r"\d+")
+# A printf-style conversion: mapping key, flags, then the width and precision it pads to.
+_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\d+|\*)?(?:\.(\d+|\*))?")
 
 
 class TemplateBoundExceeded(Exception):
@@ -165,9 +167,11 @@ def _check_format_spec(spec: str) -> None:
 
 def _check_percent(template: Any, args: Any) -> None:
     if isinstance(template, (str, bytes)):
-        _check_format_spec(template.decode("latin-1") if isinstance(template, bytes) else template)
-        if "*" in (template if isinstance(template, str) else template.decode("latin-1")):  # widths from arguments
-            _check_int_args("'%' formatting", args if isinstance(args, tuple) else (args,), {})
+        text = template.decode("latin-1") if isinstance(template, bytes) else template
+        for width, precision in _PERCENT_SPEC.findall(text):  # only the conversions' widths, not the text's digits
+            _check_format_spec(f"{width} {precision}")
+            if "*" in (width, precision):  # a width taken from the arguments
+                _check_int_args("'%' formatting", args if isinstance(args, tuple) else (args,), {})
 
 
 def _estimate_replace(s, old, new, count=-1) -> None:
