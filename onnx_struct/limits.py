@@ -177,3 +177,29 @@ MAX_ROPE_TABLE_BYTES = 2**30
 # special-token partition, the regex split, the merges of each word), this bounds one call's time
 # and memory (a few seconds per million characters).
 MAX_TOKENIZE_CHARS = 2**24
+# Chat templates (onnx_struct.llm.chat): a template comes with the file, so it is hostile input.
+# Jinja's sandbox stops attribute escapes but bounds neither loops nor output. Characters of one
+# template's text (the largest of llama.cpp's 70 real templates has about 16,700; compiling
+# costs about 10 µs a character).
+MAX_TEMPLATE_CHARS = 200_000
+# Steps of one rendering: loop iterations, calls, attribute and item lookups, intercepted
+# operators, pieces of output, plus one per 1,024 characters or elements a call returns or reads.
+# llama.cpp's 70 real templates take at most 1,760 on the tests' conversations (up to 5 turns), and
+# 366,650 on a 400-turn one of 930,000 characters (Reka-Edge, which concatenates the whole prompt per turn).
+MAX_TEMPLATE_STEPS = 1_000_000
+# Characters of one rendering's result (a 128k-token context is about 500,000 characters).
+MAX_TEMPLATE_OUTPUT_CHARS = 4_000_000
+# Characters a template writes in total, its macros' and {% set %} blocks' buffered output too
+# (a macro's text is counted once where it is written and again where the caller prints it: Kimi-K3
+# writes 3.3 million characters for a 930,000-character conversation).
+MAX_TEMPLATE_EMITTED_CHARS = 32_000_000
+# Size of any one value a template builds (characters of a string, elements of a list or dict
+# counted through nested containers): string multiplication, joins and concatenation are checked
+# against it before the value is built.
+MAX_TEMPLATE_VALUE_SIZE = 4_000_000
+# Bits of an integer a template computes (``10**10**10`` would take hours).
+MAX_TEMPLATE_INT_BITS = 4096
+# tojson(indent=N): real templates indent by 2 or 4; each level of nesting repeats the indent.
+MAX_TEMPLATE_JSON_INDENT = 64
+# Wall-clock seconds of one rendering, the backstop behind the step count (checked every 32 steps).
+MAX_TEMPLATE_SECONDS = 5.0
