@@ -36,7 +36,7 @@ FORMATS_PUBLIC = {
     "register",
     "register_formats",
 }
-SUBCOMMANDS = ["check", "inspect", "from-gguf", "to-gguf", "quantize", "lower", "decode", "generate"]
+SUBCOMMANDS = ["check", "inspect", "from-gguf", "to-gguf", "quantize", "lower", "decode", "generate", "chat"]
 
 
 def test_public_names_are_exactly_the_pinned_ones():
