@@ -72,9 +72,10 @@ def sample(
             no distribution can be drawn from them (a model whose weights overflow).
     """
     logits = np.asarray(logits)
-    best = int(np.argmax(logits))
-    if np.isnan(logits).any() or not np.isfinite(logits[best]):
-        bad = "NaN" if np.isnan(logits).any() else "+inf" if logits[best] > 0 else "only -inf"
+    best = int(np.argmax(logits))  # the first NaN, where there is one
+    top = float(logits[best])
+    if not math.isfinite(top):
+        bad = "NaN" if math.isnan(top) else "+inf" if top > 0 else "only -inf"
         raise ValidationError(
             "generate(logits)",
             f"the model's logits hold {bad}: no token can be sampled (the model's weights or activations "
@@ -85,8 +86,12 @@ def sample(
         return best
     # Shifted by the largest logit before the division: a temperature as small as 1e-320 sends the
     # others to -inf (probability 0) instead of overflowing to inf - inf = NaN.
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        scaled = (np.asarray(logits, np.float64) - float(logits[best])) / float(temperature)
+    shifted = np.asarray(logits, np.float64) - top
+    if temperature < 1e-30:
+        with np.errstate(over="ignore"):
+            scaled = shifted / temperature
+    else:
+        scaled = shifted / temperature
     order = np.argsort(-scaled, kind="stable")
     if top_k > 0:
         order = order[:top_k]
