@@ -178,3 +178,27 @@ MAX_ROPE_TABLE_BYTES = 2**30
 # vocabulary) plus the characters that split copies. Real vocabularies need a few million units
 # (256,000 pieces); only many pieces of many distinct long lengths reach this.
 MAX_SPM_MERGE_WORK = 2**27
+
+# Chat templates (onnx_struct.llm.chat): a template comes with the file, so it is hostile input.
+# Jinja's sandbox stops attribute escapes but bounds neither loops nor output. Characters of one
+# template's text (the largest of llama.cpp's 71 real templates has about 16,700).
+MAX_TEMPLATE_CHARS = 1_000_000
+# Steps of one rendering: loop iterations, calls, attribute and item lookups, intercepted
+# operators, pieces of output, plus one per element a filter or method returns. Rendering a real
+# template on a 20-turn conversation takes a few thousand.
+MAX_TEMPLATE_STEPS = 1_000_000
+# Characters of one rendering's result (a 128k-token context is about 500,000 characters).
+MAX_TEMPLATE_OUTPUT_CHARS = 4_000_000
+# Characters a template writes in total, its macros' and {% set %} blocks' buffered output too
+# (a macro's text is counted once where it is written and again where the caller prints it).
+MAX_TEMPLATE_EMITTED_CHARS = 16_000_000
+# Size of any one value a template builds (characters of a string, elements of a list or dict
+# counted through nested containers): string multiplication, joins and concatenation are checked
+# against it before the value is built.
+MAX_TEMPLATE_VALUE_SIZE = 4_000_000
+# Bits of an integer a template computes (``10**10**10`` would take hours).
+MAX_TEMPLATE_INT_BITS = 4096
+# tojson(indent=N): real templates indent by 2 or 4; each level of nesting repeats the indent.
+MAX_TEMPLATE_JSON_INDENT = 64
+# Wall-clock seconds of one rendering, the backstop behind the step count (checked every 1,024 steps).
+MAX_TEMPLATE_SECONDS = 5.0

@@ -14,6 +14,7 @@ PUBLIC = {
     "StructTypeProto", "StructProto", "ValidationError", "LeafNotFoundError",
     "check_model", "validate", "size_in_bits", "install", "uninstall",
     "decode", "encode", "lower", "infer_shapes", "InferenceSession", "generate", "quantize",
+    "apply_chat_template",
     "make_array", "make_bit_packing", "make_component", "make_constant_field", "make_field",
     "make_map_type_proto", "make_optional_type_proto", "make_sequence_type_proto", "make_struct_type_proto",
     "make_struct_value", "make_struct_value_info", "make_structure", "make_tensor_type", "make_type_reference",
