@@ -3,8 +3,9 @@ tokenized as llama.cpp's chat (one BOS, special-token texts as tokens), end-of-g
 a Chat keeping the KV cache across turns (the tokens prefilled per turn counted; replies against
 the float64 numpy forward of the whole conversation), a cache that grows, a full context.
 
-The chat template is a stand-in for apply_chat_template (the chat-template helper's), written
-here in Python: "<s>" then "role: content</s>" per message, then "assistant:".
+The chat template is a stand-in for apply_chat_template written here in Python (the Generator's
+chat_renderer): "<s>" then "role: content</s>" per message, then "assistant:"; TEMPLATE is the same
+as Jinja text, for the CLI's --chat-template.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ pytest.importorskip("tokenizers")
 from support.llm import TinyLlama, greedy, read_weights, spm_tokenize, spm_vocab, write_gguf  # noqa: E402
 
 import onnx_struct  # noqa: E402
-from onnx_struct.runtime import generate as generate_module  # noqa: E402
 from onnx_struct.runtime import kv_cache  # noqa: E402
 from onnx_struct.runtime.chat_session import Chat  # noqa: E402
 from onnx_struct.runtime.generate import Generator  # noqa: E402
@@ -26,14 +26,15 @@ from onnx_struct.tools.gguf import convert  # noqa: E402
 BOS, EOS = 1, 2
 
 
-def stand_in_template(generator, messages, *, chat_template, add_generation_prompt):
+TEMPLATE = (
+    "<s>{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}</s>{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+
+
+def stand_in_template(metadata, messages, *, chat_template, add_generation_prompt):
     turns = "".join(f"{m['role']}: {m['content']}</s>" for m in messages)
     return "<s>" + turns + ("assistant:" if add_generation_prompt else "")
-
-
-@pytest.fixture(autouse=True)
-def _template(monkeypatch):
-    monkeypatch.setattr(generate_module, "render_chat_template", stand_in_template)
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def tiny(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def generator(tiny):
-    return Generator(tiny[1], accuracy_level=0)
+    return Generator(tiny[1], accuracy_level=0, chat_renderer=stand_in_template)
 
 
 def _ids(config, text: str) -> list[int]:
@@ -70,6 +71,12 @@ def test_messages_are_rendered_and_tokenized_with_one_bos_and_special_tokens(tin
     assert result.prompt_tokens == expected
     assert result.prompt_tokens[:2] != [BOS, BOS]  # the template's "<s>" is the tokenizer's BOS, once
     assert result.tokens == greedy(tiny[2], config, expected, 3)
+
+
+def test_a_generator_without_a_renderer_refuses_messages(tiny):
+    with pytest.raises(onnx_struct.ValidationError) as caught:
+        Generator(tiny[1]).generate(messages=[{"role": "user", "content": "hi"}], max_new_tokens=1)
+    assert (caught.value.path, caught.value.code) == ("generate(messages)", "no_chat_template")
 
 
 @pytest.mark.parametrize(

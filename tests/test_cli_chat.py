@@ -3,7 +3,8 @@ float64 numpy forward of the whole conversation gives them, options refused as u
 pseudo-terminal (slow: a child process): the "> " prompt, Ctrl-C mid-reply back to the prompt,
 Ctrl-C at the prompt exits 130, Ctrl-D exits 0; an ASCII-only stdout prints without a traceback.
 
-The chat template is the stand-in of tests/test_chat_session.py (patched into the child too).
+The chat template is tests/test_chat_session.py's TEMPLATE given as --chat-template FILE; the
+replies' oracle renders the conversation with its Python twin.
 """
 
 from __future__ import annotations
@@ -21,18 +22,14 @@ pytest.importorskip("gguf")
 pytest.importorskip("tokenizers")
 
 from support.llm import TinyLlama, greedy, read_weights, spm_vocab, write_gguf  # noqa: E402
-from test_chat_session import _ids, stand_in_template  # noqa: E402
+from test_chat_session import TEMPLATE, _ids, stand_in_template  # noqa: E402
 
 from onnx_struct.cli import main  # noqa: E402
-from onnx_struct.runtime import generate as generate_module  # noqa: E402
 
-# The child: the stand-in template, each model run slowed (so Ctrl-C lands mid-reply), then main.
+# The child: each model run slowed (so that Ctrl-C lands mid-reply), then main.
 CHILD = """
 import sys, time
-sys.path[:0] = [{tests!r}]
-from test_chat_session import stand_in_template
-from onnx_struct.runtime import generate, kv_cache
-generate.render_chat_template = stand_in_template
+from onnx_struct.runtime import kv_cache
 run = kv_cache.KVCache._run
 def slow(self, ids):
     time.sleep({delay})
@@ -51,12 +48,13 @@ def tiny(tmp_path_factory):
     directory = tmp_path_factory.mktemp("cli_chat")
     write_gguf(directory / "model.gguf", config)
     assert main(["from-gguf", str(directory / "model.gguf"), str(directory / "model.onnx"), "--graph"]) == 0
+    (directory / "template.jinja").write_text(TEMPLATE)
     return config, directory / "model.onnx", read_weights(directory / "model.gguf")
 
 
-@pytest.fixture
-def stand_in(monkeypatch):
-    monkeypatch.setattr(generate_module, "render_chat_template", stand_in_template)
+def _chat(tiny, *args: str) -> list[str]:
+    """``onnx-struct chat``'s arguments for the tiny model and the template."""
+    return ["chat", str(tiny[1]), "--chat-template", str(tiny[1].parent / "template.jinja"), *args]
 
 
 def _tokenizer(model):
@@ -90,9 +88,9 @@ def _replies(tiny, lines: list[str], n: int) -> list[str]:
     return out
 
 
-def test_piped_lines_are_one_message_each(tiny, stand_in, monkeypatch, capsys):
+def test_piped_lines_are_one_message_each(tiny, monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdin", io.StringIO("hello world\n\nand the café\n"))
-    assert main(["chat", str(tiny[1]), "--max-new-tokens", "6", "--accuracy-level", "0"]) == 0
+    assert main(_chat(tiny, "--max-new-tokens", "6", "--accuracy-level", "0")) == 0
     out, _ = capsys.readouterr()
     assert "> " not in out  # no prompt when stdin is not a terminal
     assert out == "".join(reply + "\n" for reply in _replies(tiny, ["hello world", "and the café"], 6))
@@ -111,15 +109,15 @@ def test_options_out_of_range_are_usage_errors(tmp_path, capsys, option, words):
     assert words in capsys.readouterr().err
 
 
-def test_a_ctx_size_past_the_model_is_a_usage_error(tiny, stand_in, capsys):
-    assert main(["chat", str(tiny[1]), "--ctx-size", "100000"]) == 2
+def test_a_ctx_size_past_the_model_is_a_usage_error(tiny, capsys):
+    assert main(_chat(tiny, "--ctx-size", "100000")) == 2
     err = capsys.readouterr().err
     assert err.startswith("onnx-struct chat: --ctx-size: 100000 is not an integer from 1") and err.count("\n") == 1
 
 
-def test_a_full_context_is_one_line_on_stderr(tiny, stand_in, monkeypatch, capsys):
+def test_a_full_context_is_one_line_on_stderr(tiny, monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdin", io.StringIO("hello\nworld and the café and more\n"))
-    argv = ["chat", str(tiny[1]), "--ctx-size", "24", "--max-new-tokens", "100", "--accuracy-level", "0"]
+    argv = _chat(tiny, "--ctx-size", "24", "--max-new-tokens", "100", "--accuracy-level", "0")
     code = main(argv)
     err = capsys.readouterr().err
     first, second = err.splitlines()
@@ -133,8 +131,8 @@ def test_a_full_context_is_one_line_on_stderr(tiny, stand_in, monkeypatch, capsy
 
 # ------------------------------------------------------------------------ a child process, a pty
 def _child(tiny, *args: str, delay: float = 0.0) -> list[str]:
-    code = CHILD.format(tests=TESTS, delay=delay)
-    return [sys.executable, "-c", code, "chat", str(tiny[1]), "--accuracy-level", "0", *args]
+    code = CHILD.format(delay=delay)
+    return [sys.executable, "-c", code, *_chat(tiny, "--accuracy-level", "0", *args)]
 
 
 def _env(**extra: str) -> dict[str, str]:

@@ -35,12 +35,10 @@ LAYERS = (
     ("functions", ("functions",)),
     ("check", ("check",)),
     ("lowering", ("lowering",)),
-    # llm (tokenizers, chat templates) sits below runtime: generation (runtime/generate.py) tokenizes
-    # and renders chat templates; llm itself never imports onnxruntime.
-    ("llm", ("llm",)),
     ("runtime", ("runtime",)),
     ("passes", ("passes",)),
     ("tools", ("tools",)),
+    ("llm", ("llm",)),
     ("cli", ("cli",)),
     ("facade", ("", "__main__")),  # "" is onnx_struct/__init__.py
 )

@@ -54,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads is not None and not 1 <= args.threads <= limits.MAX_INTRA_OP_THREADS:
         raise UsageError(f"--threads must be from 1 to {limits.MAX_INTRA_OP_THREADS}")
     replace_unencodable(sys.stdout)
+    replace_unencodable(sys.stdin)  # input its encoding cannot decode: U+FFFD, not a traceback
     try:
         chat = _open(args)
         terminal = sys.stdin.isatty()
@@ -70,14 +71,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def replace_unencodable(stream) -> None:
-    """Characters the stream's encoding lacks (PYTHONIOENCODING=ascii) print as '?', not a traceback."""
+    """Characters the stream's encoding lacks (PYTHONIOENCODING=ascii) print as '?' (read as U+FFFD),
+    not a traceback."""
     if hasattr(stream, "reconfigure"):
         stream.reconfigure(errors="replace")
 
 
 def _open(args: argparse.Namespace):
-    from onnx_struct.runtime.chat_session import Chat  # noqa: PLC0415 - onnxruntime on use only
-    from onnx_struct.runtime.generate import Generator, check_sampling  # noqa: PLC0415
+    from onnx_struct.llm.generate import load_generator  # noqa: PLC0415 - onnxruntime on use only
+    from onnx_struct.runtime.chat_session import Chat  # noqa: PLC0415
+    from onnx_struct.runtime.generate import check_sampling  # noqa: PLC0415
 
     check_sampling(
         max_new_tokens=args.max_new_tokens,
@@ -86,7 +89,7 @@ def _open(args: argparse.Namespace):
         top_p=args.top_p,
         seed=args.seed,
     )
-    generator = Generator(args.model, threads=args.threads, accuracy_level=args.accuracy_level)
+    generator = load_generator(args.model, threads=args.threads, accuracy_level=args.accuracy_level)
     chat = Chat(
         generator,
         system=args.system,

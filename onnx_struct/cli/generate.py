@@ -46,7 +46,8 @@ def run(args: argparse.Namespace) -> int:
     if hasattr(sys.stdout, "reconfigure"):  # characters stdout cannot encode print as '?', not a traceback
         sys.stdout.reconfigure(errors="replace")
     try:
-        from onnx_struct.runtime.generate import check_sampling, generate  # noqa: PLC0415 - onnxruntime on use only
+        from onnx_struct.llm.generate import generate  # noqa: PLC0415 - onnxruntime on use only
+        from onnx_struct.runtime.generate import check_sampling  # noqa: PLC0415
 
         check_sampling(
             max_new_tokens=args.max_new_tokens,

@@ -11,9 +11,7 @@ The model's GGUF metadata gives the tokenizer; the session is an :class:`onnx_st
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
-import os
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -33,6 +31,8 @@ ROPE_LENGTH = "rope/length"  # the initializer from-gguf --graph gives the RoPE 
 
 
 STOP_REASONS = ("eog", "max_new_tokens", "context_full", "interrupted")
+# apply_chat_template's shape: (metadata, messages, *, add_generation_prompt, chat_template) -> text
+ChatRenderer = Callable[..., str]
 
 
 @dataclasses.dataclass
@@ -125,6 +125,12 @@ class Generator:
             referenced in a .gguf are read from the model's directory.
         threads: onnxruntime's intra-op thread count (None: its default).
         accuracy_level: MatMulNBits' (None: onnxruntime's, 4; 0: float32 activations).
+        tokenizer: builds the tokenizer from the model's GGUF metadata (None: the GGUFTokenizer
+            adapter, :mod:`onnx_struct.runtime.tokenizer_adapter`); it gives ``encode``, ``decode``,
+            ``bos_id``, ``eos_id``, ``add_bos``, ``eos_ids`` and ``streamer()``.
+        chat_renderer: renders chat messages (``apply_chat_template``'s signature: metadata,
+            messages, ``add_generation_prompt=``, ``chat_template=``); None: ``messages`` are
+            refused. :func:`onnx_struct.generate` and ``onnx-struct chat`` give the llm layer's.
 
     Raises:
         ValidationError: the model has no decoder graph (no ``input_ids`` / ``past_key_values``
@@ -133,7 +139,15 @@ class Generator:
             integer >= 1, ``accuracy_level`` not None or an integer from 0 to 4 (``bad_argument``).
     """
 
-    def __init__(self, model: ModelLike, *, threads: int | None = None, accuracy_level: int | None = None) -> None:
+    def __init__(
+        self,
+        model: ModelLike,
+        *,
+        threads: int | None = None,
+        accuracy_level: int | None = None,
+        tokenizer: Callable[[Mapping[str, object]], object] | None = None,
+        chat_renderer: ChatRenderer | None = None,
+    ) -> None:
         options = None
         if accuracy_level is not None and (
             isinstance(accuracy_level, bool)
@@ -179,7 +193,8 @@ class Generator:
         self.n_vocab = logits[-1]
         metadata = decode_metadata(self.session.lowered)
         self.metadata = metadata
-        self.tokenizer = AdaptedTokenizer(metadata)
+        self.tokenizer = (tokenizer or AdaptedTokenizer)(metadata)
+        self.chat_renderer = chat_renderer
         if self.tokenizer.vocab_size != self.n_vocab:  # an id the sampler picks must have a token
             raise ValidationError(
                 "gguf.kv['tokenizer.ggml.tokens']",
@@ -279,8 +294,14 @@ class Generator:
     ) -> str:
         """``messages`` (checked) rendered with the chat template (``apply_chat_template``)."""
         checked = check_messages(messages)
-        return render_chat_template(
-            self, checked, chat_template=chat_template, add_generation_prompt=add_generation_prompt
+        if self.chat_renderer is None:
+            raise ValidationError(
+                "generate(messages)",
+                "this Generator renders no chat template (build it with chat_renderer=, as onnx_struct.generate does)",
+                code="no_chat_template",
+            )
+        return self.chat_renderer(
+            self.metadata, checked, chat_template=chat_template, add_generation_prompt=add_generation_prompt
         )
 
     def tokenize_rendered(self, text: str) -> list[int]:
@@ -468,87 +489,3 @@ def check_messages(messages: object) -> list[dict[str, object]]:
             raise ValidationError(f"generate(messages)[{i}]['content']", "not a string", code="bad_argument")
         out.append(dict(message))
     return out
-
-
-def render_chat_template(
-    generator: Generator, messages: list[dict[str, object]], *, chat_template: str | None, add_generation_prompt: bool
-) -> str:
-    """The conversation rendered with the model's chat template (or ``chat_template``: a built-in
-    name, a .jinja path or the template text) by ``onnx_struct.apply_chat_template``."""
-    template = importlib.import_module("onnx_struct.llm.chat.template")  # TODO(chat-template): a plain import
-    return template.apply_chat_template(
-        generator.metadata, messages, add_generation_prompt=add_generation_prompt, chat_template=chat_template
-    )
-
-
-def generate(
-    model: ModelLike | Generator,
-    prompt: str | Sequence[int] | None = None,
-    *,
-    messages: Sequence[Mapping[str, object]] | None = None,
-    chat_template: str | None = None,
-    max_new_tokens: int = 64,
-    temperature: float = 0.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    seed: int | None = None,
-    stream: Callable[[str], None] | None = None,
-    stop_ids: Iterable[int] | None = None,
-    threads: int | None = None,
-    accuracy_level: int | None = None,
-) -> Generation:
-    """Generate text after ``prompt`` (or a chat reply to ``messages``) with a model built by
-    ``from-gguf --graph``.
-
-    Args:
-        model: the model (path or ModelProto), or a :class:`Generator` to reuse its session.
-        prompt: the text, tokenized with the GGUF file's tokenizer (BOS first where it says
-            so), or its token ids as they are.
-        messages: instead of ``prompt``, a conversation (``[{"role": "user", "content": "..."}]``)
-            rendered with the file's chat template and a generation prompt, tokenized as
-            llama.cpp's chat does (special-token texts are tokens; no double BOS).
-        chat_template: with ``messages``: a built-in template name, a .jinja file or the
-            template text instead of the file's ``tokenizer.chat_template``.
-        max_new_tokens: at most this many new tokens.
-        temperature: 0 (default) is greedy; above 0 samples (with ``top_k``, ``top_p``).
-        top_k: sample among the k most probable tokens only (0: all).
-        top_p: sample among the most probable tokens whose probability reaches p (1: all).
-        seed: the sampling's random seed (None: fresh entropy).
-        stream: called with each new piece of text as soon as its characters are whole.
-        stop_ids: the ids that end generation (None: the tokenizer's end-of-generation ids, as
-            llama.cpp's: eos, eot, eom, ``<|im_end|>``, ...; an empty set: never stop).
-        threads: onnxruntime's intra-op thread count (ignored when ``model`` is a Generator).
-        accuracy_level: MatMulNBits' (ignored when ``model`` is a Generator).
-
-    Returns:
-        A :class:`Generation`: the new text and tokens (stopped at an end-of-generation id, which
-        is not included).
-
-    Raises:
-        ValidationError: the model has no decoder graph or no tokenizer metadata, its vocabulary
-            and logits differ in size; an argument is out of range (code ``bad_argument``: a
-            prompt id outside the vocabulary, a negative ``max_new_tokens``, a temperature that
-            is not finite, an empty prompt, both or neither of prompt and messages, the prompt
-            and ``max_new_tokens`` past the model's context length, ...); the model's logits
-            are not finite (``non_finite_logits``); onnxruntime fails mid-run (``runtime_failure``).
-
-    Example::
-
-        onnx_struct.generate("model.onnx", "Once upon a time", max_new_tokens=20, stream=print).text
-    """
-    if not isinstance(model, Generator):
-        if isinstance(model, (str, os.PathLike)):
-            model = os.fspath(model)
-        model = Generator(model, threads=threads, accuracy_level=accuracy_level)
-    return model.generate(
-        prompt,
-        messages=messages,
-        chat_template=chat_template,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-        stream=stream,
-        stop_ids=stop_ids,
-    )
