@@ -202,3 +202,8 @@ MAX_TEMPLATE_INT_BITS = 4096
 MAX_TEMPLATE_JSON_INDENT = 64
 # Wall-clock seconds of one rendering, the backstop behind the step count (checked every 1,024 steps).
 MAX_TEMPLATE_SECONDS = 5.0
+
+# Characters one ``Tokenizer.encode`` call tokenizes (16 Mi): the work is linear in them (the
+# special-token partition, the regex split, the merges of each word), this bounds one call's time
+# and memory (a few seconds per million characters).
+MAX_TOKENIZE_CHARS = 2**24
