@@ -18,8 +18,9 @@ from onnx_struct.schema.model import ModelLike
 def load_generator(
     model: ModelLike | Generator, *, threads: int | None = None, accuracy_level: int | None = None
 ) -> Generator:
-    """A :class:`~onnx_struct.runtime.generate.Generator` for ``model`` that renders chat messages
-    with the file's chat template (``model`` itself when it is already a Generator).
+    """A :class:`~onnx_struct.runtime.generate.Generator` for ``model`` with the llm layer's
+    tokenizer (:func:`onnx_struct.load_tokenizer`: every vocabulary llama.cpp reads) and chat
+    templates (``model`` itself when it is already a Generator).
 
     Args:
         model: a model built by ``from-gguf --graph`` (path or ModelProto), or a Generator.
@@ -35,10 +36,17 @@ def load_generator(
     if isinstance(model, Generator):
         return model
     from onnx_struct.llm.chat.template import apply_chat_template  # noqa: PLC0415 - jinja2 on use only
+    from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer  # noqa: PLC0415
 
     if isinstance(model, (str, os.PathLike)):
         model = os.fspath(model)
-    return Generator(model, threads=threads, accuracy_level=accuracy_level, chat_renderer=apply_chat_template)
+    return Generator(
+        model,
+        threads=threads,
+        accuracy_level=accuracy_level,
+        tokenizer=load_tokenizer,
+        chat_renderer=apply_chat_template,
+    )
 
 
 def generate(

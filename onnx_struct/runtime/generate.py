@@ -312,7 +312,8 @@ class Generator:
             bos = tokenizer.decode([tokenizer.bos_id], special=True)
             if bos and text.startswith(bos):  # the template wrote the BOS the tokenizer adds
                 text = text[len(bos) :]
-        if getattr(tokenizer, "add_eos", False) and tokenizer.eos_id is not None:
+        vocab = getattr(tokenizer, "vocab", None)  # the llm Tokenizer's flags; the adapter adds no EOS
+        if getattr(vocab, "add_eos", False) and tokenizer.eos_id is not None:
             eos = tokenizer.decode([tokenizer.eos_id], special=True)
             if eos and text.endswith(eos):
                 text = text[: -len(eos)]
@@ -352,6 +353,9 @@ class Generator:
             keep += 1
         cache.keep(keep)
         streamer = self.tokenizer.streamer()
+        # Primed with the prompt's last token: the streamer drops a SentencePiece space from its
+        # first piece only, and a continuation keeps its own ("▁café" after "world" is " café").
+        streamer.push(prompt_ids[-1])
         tokens: list[int] = []
         pieces: list[str] = []
         reason, stop_id = "max_new_tokens", None
