@@ -19,7 +19,7 @@ def load_generator(
     model: ModelLike | Generator, *, threads: int | None = None, accuracy_level: int | None = None
 ) -> Generator:
     """A :class:`~onnx_struct.runtime.generate.Generator` for ``model`` with the llm layer's
-    tokenizer (:func:`onnx_struct.load_tokenizer`: every vocabulary llama.cpp reads) and chat
+    tokenizer (:func:`onnx_struct.llm.tokenizer.tokenizer.load_tokenizer`: every vocabulary llama.cpp reads) and chat
     templates (``model`` itself when it is already a Generator).
 
     Args:

@@ -108,9 +108,7 @@ class Tokenizer:
         if not isinstance(text, str):
             raise ValidationError("encode(text)", f"a {type(text).__name__}, not a str", code="bad_argument")
         if len(text) > MAX_TOKENIZE_CHARS:
-            raise limit_exceeded(
-                "encode(text)", f"{len(text)} characters to tokenize", len(text), MAX_TOKENIZE_CHARS
-            )
+            raise limit_exceeded("encode(text)", f"{len(text)} characters to tokenize", len(text), MAX_TOKENIZE_CHARS)
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as error:
