@@ -115,6 +115,14 @@ def test_a_ctx_size_past_the_model_is_a_usage_error(tiny, capsys):
     assert err.startswith("onnx-struct chat: --ctx-size: 100000 is not an integer from 1") and err.count("\n") == 1
 
 
+def test_a_file_without_a_chat_template_fails_at_the_start_in_one_line(tiny, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "stdin", io.StringIO("hello\n"))
+    assert main(["chat", str(tiny[1])]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith(f"onnx-struct chat: {tiny[1]}: gguf.kv['tokenizer.chat_template']")
+
+
 def test_a_full_context_is_one_line_on_stderr(tiny, monkeypatch, capsys):
     monkeypatch.setattr(sys, "stdin", io.StringIO("hello\nworld and the café and more\n"))
     argv = _chat(tiny, "--ctx-size", "24", "--max-new-tokens", "100", "--accuracy-level", "0")

@@ -126,9 +126,12 @@ def _converse(chat, args: argparse.Namespace, terminal: bool) -> int:
         if not text.strip():
             continue
         try:
-            reply = chat.send(text, max_new_tokens=args.max_new_tokens, stream=_write)
-        except KeyboardInterrupt:  # before the reply began (rendering, tokenizing)
-            reply = None
+            # Ctrl-C ends a reply on a terminal only; from a pipe it ends the command (exit 130).
+            reply = chat.send(text, max_new_tokens=args.max_new_tokens, stream=_write, interruptible=terminal)
+        except KeyboardInterrupt:
+            if not terminal:
+                raise
+            reply = None  # before the reply began (rendering, tokenizing)
         sys.stdout.write("\n")
         sys.stdout.flush()
         if reply is not None and reply.stop_reason == "context_full":

@@ -77,17 +77,25 @@ class Chat:
         """The most positions the conversation may take."""
         return self.cache.limit
 
-    def send(self, text: str, *, max_new_tokens: int = 256, stream: Callable[[str], None] | None = None) -> Generation:
+    def send(
+        self,
+        text: str,
+        *,
+        max_new_tokens: int = 256,
+        stream: Callable[[str], None] | None = None,
+        interruptible: bool = True,
+    ) -> Generation:
         """Add the user message ``text``, generate the reply and add it to the conversation.
 
-        Ctrl-C (KeyboardInterrupt) during the reply ends it (``stop_reason`` ``"interrupted"``);
-        what was generated stays in the conversation as the reply (a turn interrupted before any
-        token is dropped, user message included).
+        With ``interruptible``, Ctrl-C (KeyboardInterrupt) during the reply ends it (``stop_reason``
+        ``"interrupted"``); what was generated stays in the conversation as the reply (a turn
+        interrupted before any token is dropped, user message included).
 
         Args:
             text: the user's message.
             max_new_tokens: at most this many tokens in the reply.
             stream: called with each new piece of the reply as soon as its characters are whole.
+            interruptible: Ctrl-C ends the reply (False: the KeyboardInterrupt propagates).
 
         Returns:
             The reply as a :class:`~onnx_struct.runtime.generate.Generation`; its ``prefilled``
@@ -112,7 +120,7 @@ class Chat:
                 code="context_full",
             )
         reply = self.generator.continue_cache(
-            self.cache, prompt, self.sampler, max_new_tokens, self.stops, stream, interruptible=True
+            self.cache, prompt, self.sampler, max_new_tokens, self.stops, stream, interruptible=interruptible
         )
         if reply.stop_reason != "interrupted" or reply.tokens:
             self.messages = [*messages, {"role": "assistant", "content": reply.text}]
