@@ -212,3 +212,21 @@ def test_the_france_reply_follows_the_float64_forward(converted):
     reply = generator.generate(messages=messages, max_new_tokens=40)
     assert reply.tokens[0] == int(np.argmax(exact[-1]))
     assert "Paris" in reply.text and reply.stopped_at_eos
+
+
+def test_a_second_turn_prefills_only_its_new_tokens_and_replies_as_from_scratch(converted):
+    from onnx_struct.llm.generate import load_generator  # noqa: PLC0415
+    from onnx_struct.runtime.chat_session import Chat  # noqa: PLC0415
+
+    generator = load_generator(str(converted / "model.onnx"), accuracy_level=0)
+    chat = Chat(generator, ctx_size=1024)
+    first = chat.send(QUESTION, max_new_tokens=40)
+    assert first.prefilled == len(first.prompt_tokens)
+    second = chat.send("And of Germany?", max_new_tokens=40)
+    # the first turn's prompt and reply were in the cache: only "<|im_end|>\n<|im_start|>user\nAnd of
+    # Germany?<|im_end|>\n<|im_start|>assistant\n" runs (ChatML, counted by hand: 15 tokens or fewer)
+    assert second.prefilled <= 15 < len(second.prompt_tokens)
+    fresh = generator.generate(messages=chat.messages[:-1], max_new_tokens=40)
+    assert second.prompt_tokens == fresh.prompt_tokens and second.tokens == fresh.tokens
+    assert "Berlin" in second.text
+    assert chat.cache.capacity == 256  # grown to no more than the conversation needs

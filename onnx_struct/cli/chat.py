@@ -4,7 +4,8 @@ Each message is rendered with the file's chat template (or --chat-template NAME|
 whole conversation, and the reply streams to stdout; the KV cache is kept across turns, so a turn
 runs only its new tokens. On a terminal: a "> " prompt, Ctrl-C stops a reply and returns to the
 prompt, Ctrl-C at the prompt exits 130, Ctrl-D (end of input) exits 0. From a pipe or file: one
-user message per line (empty lines skipped), each reply on its own line, exit 0 at the end.
+user message per line (empty lines skipped), each reply on its own line, exit 0 at the end
+(Ctrl-C: 130).
 
     onnx-struct chat model.onnx --system "You are brief."
     printf 'hi\\nwho are you?\\n' | onnx-struct chat model.onnx --max-new-tokens 64
