@@ -18,13 +18,13 @@ from onnx_struct.errors import LeafNotFoundError, ValidationError
 from onnx_struct.layout.table import size_in_bits
 from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer
 from onnx_struct.llm.chat.template import apply_chat_template
+from onnx_struct.llm.generate import generate
 from onnx_struct.lowering.lower import lower
 from onnx_struct.passes.quantize import quantize
 from onnx_struct.payload.external_io import load_with_external_data, save_with_external_data
 from onnx_struct.payload.pack import make_struct_value_from_leaves, pack
 from onnx_struct.payload.view import StructView, view, view_buffer
 from onnx_struct.runtime.codec import decode, encode
-from onnx_struct.runtime.generate import generate
 from onnx_struct.runtime.session import InferenceSession
 from onnx_struct.schema.builders import (
     make_array,

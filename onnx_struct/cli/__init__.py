@@ -32,6 +32,7 @@ COMMANDS = {
     "decode": "onnx_struct.cli.decode",
     "generate": "onnx_struct.cli.generate",
     "tokenize": "onnx_struct.cli.tokenize",
+    "chat": "onnx_struct.cli.chat",
 }
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2

@@ -43,8 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.threads is not None and not 1 <= args.threads <= limits.MAX_INTRA_OP_THREADS:
         raise UsageError(f"--threads must be from 1 to {limits.MAX_INTRA_OP_THREADS}")
+    if hasattr(sys.stdout, "reconfigure"):  # characters stdout cannot encode print as '?', not a traceback
+        sys.stdout.reconfigure(errors="replace")
     try:
-        from onnx_struct.runtime.generate import check_sampling, generate  # noqa: PLC0415 - onnxruntime on use only
+        from onnx_struct.llm.generate import generate  # noqa: PLC0415 - onnxruntime on use only
+        from onnx_struct.runtime.generate import check_sampling  # noqa: PLC0415
 
         check_sampling(
             max_new_tokens=args.max_new_tokens,
@@ -84,7 +87,9 @@ def run(args: argparse.Namespace) -> int:
         n = len(result.tokens)
         prompt_rate = len(result.prompt_tokens) / result.prompt_seconds if result.prompt_seconds else 0.0
         rate = n / result.generation_seconds if result.generation_seconds else 0.0
-        end = "EOS" if result.stopped_at_eos else "max-new-tokens"
+        end = {"eog": "an end-of-generation token", "max_new_tokens": "max-new-tokens"}.get(
+            result.stop_reason, result.stop_reason
+        )
         print(
             f"{len(result.prompt_tokens)} prompt tokens at {prompt_rate:.1f} tok/s; "
             f"{n} new tokens at {rate:.1f} tok/s (stopped at {end})",

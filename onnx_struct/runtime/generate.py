@@ -1,21 +1,19 @@
 """Text generation with a decoder model built by ``from-gguf --graph``: ``onnx_struct.generate(...)``.
 
-The model's GGUF metadata gives the tokenizer (:mod:`onnx_struct.runtime.tokenizer`); the
-session is an :class:`onnx_struct.InferenceSession` (quantized execution). The KV cache is one
-float32 buffer per layer and kind, ``[1, n_kv_heads, max_length, head_dim]``, bound with
-io_binding as both ``past_key_values.{i}.*`` and ``present.{i}.*``: GroupQueryAttention then
-writes the new positions into it in place (its shared-buffer mode) and nothing is copied per
-token; ``attention_mask`` is ``[1, positions so far]``. The prompt runs as one batch (prompt
-processing), then one token per step until ``max_new_tokens`` or the EOS token.
+The model's GGUF metadata gives the tokenizer; the session is an :class:`onnx_struct.InferenceSession`
+(quantized execution) and the KV cache a :class:`~onnx_struct.runtime.kv_cache.KVCache`. The prompt
+(text, token ids, or chat ``messages`` rendered with the file's chat template) runs as one batch
+(prompt processing), then one token per step until ``max_new_tokens`` or an end-of-generation token
+(llama.cpp's set: eos, eot, eom and the turn ends it recognises by their text). A chat session
+(:mod:`onnx_struct.runtime.chat_session`) keeps the cache across turns.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 from onnx import numpy_helper
@@ -23,18 +21,30 @@ from onnx import numpy_helper
 from onnx_struct import limits
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.gguf.metadata import checked_context_length, decode_metadata
+from onnx_struct.runtime.kv_cache import KVCache
 from onnx_struct.runtime.ort import load_onnxruntime
 from onnx_struct.runtime.session import InferenceSession
-from onnx_struct.runtime.tokenizer import GGUFTokenizer
+from onnx_struct.runtime.tokenizer_adapter import AdaptedTokenizer
 from onnx_struct.schema.model import ModelLike, load_model
 
 ROPE_LENGTH = "rope/length"  # the initializer from-gguf --graph gives the RoPE tables' length
 
 
+STOP_REASONS = ("eog", "max_new_tokens", "context_full", "interrupted")
+# apply_chat_template's shape: (metadata, messages, *, add_generation_prompt, chat_template) -> text
+ChatRenderer = Callable[..., str]
+
+
 @dataclasses.dataclass
 class Generation:
-    """What :func:`generate` produced: the new text and token ids (EOS not included), the prompt's
-    ids, whether it stopped at EOS, and the seconds spent on the prompt and on the new tokens."""
+    """What :func:`generate` produced: the new text and token ids (the end-of-generation token not
+    included), the prompt's ids, whether an end-of-generation token stopped it (``stop_id``: which),
+    and the seconds spent on the prompt and on the new tokens.
+
+    ``prefilled`` is how many prompt tokens the model ran (fewer than the prompt's in a chat turn
+    whose start was already in the KV cache); ``stop_reason`` one of ``"eog"``, ``"max_new_tokens"``,
+    ``"context_full"`` (the context size was reached), ``"interrupted"`` (Ctrl-C in a chat turn).
+    """
 
     text: str
     tokens: list[int]
@@ -42,6 +52,9 @@ class Generation:
     stopped_at_eos: bool
     prompt_seconds: float
     generation_seconds: float
+    stop_id: int | None = None
+    prefilled: int = 0
+    stop_reason: str = "max_new_tokens"
 
 
 def sample(
@@ -53,14 +66,36 @@ def sample(
     ``temperature``, cut to the ``top_k`` largest (0: all), then to the smallest set of the most
     probable tokens whose probability reaches ``top_p`` (1: all), and one token is drawn from the
     renormalized softmax of what is left with ``rng``.
+
+    Raises:
+        ValidationError: (``non_finite_logits``) the logits hold NaN or +inf, or none is finite:
+            no distribution can be drawn from them (a model whose weights overflow).
     """
+    logits = np.asarray(logits)
+    best = int(np.argmax(logits))  # the first NaN, where there is one
+    top = float(logits[best])
+    if not math.isfinite(top):
+        bad = "NaN" if math.isnan(top) else "+inf" if top > 0 else "only -inf"
+        raise ValidationError(
+            "generate(logits)",
+            f"the model's logits hold {bad}: no token can be sampled (the model's weights or activations "
+            "overflow float32)",
+            code="non_finite_logits",
+        )
     if temperature <= 0:
-        return int(np.argmax(logits))
-    scaled = np.asarray(logits, np.float64) / temperature
+        return best
+    # Shifted by the largest logit before the division: a temperature as small as 1e-320 sends the
+    # others to -inf (probability 0) instead of overflowing to inf - inf = NaN.
+    shifted = np.asarray(logits, np.float64) - top
+    if temperature < 1e-30:
+        with np.errstate(over="ignore"):
+            scaled = shifted / temperature
+    else:
+        scaled = shifted / temperature
     order = np.argsort(-scaled, kind="stable")
     if top_k > 0:
         order = order[:top_k]
-    probs = np.exp(scaled[order] - scaled[order[0]])
+    probs = np.exp(scaled[order])
     probs /= probs.sum()
     if top_p < 1.0:
         keep = int(np.searchsorted(np.cumsum(probs), top_p)) + 1  # the first prefix reaching top_p
@@ -90,16 +125,40 @@ class Generator:
             referenced in a .gguf are read from the model's directory.
         threads: onnxruntime's intra-op thread count (None: its default).
         accuracy_level: MatMulNBits' (None: onnxruntime's, 4; 0: float32 activations).
+        tokenizer: builds the tokenizer from the model's GGUF metadata (None: the GGUFTokenizer
+            adapter, :mod:`onnx_struct.runtime.tokenizer_adapter`); it gives ``encode``, ``decode``,
+            ``bos_id``, ``eos_id``, ``add_bos``, ``eos_ids`` and ``streamer()``.
+        chat_renderer: renders chat messages (``apply_chat_template``'s signature: metadata,
+            messages, ``add_generation_prompt=``, ``chat_template=``); None: ``messages`` are
+            refused. :func:`onnx_struct.generate` and ``onnx-struct chat`` give the llm layer's.
 
     Raises:
         ValidationError: the model has no decoder graph (no ``input_ids`` / ``past_key_values``
             inputs), no GGUF tokenizer metadata, a vocabulary of another size than its logits,
             a context length missing or above ``MAX_CONTEXT_LENGTH``; ``threads`` is not an
-            integer >= 1 (``bad_argument``).
+            integer >= 1, ``accuracy_level`` not None or an integer from 0 to 4 (``bad_argument``).
     """
 
-    def __init__(self, model: ModelLike, *, threads: int | None = None, accuracy_level: int | None = None) -> None:
+    def __init__(
+        self,
+        model: ModelLike,
+        *,
+        threads: int | None = None,
+        accuracy_level: int | None = None,
+        tokenizer: Callable[[Mapping[str, object]], object] | None = None,
+        chat_renderer: ChatRenderer | None = None,
+    ) -> None:
         options = None
+        if accuracy_level is not None and (
+            isinstance(accuracy_level, bool)
+            or not isinstance(accuracy_level, (int, np.integer))
+            or not 0 <= int(accuracy_level) <= 4  # MatMulNBits' levels
+        ):
+            raise ValidationError(
+                "generate(accuracy_level)",
+                f"{accuracy_level!r} is not None or an integer from 0 to 4",
+                code="bad_argument",
+            )
         if threads is not None and (
             isinstance(threads, bool)
             or not isinstance(threads, (int, np.integer))
@@ -133,7 +192,9 @@ class Generator:
             raise _not_a_decoder()
         self.n_vocab = logits[-1]
         metadata = decode_metadata(self.session.lowered)
-        self.tokenizer = GGUFTokenizer(metadata)
+        self.metadata = metadata
+        self.tokenizer = (tokenizer or AdaptedTokenizer)(metadata)
+        self.chat_renderer = chat_renderer
         if self.tokenizer.vocab_size != self.n_vocab:  # an id the sampler picks must have a token
             raise ValidationError(
                 "gguf.kv['tokenizer.ggml.tokens']",
@@ -158,8 +219,10 @@ class Generator:
 
     def generate(
         self,
-        prompt: str | Sequence[int],
+        prompt: str | Sequence[int] | None = None,
         *,
+        messages: Sequence[Mapping[str, object]] | None = None,
+        chat_template: str | None = None,
         max_new_tokens: int = 64,
         temperature: float = 0.0,
         top_k: int = 0,
@@ -167,10 +230,21 @@ class Generator:
         seed: int | None = None,
         stream: Callable[[str], None] | None = None,
         stop_at_eos: bool = True,
+        stop_ids: Iterable[int] | None = None,
     ) -> Generation:
         """See :func:`generate`."""
-        check_sampling(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
-        prompt_ids = self.tokenizer.encode(prompt) if isinstance(prompt, str) else self._token_ids(prompt)
+        max_new_tokens = check_sampling(
+            max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed
+        )
+        stops = self.stop_ids(stop_ids) if stop_at_eos else frozenset()
+        if (prompt is None) == (messages is None):
+            raise ValidationError("generate(prompt)", "give exactly one of prompt and messages", code="bad_argument")
+        if messages is not None:
+            prompt_ids = self.chat_prompt(messages, chat_template=chat_template)
+        elif isinstance(prompt, str):
+            prompt_ids = self.tokenizer.encode(prompt)
+        else:
+            prompt_ids = self._token_ids(prompt)
         if not prompt_ids:
             raise ValidationError(
                 "generate(prompt)",
@@ -185,47 +259,161 @@ class Generator:
                 f"{self.context_length}",
                 code="bad_argument",
             )
-        rng = np.random.default_rng(seed)
-        step = _Steps(self, length)
-        start = time.perf_counter()
-        logits = step(prompt_ids)
-        prompt_seconds = time.perf_counter() - start
-        tokens: list[int] = []
-        # Decoded after the prompt's last token, so that a new token keeps the space SentencePiece
-        # strips from the start of a text ("▁café" continues "world" as " café").
-        context = prompt_ids[-1:]
-        skip = len(self.tokenizer.decode(context))
-        shown = ""
-        stopped = False
-        start = time.perf_counter()
-        for _ in range(max_new_tokens):
-            token = sample(logits, rng, temperature=temperature, top_k=top_k, top_p=top_p)
-            if stop_at_eos and token == self.tokenizer.eos:
-                stopped = True
-                break
-            tokens.append(token)
-            if stream is not None:
-                text = self.tokenizer.decode(context + tokens)[skip:]
-                if not text.endswith("\ufffd"):  # a character whose bytes are not all generated yet
-                    stream(text[len(shown) :])
-                    shown = text
-            if len(tokens) < max_new_tokens:
-                logits = step([token])
-        generation_seconds = time.perf_counter() - start
-        text = self.tokenizer.decode(context + tokens)[skip:]
-        if stream is not None and text != shown:
-            stream(text[len(shown) :])
-        return Generation(text, tokens, prompt_ids, stopped, prompt_seconds, generation_seconds)
+        sampler = Sampler(temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        return self.continue_cache(KVCache(self, length), prompt_ids, sampler, max_new_tokens, stops, stream)
 
-    def _token_ids(self, prompt: Sequence[int]) -> list[int]:
+    def stop_ids(self, stop_ids: Iterable[int] | None = None) -> frozenset[int]:
+        """The ids that end generation: ``stop_ids`` checked (None: the tokenizer's ``eos_ids``,
+        llama.cpp's end-of-generation set; empty: never stop).
+
+        Raises:
+            ValidationError: (``bad_argument``) ``stop_ids`` is not an iterable of token ids.
+        """
+        if stop_ids is None:
+            return frozenset(self.tokenizer.eos_ids)
+        if isinstance(stop_ids, (str, bytes, bytearray)) or not isinstance(stop_ids, Iterable):
+            raise ValidationError(
+                "generate(stop_ids)", f"{stop_ids!r} is not None or a set of token ids", code="bad_argument"
+            )
+        return frozenset(self._token_ids(list(stop_ids), "generate(stop_ids)"))
+
+    def chat_prompt(self, messages: Sequence[Mapping[str, object]], *, chat_template: str | None = None) -> list[int]:
+        """The token ids of ``messages`` rendered with the chat template and a generation prompt, as
+        llama.cpp's chat tokenizes them: the rendering loses a leading BOS text when the tokenizer
+        adds BOS itself (and a trailing EOS text when it adds EOS), then is tokenized with BOS/EOS
+        as the file says (add_special) and special-token texts as those tokens (parse_special).
+
+        Raises:
+            ValidationError: a message is malformed (path ``generate(messages)[i]``), the template
+                is missing or fails (``no_chat_template``, ``bad_template``).
+        """
+        return self.tokenize_rendered(self.render(messages, chat_template=chat_template, add_generation_prompt=True))
+
+    def render(
+        self, messages: Sequence[Mapping[str, object]], *, chat_template: str | None, add_generation_prompt: bool
+    ) -> str:
+        """``messages`` (checked) rendered with the chat template (``apply_chat_template``)."""
+        checked = check_messages(messages)
+        if self.chat_renderer is None:
+            raise ValidationError(
+                "generate(messages)",
+                "this Generator renders no chat template (build it with chat_renderer=, as onnx_struct.generate does)",
+                code="no_chat_template",
+            )
+        return self.chat_renderer(
+            self.metadata, checked, chat_template=chat_template, add_generation_prompt=add_generation_prompt
+        )
+
+    def tokenize_rendered(self, text: str) -> list[int]:
+        """A rendered chat prompt's ids: common_chat_templates_apply's BOS/EOS text trim, then
+        llama_tokenize(add_special=true, parse_special=true)."""
+        tokenizer = self.tokenizer
+        if tokenizer.add_bos and tokenizer.bos_id is not None:
+            bos = tokenizer.decode([tokenizer.bos_id], special=True)
+            if bos and text.startswith(bos):  # the template wrote the BOS the tokenizer adds
+                text = text[len(bos) :]
+        vocab = getattr(tokenizer, "vocab", None)  # the llm Tokenizer's flags; the adapter adds no EOS
+        if getattr(vocab, "add_eos", False) and tokenizer.eos_id is not None:
+            eos = tokenizer.decode([tokenizer.eos_id], special=True)
+            if eos and text.endswith(eos):
+                text = text[: -len(eos)]
+        return tokenizer.encode(text, add_bos=None, special=True)
+
+    def continue_cache(
+        self,
+        cache: KVCache,
+        prompt_ids: list[int],
+        sampler: Sampler,
+        max_new_tokens: int,
+        stops: frozenset[int],
+        stream: Callable[[str], None] | None,
+        *,
+        interruptible: bool = False,
+    ) -> Generation:
+        """Generate after ``prompt_ids``, keeping the longest prefix of them ``cache`` already holds.
+
+        Exceptions of numpy, onnxruntime or the tokenizer inside the loop become a ValidationError
+        (``runtime_failure``) naming the cause; with ``interruptible``, Ctrl-C (KeyboardInterrupt)
+        ends the reply (``stop_reason`` ``"interrupted"``) instead of propagating.
+        """
+        try:
+            return self._loop(cache, prompt_ids, sampler, max_new_tokens, stops, stream, interruptible)
+        except ValidationError:
+            raise
+        except Exception as error:  # onnxruntime's, numpy's or the tokenizer's: a failure of this run
+            raise ValidationError(
+                "generate", f"generation failed: {type(error).__name__}: {error}", code="runtime_failure"
+            ) from error
+
+    def _loop(self, cache, prompt_ids, sampler, max_new_tokens, stops, stream, interruptible) -> Generation:
+        keep = 0
+        held = cache.tokens
+        limit = min(len(held), len(prompt_ids) - 1)  # the prompt's last token runs: its logits are needed
+        while keep < limit and held[keep] == prompt_ids[keep]:
+            keep += 1
+        cache.keep(keep)
+        streamer = self.tokenizer.streamer()
+        # Primed with the prompt's last token: the streamer drops a SentencePiece space from its
+        # first piece only, and a continuation keeps its own ("▁café" after "world" is " café").
+        streamer.push(prompt_ids[-1])
+        tokens: list[int] = []
+        pieces: list[str] = []
+        reason, stop_id = "max_new_tokens", None
+        prompt_seconds = generation_seconds = 0.0
+        start = time.perf_counter()
+        try:
+            logits = cache.run(prompt_ids[keep:])
+            prompt_seconds = time.perf_counter() - start
+            start = time.perf_counter()
+            for _ in range(max_new_tokens):
+                token = sampler(logits)
+                if token in stops:
+                    reason, stop_id = "eog", token
+                    break
+                tokens.append(token)
+                piece = streamer.push(token)
+                pieces.append(piece)
+                if stream is not None and piece:
+                    stream(piece)
+                if len(tokens) == max_new_tokens:
+                    break
+                if len(cache.tokens) >= cache.limit:
+                    reason = "context_full"
+                    break
+                logits = cache.run([token])
+        except KeyboardInterrupt:
+            if not interruptible:
+                raise
+            reason = "interrupted"
+        if not prompt_seconds:
+            prompt_seconds = time.perf_counter() - start
+        else:
+            generation_seconds = time.perf_counter() - start
+        rest = streamer.flush()
+        if stream is not None and rest:
+            stream(rest)
+        text = "".join(pieces) + rest
+        return Generation(
+            text,
+            tokens,
+            list(prompt_ids),
+            reason == "eog",
+            prompt_seconds,
+            generation_seconds,
+            stop_id=stop_id,
+            prefilled=len(prompt_ids) - keep,
+            stop_reason=reason,
+        )
+
+    def _token_ids(self, prompt: Sequence[int], where: str = "generate(prompt)") -> list[int]:
         # Gather would wrap a negative id to the end of the vocabulary and fail on a large one.
         if isinstance(prompt, (bytes, bytearray)):  # its bytes would read as token ids
-            raise ValidationError("generate(prompt)", "bytes: give the text as str or token ids", code="bad_argument")
+            raise ValidationError(where, "bytes: give the text as str or token ids", code="bad_argument")
         ids = []
         for i, token in enumerate(prompt):
             if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or not 0 <= token < self.n_vocab:
                 raise ValidationError(
-                    f"generate(prompt)[{i}]",
+                    f"{where}[{i}]",
                     f"{token!r} is not a token id in [0, {self.n_vocab})",
                     code="bad_argument",
                 )
@@ -233,8 +421,11 @@ class Generator:
         return ids
 
 
-def check_sampling(*, max_new_tokens: object, temperature: object, top_k: object, top_p: object, seed: object) -> None:
+def check_sampling(*, max_new_tokens: object, temperature: object, top_k: object, top_p: object, seed: object) -> int:
     """Refuse generation arguments out of their ranges before anything runs.
+
+    Returns:
+        ``max_new_tokens`` as a Python int (a numpy integer would overflow in the arithmetic after).
 
     Raises:
         ValidationError: (code ``bad_argument``, path ``generate(name)``) ``max_new_tokens`` or
@@ -246,7 +437,8 @@ def check_sampling(*, max_new_tokens: object, temperature: object, top_k: object
         return ValidationError(f"generate({name})", f"{value!r} is not {wanted}", code="bad_argument")
 
     def integer(value: object) -> bool:
-        return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value >= 0
+        # compared as a Python int: np.uint64(2**64 - 1) + 1 wraps, np.int64(2**63 - 1) + 1 overflows
+        return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and int(value) >= 0
 
     def number(value: object) -> bool:
         return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
@@ -254,92 +446,50 @@ def check_sampling(*, max_new_tokens: object, temperature: object, top_k: object
     for name, value in (("max_new_tokens", max_new_tokens), ("top_k", top_k)):
         if not integer(value):
             raise refuse(name, value, "an integer >= 0")
-    if not number(temperature) or not 0 <= temperature < math.inf:
+    if not number(temperature) or not 0 <= float(temperature) < math.inf:
         raise refuse("temperature", temperature, "a finite number >= 0")
-    if not number(top_p) or not 0 < top_p <= 1:
+    if not number(top_p) or not 0 < float(top_p) <= 1:
         raise refuse("top_p", top_p, "a number in (0, 1]")
     if seed is not None and not integer(seed):
         raise refuse("seed", seed, "None or an integer >= 0")
+    return int(max_new_tokens)
 
 
-class _Steps:
-    """Runs the model on the next tokens; the KV cache buffers are bound as past and present."""
+class Sampler:
+    """:func:`sample` with fixed arguments and its own seeded random generator (checked first)."""
 
-    def __init__(self, generator: Generator, length: int) -> None:
-        ort = load_onnxruntime()
-        self.session = generator.session
-        self.binding = self.session.io_binding()
-        shape = (1, generator.n_kv_heads, length, generator.head_dim)
-        self.position = 0
-        self.binding.bind_output("logits")  # first: get_outputs() lists the outputs in binding order
-        for i in range(generator.n_layers):
-            for kind in ("key", "value"):
-                cache = ort.OrtValue.ortvalue_from_shape_and_type(shape, np.float32)
-                self.binding.bind_ortvalue_input(f"past_key_values.{i}.{kind}", cache)
-                self.binding.bind_ortvalue_output(f"present.{i}.{kind}", cache)
+    def __init__(self, *, temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None):
+        check_sampling(max_new_tokens=0, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed)
+        self.temperature, self.top_k, self.top_p = float(temperature), int(top_k), float(top_p)
+        self.rng = np.random.default_rng(None if seed is None else int(seed))
 
-    def __call__(self, ids: list[int]) -> np.ndarray:
-        """The last position's logits after ``ids``."""
-        self.position += len(ids)
-        self.binding.bind_cpu_input("input_ids", np.asarray([ids], np.int64))
-        self.binding.bind_cpu_input("attention_mask", np.ones((1, self.position), np.int64))
-        self.binding.bind_output("logits")
-        self.session.run_with_iobinding(self.binding)
-        return self.binding.get_outputs()[0].numpy()[0, -1]
+    def __call__(self, logits: np.ndarray) -> int:
+        return sample(logits, self.rng, temperature=self.temperature, top_k=self.top_k, top_p=self.top_p)
 
 
-def generate(
-    model: ModelLike | Generator,
-    prompt: str | Sequence[int],
-    *,
-    max_new_tokens: int = 64,
-    temperature: float = 0.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-    seed: int | None = None,
-    stream: Callable[[str], None] | None = None,
-    threads: int | None = None,
-    accuracy_level: int | None = None,
-) -> Generation:
-    """Generate text after ``prompt`` with a model built by ``from-gguf --graph``.
-
-    Args:
-        model: the model (path or ModelProto), or a :class:`Generator` to reuse its session.
-        prompt: the text, tokenized with the GGUF file's tokenizer (BOS first where it says
-            so), or its token ids as they are.
-        max_new_tokens: at most this many new tokens.
-        temperature: 0 (default) is greedy; above 0 samples (with ``top_k``, ``top_p``).
-        top_k: sample among the k most probable tokens only (0: all).
-        top_p: sample among the most probable tokens whose probability reaches p (1: all).
-        seed: the sampling's random seed (None: fresh entropy).
-        stream: called with each new piece of text as soon as it is complete.
-        threads: onnxruntime's intra-op thread count (ignored when ``model`` is a Generator).
-        accuracy_level: MatMulNBits' (ignored when ``model`` is a Generator).
+def check_messages(messages: object) -> list[dict[str, object]]:
+    """Chat messages as the templates read them: a list of mappings, each with a ``role`` string
+    and a ``content`` string (or None, as tool-call turns have).
 
     Returns:
-        A :class:`Generation`: the new text and tokens (stopped at EOS, which is not included).
+        The messages as a list of plain dicts.
 
     Raises:
-        ValidationError: the model has no decoder graph or no tokenizer metadata, its vocabulary
-            and logits differ in size; an argument is out of range (code ``bad_argument``: a
-            prompt id outside the vocabulary, a negative ``max_new_tokens``, a temperature that
-            is not finite, an empty prompt, the prompt and ``max_new_tokens`` past the model's
-            context length, ...).
-
-    Example::
-
-        onnx_struct.generate("model.onnx", "Once upon a time", max_new_tokens=20, stream=print).text
+        ValidationError: (``bad_argument``) the path names the message or key that is not so.
     """
-    if not isinstance(model, Generator):
-        if isinstance(model, (str, os.PathLike)):
-            model = os.fspath(model)
-        model = Generator(model, threads=threads, accuracy_level=accuracy_level)
-    return model.generate(
-        prompt,
-        max_new_tokens=max_new_tokens,
-        temperature=temperature,
-        top_k=top_k,
-        top_p=top_p,
-        seed=seed,
-        stream=stream,
-    )
+    if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+        raise ValidationError(
+            "generate(messages)", "must be a list of {'role': ..., 'content': ...}", code="bad_argument"
+        )
+    out = []
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise ValidationError(
+                f"generate(messages)[{i}]", f"{type(message).__name__} is not a mapping", code="bad_argument"
+            )
+        if not isinstance(message.get("role"), str):
+            raise ValidationError(f"generate(messages)[{i}]['role']", "missing or not a string", code="bad_argument")
+        if not isinstance(message.get("content"), (str, type(None))):
+            raise ValidationError(f"generate(messages)[{i}]['content']", "not a string", code="bad_argument")
+        out.append(dict(message))
+    return out
