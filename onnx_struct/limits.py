@@ -141,6 +141,12 @@ MAX_GGUF_ALIGNMENT = 2**16
 # through the float model in one batch; real calibration batches are tens of MiB.
 MAX_CALIBRATION_BYTES = 2**31
 
+# What a model's record of a referenced file (payload/file_identity.py) makes each check read of
+# it: the bytes before its first range (a GGUF header; up to 32 MiB) and both ends of each range.
+# 300 tensors of a GGUF sample about 2.4 MiB besides the header; a record asking more is refused.
+MAX_IDENTITY_SAMPLE_BYTES = 64 << 20
+MAX_IDENTITY_SAMPLES = 2 * MAX_GGUF_TENSORS + 1
+
 # ---------------------------------------------------------------------- running decoders
 # Decoder sessions kept alive at once; each holds its function model's kernels and arena, so the
 # bound keeps memory flat when many distinct formats or shapes are decoded.
