@@ -133,3 +133,28 @@ def test_a_hostile_record_is_refused_without_reading_what_it_asks(tmp_path, reco
     out = run_bounded(code, [str(directory / "model.onnx"), record], cpu_seconds=10, memory_mib=200)
     out.assert_validation_error("", contains=contains)
     assert "onnx_struct.referenced_files" in out.path or "model.gguf" in (out.message or "")
+
+
+def test_view_and_decode_of_one_value_refuse_a_replaced_gguf(tmp_path):
+    """They resolve one value without the model's check; a file verified once is remembered by its
+    inode and change times, so a replacement after a first decode is still refused."""
+    directory = _model_dir(tmp_path, seed=0)
+    replacement = _replacement(tmp_path, seed=1)
+    code = """
+    import os
+    from onnx_struct.cli import main
+    model, gguf = os.path.join(ARG[0], "model.onnx"), os.path.join(ARG[0], "model.gguf")
+    assert main(["from-gguf", gguf, model, "--reference", "--quiet"]) == 0
+    before = S.decode("token_embd.weight", model)
+    os.replace(ARG[1], gguf)
+    for read in (lambda: S.view("token_embd.weight", model), lambda: S.decode("output_norm.weight", model)):
+        try:
+            read()
+        except S.ValidationError as error:
+            assert "'model.gguf' is not the file this model was made from" in str(error), error
+        else:
+            raise AssertionError("a value of the replaced file was read")
+    S.decode("token_embd.weight", model)
+    """
+    out = run_bounded(code, [str(directory), str(replacement)], cpu_seconds=20, memory_mib=400)
+    out.assert_validation_error("graph.struct_initializer[0] ('token_embd.weight')", contains="is not the file")
