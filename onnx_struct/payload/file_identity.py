@@ -27,20 +27,21 @@ REFERENCED_FILES_KEY = "onnx_struct.referenced_files"
 PAGE = 4096  # bytes sampled at each end of a referenced range
 # The bytes before the first range sampled at most (a GGUF header with a 256k-token vocabulary is ~6 MiB).
 HEADER_SAMPLE_BYTES = 32 << 20
-
-
 _VERIFIED_ENTRIES = 64
 _verified: dict[tuple[int, ...], FileIdentity] = {}  # (dev, inode, size, mtime, ctime) -> the identity it matched
 
 
 @dataclasses.dataclass(frozen=True)
 class FileIdentity:
+    """A referenced file as a model records it: its location, size and the SHA-256 of its sampled pieces."""
+
     location: str
     size: int
     sampled: tuple[tuple[int, int], ...]  # (offset, length), sorted, disjoint
     sha256: str
 
     def to_json(self) -> dict:
+        """The record's JSON object (``metadata_props``, see :func:`record`)."""
         return {"location": self.location, "size": self.size, "sampled": [list(r) for r in self.sampled],
                 "sha256": self.sha256}  # fmt: skip
 
