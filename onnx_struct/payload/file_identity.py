@@ -185,7 +185,6 @@ def check_referenced_files(metadata_props, base_dir, referenced: Mapping[str, st
                 f"{stale}: {size} bytes, {identity.size} recorded{hint}",
                 code="file_changed",
                 file_size=size,
-                expected=identity.size,
             )
         fd, _ = external._open_regular(file, where, f"external file {identity.location!r}", follow=False)
         try:
