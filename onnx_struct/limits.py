@@ -140,6 +140,15 @@ MAX_GGUF_ALIGNMENT = 2**16
 # entry of zeros inflates about 1,000-fold, and numpy inflates an entry whole. The inputs are run
 # through the float model in one batch; real calibration batches are tens of MiB.
 MAX_CALIBRATION_BYTES = 2**31
+# Bytes of quantize's random calibration inputs, made from the inputs' declared shapes (float64
+# samples before the cast): a model may declare 10^9 x 256. Real inputs of one batch are far below it.
+MAX_RANDOM_CALIBRATION_BYTES = 1 << 30
+
+# What a model's record of a referenced file (payload/file_identity.py) makes each check read of
+# it: the bytes before its first range (a GGUF header; up to 32 MiB) and both ends of each range.
+# 300 tensors of a GGUF sample about 2.4 MiB besides the header; a record asking more is refused.
+MAX_IDENTITY_SAMPLE_BYTES = 64 << 20
+MAX_IDENTITY_SAMPLES = 2 * MAX_GGUF_TENSORS + 1
 
 # ---------------------------------------------------------------------- running decoders
 # Decoder sessions kept alive at once; each holds its function model's kernels and arena, so the

@@ -1,5 +1,6 @@
 """The proposal's rules as path-bearing diagnostics: ``check_model`` raises the first,
-``validate`` returns all of them. No payload byte is read; external files are only ``stat``-ed.
+``validate`` returns all of them. No payload byte is read; external files are only ``stat``-ed,
+except the sampled bytes of a file the model records (payload/file_identity.py).
 
 The parts stock ONNX understands are checked by ``onnx.checker.check_model`` itself, on a view
 of the model it accepts: struct types shown as Opaque types, struct values as defined names.
@@ -21,7 +22,7 @@ from onnx_struct.check.reporting import FirstFound
 from onnx_struct.check.stand_ins import check_beside_stand_ins, resolved_in_working_directory
 from onnx_struct.errors import ModelValueError, ValidationError, from_stock
 from onnx_struct.layout.table import TypeTable, element_label
-from onnx_struct.payload import external
+from onnx_struct.payload import external, file_identity
 from onnx_struct.payload import values as resolver
 from onnx_struct.schema import utf8, wire
 from onnx_struct.schema.model import LoadedModel, ModelLike, StructTypeProto, accepted_form, load
@@ -81,6 +82,8 @@ class _Checker(GraphRules):
         self.check_values()
         self.check_wire()
         self.check_external_tensors()
+        if not self.diagnostics:  # the references are valid: the files they name can be read
+            self.check_referenced_files()
         self.check_graph_rules()
         if not self.diagnostics:  # after the rules, which name the strings they bind more precisely
             self.check_strings()
@@ -202,6 +205,24 @@ class _Checker(GraphRules):
         for where, tensor in tensors:
             self.attempt(external.check_tensor, tensor, self.loaded.base_dir, where)
         self.needs_stand_ins = resolved_in_working_directory(tensors)
+
+    def check_referenced_files(self) -> None:
+        """A file the model records (payload/file_identity.py) and still references is the file
+        recorded: its size and sampled bytes (read only for a model holding the record)."""
+        props = self.proto.metadata_props
+        if not any(p.key == file_identity.REFERENCED_FILES_KEY for p in props):
+            return
+        referenced: dict[str, str] = {}
+        for k, value in enumerate(self.values):
+            if len(value.external_data):
+                where = f"{element_label(f'graph.struct_initializer[{k}]', value.name)}.external_data"
+                referenced.setdefault(external.parse_external_data(value.external_data, where).location, where)
+        tensors = external.model_tensors(self.proto, initializers=self.external_initializers, nodes=self.main_nodes)
+        for where, tensor in tensors:
+            if external.is_external(tensor):
+                at = f"{where}.external_data"
+                referenced.setdefault(external.parse_external_data(tensor.external_data, at).location, at)
+        self.attempt(file_identity.check_referenced_files, props, self.loaded.base_dir, referenced)
 
     def plain_payloads(self) -> dict[int, int]:
         """Payload bytes of every valid, byte-aligned model-level declaration (its size is cached)."""

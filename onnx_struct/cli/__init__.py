@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import math
 import sys
 from collections.abc import Sequence
 
@@ -95,8 +96,20 @@ def fail(args: argparse.Namespace, error: object, code: int, *, with_input: bool
 
 
 def print_json(document: dict) -> None:
-    json.dump(document, sys.stdout, indent=2)
+    """Print ``document`` as RFC 8259 JSON: a float NaN or infinity (which json writes as the
+    non-JSON ``NaN`` / ``Infinity``) is the string "NaN", "Infinity" or "-Infinity"."""
+    json.dump(_json_safe(document), sys.stdout, indent=2, allow_nan=False)
     print()
+
+
+def _json_safe(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+    if isinstance(value, dict):
+        return {key: _json_safe(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(item) for item in value]
+    return value
 
 
 def io_error_dict(error: OSError) -> dict:

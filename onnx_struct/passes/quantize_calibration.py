@@ -22,7 +22,7 @@ import onnx
 from onnx_struct import limits
 from onnx_struct.errors import ValidationError
 
-__all__ = ["read_entries", "check_calibration"]
+__all__ = ["read_entries", "check_calibration", "native_order"]
 
 
 def read_entries(data: np.lib.npyio.NpzFile, source: str) -> dict[str, np.ndarray]:
@@ -85,6 +85,15 @@ def _check_sizes(data: np.lib.npyio.NpzFile, source: str) -> None:
                 )
 
 
+def native_order(value: object) -> object:
+    """An array in the machine's byte order (a copy when it is not: ``np.savez`` keeps a
+    big-endian ``>f4`` as it is, and onnxruntime would read its bytes as little-endian numbers);
+    anything else as given (:func:`check_calibration` refuses it)."""
+    if isinstance(value, np.ndarray) and value.dtype.kind in "biuf" and not value.dtype.isnative:
+        return value.astype(value.dtype.newbyteorder("="))
+    return value
+
+
 def check_calibration(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], source: str) -> None:
     """Raise a ValidationError unless ``feeds`` has one array per required input of ``model``
     and nothing else (an overridable input, an initializer listed as an input, may be given)."""
@@ -105,6 +114,13 @@ def check_calibration(model: onnx.ModelProto, feeds: Mapping[str, np.ndarray], s
             raise ValidationError(
                 "",
                 f"the calibration input ({source}): entry {name!r} is not an array of real numbers or booleans ({kind})",
+                code="invalid",
+            )
+        if value.size == 0:  # every error would be 0% of nothing
+            raise ValidationError(
+                "",
+                f"the calibration input ({source}): entry {name!r} holds no element (shape {list(value.shape)}); "
+                "the errors would be measured on nothing",
                 code="invalid",
             )
     missing = [name for name in required if name not in feeds]

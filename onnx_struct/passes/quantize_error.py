@@ -19,6 +19,8 @@ import onnx
 from google.protobuf.message import EncodeError
 from onnx import helper
 
+from onnx_struct.errors import ValidationError, limit_exceeded
+from onnx_struct.limits import MAX_RANDOM_CALIBRATION_BYTES
 from onnx_struct.passes.quantize_plan import PlannedWeight
 from onnx_struct.passes.quantize_sites import MAIN, Site
 from onnx_struct.runtime.ort import load_onnxruntime, ort_errors
@@ -40,11 +42,16 @@ _NUMPY = {
 def random_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]:
     """A random input for every graph input that is not an initializer: standard normal floats,
     zeros for integers and booleans (indices and flags that are valid whatever the model), every
-    dimension without a fixed size set to 1."""
+    dimension without a fixed size set to 1.
+
+    The declared shape is the model's word, checked before anything is allocated: a negative or
+    zero dimension (an input of no element measures nothing), or inputs past
+    limits.MAX_RANDOM_CALIBRATION_BYTES together, is a ValidationError naming the input and
+    suggesting a calibration file."""
     generator = np.random.default_rng(seed)
     initializers = {t.name for t in model.graph.initializer}
-    feeds = {}
-    for value in model.graph.input:
+    planned, total = [], 0
+    for i, value in enumerate(model.graph.input):
         if value.name in initializers or not value.type.HasField("tensor_type"):
             continue
         tensor_type = value.type.tensor_type
@@ -52,10 +59,33 @@ def random_feeds(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray]
         if dtype is None:
             continue
         shape = [d.dim_value if d.HasField("dim_value") else 1 for d in tensor_type.shape.dim]
+        where = f"graph.input[{i}] ({value.name!r})"
+        if any(d <= 0 for d in shape):
+            kind = "a negative" if any(d < 0 for d in shape) else "a zero"
+            raise ValidationError(
+                f"{where}.type.tensor_type.shape",
+                f"declares {kind} dimension {shape}: no random calibration input can be made from it; "
+                "pass the model's inputs (--calibration FILE.npz, or calibration= a mapping)",
+                code="bad_shape",
+            )
+        # float64 samples first, then the input's type: bound what numpy allocates
+        total += math.prod(shape) * max(8, np.dtype(dtype).itemsize)
+        if total > MAX_RANDOM_CALIBRATION_BYTES:
+            raise limit_exceeded(
+                f"{where}.type.tensor_type.shape",
+                f"random calibration inputs of the declared shapes (this one {shape}) would take {total} "
+                f"bytes, past {MAX_RANDOM_CALIBRATION_BYTES} (limits.MAX_RANDOM_CALIBRATION_BYTES); pass "
+                "smaller inputs (--calibration FILE.npz, or calibration= a mapping)",
+                total,
+                MAX_RANDOM_CALIBRATION_BYTES,
+            )
+        planned.append((value.name, shape, dtype))
+    feeds = {}
+    for name, shape, dtype in planned:
         if np.issubdtype(dtype, np.floating):
-            feeds[value.name] = generator.standard_normal(shape).astype(dtype)
+            feeds[name] = generator.standard_normal(shape).astype(dtype)
         else:
-            feeds[value.name] = np.zeros(shape, dtype)
+            feeds[name] = np.zeros(shape, dtype)
     return feeds
 
 
@@ -147,7 +177,11 @@ def worst_error(site: Site, values: dict, seed: int, error: Callable) -> tuple[f
     for use in site.uses:
         x = _x_of(use, values)
         measured &= x is not None
-        worst = max(worst, error(use, x, generator))
+        found = error(use, x, generator)
+        if math.isnan(found) or found > worst:  # max() would drop a NaN error as smaller than 0
+            worst = found
+        if math.isnan(worst):
+            break
     return worst, measured
 
 
@@ -179,6 +213,8 @@ def _relative(pair: tuple[np.ndarray, np.ndarray]) -> float:
 
 def _norm(a: np.ndarray) -> float:
     """The L2 norm, summed in float64 row block by row block (no float64 copy of a large array)."""
+    if a.size == 0:  # an empty output (a zero dimension): reshape(len(a), -1) cannot infer its width
+        return 0.0
     flat = a.reshape(len(a), -1) if a.ndim > 1 else a.reshape(1, -1)
     step = max(1, (1 << 20) // max(1, flat.shape[1]))
     total = sum(float(np.sum(np.square(flat[i : i + step], dtype=np.float64))) for i in range(0, len(flat), step))

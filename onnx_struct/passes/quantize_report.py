@@ -13,6 +13,7 @@ is a warning.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import zipfile
 from collections.abc import Iterable, Mapping
@@ -30,7 +31,7 @@ from onnx_struct.lowering.lower import lower_checked
 from onnx_struct.passes import quantize_error, quantize_rows
 from onnx_struct.passes.quantize import _Scratch as Scratch
 from onnx_struct.passes.quantize import quantize_and_plan
-from onnx_struct.passes.quantize_calibration import check_calibration, read_entries
+from onnx_struct.passes.quantize_calibration import check_calibration, native_order, read_entries
 from onnx_struct.passes.quantize_plan import (
     DEFAULT_OP_TYPES,
     WEIGHT_INPUT,
@@ -45,7 +46,7 @@ from onnx_struct.passes.quantize_plan import (
 )
 from onnx_struct.passes.quantize_sites import MAIN, Site
 from onnx_struct.passes.quantize_write import QuantizeOutput
-from onnx_struct.payload.external import load_external_tensors
+from onnx_struct.payload.external import load_external_tensors, open_regular_input
 from onnx_struct.runtime.codec import decode_resolved
 
 # A relative error of an op's output above which the report warns. Measured (docs/benchmarks.md):
@@ -111,22 +112,33 @@ class QuantizeReport:
 
     @property
     def warnings(self) -> list[str]:
+        """A warning for each error above the threshold, and for each error that is not a number
+        (NaN: the float or quantized output is not finite, e.g. a weight of NaNs)."""
         texts = [
-            f"{w.label}: its {w.format} quantization changes its op's output by {w.error:.1%} "
+            f"{w.label}: the error of its {w.format} quantization on its op's output is {_NAN_ERROR}"
+            if math.isnan(w.error)
+            else f"{w.label}: its {w.format} quantization changes its op's output by {w.error:.1%} "
             f"(above {self.threshold:.0%})"
             for w in self.weights
             if w.warning
         ]
         return texts + [
-            f"model output {name!r} changes by {error:.1%} on the calibration input (above {self.threshold:.0%})"
+            f"model output {name!r}: its error on the calibration input is {_NAN_ERROR}"
+            if math.isnan(error)
+            else f"model output {name!r} changes by {error:.1%} on the calibration input (above {self.threshold:.0%})"
             for name, error in self.output_errors.items()
-            if error > self.threshold
+            if exceeds(error, self.threshold)
         ]
 
     def to_json(self) -> dict:
         """The report as JSON-ready data (``onnx-struct quantize --json`` prints it)."""
         weights = [
-            dict(dataclasses.asdict(w), shape=list(w.shape), stored_shape=w.stored_shape and list(w.stored_shape))
+            dict(
+                dataclasses.asdict(w),
+                shape=list(w.shape),
+                stored_shape=w.stored_shape and list(w.stored_shape),
+                error=_json_number(w.error),
+            )
             for w in self.weights
         ]
         before = sum(w.bytes_before for w in self.weights)
@@ -137,7 +149,7 @@ class QuantizeReport:
             "threshold": self.threshold,
             "weights": weights,
             "totals": {"quantized": len(self.quantized), "bytes_before": before, "bytes_after": after},
-            "output_errors": self.output_errors,
+            "output_errors": {name: _json_number(error) for name, error in self.output_errors.items()},
             "warnings": self.warnings,
         }
 
@@ -181,6 +193,23 @@ class QuantizeReport:
             if w.status != "quantized" and w.bytes_before:
                 totals[w.op_type] = totals.get(w.op_type, 0) + w.bytes_before // 4
         return dict(sorted(totals.items(), key=lambda item: -item[1]))
+
+
+def exceeds(error: float | None, threshold: float) -> bool:
+    """Whether an error deserves a warning: above the threshold, or not a number (NaN compares
+    false with everything, so ``error > threshold`` let it pass silently)."""
+    return error is not None and not error <= threshold
+
+
+_NAN_ERROR = "NaN: the float or the quantized output is not finite (a weight or an input holds NaN or Inf?)"
+
+
+def _json_number(value: float | None) -> float | str | None:
+    """A float as RFC 8259 JSON has it: NaN and the infinities have no JSON number, so they are
+    the strings "NaN", "Infinity" and "-Infinity" (JSON's ``null`` stays "not measured")."""
+    if value is None or math.isfinite(value):
+        return value
+    return "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
 
 
 def _percent(part: int, whole: int) -> str:
@@ -239,6 +268,8 @@ def quantize_with_report(
         raise TypeError(f"op_types: expected a sequence of operator names, got the string {op_types!r}")
     if given is not None:  # before the work: an entry naming nothing is the caller's to fix
         check_calibration(stock, *given)
+    # before the work too: a declared shape no random input can be made from is refused
+    feeds, source = given or _calibration(stock, None, seed)
     planned = build_plan(stock, fmt, tuple(op_types), min_elements, group_axis, pad)
     quantized, _, _, checked = quantize_and_plan(
         model if deferred is not None else stock,
@@ -248,7 +279,6 @@ def quantize_with_report(
         keep_source=False,
         output=output,
     )
-    feeds, source = given or _calibration(stock, None, seed)
     held = sum(length for _, length in deferred.runs.values()) if deferred is not None else 0
     if deferred is not None:  # and what its external data files held, read in with the skeleton
         held += sum(len(tensor.raw_data) for tensor in stock.graph.initializer)
@@ -269,20 +299,25 @@ def _calibration(stock: onnx.ModelProto | None, calibration, seed: int) -> tuple
     if calibration is None:
         return quantize_error.random_feeds(stock, seed), f"random inputs (seed {seed}; unfixed dimensions 1)"
     if isinstance(calibration, Mapping):
-        return {k: np.asarray(v) for k, v in calibration.items()}, "the given inputs"
+        return {k: native_order(np.asarray(v)) for k, v in calibration.items()}, "the given inputs"
     path = os.fspath(calibration)
-    try:  # a missing or unreadable file stays an OSError (the CLI's exit 2)
-        data = np.load(path, allow_pickle=False)
-    except (ValueError, EOFError, zipfile.BadZipFile) as error:
-        raise ValidationError("", f"calibration file {path}: not an .npz of arrays: {error}", code="invalid") from None
-    if not isinstance(data, np.lib.npyio.NpzFile):
-        raise ValidationError(
-            "",
-            f"calibration file {path}: one array, not an .npz of the model's inputs (np.savez(path, X=x))",
-            code="invalid",
-        )
-    with data:
-        return read_entries(data, path), path
+    # A FIFO, device or directory is refused unopened (NotRegularFileError: the CLI's exit 2), as
+    # every input of the CLI is; a missing or unreadable file stays an OSError (exit 2 too).
+    with open_regular_input(path, "calibration file") as handle:
+        try:
+            data = np.load(handle, allow_pickle=False)
+        except (ValueError, EOFError, zipfile.BadZipFile) as error:
+            raise ValidationError(
+                "", f"calibration file {path}: not an .npz of arrays: {error}", code="invalid"
+            ) from None
+        if not isinstance(data, np.lib.npyio.NpzFile):
+            raise ValidationError(
+                "",
+                f"calibration file {path}: one array, not an .npz of the model's inputs (np.savez(path, X=x))",
+                code="invalid",
+            )
+        with data:
+            return {k: native_order(v) for k, v in read_entries(data, path).items()}, path
 
 
 def build_report(
@@ -383,7 +418,7 @@ def build_report(
                 execution_reason=why,
                 error=error,
                 error_input="calibration" if measured else "random",
-                warning=error > threshold,
+                warning=exceeds(error, threshold),
             )
         )
     return QuantizeReport(fmt.name, source, threshold, weights, output_errors)

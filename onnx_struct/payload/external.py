@@ -244,6 +244,24 @@ def require_regular_file(file: str | os.PathLike, path: str = "") -> None:
         raise NotRegularFileError(path, f"{what} is {_kind(info.st_mode)}, not a regular file; refused unopened")
 
 
+def open_regular_input(file: str | os.PathLike, what: str):
+    """A binary handle of an input file named by the caller that is not a model (a calibration
+    ``.npz``): a non-regular file is a NotRegularFileError, refused unopened (``stat`` first, then
+    ``O_NONBLOCK`` and ``fstat`` of what was opened; a regular file never blocks); a missing or
+    unreadable one an OSError, as ``open`` raises it."""
+    name = os.fspath(file)
+    require_regular_file(file)  # NotRegularFileError naming the file; FileNotFoundError
+    fd = os.open(file, _READ_FLAGS)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # swapped in since the stat
+            raise NotRegularFileError("", f"{what} {name} is {_kind(info.st_mode)}, not a regular file; refused")
+    except BaseException:
+        os.close(fd)
+        raise
+    return open(fd, "rb", closefd=True)
+
+
 def open_model_file(file: str | os.PathLike) -> tuple[int, int]:
     """(fd, size) of a model file named by the caller, opened read-only under the rules of
     :func:`read_model_file`; the caller closes the fd."""

@@ -30,13 +30,25 @@ def _create_new(destination: pathlib.Path) -> tuple[pathlib.Path, int]:
             continue
 
 
+def _keep_mode(fd: int, destination: pathlib.Path) -> None:
+    """Give the new file (open as ``fd``) the permission bits of the regular file it will replace,
+    as editors and ``install`` do: a private (0600) file stays private. A new destination keeps
+    0o666 less the umask. Only the rwx bits are copied: set-id bits stay off a file we wrote."""
+    try:
+        info = os.lstat(destination)
+    except FileNotFoundError:
+        return
+    if stat.S_ISREG(info.st_mode) and hasattr(os, "fchmod"):  # anything else is refused before the rename
+        os.fchmod(fd, stat.S_IMODE(info.st_mode) & 0o777)
+
+
 class DirectoryWriter:
     """Files written into one directory without following symlinks or truncating anything.
 
     Each file is first written to a fresh temporary file in its destination's directory
     (``mkstemp``: ``O_CREAT | O_EXCL``); :meth:`commit` then renames each over its destination,
     refusing a destination that is a symlink or not a regular file, or whose directory resolves
-    outside ``directory``. Nothing is replaced until every file is complete; :meth:`discard`
+    outside ``directory``; a replaced file's permission bits are kept. Nothing is replaced until every file is complete; :meth:`discard`
     (or leaving a ``with`` block by an exception) removes the temporary files.
     """
 
@@ -116,8 +128,9 @@ class DirectoryWriter:
 
     def commit(self, where: str) -> None:
         """Rename every complete temporary file over its destination (checked again first)."""
-        for _, _, handle in self._pending.values():
+        for destination, (_, _, handle) in self._pending.items():
             handle.flush()
+            _keep_mode(handle.fileno(), destination)
             os.fsync(handle.fileno())
             handle.close()
         for destination, (name, temporary, _) in list(self._pending.items()):

@@ -20,7 +20,7 @@ from onnx import TensorProto
 
 from onnx_struct.errors import ValidationError
 from onnx_struct.layout.table import Leaf, TypeTable, element_label
-from onnx_struct.payload import external
+from onnx_struct.payload import external, file_identity
 from onnx_struct.schema.model import LoadedModel, ModelDirectory, StructProto, StructTypeProto, load
 
 __all__ = [
@@ -225,6 +225,7 @@ def resolve_value(
     passes ``graph.struct_initializer[k] (...)``, sparing a search per value). ``table``: the
     model's TypeTable when the caller has one (a walk over many values: each declaration's layout
     is then computed once, not once per value)."""
+    walked = table is not None  # a walk over a checked model's values: its files were checked with it
     loaded, declarations = load_declarations(model, base_dir) if table is None else (_loaded(model, base_dir), ())
     if isinstance(value, str):
         k, proto, inline = find_value(loaded, value)
@@ -242,6 +243,11 @@ def resolve_value(
     declaration = value_declaration(proto, table, where)
     leaves, nbytes, label = _root_layout(proto, declaration, table, where)
     payload = value_payload(proto, nbytes * 8, directory, where, inline=inline)
+    if isinstance(payload, ExternalPayload) and loaded is not None and not walked:
+        # view and decode of one value read no other: the file it names is the file the model records
+        at = f"{where}.external_data"
+        location = external.parse_external_data(proto.external_data, at).location
+        file_identity.check_referenced_files(loaded.proto.metadata_props, directory, {location: at})
     return ResolvedValue(
         where=where,
         proto=proto,

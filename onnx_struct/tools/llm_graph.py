@@ -28,6 +28,8 @@ from onnx_struct.limits import MAX_ROPE_TABLE_BYTES
 FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 MS_DOMAIN = "com.microsoft"
+# The head sizes onnxruntime's GroupQueryAttention runs with do_rotary=1: multiples of 16.
+GQA_HEAD_MULTIPLE = 16
 # general.architecture -> (ggml rope mode is NEOX, q/k/v projections carry biases)
 ARCHITECTURES = {"llama": (False, False), "mistral": (False, False), "qwen2": (True, True)}
 LAYER_TENSORS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up", "ffn_down")
@@ -130,6 +132,16 @@ def hyperparameters(metadata: Mapping[str, object], tensors: Tensors) -> Hyperpa
             )
     if head_dim % 2:
         raise ValidationError(f"gguf.kv['{arch}.embedding_length']", f"head size {head_dim} is odd: RoPE rotates pairs")
+    if head_dim % GQA_HEAD_MULTIPLE:
+        # onnxruntime's CPU GroupQueryAttention refuses at run time a head size that is not a
+        # multiple of 8, and with its fused rotary (do_rotary, which the graph uses) of 16
+        # (tried from 2 to 512 on onnxruntime 1.32: tests/adversarial/test_gguf_graph.py)
+        raise ValidationError(
+            f"gguf.kv['{arch}.embedding_length']",
+            f"head size {head_dim} (embedding_length {n_embd} / head_count {n_heads}) is not a multiple of "
+            f"{GQA_HEAD_MULTIPLE}: onnxruntime's GroupQueryAttention with rotary embedding cannot run it",
+            code="unsupported_architecture",
+        )
     if metadata.get(f"{arch}.attention.sliding_window"):
         raise ValidationError(
             f"gguf.kv['{arch}.attention.sliding_window']",

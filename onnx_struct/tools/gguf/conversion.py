@@ -27,6 +27,7 @@ from onnx_struct.errors import ValidationError
 from onnx_struct.formats.function_builder import OPSET
 from onnx_struct.formats.gguf.metadata import metadata_props
 from onnx_struct.limits import GGUF_INLINE_LIMIT
+from onnx_struct.payload import file_identity
 from onnx_struct.schema.builders import make_array, make_struct_value
 from onnx_struct.schema.model import add_struct_types, add_struct_values, from_onnx, resolve_path, to_onnx
 from onnx_struct.tools.gguf.validate import check_gguf_bytes
@@ -60,7 +61,9 @@ def convert(
         reference: point each struct value's ``external_data`` at the tensor's bytes inside the
             .gguf instead of copying them. ``location`` is the .gguf's path relative to
             ``model_dir``, so the .gguf must sit in the directory where the model will be saved
-            (or below it).
+            (or below it). The model then records the .gguf's size and a hash of its header and
+            of both ends of every tensor (``metadata_props['onnx_struct.referenced_files']``):
+            checking or running it refuses a .gguf replaced since (docs/security.md, "Files").
         keep_unknown: keep tensors whose GGML type has no registered format as raw
             ``Array(UINT8, n_bytes)`` values without a decoder (their GGUF type and shape in the
             declaration's metadata_props) instead of raising.
@@ -113,6 +116,11 @@ def _convert(
     stock.doc_string = f"Tensors and metadata of the GGUF file {source.name}; the graph has no nodes."
     for key, value in metadata_props(reader, gguf).items():
         stock.metadata_props.add(key=key, value=value)
+    if (
+        location is not None
+    ):  # what the model references, so that a replaced .gguf is refused (payload/file_identity.py)
+        ranges = [(int(t.data_offset), int(t.n_bytes)) for t in reader.tensors]
+        file_identity.record(stock.metadata_props, [file_identity.identity_of_open_file(fd, location, ranges)])
     model = from_onnx(stock)
 
     if not reference:
