@@ -66,7 +66,7 @@ def _vmhwm() -> int:
 
 # ------------------------------------------------------------------------------- accuracy
 def accuracy(llama_python: str, work: pathlib.Path) -> list[str]:
-    from onnx_struct.runtime.generate import Generator
+    from onnx_struct.llm.generation import Generator
     from onnx_struct.tools.gguf import convert
 
     rows = [
@@ -112,7 +112,7 @@ def big_model(work: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path, float, Ti
 
 
 def child_ours(onnx_path: str, threads: int | None, ids: list[int]) -> dict:
-    from onnx_struct.runtime.generate import Generator
+    from onnx_struct.llm.generation import Generator
 
     start = time.perf_counter()
     generator = Generator(onnx_path, threads=threads)

@@ -1,4 +1,4 @@
-"""Chat generation (onnx_struct/runtime/generate.py, chat_session.py, kv_cache.py): generate(messages=...)
+"""Chat generation (onnx_struct/llm/generation.py, chat_session.py, kv_cache.py): generate(messages=...)
 tokenized as llama.cpp's chat (one BOS, special-token texts as tokens), end-of-generation ids,
 a Chat keeping the KV cache across turns (the tokens prefilled per turn counted; replies against
 the float64 numpy forward of the whole conversation), a cache that grows, a full context.
@@ -18,9 +18,9 @@ pytest.importorskip("tokenizers")
 from support.llm import TinyLlama, greedy, read_weights, spm_tokenize, spm_vocab, write_gguf  # noqa: E402
 
 import onnx_struct  # noqa: E402
-from onnx_struct.runtime import kv_cache  # noqa: E402
-from onnx_struct.runtime.chat_session import Chat  # noqa: E402
-from onnx_struct.runtime.generate import Generator  # noqa: E402
+from onnx_struct.llm import kv_cache  # noqa: E402
+from onnx_struct.llm.chat.session import Chat  # noqa: E402
+from onnx_struct.llm.generation import Generator  # noqa: E402
 from onnx_struct.tools.gguf import convert  # noqa: E402
 
 BOS, EOS = 1, 2
@@ -73,10 +73,10 @@ def test_messages_are_rendered_and_tokenized_with_one_bos_and_special_tokens(tin
     assert result.tokens == greedy(tiny[2], config, expected, 3)
 
 
-def test_a_generator_without_a_renderer_refuses_messages(tiny):
+def test_messages_to_a_file_without_a_template_are_refused_naming_the_key(tiny):
     with pytest.raises(onnx_struct.ValidationError) as caught:
         Generator(tiny[1]).generate(messages=[{"role": "user", "content": "hi"}], max_new_tokens=1)
-    assert (caught.value.path, caught.value.code) == ("generate(messages)", "no_chat_template")
+    assert (caught.value.path, caught.value.code) == ("gguf.kv['tokenizer.chat_template']", "no_chat_template")
 
 
 @pytest.mark.parametrize(
@@ -111,7 +111,7 @@ def test_stop_ids_replace_the_end_of_generation_set(tiny, generator):
 
 
 def test_eos_ids_hold_eos_and_turn_end_texts(tiny):
-    from onnx_struct.runtime.tokenizer_adapter import AdaptedTokenizer  # noqa: PLC0415
+    from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer  # noqa: PLC0415
 
     config = TinyLlama(**spm_vocab(), seed=5)
     metadata = onnx_struct.tools.gguf.decode_metadata(tiny[1])
@@ -121,7 +121,7 @@ def test_eos_ids_hold_eos_and_turn_end_texts(tiny):
         "tokenizer.ggml.scores": [*metadata["tokenizer.ggml.scores"], 0.0, 0.0],
         "tokenizer.ggml.token_type": [*metadata["tokenizer.ggml.token_type"], 3, 3],
     }
-    tokenizer = AdaptedTokenizer({**metadata, **extra})
+    tokenizer = load_tokenizer({**metadata, **extra})
     assert tokenizer.eos_ids == {config.eos, len(tokens) - 2}  # eos and <|im_end|>, not <|im_start|>
 
 

@@ -183,7 +183,7 @@ def test_the_france_reply_follows_the_float64_forward(converted):
     from support.llm import TinyLlama, forward, read_weights  # noqa: PLC0415
 
     from onnx_struct.llm.generate import load_generator  # noqa: PLC0415
-    from onnx_struct.runtime.kv_cache import KVCache  # noqa: PLC0415
+    from onnx_struct.llm.kv_cache import KVCache  # noqa: PLC0415
 
     reader = GGUFReader(str(converted / NAME))
 
@@ -215,8 +215,8 @@ def test_the_france_reply_follows_the_float64_forward(converted):
 
 
 def test_a_second_turn_prefills_only_its_new_tokens_and_replies_as_from_scratch(converted):
+    from onnx_struct.llm.chat.session import Chat  # noqa: PLC0415
     from onnx_struct.llm.generate import load_generator  # noqa: PLC0415
-    from onnx_struct.runtime.chat_session import Chat  # noqa: PLC0415
 
     generator = load_generator(str(converted / "model.onnx"), accuracy_level=0)
     chat = Chat(generator, ctx_size=1024)

@@ -60,10 +60,10 @@ def _chat(tiny, *args: str) -> list[str]:
 def _tokenizer(model):
     import onnx  # noqa: PLC0415
 
-    from onnx_struct.runtime.tokenizer_adapter import AdaptedTokenizer  # noqa: PLC0415
+    from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer  # noqa: PLC0415
     from onnx_struct.tools.gguf import decode_metadata  # noqa: PLC0415
 
-    return AdaptedTokenizer(decode_metadata(onnx.load(model)))
+    return load_tokenizer(decode_metadata(onnx.load(model)))
 
 
 def _text(tokenizer, tokens: list[int]) -> str:

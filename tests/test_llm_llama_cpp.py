@@ -35,8 +35,8 @@ from support.llm import (  # noqa: E402
     write_gguf,
 )
 
-from onnx_struct.runtime.generate import Generator  # noqa: E402
-from onnx_struct.runtime.tokenizer import GGUFTokenizer  # noqa: E402
+from onnx_struct.llm.generation import Generator  # noqa: E402
+from onnx_struct.llm.tokenizer.compat import GGUFTokenizer  # noqa: E402
 from onnx_struct.tools.gguf import convert, decode_metadata  # noqa: E402
 
 PYTHON = os.environ.get("ONNX_STRUCT_LLAMA_CPP_PYTHON", sys.executable)

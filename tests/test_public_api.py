@@ -37,7 +37,18 @@ FORMATS_PUBLIC = {
     "register",
     "register_formats",
 }
-SUBCOMMANDS = ["check", "inspect", "from-gguf", "to-gguf", "quantize", "lower", "decode", "generate", "tokenize", "chat"]
+SUBCOMMANDS = [
+    "check",
+    "inspect",
+    "from-gguf",
+    "to-gguf",
+    "quantize",
+    "lower",
+    "decode",
+    "generate",
+    "tokenize",
+    "chat",
+]
 
 
 def test_public_names_are_exactly_the_pinned_ones():

@@ -79,9 +79,9 @@ def replace_unencodable(stream) -> None:
 
 
 def _open(args: argparse.Namespace):
+    from onnx_struct.llm.chat.session import Chat  # noqa: PLC0415
     from onnx_struct.llm.generate import load_generator  # noqa: PLC0415 - onnxruntime on use only
-    from onnx_struct.runtime.chat_session import Chat  # noqa: PLC0415
-    from onnx_struct.runtime.generate import check_sampling  # noqa: PLC0415
+    from onnx_struct.llm.generation import check_sampling  # noqa: PLC0415
 
     check_sampling(
         max_new_tokens=args.max_new_tokens,

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.reconfigure(errors="replace")
     try:
         from onnx_struct.llm.generate import generate  # noqa: PLC0415 - onnxruntime on use only
-        from onnx_struct.runtime.generate import check_sampling  # noqa: PLC0415
+        from onnx_struct.llm.generation import check_sampling  # noqa: PLC0415
 
         check_sampling(
             max_new_tokens=args.max_new_tokens,

@@ -1,24 +1,20 @@
-"""Generation with the llm layer's chat templates: ``onnx_struct.generate`` and the Generator the
-CLI's ``generate`` and ``chat`` run.
-
-The decoding machinery (session, KV cache, sampling, end of generation) is the runtime layer's
-(:mod:`onnx_struct.runtime.generate`); this module gives it the chat template renderer
-(:func:`onnx_struct.llm.chat.template.apply_chat_template`), which the runtime layer cannot import.
-"""
+"""``onnx_struct.generate`` and the Generator the CLI's ``generate`` and ``chat`` run: the decoding
+machinery (session, KV cache, sampling, end of generation) is :mod:`onnx_struct.llm.generation`,
+with the file's own tokenizer and chat template."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
-from onnx_struct.runtime.generate import Generation, Generator
+from onnx_struct.llm.generation import Generation, Generator
 from onnx_struct.schema.model import ModelLike
 
 
 def load_generator(
     model: ModelLike | Generator, *, threads: int | None = None, accuracy_level: int | None = None
 ) -> Generator:
-    """A :class:`~onnx_struct.runtime.generate.Generator` for ``model`` with the llm layer's
+    """A :class:`~onnx_struct.llm.generation.Generator` for ``model`` with the llm layer's
     tokenizer (:func:`onnx_struct.llm.tokenizer.tokenizer.load_tokenizer`: every vocabulary llama.cpp reads) and chat
     templates (``model`` itself when it is already a Generator).
 
@@ -35,17 +31,12 @@ def load_generator(
     """
     if isinstance(model, Generator):
         return model
-    from onnx_struct.llm.chat.template import apply_chat_template  # noqa: PLC0415 - jinja2 on use only
-    from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer  # noqa: PLC0415
-
     if isinstance(model, (str, os.PathLike)):
         model = os.fspath(model)
     return Generator(
         model,
         threads=threads,
         accuracy_level=accuracy_level,
-        tokenizer=load_tokenizer,
-        chat_renderer=apply_chat_template,
     )
 
 
@@ -89,7 +80,7 @@ def generate(
         accuracy_level: MatMulNBits' (ignored when ``model`` is a Generator).
 
     Returns:
-        A :class:`~onnx_struct.runtime.generate.Generation`: the new text and tokens (stopped at
+        A :class:`~onnx_struct.llm.generation.Generation`: the new text and tokens (stopped at
         an end-of-generation id, which is not included).
 
     Raises:

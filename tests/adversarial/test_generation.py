@@ -25,8 +25,8 @@ from support.llm import TinyLlama, greedy, read_weights, spm_tokenize, spm_vocab
 
 import onnx_struct  # noqa: E402
 from onnx_struct.cli import main  # noqa: E402
-from onnx_struct.runtime import kv_cache  # noqa: E402
-from onnx_struct.runtime.generate import Generator, sample  # noqa: E402
+from onnx_struct.llm import kv_cache  # noqa: E402
+from onnx_struct.llm.generation import Generator, sample  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

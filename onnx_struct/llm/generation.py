@@ -1,11 +1,11 @@
 """Text generation with a decoder model built by ``from-gguf --graph``: ``onnx_struct.generate(...)``.
 
 The model's GGUF metadata gives the tokenizer; the session is an :class:`onnx_struct.InferenceSession`
-(quantized execution) and the KV cache a :class:`~onnx_struct.runtime.kv_cache.KVCache`. The prompt
+(quantized execution) and the KV cache a :class:`~onnx_struct.llm.kv_cache.KVCache`. The prompt
 (text, token ids, or chat ``messages`` rendered with the file's chat template) runs as one batch
 (prompt processing), then one token per step until ``max_new_tokens`` or an end-of-generation token
 (llama.cpp's set: eos, eot, eom and the turn ends it recognises by their text). A chat session
-(:mod:`onnx_struct.runtime.chat_session`) keeps the cache across turns.
+(:mod:`onnx_struct.llm.chat.session`) keeps the cache across turns.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from onnx import numpy_helper
 from onnx_struct import limits
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.gguf.metadata import checked_context_length, decode_metadata
-from onnx_struct.runtime.kv_cache import KVCache
+from onnx_struct.llm.kv_cache import KVCache
+from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer
 from onnx_struct.runtime.ort import load_onnxruntime
 from onnx_struct.runtime.session import InferenceSession
-from onnx_struct.runtime.tokenizer_adapter import AdaptedTokenizer
 from onnx_struct.schema.model import ModelLike, load_model
 
 ROPE_LENGTH = "rope/length"  # the initializer from-gguf --graph gives the RoPE tables' length
@@ -125,12 +125,12 @@ class Generator:
             referenced in a .gguf are read from the model's directory.
         threads: onnxruntime's intra-op thread count (None: its default).
         accuracy_level: MatMulNBits' (None: onnxruntime's, 4; 0: float32 activations).
-        tokenizer: builds the tokenizer from the model's GGUF metadata (None: the GGUFTokenizer
-            adapter, :mod:`onnx_struct.runtime.tokenizer_adapter`); it gives ``encode``, ``decode``,
-            ``bos_id``, ``eos_id``, ``add_bos``, ``eos_ids`` and ``streamer()``.
+        tokenizer: builds the tokenizer from the model's GGUF metadata (None:
+            :func:`onnx_struct.load_tokenizer`); it gives ``encode``, ``decode``, ``bos_id``,
+            ``eos_id``, ``add_bos``, ``eos_ids`` and ``streamer()``.
         chat_renderer: renders chat messages (``apply_chat_template``'s signature: metadata,
-            messages, ``add_generation_prompt=``, ``chat_template=``); None: ``messages`` are
-            refused. :func:`onnx_struct.generate` and ``onnx-struct chat`` give the llm layer's.
+            messages, ``add_generation_prompt=``, ``chat_template=``; None:
+            :func:`onnx_struct.apply_chat_template`, which needs jinja2).
 
     Raises:
         ValidationError: the model has no decoder graph (no ``input_ids`` / ``past_key_values``
@@ -193,7 +193,7 @@ class Generator:
         self.n_vocab = logits[-1]
         metadata = decode_metadata(self.session.lowered)
         self.metadata = metadata
-        self.tokenizer = (tokenizer or AdaptedTokenizer)(metadata)
+        self.tokenizer = (tokenizer or load_tokenizer)(metadata)
         self.chat_renderer = chat_renderer
         if self.tokenizer.vocab_size != self.n_vocab:  # an id the sampler picks must have a token
             raise ValidationError(
@@ -294,13 +294,10 @@ class Generator:
     ) -> str:
         """``messages`` (checked) rendered with the chat template (``apply_chat_template``)."""
         checked = check_messages(messages)
-        if self.chat_renderer is None:
-            raise ValidationError(
-                "generate(messages)",
-                "this Generator renders no chat template (build it with chat_renderer=, as onnx_struct.generate does)",
-                code="no_chat_template",
-            )
-        return self.chat_renderer(
+        renderer = self.chat_renderer
+        if renderer is None:
+            from onnx_struct.llm.chat.template import apply_chat_template as renderer  # noqa: PLC0415 - jinja2 on use
+        return renderer(
             self.metadata, checked, chat_template=chat_template, add_generation_prompt=add_generation_prompt
         )
 

@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterable
 import numpy as np
 
 from onnx_struct.errors import ValidationError
-from onnx_struct.runtime.generate import Generation, Generator, Sampler, check_sampling
-from onnx_struct.runtime.kv_cache import KVCache
+from onnx_struct.llm.generation import Generation, Generator, Sampler, check_sampling
+from onnx_struct.llm.kv_cache import KVCache
 
 
 class Chat:
@@ -98,7 +98,7 @@ class Chat:
             interruptible: Ctrl-C ends the reply (False: the KeyboardInterrupt propagates).
 
         Returns:
-            The reply as a :class:`~onnx_struct.runtime.generate.Generation`; its ``prefilled``
+            The reply as a :class:`~onnx_struct.llm.generation.Generation`; its ``prefilled``
             is how many prompt tokens ran (the rest were in the cache).
 
         Raises:

@@ -27,7 +27,7 @@ class KVCache:
     """The cache of one generation or chat: ``tokens`` are the ids whose keys and values it holds.
 
     Args:
-        generator: the :class:`~onnx_struct.runtime.generate.Generator` (session and layout).
+        generator: the :class:`~onnx_struct.llm.generation.Generator` (session and layout).
         limit: the most positions it may hold (the context size).
     """
 

@@ -1,21 +1,15 @@
-"""The GGUF tokenizer as generate.py knew it: a thin shim over
-:class:`onnx_struct.llm.tokenizer.Tokenizer` (every tokenizer llama.cpp reads, as it reads it),
-kept until every caller uses ``onnx_struct.load_tokenizer``.
+"""``GGUFTokenizer``, the tokenizer's interface before :func:`onnx_struct.load_tokenizer` (``bos``,
+``eos``, ``controls``), as a thin layer over :class:`onnx_struct.llm.tokenizer.tokenizer.Tokenizer`;
+it moved here from the runtime layer and is kept for the callers that name it.
 
 Notes: docs/modules.md, docs/tokenizers.md.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping, Sequence
 
-
-def _llm_tokenizer():
-    """The llm layer's tokenizer module. The llm layer sits above runtime (tests/test_layers.py),
-    so this shim reaches it by name at call time, not by an import: it goes when generate.py
-    takes a Tokenizer from its caller."""
-    return importlib.import_module("onnx_struct.llm.tokenizer.tokenizer")
+from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer
 
 
 class GGUFTokenizer:
@@ -27,7 +21,7 @@ class GGUFTokenizer:
         Raises:
             ValidationError: metadata llama.cpp would refuse (the path names the key).
         """
-        self.tokenizer = _llm_tokenizer().load_tokenizer(dict(metadata))
+        self.tokenizer = load_tokenizer(dict(metadata))
         vocab = self.tokenizer.vocab
         self.bos = vocab.bos
         self.eos = vocab.eos
