@@ -28,50 +28,11 @@ _REASONING_FIELDS = ("reasoning_content", "thinking", "reasoning")  # transforme
 
 
 def _metadata(model: Any) -> Mapping[str, object]:
-    """The GGUF metadata of ``model``: a mapping, a converted ModelProto / .onnx path, a .gguf path,
-    or an object holding one (a Tokenizer's ``metadata``, a LoadedModel's ``model``)."""
-    if isinstance(model, Mapping):
-        return model
-    import onnx
+    """The GGUF metadata of ``model``, read as :func:`~onnx_struct.load_tokenizer` reads it (a
+    Tokenizer: its vocabulary's metadata)."""
+    from onnx_struct.llm.tokenizer.tokenizer import model_metadata  # noqa: PLC0415
 
-    from onnx_struct.formats.gguf.metadata import decode_metadata
-
-    if isinstance(model, onnx.ModelProto):
-        return decode_metadata(model)
-    if hasattr(model, "metadata_props"):  # onnx_struct's own ModelProto (from_onnx)
-        return decode_metadata(model.metadata_props)
-    if isinstance(model, (str, os.PathLike)):
-        path = pathlib.Path(model)
-        with open(path, "rb") as handle:
-            magic = handle.read(4)
-        if magic == b"GGUF":
-            return _gguf_metadata(path)
-        try:
-            proto = onnx.load(os.fspath(path), load_external_data=False)
-        except Exception as error:  # protobuf's DecodeError and its kin: not a model file
-            raise ValidationError(str(path), f"neither a GGUF file nor an ONNX model: {error}") from None
-        return decode_metadata(proto)
-    for attribute in ("metadata", "proto", "model"):  # a Tokenizer's metadata, a LoadedModel's proto
-        inner = getattr(model, attribute, None)
-        if isinstance(inner, (Mapping, onnx.ModelProto)):
-            return _metadata(inner)
-        if inner is not None and hasattr(inner, "metadata_props"):
-            return decode_metadata(inner.metadata_props)
-    raise ValidationError(
-        "apply_chat_template(model)",
-        f"{type(model).__name__} is not a model: pass a .onnx or .gguf path, a ModelProto or a metadata mapping",
-        code="bad_argument",
-    )
-
-
-def _gguf_metadata(path: pathlib.Path) -> dict[str, object]:
-    from onnx_struct.formats.gguf.metadata import decode_metadata, metadata_props
-    from onnx_struct.tools.gguf.conversion import _gguf, _open
-
-    gguf = _gguf()
-    reader, fd = _open(gguf, path)
-    os.close(fd)
-    return decode_metadata(metadata_props(reader, gguf))
+    return model_metadata(model, "apply_chat_template(model)")
 
 
 def _template_text(text: object, where: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import mmap
 import os
 import pathlib
+import stat
 import struct
 
 from onnx_struct.errors import ValidationError
@@ -32,16 +33,28 @@ def read_gguf_metadata(path: str | os.PathLike) -> dict[str, object]:
         key -> value.
 
     Raises:
-        ValidationError: the file is not a well-formed GGUF file (the path names what), or holds
-            a string that is not UTF-8.
+        ValidationError: the file is not a well-formed GGUF file (the path names what), holds
+            more values than ``MAX_GGUF_METADATA_ITEMS``, or a string that is not UTF-8.
+        OSError: the file cannot be read or is not a regular file.
+        ImportError: gguf-py (its table of tensor types) is not installed.
     """
     import numpy as np  # noqa: PLC0415 - numeric arrays in one conversion
 
-    with open(pathlib.Path(path), "rb") as handle:
-        size = os.fstat(handle.fileno()).st_size
-        if size < 24:
+    from onnx_struct.tools.gguf.conversion import _gguf, _quant_sizes  # noqa: PLC0415 - gguf-py on use
+    from onnx_struct.tools.gguf.validate import check_gguf_bytes  # noqa: PLC0415
+
+    # Opened without waiting on a FIFO (O_NONBLOCK) and refused unless a regular file; every count
+    # and length is bounded by the file and MAX_GGUF_METADATA_ITEMS (check_gguf_bytes, the walk
+    # from-gguf runs) before a value is built: a 10^9-element array would be 10^9 Python objects.
+    fd = os.open(pathlib.Path(path), os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_BINARY", 0))
+    with os.fdopen(fd, "rb") as handle:
+        status = os.fstat(handle.fileno())
+        if not stat.S_ISREG(status.st_mode):
+            raise OSError(f"{path}: not a regular file")
+        if status.st_size < 24:
             raise ValidationError("gguf.header", "not a GGUF file (shorter than its header)", code="not_gguf")
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            check_gguf_bytes(data, _quant_sizes(_gguf()))
             view = memoryview(data)
             try:
                 return _read(view, np)

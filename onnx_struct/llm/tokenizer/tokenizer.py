@@ -74,6 +74,7 @@ class Tokenizer:
                 this version does not build.
         """
         self.vocab = vocab
+        self.metadata: Mapping[str, object] | None = None  # the GGUF metadata, where load_tokenizer read it
         self.vocab_size = len(vocab.tokens)
         self.bos_id = vocab.bos
         self.eos_id = vocab.eos
@@ -378,20 +379,35 @@ def load_tokenizer(model) -> Tokenizer:
     """
     if isinstance(model, Tokenizer):
         return model
-    return Tokenizer(load_vocab(_metadata(model)))
+    metadata = model_metadata(model, "load_tokenizer(model)")
+    tokenizer = Tokenizer(load_vocab(metadata))
+    tokenizer.metadata = metadata
+    return tokenizer
 
 
-def _metadata(model) -> Mapping[str, object]:
+def model_metadata(model, where: str) -> Mapping[str, object]:
+    """The GGUF metadata of ``model``: a mapping as it is, a :class:`Tokenizer`'s, a converted
+    model's ``metadata_props`` (an ``onnx.ModelProto``, onnx_struct's ModelProto, a LoadedModel,
+    a ``.onnx`` path), or a ``.gguf`` file's (told by its magic bytes).
+
+    Raises:
+        ValidationError: (``bad_argument``, at ``where``) ``model`` is none of these; a file that is
+            neither GGUF nor ONNX, or a malformed GGUF file (the path names what).
+    """
     import onnx  # noqa: PLC0415 - only for models
 
     from onnx_struct.formats.gguf.metadata import decode_metadata  # noqa: PLC0415
 
     if isinstance(model, Mapping):
         return model
+    if isinstance(model, Tokenizer) and getattr(model, "metadata", None) is not None:
+        return model.metadata
     if isinstance(model, onnx.ModelProto):
         return decode_metadata(model)
     if hasattr(model, "proto"):  # a LoadedModel
         return decode_metadata(model.proto.metadata_props)
+    if hasattr(model, "metadata_props"):  # onnx_struct's own ModelProto (from_onnx)
+        return decode_metadata(model.metadata_props)
     if isinstance(model, (str, os.PathLike)):
         path = pathlib.Path(model)
         with open(path, "rb") as handle:
@@ -400,7 +416,13 @@ def _metadata(model) -> Mapping[str, object]:
             from onnx_struct.llm.tokenizer.gguf_metadata import read_gguf_metadata  # noqa: PLC0415
 
             return read_gguf_metadata(path)
-        return decode_metadata(onnx.load(str(path), load_external_data=False))
+        try:
+            proto = onnx.load(os.fspath(path), load_external_data=False)
+        except Exception as error:  # protobuf's DecodeError and its kin: not a model file
+            raise ValidationError(str(path), f"neither a GGUF file nor an ONNX model: {error}") from None
+        return decode_metadata(proto)
     raise ValidationError(
-        "load_tokenizer(model)", f"a {type(model).__name__}: not a model, a path or metadata", code="bad_argument"
+        where,
+        f"a {type(model).__name__}: not a model, a .onnx or .gguf path, a Tokenizer or a metadata mapping",
+        code="bad_argument",
     )
