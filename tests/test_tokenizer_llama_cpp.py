@@ -139,10 +139,14 @@ def _call(function, *args, **kwargs):
         return f"{type(error).__name__}: {error}"
 
 
+def _load_tokenizer(path: pathlib.Path):
+    import onnx_struct  # noqa: PLC0415
+
+    return onnx_struct.load_tokenizer(path)
+
+
 def compare_with_llama_cpp(path: pathlib.Path, name: str, python: str, workdir: pathlib.Path) -> None:
     """Tokenize, detokenize and render pieces over ``path`` here and in llama.cpp; fail on a difference."""
-    from onnx_struct import load_tokenizer  # noqa: PLC0415
-
     started = time.perf_counter()
     info = run_vocab_batch(python, {"model": str(path), "info": True}, workdir, "info")
     special_texts = [text for _, text, _ in info["special"]]
@@ -160,7 +164,7 @@ def compare_with_llama_cpp(path: pathlib.Path, name: str, python: str, workdir: 
 
     mismatches = Mismatches(name)
     started = time.perf_counter()
-    tokenizer = _call(load_tokenizer, path)
+    tokenizer = _call(_load_tokenizer, path)
     summary = {"vocab": name, "strings": len(strings), "encodes": len(encode), "llama_cpp_seconds": llama_seconds}
     if isinstance(tokenizer, str):
         mismatches.add("load", str(path), tokenizer, "loads")
@@ -202,9 +206,9 @@ def compare_with_llama_cpp(path: pathlib.Path, name: str, python: str, workdir: 
 
 
 def test_every_vocabulary_file_is_compared(source):
-    assert sorted(path.name.removeprefix("ggml-vocab-").removesuffix(".gguf") for path in vocab_files(source)) == sorted(
-        VOCABS
-    )
+    assert sorted(
+        path.name.removeprefix("ggml-vocab-").removesuffix(".gguf") for path in vocab_files(source)
+    ) == sorted(VOCABS)
 
 
 @pytest.mark.parametrize("name", VOCABS)
