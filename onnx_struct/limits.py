@@ -178,3 +178,8 @@ MAX_ROPE_TABLE_BYTES = 2**30
 # vocabulary) plus the characters that split copies. Real vocabularies need a few million units
 # (256,000 pieces); only many pieces of many distinct long lengths reach this.
 MAX_SPM_MERGE_WORK = 2**27
+
+# Characters one ``Tokenizer.encode`` call tokenizes (16 Mi): the work is linear in them (the
+# special-token partition, the regex split, the merges of each word), this bounds one call's time
+# and memory (a few seconds per million characters).
+MAX_TOKENIZE_CHARS = 2**24
