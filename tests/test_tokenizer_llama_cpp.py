@@ -140,9 +140,11 @@ def _call(function, *args, **kwargs):
 
 
 def _load_tokenizer(path: pathlib.Path):
+    """``onnx_struct.load_tokenizer(path)`` (its module's until the package exports it)."""
     import onnx_struct  # noqa: PLC0415
+    from onnx_struct.llm.tokenizer import tokenizer  # noqa: PLC0415
 
-    return onnx_struct.load_tokenizer(path)
+    return getattr(onnx_struct, "load_tokenizer", tokenizer.load_tokenizer)(path)
 
 
 def compare_with_llama_cpp(path: pathlib.Path, name: str, python: str, workdir: pathlib.Path) -> None:
