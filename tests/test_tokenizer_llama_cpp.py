@@ -172,6 +172,8 @@ def compare_with_llama_cpp(path: pathlib.Path, name: str, python: str, workdir: 
         mismatches.add("load", str(path), tokenizer, "loads")
         summary.update(identical=0, first_mismatch=tokenizer)
         mismatches.report(summary)
+    vocab = getattr(tokenizer, "vocab", None)
+    summary.update(model=getattr(vocab, "tokenizer_model", "?"), pre=getattr(vocab, "pre", "?"))
     identical = 0
     for (text, add_special, parse_special), expected in zip(encode, theirs["encode"], strict=True):
         ours = _call(tokenizer.encode, text, add_bos=None if add_special else False, special=parse_special)
