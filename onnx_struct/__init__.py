@@ -16,6 +16,7 @@ from onnx_struct.check.hooks import install, uninstall
 from onnx_struct.check.inference import infer_shapes
 from onnx_struct.errors import LeafNotFoundError, ValidationError
 from onnx_struct.layout.table import size_in_bits
+from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer
 from onnx_struct.lowering.lower import lower
 from onnx_struct.passes.quantize import quantize
 from onnx_struct.payload.external_io import load_with_external_data, save_with_external_data
@@ -89,6 +90,7 @@ __all__ = [
     "infer_shapes",
     "InferenceSession",
     "generate",
+    "load_tokenizer",
     "quantize",
     # builders
     "make_array",

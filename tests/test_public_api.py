@@ -13,7 +13,7 @@ import onnx_struct as S
 PUBLIC = {
     "StructTypeProto", "StructProto", "ValidationError", "LeafNotFoundError",
     "check_model", "validate", "size_in_bits", "install", "uninstall",
-    "decode", "encode", "lower", "infer_shapes", "InferenceSession", "generate", "quantize",
+    "decode", "encode", "lower", "infer_shapes", "InferenceSession", "generate", "load_tokenizer", "quantize",
     "make_array", "make_bit_packing", "make_component", "make_constant_field", "make_field",
     "make_map_type_proto", "make_optional_type_proto", "make_sequence_type_proto", "make_struct_type_proto",
     "make_struct_value", "make_struct_value_info", "make_structure", "make_tensor_type", "make_type_reference",
@@ -36,7 +36,7 @@ FORMATS_PUBLIC = {
     "register",
     "register_formats",
 }
-SUBCOMMANDS = ["check", "inspect", "from-gguf", "to-gguf", "quantize", "lower", "decode", "generate"]
+SUBCOMMANDS = ["check", "inspect", "from-gguf", "to-gguf", "quantize", "lower", "decode", "generate", "tokenize"]
 
 
 def test_public_names_are_exactly_the_pinned_ones():

@@ -31,6 +31,7 @@ COMMANDS = {
     "lower": "onnx_struct.cli.lower",
     "decode": "onnx_struct.cli.decode",
     "generate": "onnx_struct.cli.generate",
+    "tokenize": "onnx_struct.cli.tokenize",
 }
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2

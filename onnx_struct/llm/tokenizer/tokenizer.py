@@ -11,6 +11,7 @@ prefixed space of an SPM text taken off the first piece, and llama.cpp's ``clean
 
 from __future__ import annotations
 
+import importlib
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
@@ -33,21 +34,22 @@ def _session(vocab: Vocab):
         if vocab.tokenizer_model == "whitespace":
             return WhitespaceSession(vocab)
         return BpeSession(vocab)
-    if vocab.model == "spm":
-        try:
-            from onnx_struct.llm.tokenizer.spm import SpmSession  # noqa: PLC0415 - per model
-        except ImportError:  # until the SentencePiece session lands: today's merge-by-score tokenizer
-            from onnx_struct.llm.tokenizer._spm_fallback import SpmSession  # noqa: PLC0415
-        return SpmSession(vocab)
-    names = {"wpm": "WpmSession", "ugm": "UgmSession", "rwkv": "RwkvSession", "plamo2": "Plamo2Session"}
+    # the other models' modules, imported when their model is used (by name: they are built apart)
+    names = {"spm": "SpmSession", "wpm": "WpmSession", "ugm": "UgmSession", "rwkv": "RwkvSession"}
+    names["plamo2"] = "Plamo2Session"
     try:
-        module = __import__(f"onnx_struct.llm.tokenizer.{vocab.model}", fromlist=[names[vocab.model]])
-    except ImportError:
-        raise ValidationError(
-            "gguf.kv['tokenizer.ggml.model']",
-            f"the {vocab.tokenizer_model!r} tokenizer model ({vocab.model}) is not built in this version",
-            code="unsupported_tokenizer",
-        ) from None
+        module = importlib.import_module(f"onnx_struct.llm.tokenizer.{vocab.model}")
+    except ModuleNotFoundError as error:
+        if error.name != f"onnx_struct.llm.tokenizer.{vocab.model}":
+            raise
+        if vocab.model == "spm":  # until the SentencePiece session lands: today's merge-by-score tokenizer
+            module = importlib.import_module("onnx_struct.llm.tokenizer._spm_fallback")
+        else:
+            raise ValidationError(
+                "gguf.kv['tokenizer.ggml.model']",
+                f"the {vocab.tokenizer_model!r} tokenizer model ({vocab.model}) is not built in this version",
+                code="unsupported_tokenizer",
+            ) from None
     return getattr(module, names[vocab.model])(vocab)
 
 
@@ -171,9 +173,7 @@ class Tokenizer:
         v = self.vocab
         text, attr = v.tokens[token], v.attrs[token]
         if v.model == "rwkv":
-            from onnx_struct.llm.tokenizer.rwkv import token_bytes  # noqa: PLC0415 - per model
-
-            return token_bytes(text)
+            return importlib.import_module("onnx_struct.llm.tokenizer.rwkv").token_bytes(text)
         if v.model == "plamo2":
             if attr & Attr.BYTE and len(text) == 6 and text.startswith("<0x") and text.endswith(">"):
                 digits = text[3:5]
@@ -204,11 +204,16 @@ class Tokenizer:
             ValidationError: an id outside the vocabulary (the path names its index).
         """
         pieces = []
+        strip = self.vocab.add_space_prefix
         for i, token in enumerate(ids):
             self._check_id(token, f"decode(ids)[{i}]")
             piece = self.token_to_piece(token, special=special)
-            if i == 0 and self.vocab.add_space_prefix and piece.startswith(b" "):
-                piece = piece[1:]  # the space the SentencePiece prefix added
+            if strip and piece:
+                # the space the SentencePiece prefix added, off the first piece that shows text
+                # (llama_detokenize strips it only from the very first token, leaving it after a
+                # hidden BOS; llama-cpp-python's detokenize strips it after BOS)
+                piece = piece[1:] if piece.startswith(b" ") else piece
+                strip = False
             pieces.append(piece)
         data = b"".join(pieces)
         return clean_spaces(data) if self.vocab.clean_spaces else data
@@ -247,7 +252,7 @@ class Tokenizer:
 class TokenStreamer:
     """Text of generated tokens as they come: ``push(id)`` returns what the token completes (whole
     UTF-8 characters only), ``flush()`` what is left (incomplete bytes as U+FFFD). The pieces are
-    ``token_to_piece``'s, the first one's SentencePiece space removed as ``decode`` removes it;
+    ``token_to_piece``'s, the first shown one's SentencePiece space removed as ``decode`` removes it;
     ``clean_spaces`` is not applied (a later token cannot take back text already shown)."""
 
     def __init__(self, tokenizer: Tokenizer, special: bool) -> None:
@@ -260,9 +265,9 @@ class TokenStreamer:
         """Add one token id; return the text it completes ("" while a character is unfinished)."""
         self._tokenizer._check_id(token, "push(token)")
         piece = self._tokenizer.token_to_piece(token, special=self._special)
-        if self._first and self._tokenizer.vocab.add_space_prefix and piece.startswith(b" "):
-            piece = piece[1:]
-        self._first = False
+        if self._first and piece and self._tokenizer.vocab.add_space_prefix:
+            piece = piece[1:] if piece.startswith(b" ") else piece
+            self._first = False
         data = self._pending + piece
         cut = _complete_prefix(data)
         self._pending = data[cut:]
