@@ -173,12 +173,6 @@ MAX_CONTEXT_LENGTH = 2**24
 # from-gguf --graph), folded when its session is created: Qwen2.5-1M (2^20 positions, head size 128)
 # needs 512 MiB; 2^24 positions at head size 128 would be 8 GiB.
 MAX_ROPE_TABLE_BYTES = 2**30
-# Work of building a SentencePiece-style tokenizer's merges (``tokenizer.ggml.model`` llama): one
-# unit per candidate split of a piece (a split whose two lengths are both piece lengths of the
-# vocabulary) plus the characters that split copies. Real vocabularies need a few million units
-# (256,000 pieces); only many pieces of many distinct long lengths reach this.
-MAX_SPM_MERGE_WORK = 2**27
-
 # Characters one ``Tokenizer.encode`` call tokenizes (16 Mi): the work is linear in them (the
 # special-token partition, the regex split, the merges of each word), this bounds one call's time
 # and memory (a few seconds per million characters).

@@ -213,3 +213,8 @@ def test_load_tokenizer_takes_metadata_and_returns_a_tokenizer_as_is():
     tok = load_tokenizer(bpe(["a"]))
     assert load_tokenizer(tok) is tok
     assert onnx_struct.load_tokenizer is load_tokenizer
+
+
+def test_the_linefeed_id_is_found_as_llama_cpp_finds_it():
+    # BPE: the first id of "\n" tokenized; "\n" byte-encoded is GPT-2's character U+010A
+    assert Tokenizer(load_vocab(bpe(["a", "\u010a"]))).vocab.nl == 1

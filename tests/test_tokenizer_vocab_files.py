@@ -9,7 +9,6 @@ sdist fetched from PyPI (tests/support/llama_cpp_source.py).
 from __future__ import annotations
 
 import pytest
-
 from support.llama_cpp_source import llama_cpp_source, vocab_cases, vocab_files
 
 from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer

@@ -17,7 +17,9 @@ def main() -> None:
     request = json.load(open(request_path, encoding="utf-8"))
     model = llama_cpp.Llama(path, vocab_only=True, verbose=False)
     ids = [
-        model.tokenize(text.encode("utf-8"), add_bos=request.get("add_bos", False), special=request.get("special", False))
+        model.tokenize(
+            text.encode("utf-8"), add_bos=request.get("add_bos", False), special=request.get("special", False)
+        )
         for text in request["texts"]
     ]
     json.dump({"ids": ids}, open(result_path, "w", encoding="utf-8"))

@@ -113,7 +113,6 @@ def gguf_metadata(path: pathlib.Path) -> dict[str, object]:
 def write_vocab_gguf(path: pathlib.Path, metadata: Mapping[str, object]) -> None:
     """A vocabulary-only GGUF file (llama architecture hyper-parameters, no tensors)."""
     import gguf  # noqa: PLC0415
-    import numpy as np  # noqa: PLC0415
 
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("tiny-vocab")

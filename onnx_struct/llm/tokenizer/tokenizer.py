@@ -42,14 +42,11 @@ def _session(vocab: Vocab):
     except ModuleNotFoundError as error:
         if error.name != f"onnx_struct.llm.tokenizer.{vocab.model}":
             raise
-        if vocab.model == "spm":  # until the SentencePiece session lands: today's merge-by-score tokenizer
-            module = importlib.import_module("onnx_struct.llm.tokenizer._spm_fallback")
-        else:
-            raise ValidationError(
-                "gguf.kv['tokenizer.ggml.model']",
-                f"the {vocab.tokenizer_model!r} tokenizer model ({vocab.model}) is not built in this version",
-                code="unsupported_tokenizer",
-            ) from None
+        raise ValidationError(
+            "gguf.kv['tokenizer.ggml.model']",
+            f"the {vocab.tokenizer_model!r} tokenizer model ({vocab.model}) is not built in this version",
+            code="unsupported_tokenizer",
+        ) from None
     return getattr(module, names[vocab.model])(vocab)
 
 
@@ -90,6 +87,22 @@ class Tokenizer:
         self._partition = SpecialPartition(vocab)
         self._session = _session(vocab)
         self._pieces: dict[int, bytes] = {}
+        vocab.nl = self._linefeed()
+
+    def _linefeed(self) -> int | None:
+        """llama.cpp's linefeed_id: SPM's byte piece of '\n' (or the piece "\n"), WPM's pad id,
+        otherwise the first id of "\n" tokenized (the pad id where there is none)."""
+        v = self.vocab
+        if v.model == "spm":
+            found = v.token_to_id.get("<0x0A>", v.token_to_id.get("\n"))
+            return found if found is not None else v.pad
+        if v.model == "wpm":
+            return v.pad
+        try:
+            ids = self.encode("\n", add_bos=False)
+        except ValidationError:  # a session that cannot tokenize it (no unknown token)
+            ids = []
+        return ids[0] if ids else v.pad
 
     # ------------------------------------------------------------------ encode
     def encode(self, text: str, *, add_bos: bool | None = None, special: bool = False) -> list[int]:
@@ -111,9 +124,7 @@ class Tokenizer:
         if not isinstance(text, str):
             raise ValidationError("encode(text)", f"a {type(text).__name__}, not a str", code="bad_argument")
         if len(text) > MAX_TOKENIZE_CHARS:
-            raise limit_exceeded(
-                "encode(text)", f"{len(text)} characters to tokenize", len(text), MAX_TOKENIZE_CHARS
-            )
+            raise limit_exceeded("encode(text)", f"{len(text)} characters to tokenize", len(text), MAX_TOKENIZE_CHARS)
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as error:

@@ -75,7 +75,9 @@ class Charsmap:
 
     def _node(self, index: int) -> int:
         if index >= len(self.xcda):
-            raise ValidationError(CHARSMAP, f"XCDA index {index} is past its {len(self.xcda)} entries", code="bad_tokenizer")
+            raise ValidationError(
+                CHARSMAP, f"XCDA index {index} is past its {len(self.xcda)} entries", code="bad_tokenizer"
+            )
         return self.xcda[index]
 
     @staticmethod
@@ -284,5 +286,7 @@ class UgmSession:
             position = start[position]
         out.reverse()
         if -1 in out:
-            raise ValidationError("tokenize(text)", "the text needs the unknown token and there is none", code="untokenizable")
+            raise ValidationError(
+                "tokenize(text)", "the text needs the unknown token and there is none", code="untokenizable"
+            )
         return out

@@ -198,7 +198,9 @@ def load_vocab(metadata: Mapping[str, object]) -> Vocab:
         raise ValidationError("gguf.kv['tokenizer.ggml.model']", f"{name!r} is not a string")
     if name in ("no_vocab", "none"):
         raise ValidationError(
-            "gguf.kv['tokenizer.ggml.model']", f"{name!r}: the file has no vocabulary to tokenize with", code="unsupported_tokenizer"
+            "gguf.kv['tokenizer.ggml.model']",
+            f"{name!r}: the file has no vocabulary to tokenize with",
+            code="unsupported_tokenizer",
         )
     if name not in _MODELS:
         known = ", ".join(sorted(_MODELS))

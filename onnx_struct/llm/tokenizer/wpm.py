@@ -111,7 +111,8 @@ class WpmSession:
                 out.append(self._unk)
             else:
                 raise ValidationError(
-                    "tokenize(text)", f"no pieces cover the word {word[:40]!r} and there is no unknown token",
+                    "tokenize(text)",
+                    f"no pieces cover the word {word[:40]!r} and there is no unknown token",
                     code="untokenizable",
                 )
         return out
