@@ -281,13 +281,22 @@ def plamo2_metadata(pieces: Mapping[str, float]) -> dict[str, object]:
     }
 
 
+# the user-defined ids of a vocabulary, longest first, by id(vocab) (the entry holds the vocabulary,
+# so an id is not reused while cached)
+_USER_DEFINED: dict[int, tuple[Vocab, list[int]]] = {}
+
+
 def user_defined_partition(vocab: Vocab, text: str) -> list[str | int]:
     """llama.cpp's special-token partition with parse_special false (the test data's setting):
     user-defined tokens, longest first, split out of the text wherever they occur."""
-    specials = sorted(
-        (i for i, a in enumerate(vocab.attrs) if a & Attr.USER_DEFINED),
-        key=lambda i: -len(vocab.tokens[i].encode()),
-    )
+    cached = _USER_DEFINED.get(id(vocab))
+    if cached is not None and cached[0] is vocab:
+        specials = cached[1]
+    else:
+        user = int(Attr.USER_DEFINED)
+        found = (i for i, a in enumerate(vocab.attrs) if a & user)
+        specials = sorted(found, key=lambda i: -len(vocab.tokens[i].encode()))
+        _USER_DEFINED[id(vocab)] = (vocab, specials)
     fragments: list[str | int] = [text] if text else []
     for special in specials:
         piece, out = vocab.tokens[special], []

@@ -50,9 +50,10 @@ class Plamo2Session:
         byte_ids = [0] * 256
         token_to_id: dict[str, int] = {}
         suffix_score: dict[str, float] = {}
+        byte = int(Attr.BYTE)
         for i, text in enumerate(vocab.tokens):
             token_to_id[text] = i
-            if vocab.attrs[i] & Attr.BYTE:
+            if vocab.attrs[i] & byte:
                 match = _BYTE_PIECE.match(text)
                 if match and len(text) == 6:
                     byte_ids[int(match.group(1), 16)] = i

@@ -60,56 +60,48 @@ class SpmSession:
         if n == 0:
             return []
         scores, longest = self._scores, self._longest
-        start = list(range(n))  # a symbol's first character (fixed), its length (0: merged away)
+        # Symbol i starts at character i and spans size[i] characters (0: merged into its left
+        # neighbour); the symbols tile the text, so the right neighbour of i is i + size[i].
         size = [1] * n
         prev = list(range(-1, n - 1))
-        nxt = list(range(1, n + 1))
-        nxt[-1] = -1
-        # llama.cpp's queue: highest score first, then lowest left index. Entries whose symbols
-        # changed since are skipped when popped (their recorded length no longer matches).
-        queue: list[tuple[float, int, int, int]] = []
-
-        def candidate(left: int, right: int) -> tuple[float, int, int, int] | None:
-            total = size[left] + size[right]
-            if total > longest:  # no piece is that long
-                return None
-            score = scores.get(text[start[left] : start[left] + total])
-            return None if score is None else (-score, left, right, total)
-
-        for i in range(1, n):
-            entry = candidate(i - 1, i)
-            if entry is not None:
-                queue.append(entry)
+        # llama.cpp's queue: highest score first, then lowest left index. An entry is
+        # (-score, left, total length); it is stale, and skipped, once its pair has changed
+        # (both symbols only grow, so the recorded total then no longer matches).
+        get = scores.get
+        queue = [(-score, i, 2) for i in range(n - 1) if (score := get(text[i : i + 2])) is not None]
+        if longest < 2:
+            queue = []
         heapq.heapify(queue)
         pop, push = heapq.heappop, heapq.heappush
         while queue:
-            _, left, right, total = pop(queue)
-            if size[left] == 0 or size[right] == 0 or size[left] + size[right] != total:
+            _, left, total = pop(queue)
+            grown = size[left]
+            right = left + grown
+            if not grown or right >= n or grown + size[right] != total:
                 continue
             size[left] = total
             size[right] = 0
-            after = nxt[right]
-            nxt[left] = after
-            if after >= 0:
+            after = left + total
+            if after < n:
                 prev[after] = left
+                pair = total + size[after]
+                if pair <= longest and (score := get(text[left : left + pair])) is not None:
+                    push(queue, (-score, left, pair))
             before = prev[left]
-            if before >= 0 and (entry := candidate(before, left)) is not None:
-                push(queue, entry)
-            if after >= 0 and (entry := candidate(left, after)) is not None:
-                push(queue, entry)
-        return self._emit(text, start, size, nxt)
-
-    def _emit(self, text: str, start: list[int], size: list[int], nxt: list[int]) -> list[int]:
+            if before >= 0:
+                pair = size[before] + total
+                if pair <= longest and (score := get(text[before : before + pair])) is not None:
+                    push(queue, (-score, before, pair))
         ids, out = self._ids, []
         i = 0
-        while i != -1:
-            piece = text[start[i] : start[i] + size[i]]
+        while i < n:
+            piece = text[i : i + size[i]]
             found = ids.get(piece)
             if found is not None:
                 out.append(found)
             else:  # only single characters get here: every merged symbol is a piece
-                out.extend(self._fallback(piece, start[i]))
-            i = nxt[i]
+                out.extend(self._fallback(piece, i))
+            i += size[i]
         return out
 
     def _fallback(self, char: str, position: int) -> list[int]:

@@ -133,19 +133,22 @@ class UgmSession:
         self._charsmap = Charsmap(vocab.precompiled_charsmap)
         pieces: dict[bytes, int] = {}
         user_defined: set[bytes] = set()
-        low, high = FLT_MAX, -FLT_MAX
+        normal, user, matched = (
+            int(Attr.NORMAL),
+            int(Attr.USER_DEFINED),
+            int(Attr.NORMAL | Attr.USER_DEFINED | Attr.UNUSED),
+        )
+        scores = vocab.scores
+        low = min((float(scores[i]) for i, a in enumerate(vocab.attrs) if a & normal), default=FLT_MAX)
         for i, (text, attr) in enumerate(zip(vocab.tokens, vocab.attrs, strict=False)):
-            if attr & Attr.NORMAL:
-                low = min(low, float(vocab.scores[i]))
-                high = max(high, float(vocab.scores[i]))
-            if attr & (Attr.NORMAL | Attr.USER_DEFINED | Attr.UNUSED):
-                pieces[text.encode("utf-8", "surrogatepass")] = i  # the last of duplicates, as the trie
-            if attr & Attr.USER_DEFINED:
-                user_defined.add(text.encode("utf-8", "surrogatepass"))
+            if attr & matched:
+                piece = text.encode("utf-8", "surrogatepass")
+                pieces[piece] = i  # the last of duplicates, as the trie
+                if attr & user:
+                    user_defined.add(piece)
         self._pieces = pieces
-        self._score = {
-            piece: 0.0 if vocab.attrs[i] & Attr.USER_DEFINED else float(vocab.scores[i]) for piece, i in pieces.items()
-        }
+        # user-defined pieces score 0, "to make them more likely to be selected"
+        self._score = {piece: 0.0 if vocab.attrs[i] & user else float(scores[i]) for piece, i in pieces.items()}
         # pieces of 3 bytes or more, by their first 3 bytes: the lengths to try at a position
         by_prefix: dict[bytes, set[int]] = {}
         for piece in pieces:

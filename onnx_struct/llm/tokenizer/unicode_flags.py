@@ -1,15 +1,11 @@
-"""The code point properties llama.cpp's tokenizers read (its ``unicode-data.cpp``), derived as
-llama.cpp's ``scripts/gen-unicode-data.py`` derives them from the Unicode database.
+"""The code point properties llama.cpp's WordPiece preprocessing reads (its ``unicode-data.cpp``).
 
-- categories: the general category's class (\\p{L}, \\p{N}, \\p{M}, \\p{P}, \\p{S}, \\p{C}, \\p{Z});
-  an unassigned code point (``Cn``) is in none of them (llama.cpp's UNDEFINED), so not \\p{C};
-- whitespace: Unicode's White_Space property (PropList.txt), as llama.cpp lists it;
-- lowercase: the *simple* lowercase mapping of UnicodeData.txt (one code point to one);
-- "NFD": the first code point of the character's canonical decomposition (llama.cpp keeps one
-  code point per code point).
-
-Python's ``unicodedata`` is the database here; where its Unicode version differs from the one
-llama.cpp's tables were generated from, newly assigned code points may differ.
+- categories, whitespace and the simple lowercase: llama.cpp's own tables, as data
+  (``unicode_data``, read through ``regex_split``); an unassigned code point (``Cn``) is in no
+  category (llama.cpp's UNDEFINED), so not \\p{C};
+- "NFD": the first code point of the character's canonical decomposition, one code point to one,
+  as llama.cpp's ``scripts/gen-unicode-data.py`` derives its table; derived here from Python's
+  ``unicodedata``, so a code point assigned after Python's Unicode version is left as is.
 """
 
 from __future__ import annotations
@@ -17,27 +13,24 @@ from __future__ import annotations
 import functools
 import unicodedata
 
-WHITESPACE = frozenset(
-    [*range(0x09, 0x0E), 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000]
-)
-# full lowercase mappings of more than one code point whose simple mapping is one (SpecialCasing.txt)
-_SIMPLE_LOWER = {"\u0130": "i"}
+from onnx_struct.llm.tokenizer import unicode_data
+from onnx_struct.llm.tokenizer.regex_split import category, tolower
+
+WHITESPACE = unicode_data.WHITESPACE
 
 
 @functools.lru_cache(maxsize=65536)
 def category_class(char: str) -> str:
-    """The one-letter class of ``char``'s general category ("L", "N", ...), "" where unassigned."""
-    category = unicodedata.category(char)
-    return "" if category == "Cn" else category[0]
+    """The one-letter class of ``char``'s general category ("L", "N", "M", "P", "S", "Z", "C"),
+    "" where llama.cpp holds it undefined."""
+    letter = category(ord(char))
+    return "" if letter == "U" else letter
 
 
 @functools.lru_cache(maxsize=65536)
 def to_lower(char: str) -> str:
-    """``char``'s simple lowercase mapping (itself where it has none)."""
-    if char in _SIMPLE_LOWER:
-        return _SIMPLE_LOWER[char]
-    lower = char.lower()
-    return lower if len(lower) == 1 else char
+    """``char``'s simple lowercase mapping, llama.cpp's ``unicode_tolower`` (itself where none)."""
+    return chr(tolower(ord(char)))
 
 
 @functools.lru_cache(maxsize=65536)

@@ -83,8 +83,13 @@ class WpmSession:
             vocab: the vocabulary (model ``wpm``).
         """
         self._ids = vocab.token_to_id
-        # only lengths some piece has are tried, longest first
-        self._lengths = sorted({len(piece) for piece in self._ids}, reverse=True)
+        # at a position only the lengths of pieces sharing its first two characters are tried,
+        # longest first (then the one-character pieces)
+        by_prefix: dict[str, set[int]] = {}
+        for piece in self._ids:
+            if len(piece) >= 2:
+                by_prefix.setdefault(piece[:2], set()).add(len(piece))
+        self._lengths = {key: sorted(lengths, reverse=True) for key, lengths in by_prefix.items()}
         self._unk = vocab.unk
         self._lowercase = vocab.lowercase
         self._strip_accents = vocab.strip_accents
@@ -121,7 +126,7 @@ class WpmSession:
         ids, lengths, n = self._ids, self._lengths, len(word)
         out, i = [], 0
         while i < n:
-            for length in lengths:
+            for length in (*lengths.get(word[i : i + 2], ()), 1):
                 if i + length > n:
                     continue
                 found = ids.get(word[i : i + length])
