@@ -216,16 +216,13 @@ class Tokenizer:
             ValidationError: an id outside the vocabulary (the path names its index).
         """
         pieces = []
-        strip = self.vocab.add_space_prefix
         for i, token in enumerate(ids):
             self._check_id(token, f"decode(ids)[{i}]")
             piece = self.token_to_piece(token, special=special)
-            if strip and piece:
-                # the space the SentencePiece prefix added, off the first piece that shows text
-                # (llama_detokenize strips it only from the very first token, leaving it after a
-                # hidden BOS; llama-cpp-python's detokenize strips it after BOS)
-                piece = piece[1:] if piece.startswith(b" ") else piece
-                strip = False
+            if i == 0 and self.vocab.add_space_prefix and piece.startswith(b" "):
+                # llama_detokenize's lstrip: the space the prefix added, off the very first token
+                # only (after a BOS, hidden or not, the next token keeps its space)
+                piece = piece[1:]
             pieces.append(piece)
         data = b"".join(pieces)
         return clean_spaces(data) if self.vocab.clean_spaces else data
