@@ -7,20 +7,14 @@ Slow tier, llama_cpp marker (tests/test_tokenizer_llama_cpp.py says how it is fo
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
+from support.llama_cpp_runner import llama_cpp_encodings, llama_cpp_python
 from support.tokenizer_strings import generated_strings
 
 from onnx_struct.llm.tokenizer.bpe import byte_encode
 from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer
 
 pytestmark = [pytest.mark.slow, pytest.mark.llama_cpp]
-PYTHON = os.environ.get("ONNX_STRUCT_LLAMA_CPP_PYTHON", sys.executable)
-SCRIPT = os.path.join(os.path.dirname(__file__), "support", "llama_cpp_roundtrip.py")
 MODES = [[False, False], [True, True]]
 MERGES = ["l o", "l d", "h e", "he l", "hel lo", "w o", "wo r", "wor ld", "1 2", "12 3"]
 WORDS = ["he", "hel", "hello", "wo", "wor", "world", "12", "123", "lo", "ld"]
@@ -43,19 +37,17 @@ def _write(path, model, pre, tokens, types=None, flags=()):
 
 
 def _compare(path, texts, tmp_path):
-    if subprocess.run([PYTHON, "-c", "import llama_cpp"], capture_output=True, timeout=120).returncode:
+    python = llama_cpp_python()
+    if python is None:
         pytest.skip("llama_cpp is not importable (ONNX_STRUCT_LLAMA_CPP_PYTHON)")
-    cases = tmp_path / "cases.json"
-    cases.write_text(json.dumps({"texts": texts, "modes": MODES}), encoding="utf-8")
-    done = subprocess.run([PYTHON, SCRIPT, str(path), str(cases)], capture_output=True, timeout=600, check=True)
-    expected = json.loads(done.stdout)
+    expected_ids, expected_text = llama_cpp_encodings(python, path, texts, MODES, tmp_path)
     tokenizer = load_tokenizer(path)
-    for (add_special, special), theirs in zip(MODES, expected["ids"], strict=True):
+    for (add_special, special), theirs in zip(MODES, expected_ids, strict=True):
         ours = [tokenizer.encode(t, add_bos=None if add_special else False, special=special) for t in texts]
         wrong = [(t, a, b) for t, a, b in zip(texts, theirs, ours, strict=True) if a != b]
         assert not wrong, f"{len(wrong)} differ, first: {wrong[0]}"
-    for special, theirs in zip((False, True), expected["text"], strict=True):
-        ours = [tokenizer.decode(i, special=special) for i in expected["ids"][0]]
+    for special, theirs in zip((False, True), expected_text, strict=True):
+        ours = [tokenizer.decode_bytes(i, special=special) for i in expected_ids[0]]
         assert ours == theirs
 
 

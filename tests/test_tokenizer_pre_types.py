@@ -12,12 +12,8 @@ Slow tier, llama_cpp marker (tests/test_tokenizer_llama_cpp.py says how it is fo
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
+from support.llama_cpp_runner import llama_cpp_encodings, llama_cpp_python
 from support.llama_cpp_source import llama_cpp_source
 from support.tokenizer_strings import generated_strings
 
@@ -25,8 +21,6 @@ from onnx_struct.llm.tokenizer import pre_types
 from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer
 
 pytestmark = [pytest.mark.slow, pytest.mark.llama_cpp]
-PYTHON = os.environ.get("ONNX_STRUCT_LLAMA_CPP_PYTHON", sys.executable)
-SCRIPT = os.path.join(os.path.dirname(__file__), "support", "llama_cpp_roundtrip.py")
 SKIPPED = {"gemma4", "sarvam_moe", "whitespace"}
 NAMES = {}
 for _name, (_pre, _) in pre_types.PRE_NAMES.items():
@@ -37,7 +31,8 @@ for _name, (_pre, _) in pre_types.PRE_NAMES.items():
 def gpt2_fields():
     """The gpt-2 vocabulary file's key-value fields as (key, value, type, element type)."""
     gguf = pytest.importorskip("gguf")
-    if subprocess.run([PYTHON, "-c", "import llama_cpp"], capture_output=True, timeout=120).returncode:
+    python = llama_cpp_python()
+    if python is None:
         pytest.skip("llama_cpp is not importable (ONNX_STRUCT_LLAMA_CPP_PYTHON)")
     source = llama_cpp_source(fetch=True)
     if source is None:
@@ -57,12 +52,12 @@ def gpt2_fields():
         else:
             value = field.parts[-1][0].item()
         fields.append((key, value, kind, element if kind == gguf.GGUFValueType.ARRAY else None))
-    return gguf, fields
+    return gguf, fields, python
 
 
 @pytest.mark.parametrize("pre", sorted(set(pre_types.REGEX_LISTS) - SKIPPED))
 def test_the_pre_type_splits_as_llama_cpp(gpt2_fields, tmp_path, pre):
-    gguf, fields = gpt2_fields
+    gguf, fields, python = gpt2_fields
     path = tmp_path / f"{pre}.gguf"
     writer = gguf.GGUFWriter(str(path), "gpt2")
     for key, value, kind, element in fields:
@@ -71,10 +66,7 @@ def test_the_pre_type_splits_as_llama_cpp(gpt2_fields, tmp_path, pre):
     writer.write_kv_data_to_file()
     writer.close()
     texts = generated_strings(500, seed=11)
-    cases = tmp_path / "cases.json"
-    cases.write_text(json.dumps({"texts": texts, "modes": [[False, False]]}), encoding="utf-8")
-    done = subprocess.run([PYTHON, SCRIPT, str(path), str(cases)], capture_output=True, timeout=600, check=True)
-    theirs = json.loads(done.stdout)["ids"][0]
+    (theirs,), _ = llama_cpp_encodings(python, path, texts, [(False, False)], tmp_path)
     tokenizer = load_tokenizer(path)
     assert tokenizer.vocab.pre == pre
     wrong = [(t, a, b) for t, a in zip(texts, theirs, strict=True) if (b := tokenizer.encode(t, add_bos=False)) != a]

@@ -63,6 +63,19 @@ def run_vocab_batch(python: str, request: dict, workdir: pathlib.Path, name: str
     return json.loads(result_path.read_text())
 
 
+def llama_cpp_encodings(
+    python: str, model: pathlib.Path, texts: list[str], modes: list[tuple[bool, bool]], workdir: pathlib.Path
+) -> tuple[list[list[list[int]]], list[list[bytes]]]:
+    """llama.cpp's ids of ``texts`` in each ``(add_special, parse_special)`` mode, and the first
+    mode's ids detokenized with unparse_special false and true (bytes)."""
+    request = {"model": str(model), "encode": [[t, a, s] for a, s in modes for t in texts], "decode_encoded": True}
+    result = run_vocab_batch(python, request, workdir)
+    n = len(texts)
+    ids = [result["encode"][i * n : (i + 1) * n] for i in range(len(modes))]
+    decoded = [[bytes.fromhex(pair[k]) for pair in result["decoded"][:n]] for k in (0, 1)]
+    return ids, decoded
+
+
 # ---- the llama_cpp side (runs in ONNX_STRUCT_LLAMA_CPP_PYTHON) ----
 
 ATTR_UNKNOWN, ATTR_CONTROL, ATTR_USER_DEFINED = 1 << 0, 1 << 3, 1 << 4

@@ -335,19 +335,20 @@ def spm_tokenize(tokens: list[str], scores: list[float], text: str, bos: int = 1
 
 
 def spm_detokenize(tokens: list[str], ids: list[int]) -> str:
-    """The text of ids: pieces joined, <0xXX> pieces as bytes, "▁" as a space, control pieces
-    (<s>, </s>) left out, the one prefixed space removed."""
+    """The text of ids as llama_detokenize gives it: pieces joined, <0xXX> pieces as bytes, "▁" as
+    a space, control pieces (<s>, </s>) left out, and the prefixed space removed from the very first
+    token only (after a BOS the next token keeps it)."""
     data = b""
-    for i in ids:
+    for position, i in enumerate(ids):
         piece = tokens[i]
         if piece in ("<s>", "</s>", "<unk>"):
             continue
         if piece.startswith("<0x") and len(piece) == 6:
             data += bytes([int(piece[3:5], 16)])
         else:
-            data += piece.replace("\u2581", " ").encode()
-    text = data.decode(errors="replace")
-    return text[1:] if text.startswith(" ") else text
+            text = piece.replace("\u2581", " ")
+            data += (text[1:] if position == 0 and text.startswith(" ") else text).encode()
+    return data.decode(errors="replace")
 
 
 def greedy(weights: dict[str, np.ndarray], c: TinyLlama, prompt: list[int], n: int) -> list[int]:
