@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from support.llama_cpp_runner import llama_cpp_encodings, llama_cpp_python
-from support.tokenizer_strings import generated_strings
+from support.text_generator import generate_strings
 
 from onnx_struct.llm.tokenizer.bpe import byte_encode
 from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer
@@ -57,7 +57,7 @@ def _chars(texts):
 
 @pytest.mark.parametrize("lowercase", [None, True])
 def test_whitespace_model(tmp_path, lowercase):
-    texts = generated_strings(1000, seed=4) + ["Hello World", "HELLO  world\t12 3"]
+    texts = generate_strings(1000, seed=4) + ["Hello World", "HELLO  world\t12 3"]
     flags = () if lowercase is None else (("tokenizer.ggml.normalizer.lowercase", lowercase),)
     path = tmp_path / "whitespace.gguf"
     _write(path, "whitespace", "whitespace", _chars(texts) + WORDS, flags=flags)
@@ -65,7 +65,7 @@ def test_whitespace_model(tmp_path, lowercase):
 
 
 def test_byte_level_gpt2_file(tmp_path):
-    texts = generated_strings(1000, seed=5)
+    texts = generate_strings(1000, seed=5)
     tokens = sorted({byte_encode(c) for c in _chars(texts)} | set(WORDS) | {"\u0120"})
     path = tmp_path / "gpt2.gguf"
     _write(path, "gpt2", "gpt-2", tokens)
@@ -77,7 +77,7 @@ def test_hybriddna_model(tmp_path, tag_type):
     kmers = ["ACGTAC", "GGGGGG", "TTAAAA", "CAAAAA"]
     base = ["<dna>", "</dna>", "<oov>"]
     texts = ["x<dna>acgtacGGGGGGtt</dna>y", "<dna>cNNNNNN", "hello <dna>ACGTAC</dna> world", "no dna here"]
-    texts += generated_strings(200, seed=6)
+    texts += generate_strings(200, seed=6)
     tokens = _chars(texts) + WORDS + base + [k + DNA_MARKER for k in kmers]
     tokens = list(dict.fromkeys(tokens))
     types = [tag_type if t in base else 1 for t in tokens]

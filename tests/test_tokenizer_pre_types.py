@@ -15,7 +15,7 @@ from __future__ import annotations
 import pytest
 from support.llama_cpp_runner import llama_cpp_encodings, llama_cpp_python
 from support.llama_cpp_source import llama_cpp_source
-from support.tokenizer_strings import generated_strings
+from support.text_generator import generate_strings
 
 from onnx_struct.llm.tokenizer import pre_types
 from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer
@@ -65,7 +65,7 @@ def test_the_pre_type_splits_as_llama_cpp(gpt2_fields, tmp_path, pre):
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.close()
-    texts = generated_strings(500, seed=11)
+    texts = generate_strings(500, seed=11)
     (theirs,), _ = llama_cpp_encodings(python, path, texts, [(False, False)], tmp_path)
     tokenizer = load_tokenizer(path)
     assert tokenizer.vocab.pre == pre

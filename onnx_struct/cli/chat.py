@@ -18,6 +18,7 @@ import sys
 
 from onnx_struct import limits
 from onnx_struct.cli import EXIT_OK, UsageError
+from onnx_struct.cli.generate import add_sampling_arguments
 from onnx_struct.errors import ValidationError
 
 INPUT = "model"
@@ -37,18 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="a built-in template (chatml, llama3, ...) or a .jinja file instead of the file's own",
     )
     parser.add_argument("--ctx-size", type=int, default=None, help="context positions (default: the model's)")
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy; above 0: sample")
-    parser.add_argument("--top-k", type=int, default=0, help="sample among the k most probable tokens (0: all)")
-    parser.add_argument("--top-p", type=float, default=1.0, help="sample among tokens reaching probability p")
-    parser.add_argument("--seed", type=int, default=None, help="the sampling's random seed")
-    parser.add_argument("--threads", type=int, default=None, help="onnxruntime's intra-op thread count")
-    parser.add_argument(
-        "--accuracy-level",
-        type=int,
-        choices=(0, 1, 2, 3, 4),
-        default=None,
-        help="MatMulNBits' accuracy level (default onnxruntime's, 4: int8 activations; 0: float32)",
-    )
+    add_sampling_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -21,10 +21,8 @@ INPUT = "model"
 HELP = "generate text with a decoder model from `from-gguf --graph` (exit 0 ok, 1 invalid model, 2 usage/I-O)"
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("model", help="the .onnx model (from-gguf --graph)")
-    parser.add_argument("--prompt", required=True, help="the text to continue")
-    parser.add_argument("--max-new-tokens", type=int, default=64, help="at most this many new tokens (default 64)")
+def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options ``generate`` and ``chat`` share: sampling, threads, accuracy level."""
     parser.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy; above 0: sample")
     parser.add_argument("--top-k", type=int, default=0, help="sample among the k most probable tokens (0: all)")
     parser.add_argument("--top-p", type=float, default=1.0, help="sample among tokens reaching probability p")
@@ -37,6 +35,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="MatMulNBits' accuracy level (default onnxruntime's, 4: int8 activations; 0: float32)",
     )
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("model", help="the .onnx model (from-gguf --graph)")
+    parser.add_argument("--prompt", required=True, help="the text to continue")
+    parser.add_argument("--max-new-tokens", type=int, default=64, help="at most this many new tokens (default 64)")
+    add_sampling_arguments(parser)
     parser.add_argument("--quiet", action="store_true", help="no speed report on stderr")
 
 
