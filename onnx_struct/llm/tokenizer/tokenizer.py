@@ -359,7 +359,7 @@ def clean_spaces(data: bytes) -> bytes:
     return bytes(text[:total])
 
 
-def load_tokenizer(model) -> Tokenizer:
+def load_tokenizer(model: object) -> Tokenizer:
     """The tokenizer of a GGUF file or of a model converted from one.
 
     Args:
@@ -382,7 +382,7 @@ def load_tokenizer(model) -> Tokenizer:
     return tokenizer
 
 
-def model_metadata(model, where: str) -> Mapping[str, object]:
+def model_metadata(model: object, where: str) -> Mapping[str, object]:
     """The GGUF metadata of ``model``: a mapping as it is, a :class:`Tokenizer`'s, a converted
     model's ``metadata_props`` (an ``onnx.ModelProto``, onnx_struct's ModelProto, a LoadedModel,
     a ``.onnx`` path), or a ``.gguf`` file's (told by its magic bytes).
