@@ -117,6 +117,35 @@ def _graph_input_names(model: ModelLike) -> set[str]:
     return {i.name for i in load_model(model).proto.graph.input}
 
 
+def _check_cache_layout(graph, inputs: Mapping[str, object], cache: Sequence[object]) -> None:
+    """Every KV cache input is shaped as layer 0's (one buffer shape serves them all), and each
+    GroupQueryAttention's ``kv_num_heads`` is the head count its past inputs declare: a model
+    edited after conversion would otherwise fail inside onnxruntime's attention mid-generation.
+
+    Raises:
+        ValidationError: (``invalid``) the path names the input or node that disagrees.
+    """
+    for name, shape in inputs.items():
+        if name.startswith("past_key_values.") and list(shape[1:]) != list(cache[1:]):
+            raise ValidationError(
+                f"graph.input ({name!r})",
+                f"shape {list(shape)}, but past_key_values.0.key is {list(cache)}: every KV cache input must agree",
+                code="invalid",
+            )
+    for index, node in enumerate(graph.node):
+        if node.op_type != "GroupQueryAttention":
+            continue
+        heads = next((a.i for a in node.attribute if a.name == "kv_num_heads"), None)
+        for past in node.input[3:5]:
+            shape = inputs.get(past)
+            if shape is not None and heads is not None and shape[1] != heads:
+                raise ValidationError(
+                    f"graph.node[{index}] ({node.name!r})",
+                    f"kv_num_heads is {heads}, but its past input {past!r} declares {shape[1]} KV heads",
+                    code="invalid",
+                )
+
+
 class Generator:
     """A decoder model loaded for generation: its session, tokenizer and KV cache layout.
 
@@ -204,6 +233,7 @@ class Generator:
             )
         self.n_layers = sum(1 for name in inputs if name.startswith("past_key_values.") and name.endswith(".key"))
         self.n_kv_heads, self.head_dim = cache[1], cache[3]
+        _check_cache_layout(self.session.lowered.graph, inputs, cache)
         context = checked_context_length(metadata, metadata.get("general.architecture"))
         # The graph's RoPE tables (from-gguf --graph's rope/length) cover the positions it was built
         # for; metadata claiming more would fail in onnxruntime's attention mid-generation.

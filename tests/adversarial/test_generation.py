@@ -147,3 +147,40 @@ def test_an_ascii_stdout_gets_no_traceback(tiny, command):
     if unicode is not None:
         assert not unicode.isascii()
         assert done.stdout.decode("ascii") == unicode.encode("ascii", "replace").decode() + "\n"
+
+
+def _edited(tiny, tmp_path, edit) -> str:
+    """The converted model with ``edit(model)`` applied to its ONNX graph (its struct parts kept:
+    onnx.load / onnx.save carry them as unknown fields)."""
+    import onnx  # noqa: PLC0415
+
+    model = onnx.load(str(tiny[1] / "model.onnx"))
+    edit(model)
+    onnx.save(model, str(tmp_path / "model.onnx"))
+    return str(tmp_path / "model.onnx")
+
+
+def test_kv_inputs_edited_to_disagree_with_the_attention_heads_are_refused(tiny, tmp_path):
+    """Issue 41 item 8: KV inputs declaring another head count than GroupQueryAttention's
+    kv_num_heads failed inside onnxruntime mid-generation."""
+
+    def edit(model):
+        for value in model.graph.input:  # every layer alike, so only the attention nodes disagree
+            if value.name.startswith("past_key_values."):
+                value.type.tensor_type.shape.dim[1].dim_value = 1
+
+    heads = tiny[0].n_kv_heads
+    assert heads != 1  # the tiny model has more than one KV head, so the edit changes something
+    with pytest.raises(onnx_struct.ValidationError) as caught:
+        Generator(_edited(tiny, tmp_path, edit), accuracy_level=0)
+    assert caught.value.path.startswith("graph.node[") and f"kv_num_heads is {heads}" in str(caught.value)
+
+
+def test_one_kv_input_shaped_unlike_the_others_is_refused_naming_it(tiny, tmp_path):
+    def edit(model):
+        value = next(v for v in model.graph.input if v.name == "past_key_values.1.value")
+        value.type.tensor_type.shape.dim[3].dim_value += 8
+
+    with pytest.raises(onnx_struct.ValidationError) as caught:
+        Generator(_edited(tiny, tmp_path, edit), accuracy_level=0)
+    assert caught.value.path == "graph.input ('past_key_values.1.value')"
