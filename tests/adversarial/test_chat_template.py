@@ -27,8 +27,11 @@ HOSTILE = {
     "{% endmacro %}{{ m(60) }}",
     "recursive_loop": "{% for x in [1, 2] recursive %}{{ loop([1, 2]) }}{% endfor %}",
     "block_recursion": "{% block a %}{{ self.a() }}{{ self.a() }}{% endblock %}",
+    # `in` is no operator the sandbox sees: the wall-clock bound stops it. The needle defeats the
+    # one-character memchr search ('y' scans 4 MB in 50 µs, so 100,000 scans took under 5 s):
+    # each scan here takes milliseconds, the whole loop minutes.
     "scan_in_loop": BIG.replace("1000000", "3999999")
-    + "{% for i in range(100000) %}{% if 'y' in s %}{% endif %}{% endfor %}",
+    + "{% for i in range(100000) %}{% if 'xxxxxxxxy' in s %}{% endif %}{% endfor %}",
     "copy_in_loop": BIG + "{% for i in range(100000) %}{% set t = s.upper() %}{% endfor %}",
     # sizes
     "string_multiplication": "{{ 'a' * 10**9 }}",
