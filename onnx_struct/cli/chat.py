@@ -18,7 +18,7 @@ import sys
 
 from onnx_struct import limits
 from onnx_struct.cli import EXIT_OK, UsageError
-from onnx_struct.cli.generate import add_sampling_arguments
+from onnx_struct.cli.generate import add_sampling_arguments, check_sampling_options
 from onnx_struct.errors import ValidationError
 
 INPUT = "model"
@@ -71,15 +71,8 @@ def replace_unencodable(stream) -> None:
 def _open(args: argparse.Namespace):
     from onnx_struct.llm.chat.session import Chat  # noqa: PLC0415
     from onnx_struct.llm.generate import load_generator  # noqa: PLC0415 - onnxruntime on use only
-    from onnx_struct.llm.generation import check_sampling  # noqa: PLC0415
 
-    check_sampling(
-        max_new_tokens=args.max_new_tokens,
-        temperature=args.temperature,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        seed=args.seed,
-    )
+    check_sampling_options(args)
     generator = load_generator(args.model, threads=args.threads, accuracy_level=args.accuracy_level)
     chat = Chat(
         generator,

@@ -37,6 +37,19 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def check_sampling_options(args: argparse.Namespace) -> None:
+    """``check_sampling`` on the options ``add_sampling_arguments`` gave (before a model loads)."""
+    from onnx_struct.llm.generation import check_sampling  # noqa: PLC0415 - numpy on use only
+
+    check_sampling(
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        seed=args.seed,
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("model", help="the .onnx model (from-gguf --graph)")
     parser.add_argument("--prompt", required=True, help="the text to continue")
@@ -52,15 +65,8 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.reconfigure(errors="replace")
     try:
         from onnx_struct.llm.generate import generate  # noqa: PLC0415 - onnxruntime on use only
-        from onnx_struct.llm.generation import check_sampling  # noqa: PLC0415
 
-        check_sampling(
-            max_new_tokens=args.max_new_tokens,
-            temperature=args.temperature,
-            top_k=args.top_k,
-            top_p=args.top_p,
-            seed=args.seed,
-        )
+        check_sampling_options(args)
 
         def stream(piece: str) -> None:
             sys.stdout.write(piece)
