@@ -9,7 +9,7 @@ Spec: the three families as llama.cpp computes them
 
 Notation: E = embedding_length, H = head_count, Hkv = head_count_kv, D = attention.key_length
 (default E / H; value_length likewise; gemma files write both), F = feed_forward_length,
-V = vocabulary, eps = attention.layer_norm_rms_eps. RMSNorm(x, w) = x / sqrt(mean(x^2) + eps) * w
+V = vocabulary, eps = attention.layer_norm_rms_epsilon. RMSNorm(x, w) = x / sqrt(mean(x^2) + eps) * w
 over the last axis (ggml_rms_norm then ggml_mul). The stored norm weights ARE the multipliers:
 the HF converter already added 1 (conversion/gemma.py: ``data_torch + 1`` for every
 ``*norm.weight``; Gemma's RMSNorm is x * (1 + w)), llama.cpp multiplies by the stored value as is.
@@ -78,7 +78,7 @@ q.k after the q scaling, before the mask and softmax. gemma2 final c_f = final_l
 
 Metadata read (``<arch>.``-prefixed; required ones marked *): context_length*,
 embedding_length*, block_count*, feed_forward_length, attention.head_count,
-attention.head_count_kv (default head_count), attention.layer_norm_rms_eps* (required by all three),
+attention.head_count_kv (default head_count), attention.layer_norm_rms_epsilon* (required by all three),
 attention.key_length / value_length (default E / H), rope.dimension_count (default D),
 rope.freq_base (default 10000), rope.scaling.type (default "linear"; an unknown string aborts),
 rope.scaling.factor, attention.sliding_window, attention.sliding_window_pattern,
@@ -431,6 +431,34 @@ def configs() -> dict[str, GemmaConfig]:
             tied=False,
             seed=12,
         ),
+        # one layer each: ggml's fp16 GELU table then costs at most a few roundings (see STRICT below)
+        "gemma3-swa-1layer": _config(
+            architecture="gemma3", n_layers=1, sliding_window=5, freq_base=1_000_000.0, freq_base_swa=10000.0, seed=15
+        ),
+        "gemma3-linear-1layer": _config(
+            architecture="gemma3",
+            n_layers=1,
+            n_kv_heads=1,
+            head_dim=32,
+            freq_base=1_000_000.0,
+            linear_rope_factor=8.0,
+            final_softcap=3.0,
+            tied=False,
+            seed=16,
+        ),
+        # 62 layers is LLM_TYPE_27B: attn_scale = 1/sqrt(E / H) = 1/4, not 1/sqrt(D) (D = 32); narrow
+        "gemma3-27b-scale": _config(
+            architecture="gemma3",
+            n_layers=62,
+            n_embd=64,
+            n_ff=128,
+            n_heads=4,
+            n_kv_heads=2,
+            head_dim=32,
+            sliding_window=5,
+            freq_base=1_000_000.0,
+            seed=17,
+        ),
         # no attention.sliding_window: every layer global with rope.freq_base
         "gemma3-no-swa": _config(architecture="gemma3", n_layers=2, freq_base=1_000_000.0, seed=13),
         "gemma3-q4km": _config(
@@ -448,6 +476,9 @@ def configs() -> dict[str, GemmaConfig]:
             n_kv_heads=2,
             seed=21,
         ),
+        "gemma2-softcap-1layer": _config(
+            architecture="gemma2", n_layers=1, sliding_window=5, attn_softcap=1.5, final_softcap=2.0, seed=24
+        ),
         # gemma2 with the defaults llama.cpp supplies: window 4096, caps 50 / 30; MHA; head_dim 128
         "gemma2-defaults": _config(architecture="gemma2", n_layers=2, n_heads=2, n_kv_heads=2, head_dim=128, seed=22),
         "gemma2-q4km": _config(
@@ -460,3 +491,25 @@ def configs() -> dict[str, GemmaConfig]:
 
 
 CONFIGS: dict[str, GemmaConfig] = configs()
+
+# Logits bars against llama.cpp (F32 weights, F32 KV cache) with the fp16 GELU table emulated.
+# The emulation is exact op for op, but the table is a step function: where a gate pre-activation
+# lies within ~1e-7 (relative) of an fp16 rounding midpoint, ggml's float32 value and the float64
+# oracle's round to neighbouring entries (measured: 2 of 7,168 entries in gemma3-swa-1layer, and
+# choosing the other neighbour there takes its distance from 3.3e-6 to 1.9e-7). With post-norms
+# (gemma2, gemma3) each such rounding moves the residual by ~1e-5 of its row, and the moved rows
+# shift more pre-activations across midpoints in later layers: the distance grows with depth
+# (measured 1e-5 at 2 layers, 4e-5 to 7e-5 at 4-6, 4e-4 at 62). So 1e-5 holds where there are few
+# opportunities (one layer, or no post-norms) and deeper configs get a depth-aware bar.
+STRICT = 1e-5
+DEEP = {
+    "gemma3-no-swa": 1e-4,
+    "gemma3-swa": 2e-4,
+    "gemma3-linear-rope": 2e-4,
+    "gemma2-softcap": 2e-4,
+    "gemma3-27b-scale": 1.5e-3,
+}
+
+
+def f32_bar(name: str) -> float:
+    return DEEP.get(name, STRICT)
