@@ -110,6 +110,12 @@ class Olmo2Config:
         return n == 0 or il % n < n - 1
 
 
+def rope_base_and_scale(c: Olmo2Config, il: int) -> tuple[float, float]:
+    """olmo2.cpp: every layer ropes with rope.freq_base (not rope.freq_base_swa); SWA layers with
+    freq_scale 1 (no rope scaling), full-attention layers with 1 / rope.scaling.factor."""
+    return c.freq_base, 1.0 if c.is_swa(il) else 1.0 / (c.linear_rope_factor or 1.0)
+
+
 def _tiny(**fields) -> Olmo2Config:
     return Olmo2Config(**{**spm_vocab(), **fields})
 
@@ -181,15 +187,13 @@ def forward(
         # full-width q/k norms, before the split into heads
         q = rms_norm(q, w["attn_q_norm.weight"], c.rms_eps).reshape(seq, c.n_heads, c.head_dim)
         k = rms_norm(k, w["attn_k_norm.weight"], c.rms_eps).reshape(seq, c.n_kv_heads, c.head_dim)
-        swa = c.is_swa(il)
-        # SWA layers: freq_scale 1 (no rope scaling); full layers: 1 / rope.scaling.factor; base always freq_base
-        freq_scale = 1.0 if swa else 1.0 / (c.linear_rope_factor or 1.0)
-        q = rope(q, positions, c.freq_base, freq_scale, neox=True)
-        k = rope(k, positions, c.freq_base, freq_scale, neox=True)
+        base, freq_scale = rope_base_and_scale(c, il)
+        q = rope(q, positions, base, freq_scale, neox=True)
+        k = rope(k, positions, base, freq_scale, neox=True)
         keys = np.concatenate([cache[il][0], k])
         values = np.concatenate([cache[il][1], v.reshape(seq, c.n_kv_heads, c.head_dim)])
         new_cache.append((keys, values))
-        window = c.sliding_window if swa else None
+        window = c.sliding_window if c.is_swa(il) else None
         attn = attention(q, keys, values, positions, 1.0 / np.sqrt(c.head_dim), window) @ w["attn_output.weight"].T
         h = h + rms_norm(attn, w["post_attention_norm.weight"], c.rms_eps)
         h = h + rms_norm(swiglu(h, w), w["post_ffw_norm.weight"], c.rms_eps)
