@@ -43,6 +43,11 @@ n_embd], attn_q_norm / attn_k_norm [head_dim], attn_output [n_embd, n_heads*head
 [n_embd], ffn_gate / ffn_up [n_ff, n_embd], ffn_down [n_embd, n_ff]. A tensor the file has and
 the architecture does not create is refused ("wrong number of tensors").
 
+Refused by llama.cpp (tests/test_oracle_qwen_llama_cpp.py test_llama_cpp_refuses): any of the four
+required keys, head_count or feed_forward_length missing; key_length missing when head_dim !=
+n_embd / n_heads (shapes); rope.dimension_count != key_length (GGML_ASSERT abort in qwen3.cpp);
+a missing attn_q_norm / attn_k_norm; a tensor the architecture does not create.
+
 No reduced-precision op: ggml's SiLU, RMSNorm, softmax and RoPE on F32 are plain float math.
 """
 
