@@ -94,7 +94,7 @@ def _config(**fields) -> GraniteConfig:
 CONFIGS: dict[str, GraniteConfig] = {
     # untied: with the embedding scaled and the head tied, greedy repeats one token on random weights
     "granite-f32": _config(embedding_scale=12.0, residual_scale=0.22, attention_scale=1 / 32, tied=False),
-    "granite-defaults-f32": _config(n_kv_heads=4, logit_scale=3.0, biases=True, n_layers=3),
+    "granite-defaults-f32": _config(n_kv_heads=4, logit_scale=3.0, biases=True, n_layers=3, seed=11),
     "granite-nope-f32": _config(embedding_scale=4.0, residual_scale=0.5, rope=False, logit_scale=2.0, tied=False),
     "granite-q4k-mix": _config(
         embedding_scale=12.0,
@@ -102,7 +102,14 @@ CONFIGS: dict[str, GraniteConfig] = {
         attention_scale=1 / 32,
         tied=False,
         default_type="Q4_K",
-        types={"attn_q": "Q5_0", "attn_k": "Q5_0", "attn_v": "Q8_0", "ffn_down": "Q6_K", "token_embd": "Q4_K", "output": "Q6_K"},
+        types={
+            "attn_q": "Q5_0",
+            "attn_k": "Q5_0",
+            "attn_v": "Q8_0",
+            "ffn_down": "Q6_K",
+            "token_embd": "Q4_K",
+            "output": "Q6_K",
+        },
     ),
 }
 
