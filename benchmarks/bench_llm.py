@@ -67,7 +67,7 @@ def _vmhwm() -> int:
 # ------------------------------------------------------------------------------- accuracy
 def accuracy(llama_python: str, work: pathlib.Path) -> list[str]:
     from onnx_struct.llm.generation import Generator
-    from onnx_struct.tools.gguf import convert
+    from onnx_struct.convert import convert
 
     rows = [
         "| file | ours vs llama.cpp (rel. RMS of logits) | ours vs float64 | llama.cpp vs float64 | 40 greedy tokens |"
@@ -96,7 +96,7 @@ def accuracy(llama_python: str, work: pathlib.Path) -> list[str]:
 
 # ----------------------------------------------------------------------------- the 1.1B model
 def big_model(work: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path, float, TinyLlama]:
-    from onnx_struct.tools.gguf import convert
+    from onnx_struct.convert import convert
 
     config = TinyLlama(**{**spm_vocab(32000), **BIG})
     path = work / "llama-1.1b-q4_0.gguf"

@@ -61,14 +61,14 @@ from onnx_struct.schema.model import (  # the proposal's messages, generated fro
 
 
 def _gguf_convert():
-    from onnx_struct.tools.gguf import convert  # noqa: PLC0415 - gguf-py's converter, loaded on use
+    from onnx_struct.convert import convert  # noqa: PLC0415 - gguf-py's converter, loaded on use
 
     return convert
 
 
 # The deprecated spellings in formats/ of objects that moved above it (formats.moved).
 formats.MOVED["onnx_struct.formats.quantize"] = ("onnx_struct.quantize", lambda: quantize)
-formats.MOVED["onnx_struct.formats.gguf.convert"] = ("onnx_struct.tools.gguf.convert", _gguf_convert)
+formats.MOVED["onnx_struct.formats.gguf.convert"] = ("onnx_struct.convert.convert", _gguf_convert)
 
 
 __all__ = [

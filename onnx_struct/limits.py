@@ -118,7 +118,7 @@ MAX_DATA_PROPAGATION_ELEMENTS = 1 << 16
 # refused before int() (Python's own limit of 4300 digits raises ValueError; below it int() of
 # long text costs quadratic time).
 MAX_EXTERNAL_DIGITS = 20
-# GGUF input (checked by onnx_struct.tools.gguf.validate before gguf-py's GGUFReader runs).
+# GGUF input (checked by onnx_struct.formats.gguf.validate before gguf-py's GGUFReader runs).
 # Tensors per GGUF file: real models hold about 300 to 1,200 (DeepSeek-V3: ~1,100); gguf-py
 # spends Python objects per tensor, and each becomes a struct value.
 MAX_GGUF_TENSORS = 65_536

@@ -21,7 +21,7 @@ import onnx_struct  # noqa: E402
 from onnx_struct.llm import kv_cache  # noqa: E402
 from onnx_struct.llm.chat.session import Chat  # noqa: E402
 from onnx_struct.llm.generation import Generator  # noqa: E402
-from onnx_struct.tools.gguf import convert  # noqa: E402
+from onnx_struct.convert import convert  # noqa: E402
 
 BOS, EOS = 1, 2
 
@@ -114,7 +114,7 @@ def test_eos_ids_hold_eos_and_turn_end_texts(tiny):
     from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer  # noqa: PLC0415
 
     config = TinyLlama(**spm_vocab(), seed=5)
-    metadata = onnx_struct.tools.gguf.decode_metadata(tiny[1])
+    metadata = onnx_struct.convert.decode_metadata(tiny[1])
     tokens = [*metadata["tokenizer.ggml.tokens"], "<|im_end|>", "<|im_start|>"]
     extra = {
         "tokenizer.ggml.tokens": tokens,

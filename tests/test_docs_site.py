@@ -28,7 +28,7 @@ PYTHON_BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 REFERENCE = {
     "api/onnx_struct": "onnx_struct",
     "api/formats": "onnx_struct.formats",
-    "api/gguf": "onnx_struct.tools.gguf",
+    "api/gguf": "onnx_struct.convert",
 }
 
 

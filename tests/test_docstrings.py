@@ -16,7 +16,7 @@ import onnx_struct
 from onnx_struct import formats
 from onnx_struct.formats import gguf
 from onnx_struct.passes import quantize
-from onnx_struct.tools import gguf as tools_gguf
+from onnx_struct import convert as tools_gguf
 
 SECTION = re.compile(r"^(Args|Returns|Yields|Raises):\s*$", re.MULTILINE)
 

@@ -39,6 +39,7 @@ LAYERS = (
     ("passes", ("passes",)),
     ("tools", ("tools",)),
     ("llm", ("llm",)),
+    ("convert", ("convert",)),  # GGUF files in and out; from-gguf --graph builds llm.graph
     ("cli", ("cli",)),
     ("facade", ("", "__main__")),  # "" is onnx_struct/__init__.py
 )

@@ -1,4 +1,4 @@
-"""The decoder graph of convert(..., graph=True) (onnx_struct/tools/llm_graph.py) against an
+"""The decoder graph of convert(..., graph=True) (onnx_struct/llm/graph/) against an
 independent float64 numpy forward (tests/support/llm.py) of tiny random llama GGUF files written
 with gguf-py: GQA, tied and untied heads, Q4_0/Q8_0/Q4_K/Q6_K/F32 mixes, qwen2's biases and NEOX
 rope, Llama 3.1-style rope_freqs, mistral with linear rope scaling; logits at accuracy_level=0 within 1e-4 relative RMS for a whole
@@ -15,8 +15,8 @@ from support.llm import TinyLlama, forward, read_weights, relative_rms, write_gg
 
 import onnx_struct  # noqa: E402
 from onnx_struct.cli import main  # noqa: E402
-from onnx_struct.tools import llm_graph  # noqa: E402
-from onnx_struct.tools.gguf import convert  # noqa: E402
+from onnx_struct.llm.graph import plan_decoder  # noqa: E402
+from onnx_struct.convert import convert  # noqa: E402
 
 CONFIGS = {
     "tied-q4_0-gqa": TinyLlama(),
@@ -159,8 +159,8 @@ def _rest() -> dict[str, tuple[str, tuple[int, ...]]]:
 
 def test_the_hand_written_shapes_are_what_the_builder_expects():
     """The shapes above are written out by hand: the builder's own table must agree with them."""
-    p = llm_graph.hyperparameters(metadata(), tensors())
-    assert set(llm_graph.expected_shapes(p).items()) == {(n, s) for n, (_, s) in tensors().items()}
+    p = plan_decoder(metadata(), tensors())
+    assert set(p.expected_shapes().items()) == {(n, s) for n, (_, s) in tensors().items()}
     assert (p.n_heads, p.n_kv_heads, p.head_dim, p.n_vocab, p.tied) == (4, 2, 16, 32, True)
 
 
@@ -172,7 +172,9 @@ def test_the_hand_written_shapes_are_what_the_builder_expects():
         (metadata(**{"llama.block_count": None}), None, "gguf.kv['llama.block_count']", "missing"),
         (metadata(**{"llama.attention.head_count": 3}), None, "gguf.kv['llama.attention.head_count']", "divide"),
         (metadata(**{"llama.rope.scaling.type": "yarn"}), None, "gguf.kv['llama.rope.scaling.type']", "yarn"),
-        (metadata(**{"llama.attention.key_length": 32}), None, "gguf.kv['llama.attention.key_length']", "head size"),
+        (metadata(**{"llama.attention.key_length": 32}), None, "gguf.tensors['blk.0.attn_q.weight']", "[128, 64]"),
+        (metadata(**{"llama.attention.value_length": 32}), None, "value_length", "one head size"),
+        (metadata(**{"llama.rope.dimension_count": 8}), None, "rope.dimension_count", "rotates whole heads"),
         (metadata(**{"llama.attention.sliding_window": 4096}), None, "sliding_window", "sliding-window"),
         (metadata(**{"llama.context_length": 0}), None, "gguf.kv['llama.context_length']", "positive integer"),
         (metadata(**{"general.architecture": ["llama"]}), None, "gguf.kv['general.architecture']", "no decoder graph"),
@@ -192,22 +194,22 @@ def test_the_hand_written_shapes_are_what_the_builder_expects():
 )
 def test_refusals_name_what_is_missing(meta, table, path, words):
     with pytest.raises(onnx_struct.ValidationError) as caught:
-        llm_graph.hyperparameters(meta, tensors(**(table or {})))
+        plan_decoder(meta, tensors(**(table or {})))
     assert path in caught.value.path
     assert words in str(caught.value)
 
 
 def test_a_vocabulary_of_the_embedding_size_is_accepted():
     """The vocabulary check compares sizes: 32 tokens for token_embd's 32 rows pass."""
-    p = llm_graph.hyperparameters(metadata(**{"tokenizer.ggml.tokens": ["a"] * 32}), tensors())
+    p = plan_decoder(metadata(**{"tokenizer.ggml.tokens": ["a"] * 32}), tensors())
     assert p.n_vocab == 32
 
 
 def test_the_context_length_limit_is_a_limit_error():
     with pytest.raises(onnx_struct.ValidationError) as caught:
-        llm_graph.hyperparameters(metadata(**{"llama.context_length": 2**24 + 1}), tensors())
+        plan_decoder(metadata(**{"llama.context_length": 2**24 + 1}), tensors())
     assert (caught.value.code, caught.value.details) == ("limit_exceeded", {"actual": 2**24 + 1, "limit": 2**24})
-    assert llm_graph.hyperparameters(metadata(**{"llama.context_length": 2**24}), tensors()).context_length == 2**24
+    assert plan_decoder(metadata(**{"llama.context_length": 2**24}), tensors()).context_length == 2**24
 
 
 def test_the_rotary_tables_size_is_a_limit_error():
@@ -215,10 +217,10 @@ def test_the_rotary_tables_size_is_a_limit_error():
     head size 32 (2 heads of 64), 2^23 positions fill MAX_ROPE_TABLE_BYTES (1 GiB) and one more is
     refused, though both are under MAX_CONTEXT_LENGTH."""
     heads = {"llama.attention.head_count": 2, "llama.attention.head_count_kv": 1}
-    at_limit = llm_graph.hyperparameters(metadata(**heads, **{"llama.context_length": 2**23}), tensors())
+    at_limit = plan_decoder(metadata(**heads, **{"llama.context_length": 2**23}), tensors())
     assert (at_limit.context_length, at_limit.head_dim) == (2**23, 32)
     with pytest.raises(onnx_struct.ValidationError) as caught:
-        llm_graph.hyperparameters(metadata(**heads, **{"llama.context_length": 2**23 + 1}), tensors())
+        plan_decoder(metadata(**heads, **{"llama.context_length": 2**23 + 1}), tensors())
     assert caught.value.path == "gguf.kv['llama.context_length']" and "rotary cos/sin tables" in str(caught.value)
     assert (caught.value.code, caught.value.details) == (
         "limit_exceeded",

@@ -37,7 +37,7 @@ from support.llm import (  # noqa: E402
 
 from onnx_struct.llm.generation import Generator  # noqa: E402
 from onnx_struct.llm.tokenizer.compat import GGUFTokenizer  # noqa: E402
-from onnx_struct.tools.gguf import convert, decode_metadata  # noqa: E402
+from onnx_struct.convert import convert, decode_metadata  # noqa: E402
 
 PYTHON = os.environ.get("ONNX_STRUCT_LLAMA_CPP_PYTHON", sys.executable)
 
@@ -118,7 +118,7 @@ def test_to_gguf_round_trip_loads_in_llama_cpp_with_the_same_logits(tmp_path, re
     the logits it gives for the source file, bit for bit."""
     import onnx  # noqa: PLC0415
 
-    from onnx_struct.tools.to_gguf import to_gguf  # noqa: PLC0415
+    from onnx_struct.convert.to_gguf import to_gguf  # noqa: PLC0415
 
     types = {"ffn_down": "Q6_K", "attn_v": "Q8_0", "attn_k": "Q4_K", "token_embd": "F32"}
     config = TinyLlama(**spm_vocab(), default_type="Q4_0", types=types, seed=3)

@@ -89,7 +89,7 @@ def test_cli_subcommands_are_exactly_the_pinned_ones():
 def test_formats_api():
     from onnx_struct import formats
     from onnx_struct.formats import gguf
-    from onnx_struct.tools import gguf as gguf_files
+    from onnx_struct import convert as gguf_files
 
     assert callable(formats.get) and callable(formats.names)
     assert gguf.__all__ == ["decode_metadata"]
@@ -103,7 +103,7 @@ def test_moved_spellings_warn_and_are_the_new_objects():
     the new spelling and points at the line that used the old one."""
     from onnx_struct import formats
     from onnx_struct.passes.quantize import quantize
-    from onnx_struct.tools import gguf as gguf_files
+    from onnx_struct import convert as gguf_files
 
     assert S.quantize is quantize
     with pytest.warns(
@@ -113,7 +113,7 @@ def test_moved_spellings_warn_and_are_the_new_objects():
     assert [w.filename for w in record] == [__file__]
     with pytest.warns(
         DeprecationWarning,
-        match=r"^onnx_struct\.formats\.gguf\.convert is deprecated; use onnx_struct\.tools\.gguf\.convert$",
+        match=r"^onnx_struct\.formats\.gguf\.convert is deprecated; use onnx_struct\.convert\.convert$",
     ):
         from onnx_struct.formats.gguf import convert
     assert convert is gguf_files.convert

@@ -1,7 +1,7 @@
 """Convert a GGUF file into an ONNX model whose struct values are its tensors (bytes verbatim).
 
-With --graph the model also gets the decoder graph of a llama-shaped model (llama, mistral,
-qwen2; docs/llm.md), ready for `onnx-struct generate`. With --reference the model points into the .gguf (external_data) instead of copying its tensors;
+With --graph the model also gets the decoder graph of its architecture (docs/llm.md lists the
+families), ready for `onnx-struct generate`; --ctx-size builds it for fewer positions. With --reference the model points into the .gguf (external_data) instead of copying its tensors;
 the .gguf must then be in OUT's directory (or below it), where the model looks for it. The model
 is checked (onnx_struct.check_model, external payloads resolved from OUT's directory) before it is
 written: nothing is written that `onnx-struct check` would reject.
@@ -18,7 +18,7 @@ from onnx_struct.check.checker import check_model
 from onnx_struct.cli import EXIT_OK, UsageError
 from onnx_struct.cli.output import write_output
 from onnx_struct.payload.external import require_regular_file
-from onnx_struct.tools.gguf import convert
+from onnx_struct.convert import convert
 
 INPUT = "input"
 HELP = "convert a .gguf file to an ONNX model with struct values (exit 0 ok, 1 invalid, 2 usage/I-O)"
@@ -36,7 +36,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--graph",
         action="store_true",
-        help="also build the decoder graph (llama, mistral, qwen2): input_ids -> logits with a KV cache",
+        help="also build the decoder graph of the file's architecture: input_ids -> logits with a KV cache",
+    )
+    parser.add_argument(
+        "--ctx-size",
+        type=int,
+        metavar="N",
+        help="with --graph: build for N positions (at most the file's context_length), as llama.cpp's --ctx-size",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
@@ -77,6 +83,9 @@ class ProgressBar:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.ctx_size is not None and not args.graph:
+        print("onnx-struct from-gguf: --ctx-size needs --graph", file=sys.stderr)
+        return 2
     output = pathlib.Path(args.output)
     bar = ProgressBar(sys.stderr, enabled=not args.quiet)
     try:
@@ -88,6 +97,7 @@ def run(args: argparse.Namespace) -> int:
             model_dir=output.parent if args.reference else None,
             progress=bar,
             graph=args.graph,
+            context_length=args.ctx_size,
         )
         bar.stage("serializing")
         data = model.SerializeToString()

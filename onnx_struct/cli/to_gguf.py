@@ -18,7 +18,7 @@ import sys
 
 from onnx_struct.cli import EXIT_OK, UsageError
 from onnx_struct.cli.output import refuse_inputs, write_output
-from onnx_struct.tools.to_gguf import plan_gguf, write_gguf
+from onnx_struct.convert.to_gguf import plan_gguf, write_gguf
 
 INPUT = "input"
 HELP = "write a model's struct weights to a .gguf file (exit 0 ok, 1 invalid, 2 usage/I-O)"

@@ -16,9 +16,9 @@ import onnx_struct as S
 from adversarial import gguf_bytes as G
 from adversarial.bounded import run_bounded
 
-CONVERT = "from onnx_struct.tools.gguf import convert; convert(ARG)"
+CONVERT = "from onnx_struct.convert import convert; convert(ARG)"
 CONVERT_BOTH = """
-from onnx_struct.tools.gguf import convert
+from onnx_struct.convert import convert
 errors = []
 for reference in (False, True):
     try:
@@ -170,7 +170,7 @@ def test_duplicate_tensor_names_are_refused(tmp_path):
 def test_nameless_and_overlapping_tensors_are_refused(tmp_path, infos, path, contains):
     _refused(tmp_path, G.gguf(tensors=infos, data=b"\0" * 256), path, contains)
     adjacent = [G.tensor_info("a", [8], G.F32, 0), G.tensor_info("b", [8], G.F32, 32)]  # end to end: fine
-    from onnx_struct.tools.gguf import convert  # noqa: PLC0415 - gguf-py, imported by the test only
+    from onnx_struct.convert import convert  # noqa: PLC0415 - gguf-py, imported by the test only
 
     model = convert(_write(tmp_path, G.gguf(tensors=adjacent, data=b"\0" * 64), "adjacent.gguf"))
     assert [v.name for v in S.get_struct_values(model)] == ["a", "b"]
@@ -181,7 +181,7 @@ def test_empty_arrays_keep_their_element_type(tmp_path):
     so an empty array's type was recorded as ARRAY (value_types promises the metadata can be rebuilt)."""
     import json  # noqa: PLC0415
 
-    from onnx_struct.tools.gguf import convert  # noqa: PLC0415 - gguf-py, imported by the test only
+    from onnx_struct.convert import convert  # noqa: PLC0415 - gguf-py, imported by the test only
 
     inner = G.array(6, 0) + G.array(6, 1, struct.pack("<f", 1.0))  # FLOAT32: [], [1.0]
     kvs = [
@@ -269,7 +269,7 @@ assert counts["escapes"] == 0 and counts["conversions accepted"] > 0, counts
 
 SHRINK = r"""
 import os
-from onnx_struct.tools.gguf import convert
+from onnx_struct.convert import convert
 
 def shrink(done, total, name):
     if done == 1:  # the first tensor is read: the file loses the others' bytes

@@ -1,4 +1,4 @@
-"""GGUF metadata the decoder graph cannot run (onnx_struct/tools/llm_graph.py): `from-gguf --graph`
+"""GGUF metadata the decoder graph cannot run (onnx_struct/llm/graph/): `from-gguf --graph`
 accepted a head size onnxruntime's GroupQueryAttention refuses at run time (64 / 32 = 2), and `check`
 accepted the model; generate then failed inside onnxruntime. The oracle is onnxruntime itself: a
 lone GroupQueryAttention node with the graph's attributes (do_rotary=1), run at each head size."""

@@ -84,7 +84,7 @@ def from_gguf(case: Case, path: Path) -> None:
 
 def _from_gguf_minimal(data: bytes) -> None:
     """Convert ``data`` as a .gguf inline and by reference; each accepted model must pass the check."""
-    from onnx_struct.tools.gguf import convert
+    from onnx_struct.convert import convert
 
     with tempfile.TemporaryDirectory() as directory:
         source = Path(directory) / "input.gguf"

@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from onnx_struct import ValidationError, check_model
-from onnx_struct.tools.gguf import convert
+from onnx_struct.convert import convert
 
 # Per-input CPU budget: the pre-scan refuses hostile files in milliseconds; seconds mean a hang.
 TIMEOUT_SECONDS = 5

@@ -1,6 +1,6 @@
 """Tiny random llama-shaped GGUF files written with gguf-py, and an independent float64 numpy
 forward of them (gguf-py's dequantize, ggml's RoPE and RMSNorm, grouped-query attention written
-out), the oracle for the decoder graph of onnx_struct.tools.llm_graph. No package code here.
+out), the oracle for the decoder graph of onnx_struct.llm.graph. No package code here.
 Importing this module needs gguf; callers importorskip it first."""
 
 from __future__ import annotations

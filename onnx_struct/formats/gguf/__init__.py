@@ -1,7 +1,7 @@
 """GGUF: the block formats of llama.cpp (blocks.py, iq.py, fp4.py) and how a converted model keeps
 a GGUF file's metadata (metadata.py): ``decode_metadata(model)`` gives it back.
 
-Converting a .gguf file is :func:`onnx_struct.tools.gguf.convert`; ``formats.gguf.convert`` is its
+Converting a .gguf file is :func:`onnx_struct.convert.convert`; ``formats.gguf.convert`` is its
 deprecated spelling.
 """
 

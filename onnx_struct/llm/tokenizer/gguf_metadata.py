@@ -40,8 +40,8 @@ def read_gguf_metadata(path: str | os.PathLike) -> dict[str, object]:
     """
     import numpy as np  # noqa: PLC0415 - numeric arrays in one conversion
 
-    from onnx_struct.tools.gguf.conversion import _gguf, _quant_sizes  # noqa: PLC0415 - gguf-py on use
-    from onnx_struct.tools.gguf.validate import check_gguf_bytes  # noqa: PLC0415
+    from onnx_struct.formats.gguf.gguf_py import load_gguf_py, quant_sizes  # noqa: PLC0415 - gguf-py on use
+    from onnx_struct.formats.gguf.validate import check_gguf_bytes  # noqa: PLC0415
 
     # Opened without waiting on a FIFO (O_NONBLOCK) and refused unless a regular file; every count
     # and length is bounded by the file and MAX_GGUF_METADATA_ITEMS (check_gguf_bytes, the walk
@@ -54,7 +54,7 @@ def read_gguf_metadata(path: str | os.PathLike) -> dict[str, object]:
         if status.st_size < 24:
             raise ValidationError("gguf.header", "not a GGUF file (shorter than its header)", code="not_gguf")
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            check_gguf_bytes(data, _quant_sizes(_gguf()))
+            check_gguf_bytes(data, quant_sizes(load_gguf_py()))
             view = memoryview(data)
             try:
                 return _read(view, np)

@@ -4,7 +4,7 @@ Every GGUF tensor becomes a struct value of the same name, declared with the reg
 its GGML type; its bytes are the GGUF tensor's, verbatim, inline or (``reference=True``)
 referenced in the .gguf. GGUF metadata becomes ``metadata_props`` (docs/formats.md).
 
-Rule: gguf-py reads the header only after :mod:`.validate` has checked every count, length and
+Rule: gguf-py reads the header only after :mod:`onnx_struct.formats.gguf.validate` has checked every count, length and
 range in it; tensor bytes are read with ``pread``, never through a memory map, so a file
 truncated meanwhile is a ValidationError, not a SIGBUS.
 
@@ -30,19 +30,11 @@ from onnx_struct.limits import GGUF_INLINE_LIMIT
 from onnx_struct.payload import file_identity
 from onnx_struct.schema.builders import make_array, make_struct_value
 from onnx_struct.schema.model import add_struct_types, add_struct_values, from_onnx, resolve_path, to_onnx
-from onnx_struct.tools.gguf.validate import check_gguf_bytes
+from onnx_struct.formats.gguf.gguf_py import load_gguf_py, quant_sizes
+from onnx_struct.formats.gguf.validate import check_gguf_bytes
 
 # (tensors done, tensors in total, current tensor name); total 0: a stage before the count is known
 Progress = Callable[[int, int, str], None]
-
-
-def _gguf():
-    try:
-        import gguf  # noqa: PLC0415 - optional dependency, imported only when a file is converted
-    except ImportError as error:  # pragma: no cover - depends on the environment
-        # name="gguf": the CLI tells this missing extra (one line, exit 2) from a broken install.
-        raise ImportError("reading GGUF files needs gguf-py: pip install 'onnx-struct[gguf]'", name="gguf") from error
-    return gguf
 
 
 def convert(
@@ -53,6 +45,7 @@ def convert(
     model_dir: str | os.PathLike | None = None,
     progress: Progress | None = None,
     graph: bool = False,
+    context_length: int | None = None,
 ) -> onnx.ModelProto:
     """Read the GGUF file ``path`` into an ONNX model whose struct values are its tensors.
 
@@ -71,10 +64,14 @@ def convert(
             Defaults to the .gguf's own directory.
         progress: called as ``progress(done, total, tensor_name)`` after each tensor, and once
             before the file is opened as ``progress(0, 0, label)`` (total unknown yet).
-        graph: also build the decoder graph of a llama-shaped model (llama, mistral, qwen2):
+        graph: also build the decoder graph of the file's architecture (docs/llm.md lists them):
             inputs ``input_ids``, ``attention_mask``, ``past_key_values.{i}.key/value``, outputs
-            ``logits`` and ``present.{i}.key/value`` (:mod:`onnx_struct.tools.llm_graph`,
+            ``logits`` and ``present.{i}.key/value`` (:mod:`onnx_struct.llm.graph`,
             docs/llm.md). Without it the graph has no nodes.
+        context_length: with ``graph``, build for this many positions instead of the file's
+            ``{arch}.context_length`` (at most that), as llama.cpp's ``n_ctx``: the RoPE tables
+            are that long, the model's metadata says it, and phi3's LongRoPE picks its factors
+            by it.
 
     Returns:
         The model: a struct value per tensor, the GGUF metadata in ``metadata_props``.
@@ -85,7 +82,7 @@ def convert(
             or a tensor's type has no registered format (and ``keep_unknown`` is false); the
             path names the header, key-value pair or tensor, e.g. ``gguf.tensors[5] ('w')``.
             With ``graph``: the architecture, a metadata key or a tensor does not fit the decoder
-            graph (:func:`onnx_struct.tools.llm_graph.hyperparameters`).
+            graph (:func:`onnx_struct.llm.graph.plan_decoder`).
         OSError: the file cannot be read, or is not a regular file (a FIFO, a directory).
 
     Example::
@@ -94,19 +91,21 @@ def convert(
         onnx.save(model, "tiny.onnx")
         onnx_struct.decode("blk.0.attn_q.weight", "tiny.onnx")
     """
-    gguf = _gguf()
+    gguf = load_gguf_py()
     source = pathlib.Path(path)
     if progress is not None:  # gguf-py reads every metadata item on open: a big vocabulary takes seconds
         progress(0, 0, f"reading the header and metadata of {source.name}")
     reader, fd = _open(gguf, source)
     try:
-        return _convert(gguf, source, reader, fd, reference, keep_unknown, model_dir, progress, graph)
+        return _convert(
+            gguf, source, reader, fd, reference, keep_unknown, model_dir, progress, graph, context_length
+        )
     finally:
         os.close(fd)
 
 
 def _convert(
-    gguf, source, reader, fd: int, reference, keep_unknown, model_dir, progress, graph: bool
+    gguf, source, reader, fd: int, reference, keep_unknown, model_dir, progress, graph: bool, context_length
 ) -> onnx.ModelProto:
     """:func:`convert` over the open file ``fd`` and gguf-py's reader of it."""
     location = _location(source, model_dir) if reference else None
@@ -153,10 +152,9 @@ def _convert(
     _match_decoder_opsets(model)
     if not graph:
         return to_onnx(model)
-    # The graph builder is a tool above formats/: imported only when a graph is asked for.
-    from onnx_struct.tools.llm_graph import add_decoder_graph  # noqa: PLC0415
+    from onnx_struct.llm.graph import add_decoder_graph  # noqa: PLC0415 - only when a graph is asked for
 
-    return add_decoder_graph(to_onnx(model), tensors)
+    return add_decoder_graph(to_onnx(model), tensors, context_length=context_length)
 
 
 def _match_decoder_opsets(model) -> None:
@@ -202,17 +200,13 @@ def _reader(gguf, source: pathlib.Path, fd: int):
             raise OSError(f"{source}: not a regular file")
         size = status.st_size
         if size == 0:  # mmap refuses empty files; the check refuses them too
-            check_gguf_bytes(b"", _quant_sizes(gguf))
+            check_gguf_bytes(b"", quant_sizes(gguf))
         with mmap.mmap(fd, 0, access=mmap.ACCESS_READ) as data:
-            check_gguf_bytes(data, _quant_sizes(gguf))
+            check_gguf_bytes(data, quant_sizes(gguf))
         try:
             return gguf.GGUFReader(handle, "r")
         except (ValueError, KeyError, IndexError, TypeError) as error:  # gguf-py's ways of saying "malformed"
             raise ValidationError("gguf", f"not a readable GGUF file: {error}") from None
-
-
-def _quant_sizes(gguf) -> dict[int, tuple[int, int]]:
-    return {int(t): sizes for t, sizes in gguf.GGML_QUANT_SIZES.items()}
 
 
 def _graph_name(source: pathlib.Path) -> str:
