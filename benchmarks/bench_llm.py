@@ -66,8 +66,8 @@ def _vmhwm() -> int:
 
 # ------------------------------------------------------------------------------- accuracy
 def accuracy(llama_python: str, work: pathlib.Path) -> list[str]:
-    from onnx_struct.llm.generation import Generator
     from onnx_struct.convert import convert
+    from onnx_struct.llm.generation import Generator
 
     rows = [
         "| file | ours vs llama.cpp (rel. RMS of logits) | ours vs float64 | llama.cpp vs float64 | 40 greedy tokens |"
@@ -173,6 +173,31 @@ def weight_bytes_per_token(config: TinyLlama) -> int:
     return elements // 32 * 18
 
 
+def ratio_rows(llama_python, path, onnx_path, ids, threads_list, repeat, work, limit=None) -> list[str]:
+    """Per thread count, ours and llama.cpp in fresh processes in turns (best of ``repeat``)."""
+    rows = [
+        "| threads | prompt tok/s ours / llama.cpp (ratio) | generation tok/s ours / llama.cpp (ratio) | "
+        + ("generation / bandwidth limit (ours, llama.cpp) | " if limit else "")
+        + "peak RSS ours / llama.cpp (MiB) | same greedy tokens |",
+        "| --- | --- | --- | --- | " + ("--- | " if limit else "") + "--- |",
+    ]
+    for threads in threads_list:
+        ours, theirs = [], []
+        for _ in range(repeat):  # in turns, so that a load phase of the machine hits both
+            ours.append(run_ours(onnx_path, threads, ids))
+            theirs.append(run_theirs(llama_python, path, threads, ids, work))
+        o_p, t_p = max(r["prompt_tps"] for r in ours), max(r["prompt_tps"] for r in theirs)
+        o_g, t_g = max(r["gen_tps"] for r in ours), max(r["gen_tps"] for r in theirs)
+        same = sum(a == b for a, b in zip(ours[0]["tokens"], theirs[0]["tokens"], strict=True))
+        rows.append(
+            f"| {threads} | {o_p:.1f} / {t_p:.1f} ({o_p / t_p:.2f}x) | {o_g:.1f} / {t_g:.1f} ({o_g / t_g:.2f}x) | "
+            + (f"{o_g / limit:.0%}, {t_g / limit:.0%} | " if limit else "")
+            + f"{ours[0]['rss'] / 2**20:.0f} / {theirs[0]['rss'] / 2**20:.0f} | "
+            f"{same}/{NEW_TOKENS} |"
+        )
+    return rows
+
+
 def speed(llama_python: str, work: pathlib.Path, threads_list: list[int], repeat: int) -> list[str]:
     path, onnx_path, convert_seconds, config = big_model(work)
     rng = np.random.default_rng(0)
@@ -186,23 +211,8 @@ def speed(llama_python: str, work: pathlib.Path, threads_list: list[int], repeat
         f"`--graph --reference`: {convert_seconds:.1f} s; copy bandwidth {bandwidth / 1e9:.1f} GB/s, "
         f"{weight_bytes_per_token(config) / 2**20:.0f} MiB of weights per token: limit {limit:.1f} tok/s.",
         "",
-        "| threads | prompt tok/s ours / llama.cpp (ratio) | generation tok/s ours / llama.cpp (ratio) | "
-        "generation / bandwidth limit (ours, llama.cpp) | peak RSS ours / llama.cpp (MiB) | same greedy tokens |",
-        "| --- | --- | --- | --- | --- | --- |",
     ]
-    for threads in threads_list:
-        ours, theirs = [], []
-        for _ in range(repeat):  # in turns, so that a load phase of the machine hits both
-            ours.append(run_ours(onnx_path, threads, ids))
-            theirs.append(run_theirs(llama_python, path, threads, ids, work))
-        o_p, t_p = max(r["prompt_tps"] for r in ours), max(r["prompt_tps"] for r in theirs)
-        o_g, t_g = max(r["gen_tps"] for r in ours), max(r["gen_tps"] for r in theirs)
-        same = sum(a == b for a, b in zip(ours[0]["tokens"], theirs[0]["tokens"], strict=True))
-        rows.append(
-            f"| {threads} | {o_p:.1f} / {t_p:.1f} ({o_p / t_p:.2f}x) | {o_g:.1f} / {t_g:.1f} ({o_g / t_g:.2f}x) | "
-            f"{o_g / limit:.0%}, {t_g / limit:.0%} | {ours[0]['rss'] / 2**20:.0f} / {theirs[0]['rss'] / 2**20:.0f} | "
-            f"{same}/{NEW_TOKENS} |"
-        )
+    rows += ratio_rows(llama_python, path, onnx_path, ids, threads_list, repeat, work, limit)
     default = run_ours(onnx_path, None, ids)
     goal = (1.2 * (gguf_bytes + kv_bytes) + 150 * 2**20) / 2**20
     rows += [
@@ -214,6 +224,26 @@ def speed(llama_python: str, work: pathlib.Path, threads_list: list[int], repeat
     return rows
 
 
+def speed_file(llama_python: str, path: pathlib.Path, work: pathlib.Path, threads_list, repeat) -> list[str]:
+    """A real GGUF file (any supported family): conversion time, then the ratio table."""
+    from onnx_struct.convert import convert
+
+    start = time.perf_counter()
+    model = convert(path, graph=True, reference=True, model_dir=path.parent)
+    onnx_path = path.parent / f"{path.stem}.bench.onnx"
+    onnx_path.write_bytes(model.SerializeToString())
+    seconds = time.perf_counter() - start
+    arch = next(p.value for p in model.metadata_props if p.key == "general.architecture")
+    del model
+    rng = np.random.default_rng(0)
+    ids = rng.integers(300, 20000, PROMPT_TOKENS).tolist()
+    rows = [
+        f"{path.name} ({arch}, {path.stat().st_size / 2**20:.0f} MiB): `--graph --reference` in {seconds:.1f} s.",
+        "",
+    ]
+    return rows + ratio_rows(llama_python, path, onnx_path, ids, threads_list, repeat, work)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llama-python", default=sys.executable, help="a Python with llama-cpp-python")
@@ -221,6 +251,7 @@ def main() -> int:
     parser.add_argument("--workdir", default=None, help="where the 1.1B file is written (kept for reuse)")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--gguf", action="append", default=[], help="also a real .gguf file (repeatable)")
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -230,11 +261,19 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         print("### Accuracy against llama.cpp\n")
         print("\n".join(accuracy(args.llama_python, pathlib.Path(scratch))))
+    threads = [int(t) for t in args.threads.split(",")]
+    for file in args.gguf:
+        print(f"\n### {pathlib.Path(file).name}\n")
+        with tempfile.TemporaryDirectory() as scratch:
+            print(
+                "\n".join(
+                    speed_file(args.llama_python, pathlib.Path(file), pathlib.Path(scratch), threads, args.repeat)
+                )
+            )
     if not args.small:
         work = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="bench_llm_"))
         work.mkdir(parents=True, exist_ok=True)
         print("\n### ~1.1B-parameter Q4_0 llama\n")
-        threads = [int(t) for t in args.threads.split(",")]
         print("\n".join(speed(args.llama_python, work, threads, args.repeat)), flush=True)
     return 0
 

@@ -18,10 +18,10 @@ pytest.importorskip("tokenizers")
 from support.llm import TinyLlama, greedy, read_weights, spm_tokenize, spm_vocab, write_gguf  # noqa: E402
 
 import onnx_struct  # noqa: E402
+from onnx_struct.convert import convert  # noqa: E402
 from onnx_struct.llm import kv_cache  # noqa: E402
 from onnx_struct.llm.chat.session import Chat  # noqa: E402
 from onnx_struct.llm.generation import Generator  # noqa: E402
-from onnx_struct.convert import convert  # noqa: E402
 
 BOS, EOS = 1, 2
 

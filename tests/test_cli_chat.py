@@ -60,8 +60,8 @@ def _chat(tiny, *args: str) -> list[str]:
 def _tokenizer(model):
     import onnx  # noqa: PLC0415
 
-    from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer  # noqa: PLC0415
     from onnx_struct.convert import decode_metadata  # noqa: PLC0415
+    from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer  # noqa: PLC0415
 
     return load_tokenizer(decode_metadata(onnx.load(model)))
 

@@ -13,10 +13,10 @@ import re
 import pytest
 
 import onnx_struct
+from onnx_struct import convert as tools_gguf
 from onnx_struct import formats
 from onnx_struct.formats import gguf
 from onnx_struct.passes import quantize
-from onnx_struct import convert as tools_gguf
 
 SECTION = re.compile(r"^(Args|Returns|Yields|Raises):\s*$", re.MULTILINE)
 

@@ -28,9 +28,9 @@ from support.llm import (  # noqa: E402
 
 import onnx_struct  # noqa: E402
 from onnx_struct.cli import main  # noqa: E402
+from onnx_struct.convert import convert, decode_metadata  # noqa: E402
 from onnx_struct.llm.generation import Generator, sample  # noqa: E402
 from onnx_struct.llm.tokenizer.compat import GGUFTokenizer  # noqa: E402
-from onnx_struct.convert import convert, decode_metadata  # noqa: E402
 
 PROMPT = "hello world and the café"
 

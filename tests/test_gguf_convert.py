@@ -18,8 +18,8 @@ import onnx_struct as S
 from onnx_struct import formats
 from onnx_struct.cli import main
 from onnx_struct.cli.from_gguf import ProgressBar
-from onnx_struct.formats.gguf.metadata import VALUE_TYPES_KEY
 from onnx_struct.convert import convert, decode_metadata
+from onnx_struct.formats.gguf.metadata import VALUE_TYPES_KEY
 
 gguf = pytest.importorskip("gguf")
 Q = gguf.GGMLQuantizationType

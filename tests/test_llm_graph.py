@@ -15,8 +15,8 @@ from support.llm import TinyLlama, forward, read_weights, relative_rms, write_gg
 
 import onnx_struct  # noqa: E402
 from onnx_struct.cli import main  # noqa: E402
-from onnx_struct.llm.graph import plan_decoder  # noqa: E402
 from onnx_struct.convert import convert  # noqa: E402
+from onnx_struct.llm.graph import plan_decoder  # noqa: E402
 
 CONFIGS = {
     "tied-q4_0-gqa": TinyLlama(),
@@ -170,7 +170,7 @@ def test_the_hand_written_shapes_are_what_the_builder_expects():
         (metadata("gpt2"), None, "gguf.kv['general.architecture']", "architecture 'gpt2' has no decoder graph"),
         (metadata(**{"llama.expert_count": 8}), None, "gguf.kv['llama.expert_count']", "mixture of experts"),
         (metadata(**{"llama.block_count": None}), None, "gguf.kv['llama.block_count']", "missing"),
-        (metadata(**{"llama.attention.head_count": 3}), None, "gguf.kv['llama.attention.head_count']", "divide"),
+        (metadata(**{"llama.attention.head_count": 3}), None, "gguf.kv['llama.attention.head_count_kv']", "divide"),
         (metadata(**{"llama.rope.scaling.type": "yarn"}), None, "gguf.kv['llama.rope.scaling.type']", "yarn"),
         (metadata(**{"llama.attention.key_length": 32}), None, "gguf.tensors['blk.0.attn_q.weight']", "[128, 64]"),
         (metadata(**{"llama.attention.value_length": 32}), None, "value_length", "one head size"),

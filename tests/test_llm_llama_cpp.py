@@ -35,9 +35,9 @@ from support.llm import (  # noqa: E402
     write_gguf,
 )
 
+from onnx_struct.convert import convert, decode_metadata  # noqa: E402
 from onnx_struct.llm.generation import Generator  # noqa: E402
 from onnx_struct.llm.tokenizer.compat import GGUFTokenizer  # noqa: E402
-from onnx_struct.convert import convert, decode_metadata  # noqa: E402
 
 PYTHON = os.environ.get("ONNX_STRUCT_LLAMA_CPP_PYTHON", sys.executable)
 

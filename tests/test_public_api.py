@@ -87,9 +87,9 @@ def test_cli_subcommands_are_exactly_the_pinned_ones():
 
 
 def test_formats_api():
+    from onnx_struct import convert as gguf_files
     from onnx_struct import formats
     from onnx_struct.formats import gguf
-    from onnx_struct import convert as gguf_files
 
     assert callable(formats.get) and callable(formats.names)
     assert gguf.__all__ == ["decode_metadata"]
@@ -101,9 +101,9 @@ def test_formats_api():
 def test_moved_spellings_warn_and_are_the_new_objects():
     """formats.quantize and formats.gguf.convert still work, with a DeprecationWarning that names
     the new spelling and points at the line that used the old one."""
+    from onnx_struct import convert as gguf_files
     from onnx_struct import formats
     from onnx_struct.passes.quantize import quantize
-    from onnx_struct import convert as gguf_files
 
     assert S.quantize is quantize
     with pytest.warns(

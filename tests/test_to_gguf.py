@@ -22,15 +22,15 @@ from onnx import helper as oh
 import onnx_struct as S
 from onnx_struct import formats
 from onnx_struct.cli import main
-from onnx_struct.passes.quantize import quantize
 from onnx_struct.convert.to_gguf import _raw_gguf_type, plan_gguf, to_gguf
+from onnx_struct.passes.quantize import quantize
 
 gguf = pytest.importorskip("gguf")
 from gguf import quants as gq  # noqa: E402
 from support.llm import TinyLlama, spm_vocab, write_gguf  # noqa: E402
 
-from onnx_struct.formats.gguf.metadata import VALUE_TYPES_KEY  # noqa: E402
 from onnx_struct.convert import convert  # noqa: E402
+from onnx_struct.formats.gguf.metadata import VALUE_TYPES_KEY  # noqa: E402
 
 Q = gguf.GGMLQuantizationType
 MIXED = {"ffn_down": "Q6_K", "attn_v": "Q8_0", "attn_k": "Q4_K", "token_embd": "F32"}

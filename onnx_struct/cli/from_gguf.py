@@ -17,8 +17,8 @@ from typing import TextIO
 from onnx_struct.check.checker import check_model
 from onnx_struct.cli import EXIT_OK, UsageError
 from onnx_struct.cli.output import write_output
-from onnx_struct.payload.external import require_regular_file
 from onnx_struct.convert import convert
+from onnx_struct.payload.external import require_regular_file
 
 INPUT = "input"
 HELP = "convert a .gguf file to an ONNX model with struct values (exit 0 ok, 1 invalid, 2 usage/I-O)"

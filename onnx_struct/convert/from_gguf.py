@@ -25,13 +25,13 @@ import onnx
 from onnx_struct import formats
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.function_builder import OPSET
+from onnx_struct.formats.gguf.gguf_py import load_gguf_py, quant_sizes
 from onnx_struct.formats.gguf.metadata import metadata_props
+from onnx_struct.formats.gguf.validate import check_gguf_bytes
 from onnx_struct.limits import GGUF_INLINE_LIMIT
 from onnx_struct.payload import file_identity
 from onnx_struct.schema.builders import make_array, make_struct_value
 from onnx_struct.schema.model import add_struct_types, add_struct_values, from_onnx, resolve_path, to_onnx
-from onnx_struct.formats.gguf.gguf_py import load_gguf_py, quant_sizes
-from onnx_struct.formats.gguf.validate import check_gguf_bytes
 
 # (tensors done, tensors in total, current tensor name); total 0: a stage before the count is known
 Progress = Callable[[int, int, str], None]
@@ -97,9 +97,7 @@ def convert(
         progress(0, 0, f"reading the header and metadata of {source.name}")
     reader, fd = _open(gguf, source)
     try:
-        return _convert(
-            gguf, source, reader, fd, reference, keep_unknown, model_dir, progress, graph, context_length
-        )
+        return _convert(gguf, source, reader, fd, reference, keep_unknown, model_dir, progress, graph, context_length)
     finally:
         os.close(fd)
 

@@ -124,7 +124,7 @@ def read_hyperparameters(metadata: Mapping[str, object], tensors: Tensors, arch:
     n_kv_heads = keys.positive_int("attention.head_count_kv", n_heads)
     if n_heads % n_kv_heads:
         raise ValidationError(
-            keys.path("attention.head_count"), f"{n_kv_heads} kv heads must divide the {n_heads} heads"
+            keys.path("attention.head_count_kv"), f"{n_kv_heads} kv heads must divide the {n_heads} heads"
         )
     if not keys.has("attention.key_length") and n_embd % n_heads:
         raise ValidationError(
@@ -132,13 +132,6 @@ def read_hyperparameters(metadata: Mapping[str, object], tensors: Tensors, arch:
             f"{n_heads} heads must divide embedding_length {n_embd} (no attention.key_length gives the head size)",
         )
     head_dim = keys.positive_int("attention.key_length", n_embd // n_heads)
-    value_length = keys.positive_int("attention.value_length", head_dim)
-    if value_length != head_dim:
-        raise ValidationError(
-            keys.path("attention.value_length"),
-            f"{value_length} differs from the key length {head_dim}: GroupQueryAttention has one head size",
-            code="unsupported_architecture",
-        )
     if head_dim % GQA_HEAD_MULTIPLE:
         # onnxruntime's CPU GroupQueryAttention refuses at run time a head size that is not a
         # multiple of 8, and with its fused rotary (do_rotary) of 16 (tests/adversarial/test_gguf_graph.py)
@@ -146,6 +139,13 @@ def read_hyperparameters(metadata: Mapping[str, object], tensors: Tensors, arch:
             keys.path("attention.key_length" if keys.has("attention.key_length") else "embedding_length"),
             f"head size {head_dim} is not a multiple of {GQA_HEAD_MULTIPLE}: onnxruntime's "
             "GroupQueryAttention with rotary embedding cannot run it",
+            code="unsupported_architecture",
+        )
+    value_length = keys.positive_int("attention.value_length", head_dim)
+    if value_length != head_dim:
+        raise ValidationError(
+            keys.path("attention.value_length"),
+            f"{value_length} differs from the key length {head_dim}: GroupQueryAttention has one head size",
             code="unsupported_architecture",
         )
     rope_dims = keys.positive_int("rope.dimension_count", head_dim)

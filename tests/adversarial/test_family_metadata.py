@@ -1,0 +1,105 @@
+"""Hostile values of the keys the decoder families read (onnx_struct/llm/graph/families/): each is
+a ValidationError naming the key, never a graph onnxruntime would run wrongly (its
+GroupQueryAttention takes softcap 0 or NaN as "no cap" and scale 0 as the default:
+docs/llm.md) or a crash. The files are the families' tiny test files (tests/support/families/),
+their metadata then changed one key at a time."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+pytest.importorskip("gguf")
+
+from support.family_cases import CASES  # noqa: E402
+
+import onnx_struct  # noqa: E402
+from onnx_struct.llm.graph import plan_decoder  # noqa: E402
+from onnx_struct.llm.tokenizer.gguf_metadata import read_gguf_metadata  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    from gguf import GGUFReader
+
+    out = {}
+    for name in ("gemma3-swa", "gemma2-defaults", "granite-f32", "olmo2-swa", "phi3-longrope-long-f32", "qwen3-gqa"):
+        module, config = CASES[name]
+        path = tmp_path_factory.mktemp("hostile") / f"{name}.gguf"
+        module.write_gguf(path, config)
+        tensors = {
+            t.name: (t.tensor_type.name, tuple(int(d) for d in reversed(t.shape.tolist())))
+            for t in GGUFReader(str(path)).tensors
+        }
+        out[name] = (read_gguf_metadata(path), tensors)
+    return out
+
+
+NAN, INF = math.nan, math.inf
+CASES_HOSTILE = [
+    ("gemma3-swa", "gemma3.attention.sliding_window", -1, "positive integer"),
+    ("gemma3-swa", "gemma3.attention.sliding_window", "4", "positive integer"),
+    ("gemma3-swa", "gemma3.attention.sliding_window_pattern", [True] * 7, "at most 6 bools"),
+    ("gemma3-swa", "gemma3.attention.sliding_window_pattern", [1, 0], "at most 6 bools"),
+    ("gemma3-swa", "gemma3.attention.sliding_window_pattern", -2, "non-negative integer"),
+    ("gemma3-swa", "gemma3.attention.sliding_window_pattern", [False] * 6, "marks no layer"),
+    ("gemma3-swa", "gemma3.attention.sliding_window_pattern", 1, "marks no layer"),
+    ("gemma3-swa", "gemma3.rope.freq_base_swa", 0.0, "positive, finite"),
+    ("gemma3-swa", "gemma3.rope.freq_base_swa", NAN, "positive, finite"),
+    ("gemma3-swa", "gemma3.final_logit_softcapping", NAN, "positive, finite"),
+    ("gemma3-swa", "gemma3.final_logit_softcapping", -3.0, "positive, finite"),
+    ("gemma3-swa", "gemma3.attention.key_length", 24, "multiple of 16"),
+    ("gemma3-swa", "gemma3.attention.value_length", 32, "one head size"),
+    ("gemma3-swa", "gemma3.rope.dimension_count", 32, "rotates whole heads"),
+    ("gemma2-defaults", "gemma2.attention.sliding_window", 0, "positive integer"),
+    ("gemma2-defaults", "gemma2.attn_logit_softcapping", 0.0, "positive, finite"),
+    ("gemma2-defaults", "gemma2.attn_logit_softcapping", NAN, "positive, finite"),
+    ("gemma2-defaults", "gemma2.attn_logit_softcapping", INF, "positive, finite"),
+    ("gemma2-defaults", "gemma2.final_logit_softcapping", 0.0, "positive, finite"),
+    ("gemma2-defaults", "gemma2.final_logit_softcapping", 1e39, "float32"),
+    ("granite-f32", "granite.logit_scale", 0.0, "positive, finite"),
+    ("granite-f32", "granite.logit_scale", None, "missing"),
+    ("granite-f32", "granite.embedding_scale", NAN, "positive, finite"),
+    ("granite-f32", "granite.residual_scale", -0.5, "positive, finite"),
+    ("granite-f32", "granite.attention.scale", INF, "positive, finite"),
+    ("granite-f32", "granite.rope.scaling.finetuned", 1, "must be a bool"),
+    ("olmo2-swa", "olmo2.attention.sliding_window", 2**40, "over 2147483647"),
+    ("olmo2-swa", "olmo2.attention.sliding_window_pattern", [True] * 9, "bools"),
+    ("phi3-longrope-long-f32", "phi3.rope.scaling.attn_factor", 0.0, "positive, finite"),
+    ("phi3-longrope-long-f32", "phi3.rope.scaling.original_context_length", 0, "positive integer"),
+    ("phi3-longrope-long-f32", "phi3.rope.dimension_count", 40, "multiple of 16"),
+    ("phi3-longrope-long-f32", "phi3.rope.dimension_count", 128, "up to the head size"),
+    ("qwen3-gqa", "qwen3.attention.head_count_kv", 3, "kv heads must divide"),
+    ("qwen3-gqa", "qwen3.attention.layer_norm_rms_epsilon", None, "missing"),
+    ("qwen3-gqa", "qwen3.rope.scaling.type", "yarn", "yarn"),
+    ("qwen3-gqa", "qwen3.expert_count", 8, "mixture of experts"),
+]
+
+
+@pytest.mark.parametrize(("name", "key", "value", "words"), CASES_HOSTILE)
+def test_a_hostile_key_is_refused_naming_it(files, name, key, value, words):
+    metadata, tensors = files[name]
+    metadata = {k: v for k, v in metadata.items() if k != key} | ({} if value is None else {key: value})
+    with pytest.raises(onnx_struct.ValidationError) as caught:
+        plan_decoder(metadata, tensors)
+    assert caught.value.path == f"gguf.kv[{key!r}]", str(caught.value)
+    assert words in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["gemma3-swa", "olmo2-swa"])
+def test_a_window_as_long_as_the_context_is_no_window(files, name):
+    """A window covering every position attends like none: the graph sets no local_window_size."""
+    metadata, tensors = files[name]
+    arch = metadata["general.architecture"]
+    wide = metadata | {f"{arch}.attention.sliding_window": metadata[f"{arch}.context_length"]}
+    assert all(layer.window is None for layer in plan_decoder(wide, tensors).block.layers)
+    assert any(layer.window for layer in plan_decoder(metadata, tensors).block.layers)
+
+
+def test_an_unsupported_architecture_names_the_nearest_supported_one(files):
+    metadata, tensors = files["qwen3-gqa"]
+    with pytest.raises(
+        onnx_struct.ValidationError, match=r"'qwen3moe' has no decoder graph \(nearest supported: qwen3\)"
+    ):
+        plan_decoder(metadata | {"general.architecture": "qwen3moe"}, tensors)
