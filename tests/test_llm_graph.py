@@ -246,3 +246,24 @@ def test_a_refused_file_is_refused_by_convert(tmp_path, capsys):
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "gguf.kv['general.architecture']: architecture 'phi2' has no decoder graph" in line
     assert not (tmp_path / "phi.onnx").exists()
+
+
+def test_ctx_size_builds_the_graph_for_fewer_positions(tmp_path, capsys):
+    """from-gguf --graph --ctx-size N: the RoPE tables hold N positions and the model's metadata
+    says N (generation reads it); more than the file's context_length, or without --graph, is refused."""
+    import onnx
+    from onnx import numpy_helper
+
+    path = tmp_path / "tiny.gguf"
+    write_gguf(path, TinyLlama(n_layers=1, default_type="F32"))
+    out = tmp_path / "tiny.onnx"
+    assert main(["from-gguf", str(path), str(out), "--graph", "--ctx-size", "48", "--quiet"]) == 0
+    model = onnx.load(str(out), load_external_data=False)
+    (length,) = [t for t in model.graph.initializer if t.name == "rope/length"]
+    assert float(numpy_helper.to_array(length)) == 48.0
+    assert {p.key: p.value for p in model.metadata_props}["llama.context_length"] == "48"
+    assert main(["from-gguf", str(path), str(tmp_path / "big.onnx"), "--graph", "--ctx-size", "129", "--quiet"]) == 1
+    assert "129 positions exceed the file's llama.context_length of 128" in capsys.readouterr().err
+    assert main(["from-gguf", str(path), str(tmp_path / "no.onnx"), "--ctx-size", "48", "--quiet"]) == 2
+    assert "--ctx-size needs --graph" in capsys.readouterr().err
+    assert not (tmp_path / "big.onnx").exists() and not (tmp_path / "no.onnx").exists()
