@@ -244,6 +244,40 @@ def speed_file(llama_python: str, path: pathlib.Path, work: pathlib.Path, thread
     return rows + ratio_rows(llama_python, path, onnx_path, ids, threads_list, repeat, work)
 
 
+# --family: a random Q4_K file of a realistic small shape per family (the family's own test writer,
+# tests/support/families/), Q6_K embedding and head, as Q4_K_M files mix them.
+SMALL_SHAPE = {"n_layers": 16, "n_embd": 1024, "n_ff": 2816, "n_heads": 16, "n_kv_heads": 4, "context_length": 4096}
+FAMILY_SHAPES = {
+    "qwen3": ("qwen3-gqa", {"n_layers": 28, "n_ff": 3072, "n_kv_heads": 8, "head_dim": 128}),  # Qwen3-0.6B
+    "gemma3": ("gemma3-swa", {"head_dim": 256, "n_kv_heads": 1, "sliding_window": 512, "linear_rope_factor": None}),
+    "granite": ("granite-f32", {}),
+    "olmo2": ("olmo2-gqa", {}),
+    "phi3": ("phi3-mini-f32", {"n_kv_heads": 16}),
+    "smollm3": ("smollm3-gqa", {"head_dim": 64}),
+}
+
+
+def family_file(family: str, work: pathlib.Path) -> pathlib.Path:
+    import dataclasses
+
+    from support.family_cases import CASES
+
+    case, changes = FAMILY_SHAPES[family]
+    module, base = CASES[case]
+    fields = {f.name for f in dataclasses.fields(base)}
+    shape = {k: v for k, v in {**SMALL_SHAPE, **changes}.items() if k in fields}
+    config = dataclasses.replace(
+        base,
+        **shape,
+        **spm_vocab(32000),
+        default_type="Q4_K",
+        types={"token_embd": "Q6_K", "output": "Q6_K"},
+    )
+    path = work / f"{family}-small-q4_k.gguf"
+    module.write_gguf(path, config)
+    return path
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llama-python", default=sys.executable, help="a Python with llama-cpp-python")
@@ -252,6 +286,9 @@ def main() -> int:
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--gguf", action="append", default=[], help="also a real .gguf file (repeatable)")
+    parser.add_argument(
+        "--family", action="append", default=[], help=f"also a random file of a family ({', '.join(FAMILY_SHAPES)})"
+    )
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
@@ -262,6 +299,11 @@ def main() -> int:
         print("### Accuracy against llama.cpp\n")
         print("\n".join(accuracy(args.llama_python, pathlib.Path(scratch))))
     threads = [int(t) for t in args.threads.split(",")]
+    for family in args.family:
+        with tempfile.TemporaryDirectory() as scratch:
+            path = family_file(family, pathlib.Path(scratch))
+            print(f"\n### {family}, random Q4_K blocks\n")
+            print("\n".join(speed_file(args.llama_python, path, pathlib.Path(scratch), threads, args.repeat)))
     for file in args.gguf:
         print(f"\n### {pathlib.Path(file).name}\n")
         with tempfile.TemporaryDirectory() as scratch:

@@ -20,6 +20,11 @@ from onnx_struct.formats.gguf.metadata import checked_context_length, value_kind
 from onnx_struct.limits import MAX_ROPE_TABLE_BYTES
 from onnx_struct.llm.graph.keys import INT32_MAX, Keys
 
+# Why a mixture of experts is refused (kept here, below families/, which imports this module).
+MOE_KERNEL = (
+    "onnxruntime's CPU QMoE kernel reads experts only in its own 4/8-bit layout, not GGUF's blocks, "
+    "and MoEPacked has no CPU kernel"
+)
 # The head sizes onnxruntime's GroupQueryAttention runs with do_rotary=1: multiples of 16.
 GQA_HEAD_MULTIPLE = 16
 
@@ -109,7 +114,7 @@ def read_hyperparameters(metadata: Mapping[str, object], tensors: Tensors, arch:
         if metadata.get(f"{arch}.{moe}", 0):
             raise ValidationError(
                 keys.path(moe),
-                "a mixture of experts: the decoder graph has no expert routing (ffn_gate_inp, ffn_*_exps)",
+                f"a mixture of experts: the decoder graph has no expert routing (ffn_gate_inp, ffn_*_exps): {MOE_KERNEL}",
                 code="unsupported_architecture",
             )
     n_layers = keys.positive_int("block_count", maximum=2**64)

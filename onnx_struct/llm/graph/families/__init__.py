@@ -20,7 +20,7 @@ from onnx_struct.llm.graph.families import (
     smollm3,
 )
 from onnx_struct.llm.graph.keys import Keys
-from onnx_struct.llm.graph.spec import Block, Hyperparameters, Tensors
+from onnx_struct.llm.graph.spec import MOE_KERNEL, Block, Hyperparameters, Tensors
 
 MODULES = (llama, qwen2, gemma, gemma2, gemma3, qwen3, phi3, granite, olmo2, smollm3)
 BlockReader = Callable[[Keys, Hyperparameters, Tensors], Block]
@@ -35,9 +35,15 @@ NEAREST = {
 }  # fmt: skip
 
 
+MIXTURES_OF_EXPERTS = {"qwen3moe", "qwen2moe", "olmoe", "phimoe", "granitemoe", "llama4", "mixtral"}
+
+
 def nearest_supported(arch: object) -> str:
-    """`` (nearest supported: X)`` for a refused architecture, or ``""``."""
+    """`` (nearest supported: X)`` for a refused architecture (with why, for a mixture of
+    experts), or ``""``."""
     if not isinstance(arch, str):
         return ""
     near = NEAREST.get(arch) or next(iter(difflib.get_close_matches(arch, list(FAMILIES), n=1, cutoff=0.6)), None)
+    if arch in MIXTURES_OF_EXPERTS:
+        return f" (a mixture of experts: {MOE_KERNEL}; nearest dense family: {near})"
     return f" (nearest supported: {near})" if near else ""
