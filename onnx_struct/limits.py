@@ -178,8 +178,9 @@ EXTERNAL_COPY_ALLOWANCE = 256 << 20
 # Released llama/mistral/qwen2 models train up to about 2^20 positions (Qwen2.5-1M); 2^40 asked
 # for a 4 TiB table.
 MAX_CONTEXT_LENGTH = 2**24
-# Bytes of a decoder graph's cos/sin tables (context_length x head_dim float32 together,
-# from-gguf --graph), folded when its session is created: Qwen2.5-1M (2^20 positions, head size 128)
+# Bytes of a decoder graph's cos/sin tables (context_length x head_dim float32 together, summed
+# over its distinct RoPEs: gemma3's windowed and global layers have one each; from-gguf --graph),
+# folded when its session is created: Qwen2.5-1M (2^20 positions, head size 128)
 # needs 512 MiB; 2^24 positions at head size 128 would be 8 GiB.
 MAX_ROPE_TABLE_BYTES = 2**30
 # Characters one ``Tokenizer.encode`` call tokenizes (16 Mi): the work is linear in them (the

@@ -16,11 +16,11 @@ import onnx
 from onnx import TensorProto, helper
 
 from onnx_struct.errors import ValidationError
-from onnx_struct.formats.gguf.metadata import decode_metadata
+from onnx_struct.formats.gguf.metadata import decode_metadata, value_kind
 from onnx_struct.llm.graph.blocks import MS_DOMAIN, GraphBuilder
 from onnx_struct.llm.graph.families import FAMILIES, nearest_supported
 from onnx_struct.llm.graph.keys import Keys
-from onnx_struct.llm.graph.spec import Block, Hyperparameters, Tensors, read_hyperparameters
+from onnx_struct.llm.graph.spec import Block, Hyperparameters, Tensors, check_rope_tables, read_hyperparameters
 from onnx_struct.llm.graph.tensors import check_tensors, expected_shapes, has_head, uses_fused_qkv
 
 
@@ -63,7 +63,9 @@ def plan_decoder(metadata: Mapping[str, object], tensors: Tensors) -> DecoderPla
             code="unsupported_architecture",
         )
     hp = read_hyperparameters(metadata, tensors, arch)
-    block = FAMILIES[arch](Keys(metadata, arch), hp, tensors)
+    keys = Keys(metadata, arch)
+    block = FAMILIES[arch](keys, hp, tensors)
+    check_rope_tables(keys, hp, block)
     check_tensors(hp, block, tensors)
     _check_vocabulary(metadata, hp.n_vocab)
     return DecoderPlan(hp, block, tensors)
@@ -71,12 +73,22 @@ def plan_decoder(metadata: Mapping[str, object], tensors: Tensors) -> DecoderPla
 
 def _build_for_context(model: onnx.ModelProto, metadata: dict[str, object], context_length: int) -> None:
     """Set ``{arch}.context_length`` to ``context_length`` in ``metadata`` and the model's props."""
-    arch = metadata.get("general.architecture")
-    key = f"{arch}.context_length"
-    trained = metadata.get(key)
     if isinstance(context_length, bool) or not isinstance(context_length, int) or context_length <= 0:
         raise ValidationError("convert(context_length)", f"must be a positive integer, not {context_length!r}")
-    if isinstance(trained, int) and not isinstance(trained, bool) and context_length > trained:
+    arch = metadata.get("general.architecture")
+    if not isinstance(arch, str) or arch not in FAMILIES:
+        return  # plan_decoder refuses the architecture, naming the nearest supported one
+    key = f"{arch}.context_length"
+    trained = metadata.get(key)
+    # The file's own key must be sound (as without a context size; only MAX_CONTEXT_LENGTH is left
+    # to the context built): a missing or non-integer one is not replaced by context_length.
+    if trained is None:
+        raise ValidationError(f"gguf.kv[{key!r}]", "missing: the decoder graph needs it", code="missing_metadata")
+    if isinstance(trained, bool) or not isinstance(trained, int) or trained <= 0:
+        raise ValidationError(
+            f"gguf.kv[{key!r}]", f"must be a positive integer, not {trained!r} ({value_kind(trained)})"
+        )
+    if context_length > trained:
         raise ValidationError(
             "convert(context_length)", f"{context_length} positions exceed the file's {key} of {trained}"
         )

@@ -3,7 +3,6 @@ ValidationError whose path names the key: ``gguf.kv['gemma3.attention.sliding_wi
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -55,13 +54,15 @@ class Keys:
 
     def positive_float(self, name: str, default: object = MISSING) -> float:
         """A positive, finite number that float32 holds (the graph keeps it as a float32 constant:
-        a larger one would become inf, zero or NaN would poison every logit)."""
+        a larger one would become inf, zero or NaN would poison every logit). A FLOAT64 key below
+        float32's smallest subnormal rounds to 0, which GroupQueryAttention reads as "no softcap" and
+        "the default scale": refused too."""
         value = self.raw(name, default)
         if (
             isinstance(value, bool)
             or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or not 0 < value <= FLOAT32_MAX
+            or not 0 < value <= FLOAT32_MAX  # NaN compares false, inf is above the maximum
+            or np.float32(value) == 0
         ):
             raise ValidationError(
                 self.path(name), f"must be a positive, finite float32 number, not {value!r} ({value_kind(value)})"

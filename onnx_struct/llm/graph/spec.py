@@ -190,6 +190,21 @@ def read_hyperparameters(metadata: Mapping[str, object], tensors: Tensors, arch:
     )
 
 
+def check_rope_tables(keys: Keys, hp: Hyperparameters, block: Block) -> None:
+    """The cos/sin tables of every distinct RoPE of ``block`` together (gemma3's windowed and
+    global layers have one each) within MAX_ROPE_TABLE_BYTES: each is folded at session creation."""
+    ropes = {layer.rope for layer in block.layers if layer.rope is not None}
+    table_bytes = sum(hp.context_length * (rope.dims or hp.head_dim) * 4 for rope in ropes)
+    if table_bytes > MAX_ROPE_TABLE_BYTES:
+        raise limit_exceeded(
+            keys.path("context_length"),
+            f"{hp.context_length} positions x {len(ropes)} RoPEs of head size {hp.head_dim}: the rotary cos/sin "
+            f"tables would take {table_bytes} bytes, over the limit of {MAX_ROPE_TABLE_BYTES}",
+            table_bytes,
+            MAX_ROPE_TABLE_BYTES,
+        )
+
+
 def full_rope_dims(keys: Keys, hp: Hyperparameters) -> None:
     """Refuse partial rotary where the family rotates whole heads (llama.cpp asserts it)."""
     if hp.rope_dims != hp.head_dim:
@@ -209,8 +224,23 @@ def window(keys: Keys, hp: Hyperparameters, default: object = None) -> int | Non
     return None if size >= hp.context_length else size
 
 
+def has_window(keys: Keys) -> bool:
+    """gemma3, olmo2: windowed iff ``attention.sliding_window`` > 0 (llama.cpp reads it as a uint32:
+    a bool or a float is refused, not taken for 0)."""
+    value = keys.raw("attention.sliding_window", 0)
+    if type(value) is int and value == 0:
+        return False
+    keys.positive_int("attention.sliding_window")  # a bool, a float, a negative: refused naming the key
+    return True
+
+
 def swa_layers(keys: Keys, hp: Hyperparameters, default_pattern: int) -> list[bool]:
-    """Which layers are windowed, from ``attention.sliding_window_pattern`` (see the module rule)."""
+    """Which layers are windowed, from ``attention.sliding_window_pattern`` (see the module rule).
+
+    Raises:
+        ValidationError: the pattern is malformed, or marks no layer: llama.cpp asserts
+            ``hparams.is_swa_any()`` for every family with sliding-window attention.
+    """
     name = "attention.sliding_window_pattern"
     pattern = keys.raw(name, default_pattern)
     if isinstance(pattern, list):
@@ -219,10 +249,17 @@ def swa_layers(keys: Keys, hp: Hyperparameters, default_pattern: int) -> list[bo
                 keys.path(name),
                 f"must be at most {hp.n_layers} bools (one per layer), not {len(pattern)} values",
             )
-        return [il < len(pattern) and pattern[il] for il in range(hp.n_layers)]
-    if isinstance(pattern, bool) or not isinstance(pattern, int) or not 0 <= pattern <= INT32_MAX:
+        layers = [il < len(pattern) and pattern[il] for il in range(hp.n_layers)]
+    elif isinstance(pattern, bool) or not isinstance(pattern, int) or not 0 <= pattern <= INT32_MAX:
         raise ValidationError(
             keys.path(name),
             f"must be a non-negative integer or an array of bools, not {pattern!r} ({value_kind(pattern)})",
         )
-    return [pattern == 0 or il % pattern < pattern - 1 for il in range(hp.n_layers)]
+    else:
+        layers = [pattern == 0 or il % pattern < pattern - 1 for il in range(hp.n_layers)]
+    if not any(layers):  # llama-model.cpp create_memory: GGML_ASSERT(hparams.is_swa_any()) aborts
+        raise ValidationError(
+            keys.path(name),
+            f"marks no layer sliding-window although {hp.architecture} attends within a window (llama.cpp refuses it)",
+        )
+    return layers

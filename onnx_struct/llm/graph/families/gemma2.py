@@ -7,6 +7,7 @@ q is scaled by 1/sqrt(head size), by 1/sqrt(n_embd / n_head) in the 27B model (4
 
 from __future__ import annotations
 
+from onnx_struct.errors import ValidationError
 from onnx_struct.llm.graph.families.gemma import OPTIONAL_BIASES, embedding_scale
 from onnx_struct.llm.graph.keys import Keys
 from onnx_struct.llm.graph.spec import (
@@ -24,10 +25,23 @@ ARCHITECTURES = ("gemma2",)
 LAYERS_27B = 46
 
 
-def attention_scale(hp: Hyperparameters, layers_27b: int) -> float:
+def attention_scale(keys: Keys, hp: Hyperparameters, layers_27b: int) -> float:
     """llama-model.cpp: f_attention_scale is 1/sqrt(n_embd / n_head) for the 27B model (told by
-    its layer count), else 1/sqrt(n_embd_head_k)."""
-    return (hp.n_embd // hp.n_heads) ** -0.5 if hp.n_layers == layers_27b else hp.head_dim**-0.5
+    its layer count), else 1/sqrt(n_embd_head_k).
+
+    Raises:
+        ValidationError: at the 27B layer count, more heads than embedding_length (n_embd / n_head
+            is 0 in integer division: an infinite scale).
+    """
+    if hp.n_layers != layers_27b:
+        return hp.head_dim**-0.5
+    if hp.n_embd < hp.n_heads:
+        raise ValidationError(
+            keys.path("attention.head_count"),
+            f"{hp.n_heads} heads over embedding_length {hp.n_embd}: the {layers_27b}-layer (27B) q scale "
+            "1/sqrt(n_embd / n_head) would divide by zero",
+        )
+    return (hp.n_embd // hp.n_heads) ** -0.5
 
 
 def block(keys: Keys, hp: Hyperparameters, tensors: Tensors) -> Block:
@@ -43,7 +57,7 @@ def block(keys: Keys, hp: Hyperparameters, tensors: Tensors) -> Block:
     )
     return Block(
         layers=layers,
-        attention_scale=attention_scale(hp, LAYERS_27B),
+        attention_scale=attention_scale(keys, hp, LAYERS_27B),
         attn_post_norm=True,
         ffn_post_norm=True,
         activation="gelu_tanh",

@@ -8,7 +8,6 @@ has output.weight."""
 
 from __future__ import annotations
 
-from onnx_struct.errors import ValidationError
 from onnx_struct.llm.graph.families.gemma import OPTIONAL_BIASES, embedding_scale
 from onnx_struct.llm.graph.families.gemma2 import attention_scale
 from onnx_struct.llm.graph.keys import Keys
@@ -19,6 +18,7 @@ from onnx_struct.llm.graph.spec import (
     Rope,
     Tensors,
     full_rope_dims,
+    has_window,
     swa_layers,
     window,
 )
@@ -29,20 +29,15 @@ LAYERS_27B = 62
 
 def block(keys: Keys, hp: Hyperparameters, tensors: Tensors) -> Block:
     full_rope_dims(keys, hp)
-    size = window(keys, hp) if keys.raw("attention.sliding_window", 0) != 0 else None
-    swa = swa_layers(keys, hp, 6) if keys.raw("attention.sliding_window", 0) != 0 else [False] * hp.n_layers
-    if keys.raw("attention.sliding_window", 0) != 0 and not any(swa):
-        # llama.cpp: GGML_ASSERT(hparams.is_swa_any()) aborts on such a file
-        raise ValidationError(
-            keys.path("attention.sliding_window_pattern"),
-            "marks no layer sliding-window although attention.sliding_window is set (llama.cpp refuses it)",
-        )
+    windowed = has_window(keys)
+    size = window(keys, hp) if windowed else None
+    swa = swa_layers(keys, hp, 6) if windowed else [False] * hp.n_layers
     global_rope = Rope(hp.freq_base, hp.freq_scale, neox=True)
     local_rope = Rope(keys.positive_float("rope.freq_base_swa", 10000.0), 1.0, neox=True)
     layers = tuple(Layer(local_rope, size) if is_swa else Layer(global_rope) for is_swa in swa)
     return Block(
         layers=layers,
-        attention_scale=attention_scale(hp, LAYERS_27B),
+        attention_scale=attention_scale(keys, hp, LAYERS_27B),
         attn_post_norm=True,
         ffn_post_norm=True,
         qk_norm="head",

@@ -15,6 +15,7 @@ from onnx_struct.llm.graph.spec import (
     Rope,
     Tensors,
     full_rope_dims,
+    has_window,
     swa_layers,
     window,
 )
@@ -30,7 +31,7 @@ def block(keys: Keys, hp: Hyperparameters, tensors: Tensors) -> Block:
             f"head size {hp.head_dim} x {hp.n_heads} heads differs from embedding_length {hp.n_embd}",
             code="unsupported_architecture",
         )
-    windowed = keys.raw("attention.sliding_window", 0) != 0
+    windowed = has_window(keys)
     size = window(keys, hp) if windowed else None
     swa = swa_layers(keys, hp, 4) if windowed else [False] * hp.n_layers
     local_rope = Rope(hp.freq_base, 1.0, neox=True)

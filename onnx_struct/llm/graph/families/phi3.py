@@ -34,6 +34,12 @@ def block(keys: Keys, hp: Hyperparameters, tensors: Tensors) -> Block:
             code="unsupported_architecture",
         )
     original = keys.positive_int("rope.scaling.original_context_length", hp.context_length)
+    for name in (LONG, SHORT):  # llama.cpp creates both with n_rot/2 entries, whichever it uses
+        if name in tensors and tuple(tensors[name][1]) != (hp.rope_dims // 2,):
+            raise ValidationError(
+                f"gguf.tensors[{name!r}]",
+                f"has shape {list(tensors[name][1])}; the metadata makes it {[hp.rope_dims // 2]}",
+            )
     factors = LONG if hp.context_length > original else SHORT
     if factors not in tensors:
         factors = None

@@ -1,4 +1,6 @@
-"""qwen2 (llama.cpp src/models/qwen2.cpp): llama's block with NEOX RoPE and q/k/v biases."""
+"""qwen2 (llama.cpp src/models/qwen2.cpp): llama's block with NEOX RoPE and q/k/v biases. qwen2.cpp
+ropes without frequency factors and creates no rope_freqs tensor (llama.cpp refuses a file that
+has one), so rope_freqs.weight is an unused tensor here too."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ def block(keys: Keys, hp: Hyperparameters, tensors: Tensors) -> Block:
     base = llama.block(keys, hp, tensors)
     return dataclasses.replace(
         base,
-        layers=tuple(Layer(dataclasses.replace(layer.rope, neox=True)) for layer in base.layers),
+        layers=tuple(Layer(dataclasses.replace(layer.rope, neox=True, factors=None)) for layer in base.layers),
         biases=frozenset(),
         required_biases=frozenset({"attn_q", "attn_k", "attn_v"}),
     )
