@@ -86,6 +86,9 @@ def run(args: argparse.Namespace) -> int:
     if args.ctx_size is not None and not args.graph:
         print("onnx-struct from-gguf: --ctx-size needs --graph", file=sys.stderr)
         return 2
+    if args.ctx_size is not None and args.ctx_size <= 0:
+        print(f"onnx-struct from-gguf: --ctx-size must be a positive integer, not {args.ctx_size}", file=sys.stderr)
+        return 2
     output = pathlib.Path(args.output)
     bar = ProgressBar(sys.stderr, enabled=not args.quiet)
     try:

@@ -40,8 +40,9 @@ NAN, INF = math.nan, math.inf
 CASES_HOSTILE = [
     ("gemma3-swa", "gemma3.attention.sliding_window", -1, "positive integer"),
     ("gemma3-swa", "gemma3.attention.sliding_window", "4", "positive integer"),
-    ("gemma3-swa", "gemma3.attention.sliding_window_pattern", [True] * 7, "at most 6 bools"),
-    ("gemma3-swa", "gemma3.attention.sliding_window_pattern", [1, 0], "at most 6 bools"),
+    ("gemma3-swa", "gemma3.attention.sliding_window_pattern", [True] * 7, "at most 6 values"),
+    ("gemma3-swa", "gemma3.attention.sliding_window_pattern", [1.0, 0], "bools or integers"),
+    ("gemma3-swa", "gemma3.attention.sliding_window_pattern", ["x"], "bools or integers"),
     ("gemma3-swa", "gemma3.attention.sliding_window_pattern", -2, "non-negative integer"),
     ("gemma3-swa", "gemma3.attention.sliding_window_pattern", [False] * 6, "marks no layer"),
     ("gemma3-swa", "gemma3.attention.sliding_window_pattern", 1, "marks no layer"),
@@ -65,7 +66,7 @@ CASES_HOSTILE = [
     ("granite-f32", "granite.attention.scale", INF, "positive, finite"),
     ("granite-f32", "granite.rope.scaling.finetuned", 1, "must be a bool"),
     ("olmo2-swa", "olmo2.attention.sliding_window", 2**40, "over 2147483647"),
-    ("olmo2-swa", "olmo2.attention.sliding_window_pattern", [True] * 9, "bools"),
+    ("olmo2-swa", "olmo2.attention.sliding_window_pattern", [True] * 9, "at most 4 values"),
     ("phi3-longrope-long-f32", "phi3.rope.scaling.attn_factor", 0.0, "positive, finite"),
     ("phi3-longrope-long-f32", "phi3.rope.scaling.original_context_length", 0, "positive integer"),
     ("phi3-longrope-long-f32", "phi3.rope.dimension_count", 40, "multiple of 16"),
@@ -108,3 +109,12 @@ def test_an_unsupported_architecture_names_the_nearest_supported_one(files):
     for arch, words in expected.items():
         with pytest.raises(onnx_struct.ValidationError, match=words):
             plan_decoder(metadata | {"general.architecture": arch}, tensors)
+
+
+def test_an_integer_pattern_array_is_read_as_llama_cpp_reads_it(files):
+    """llama.cpp reads int32/uint32 pattern arrays too: non-zero marks a windowed layer."""
+    metadata, tensors = files["gemma3-swa"]
+    key = "gemma3.attention.sliding_window_pattern"
+    as_ints = plan_decoder(metadata | {key: [1, 0, 1, 0, 0, 2]}, tensors).block.layers
+    as_bools = plan_decoder(metadata | {key: [True, False, True, False, False, True]}, tensors).block.layers
+    assert as_ints == as_bools and [layer.window is not None for layer in as_ints] == [1, 0, 1, 0, 0, 1]

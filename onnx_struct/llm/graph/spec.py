@@ -244,12 +244,14 @@ def swa_layers(keys: Keys, hp: Hyperparameters, default_pattern: int) -> list[bo
     name = "attention.sliding_window_pattern"
     pattern = keys.raw(name, default_pattern)
     if isinstance(pattern, list):
-        if len(pattern) > hp.n_layers or not all(isinstance(v, bool) for v in pattern):
+        # llama.cpp reads bool, int32 or uint32 arrays (non-zero: windowed), one entry per layer
+        if len(pattern) > hp.n_layers:
             raise ValidationError(
-                keys.path(name),
-                f"must be at most {hp.n_layers} bools (one per layer), not {len(pattern)} values",
+                keys.path(name), f"must be at most {hp.n_layers} values (one per layer), not {len(pattern)}"
             )
-        layers = [il < len(pattern) and pattern[il] for il in range(hp.n_layers)]
+        if not all(isinstance(v, (bool, int)) for v in pattern):
+            raise ValidationError(keys.path(name), "must hold bools or integers (non-zero: the layer is windowed)")
+        layers = [il < len(pattern) and bool(pattern[il]) for il in range(hp.n_layers)]
     elif isinstance(pattern, bool) or not isinstance(pattern, int) or not 0 <= pattern <= INT32_MAX:
         raise ValidationError(
             keys.path(name),
