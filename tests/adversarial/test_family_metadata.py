@@ -118,3 +118,29 @@ def test_an_integer_pattern_array_is_read_as_llama_cpp_reads_it(files):
     as_ints = plan_decoder(metadata | {key: [1, 0, 1, 0, 0, 2]}, tensors).block.layers
     as_bools = plan_decoder(metadata | {key: [True, False, True, False, False, True]}, tensors).block.layers
     assert as_ints == as_bools and [layer.window is not None for layer in as_ints] == [1, 0, 1, 0, 0, 1]
+
+
+# Found by tests/fuzz/targets_graph.py (2026-12-07).
+@pytest.mark.parametrize(
+    ("name", "key", "value"),
+    [
+        ("qwen3-gqa", "qwen3.rope.scaling.factor", 1.4e-45),  # 1 / factor overflows float32: NaN angles
+        ("qwen3-gqa", "qwen3.rope.freq_base", 1.4e-45),  # base^(-2i/d) overflows float32
+        ("gemma3-swa", "gemma3.rope.freq_base_swa", 1e-40),
+    ],
+)
+def test_rope_angles_that_overflow_float32_are_refused(files, name, key, value):
+    metadata, tensors = files[name]
+    arch = metadata["general.architecture"]
+    metadata = metadata | {key: value} | ({f"{arch}.rope.scaling.type": "linear"} if "factor" in key else {})
+    with pytest.raises(onnx_struct.ValidationError, match="overflow float32"):
+        plan_decoder(metadata, tensors)
+
+
+def test_a_q_bias_beside_a_fused_qkv_is_an_unused_tensor_not_a_key_error(files):
+    metadata, tensors = files["gemma3-swa"]
+    fused = {k: v for k, v in tensors.items() if not k.startswith("blk.0.attn_") or k.endswith("output.weight")}
+    fused |= {"blk.0.attn_qkv.weight": ("F32", (256 + 2 * 128, 256)), "blk.0.attn_q.bias": ("F32", (256,))}
+    with pytest.raises(onnx_struct.ValidationError) as caught:
+        plan_decoder(metadata, fused)
+    assert caught.value.path.startswith("gguf.tensors[")

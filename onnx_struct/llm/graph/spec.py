@@ -15,10 +15,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
+import numpy as np
+
 from onnx_struct.errors import ValidationError, limit_exceeded
 from onnx_struct.formats.gguf.metadata import checked_context_length, value_kind
 from onnx_struct.limits import MAX_ROPE_TABLE_BYTES
-from onnx_struct.llm.graph.keys import INT32_MAX, Keys
+from onnx_struct.llm.graph.keys import FLOAT32_MAX, INT32_MAX, Keys
 
 # Why a mixture of experts is refused (kept here, below families/, which imports this module).
 MOE_KERNEL = (
@@ -194,6 +196,15 @@ def check_rope_tables(keys: Keys, hp: Hyperparameters, block: Block) -> None:
     """The cos/sin tables of every distinct RoPE of ``block`` together (gemma3's windowed and
     global layers have one each) within MAX_ROPE_TABLE_BYTES: each is folded at session creation."""
     ropes = {layer.rope for layer in block.layers if layer.rope is not None}
+    for rope in ropes:  # every angle position * scale * base^(-2i/d) a finite float32 (cos(inf) is NaN)
+        dims = rope.dims or hp.head_dim
+        unscaled = float(np.max(rope.base ** -(np.arange(0, dims, 2, dtype=np.float64) / dims)))
+        if hp.context_length * unscaled > FLOAT32_MAX:
+            raise ValidationError(keys.path("rope.freq_base"), f"{rope.base}: the RoPE angles overflow float32")
+        if hp.context_length * unscaled * rope.scale > FLOAT32_MAX:
+            raise ValidationError(
+                keys.path("rope.scaling.factor"), f"1 / {1 / rope.scale}: the RoPE angles overflow float32"
+            )
     table_bytes = sum(hp.context_length * (rope.dims or hp.head_dim) * 4 for rope in ropes)
     if table_bytes > MAX_ROPE_TABLE_BYTES:
         raise limit_exceeded(

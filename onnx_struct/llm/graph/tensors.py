@@ -55,6 +55,8 @@ def expected_shapes(hp: Hyperparameters, block: Block, tensors: Tensors) -> dict
         shapes.update({f"blk.{i}.{name}": shape for name, shape in weights.items()})
         for name in block.biases | block.required_biases:
             bias = f"blk.{i}.{name}.bias"
+            if f"{name}.weight" not in weights:  # attn_q's bias where the layer reads a fused attn_qkv: unused
+                continue
             if name in block.required_biases or bias in tensors:
                 shapes[bias] = (weights[f"{name}.weight"][0],)
     return shapes
