@@ -133,8 +133,9 @@ def test_rope_angles_that_overflow_float32_are_refused(files, name, key, value):
     metadata, tensors = files[name]
     arch = metadata["general.architecture"]
     metadata = metadata | {key: value} | ({f"{arch}.rope.scaling.type": "linear"} if "factor" in key else {})
-    with pytest.raises(onnx_struct.ValidationError, match="overflow float32"):
+    with pytest.raises(onnx_struct.ValidationError, match="overflow float32") as caught:
         plan_decoder(metadata, tensors)
+    assert caught.value.path == f"gguf.kv[{key!r}]"
 
 
 def test_a_q_bias_beside_a_fused_qkv_is_an_unused_tensor_not_a_key_error(files):

@@ -72,6 +72,7 @@ class Rope:
     factors: str | None = None  # the tensor of per-pair frequency divisors (rope_freqs.weight, ...)
     attn_factor: float = 1.0
     dims: int | None = None  # None: the whole head
+    base_key: str = dataclasses.field(default="rope.freq_base", compare=False)  # for messages
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,7 +201,7 @@ def check_rope_tables(keys: Keys, hp: Hyperparameters, block: Block) -> None:
         dims = rope.dims or hp.head_dim
         unscaled = float(np.max(rope.base ** -(np.arange(0, dims, 2, dtype=np.float64) / dims)))
         if hp.context_length * unscaled > FLOAT32_MAX:
-            raise ValidationError(keys.path("rope.freq_base"), f"{rope.base}: the RoPE angles overflow float32")
+            raise ValidationError(keys.path(rope.base_key), f"{rope.base}: the RoPE angles overflow float32")
         if hp.context_length * unscaled * rope.scale > FLOAT32_MAX:
             raise ValidationError(
                 keys.path("rope.scaling.factor"), f"1 / {1 / rope.scale}: the RoPE angles overflow float32"

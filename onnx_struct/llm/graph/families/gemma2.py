@@ -50,7 +50,7 @@ def block(keys: Keys, hp: Hyperparameters, tensors: Tensors) -> Block:
     swa = swa_layers(keys, hp, 2)
     base_swa = keys.positive_float("rope.freq_base_swa", hp.freq_base)
     layers = tuple(
-        Layer(Rope(base_swa, hp.freq_scale, neox=True), size)
+        Layer(Rope(base_swa, hp.freq_scale, neox=True, base_key="rope.freq_base_swa"), size)
         if is_swa
         else Layer(Rope(hp.freq_base, hp.freq_scale, neox=True))
         for is_swa in swa

@@ -33,7 +33,7 @@ def block(keys: Keys, hp: Hyperparameters, tensors: Tensors) -> Block:
     size = window(keys, hp) if windowed else None
     swa = swa_layers(keys, hp, 6) if windowed else [False] * hp.n_layers
     global_rope = Rope(hp.freq_base, hp.freq_scale, neox=True)
-    local_rope = Rope(keys.positive_float("rope.freq_base_swa", 10000.0), 1.0, neox=True)
+    local_rope = Rope(keys.positive_float("rope.freq_base_swa", 10000.0), 1.0, neox=True, base_key="rope.freq_base_swa")
     layers = tuple(Layer(local_rope, size) if is_swa else Layer(global_rope) for is_swa in swa)
     return Block(
         layers=layers,
