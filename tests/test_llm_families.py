@@ -83,3 +83,25 @@ def test_a_chunk_after_the_prompt(family):
     _, ref_cache = module.forward(weights, config, PROMPT[:5])
     expected, _ = module.forward(weights, config, PROMPT[5:], ref_cache)
     assert relative_rms(logits[0], expected) < tolerance
+
+
+ONE_PER_ARCHITECTURE = {}
+for _name in sorted(CASES):
+    _module, _config = CASES[_name]
+    if _name not in SLOW and _config.default_type == "F32" and not _config.types:
+        ONE_PER_ARCHITECTURE.setdefault(_config.architecture, _name)
+
+
+@pytest.mark.parametrize("name", sorted(ONE_PER_ARCHITECTURE.values()))
+def test_from_gguf_graph_reference_then_generate(tmp_path, name):
+    """The user's path: `from-gguf --graph --reference` (the .gguf beside the model), then
+    onnx_struct.generate from token ids; its greedy tokens are the family oracle's."""
+    from onnx_struct.cli import main
+
+    module, config = CASES[name]
+    module.write_gguf(tmp_path / "model.gguf", config)
+    argv = ["from-gguf", str(tmp_path / "model.gguf"), str(tmp_path / "model.onnx"), "--graph", "--reference"]
+    assert main([*argv, "--quiet"]) == 0
+    ids = PROMPT[:8].tolist()
+    generated = onnx_struct.generate(str(tmp_path / "model.onnx"), ids, max_new_tokens=6, accuracy_level=0, stop_ids=())
+    assert generated.tokens == module.greedy(read_weights(tmp_path / "model.gguf"), config, ids, 6)
