@@ -117,7 +117,11 @@ def _tool_call(rng: random.Random):
         return _value(rng)
     function = {"name": rng.choice(["get_weather", "", "x" * 50, None, 3]), "arguments": rng.choice(
         [{"city": "Paris"}, '{"city": "Paris"}', "", "{bad json", {}, None, [1, 2], {"nested": {"a": [1, {"b": None}]}}])}  # fmt: skip
-    call = {"id": rng.choice(["call_1", "", None, 5]), "type": rng.choice(["function", "x", None]), "function": function}
+    call = {
+        "id": rng.choice(["call_1", "", None, 5]),
+        "type": rng.choice(["function", "x", None]),
+        "function": function,
+    }
     for key in rng.sample(sorted(call), rng.randint(0, 2)):
         del call[key]
     return call
@@ -128,7 +132,9 @@ def _message(rng: random.Random):
         return _value(rng)  # not a dict
     message = {"role": rng.choice(ROLES) if rng.random() < 0.95 else _value(rng), "content": _content(rng)}
     if rng.random() < 0.2:
-        message["tool_calls"] = [_tool_call(rng) for _ in range(rng.randint(0, 3))] if rng.random() < 0.9 else _value(rng)
+        message["tool_calls"] = (
+            [_tool_call(rng) for _ in range(rng.randint(0, 3))] if rng.random() < 0.9 else _value(rng)
+        )
     if rng.random() < 0.1:
         message[rng.choice(["reasoning_content", "thinking", "reasoning"])] = rng.choice([_text(rng), _value(rng)])
     for key in ("name", "tool_call_id", "tool_calls_id", "type", "__class__", "images", "documents"):
@@ -253,7 +259,9 @@ def _expr(rng: random.Random, depth: int = 0) -> str:
     if kind == 2:
         return rng.choice(CALLS)
     if kind == 3:
-        return f"{_expr(rng, depth + 1)}.{rng.choice(ATTRIBUTES)}" + rng.choice(["", "()", "('x')", "(10**9)", "(1, 2)"])
+        return f"{_expr(rng, depth + 1)}.{rng.choice(ATTRIBUTES)}" + rng.choice(
+            ["", "()", "('x')", "(10**9)", "(1, 2)"]
+        )
     if kind == 4:
         return f"({_expr(rng, depth + 1)})|{rng.choice(FILTERS)}"
     if kind == 5:
@@ -273,14 +281,18 @@ def _statement(rng: random.Random, depth: int = 0) -> str:
     dash = rng.choice(["", "", "-"])
     kind = rng.randrange(16 if depth < 5 else 3)
     if kind == 0:
-        return rng.choice(["text ", "<|im_start|>", "\n", "  ", "{{", "}}", "{%", "%}", "{#", "{% raw %}{{x}}{% endraw %}"])
+        return rng.choice(
+            ["text ", "<|im_start|>", "\n", "  ", "{{", "}}", "{%", "%}", "{#", "{% raw %}{{x}}{% endraw %}"]
+        )
     if kind == 1:
         return "{{" + dash + " " + _expr(rng) + " " + dash + "}}"
     if kind == 2:
         return f"{{%{dash} set {rng.choice(['x', 'ns.x', 'm', 'x, y'])} = {_expr(rng)} %}}"
     if kind == 3:
         inner = _block(rng, depth + 1)
-        return f"{{% if {_expr(rng)} %}}{inner}{{% elif {_expr(rng)} %}}{_block(rng, depth + 1)}{{% else %}}{{% endif %}}"
+        return (
+            f"{{% if {_expr(rng)} %}}{inner}{{% elif {_expr(rng)} %}}{_block(rng, depth + 1)}{{% else %}}{{% endif %}}"
+        )
     if kind == 4:
         control = rng.choice(["", "{% break %}", "{% continue %}", "{% if loop.index > 2 %}{% break %}{% endif %}"])
         target = rng.choice(["x", "m", "k, v", "i"])
@@ -429,7 +441,9 @@ def campaign(runs: int, seed: int = 0, start: int = 0, *, progress: bool = False
             if seconds > MAX_TEMPLATE_SECONDS:
                 slow.append(f"{seconds:.1f} s at seed {seed} index {index} <- {describe(case)}")
         except (Exception, Timeout) as error:  # noqa: BLE001 - an escape is what this looks for
-            escapes.append(f"{type(error).__name__}: {str(error)[:300]} at seed {seed} index {index} <- {describe(case)}")
+            escapes.append(
+                f"{type(error).__name__}: {str(error)[:300]} at seed {seed} index {index} <- {describe(case)}"
+            )
         if progress and (index - start + 1) % 20000 == 0:
             rate = (index - start + 1) / (time.perf_counter() - began)
             print(f"  {index + 1 - start} inputs ({index + 1}), {len(escapes)} escapes, {rate:.0f}/s", flush=True)

@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("jinja2")
 
 from adversarial.bounded import run_bounded  # noqa: E402
+
 from fuzz.targets_chat import campaign  # noqa: E402
 
 
