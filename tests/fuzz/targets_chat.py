@@ -321,7 +321,7 @@ def _statement(rng: random.Random, depth: int = 0) -> str:
                            "{% autoescape true %}<{{ '<' }}{% endautoescape %}", "{%", "{% if %}"])  # fmt: skip
     if kind == 13:
         return "{% for message in messages %}" + _block(rng, depth + 1) + "{% endfor %}"
-    if kind == 14:
+    if kind == 14 and depth == 0 and rng.random() < 0.25:  # deep nesting, long chains (slow to compile)
         return rng.choice(["(" * 200, "{% if 1 %}" * 300 + "{% endif %}" * 300, "{{ " + "(" * 60 + "1" + ")" * 60 + " }}",
                            "{{ 1" + " + 1" * 3000 + " }}", "{{ x" + ".a" * 500 + " }}"])  # fmt: skip
     return "{%- if add_generation_prompt %}<|assistant|>{% endif -%}"
