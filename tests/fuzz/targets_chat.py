@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import reprlib
 import signal
 import sys
 import time
@@ -68,7 +69,26 @@ def _text(rng: random.Random) -> str:
     return rng.choice(["x", "ab\n", "{{"]) * rng.choice([300_000, 1_500_000, 4_100_000])  # huge
 
 
+def _deep(rng: random.Random):
+    """A list or dict holding itself, or lists nested past the interpreter's recursion limit."""
+    if rng.random() < 0.5:
+        if rng.random() < 0.5:
+            made = {}
+            made["a"] = made
+        else:
+            made = []
+            made.append(made)
+        return made
+    outer = current = []
+    for _ in range(rng.choice([70, 900, 5000])):
+        current.append([])
+        current = current[0]
+    return outer
+
+
 def _value(rng: random.Random, depth: int = 0):
+    if rng.random() < 0.003:
+        return _deep(rng)
     kind = rng.randrange(9 if depth < 3 else 6)
     if kind == 0:
         return _text(rng)
@@ -424,7 +444,10 @@ def make_case(seed: int, index: int, templates: list[tuple[str, str]]) -> dict:
 
 
 def describe(case: dict) -> str:
-    return json.dumps(case, default=repr)[:600]
+    try:
+        return json.dumps(case, default=repr)[:600]
+    except (ValueError, RecursionError):  # a value holding itself, or nested deeper than json recurses
+        return reprlib.repr(case)
 
 
 def campaign(runs: int, seed: int = 0, start: int = 0, *, progress: bool = False) -> tuple[int, list[str], list[str]]:

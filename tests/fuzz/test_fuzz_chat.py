@@ -6,7 +6,9 @@ CPU and memory limits (slow tier)."""
 
 from __future__ import annotations
 
+import json
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +16,7 @@ pytest.importorskip("jinja2")
 
 from adversarial.bounded import run_bounded  # noqa: E402
 
+import onnx_struct as S
 from fuzz.targets_chat import campaign  # noqa: E402
 
 
@@ -41,3 +44,44 @@ assert escapes == [] and slow == [], (escapes[:3], slow[:3])
 
     outcome = run_bounded(code, str(REPO / "tests"), cpu_seconds=120, memory_mib=512)
     assert outcome.error is None, f"{outcome.error}: {outcome.message}\n{outcome.traceback}"
+
+
+FINDINGS = sorted((Path(__file__).resolve().parent / "findings" / "chat").glob("*.json"))
+
+
+def _built(value, nest: dict):
+    """The finding's value with "@nest" replaced by the value its "nest" entry describes."""
+    if value == "@nest":
+        if nest.get("cyclic") and nest.get("dict"):
+            made = {}
+            made["a"] = made
+            return made
+        if nest.get("cyclic"):
+            made = []
+            made.append(made)
+            return made
+        outer = current = []
+        for _ in range(nest["depth"]):
+            current.append([])
+            current = current[0]
+        return outer
+    if isinstance(value, list):
+        return [_built(item, nest) for item in value]
+    if isinstance(value, dict):
+        return {key: _built(item, nest) for key, item in value.items()}
+    return value
+
+
+@pytest.mark.parametrize("finding", FINDINGS, ids=[p.stem for p in FINDINGS])
+def test_finding_gives_only_validation_error(finding):
+    case = json.loads(finding.read_text())
+    nest = case.get("nest", {})
+    kwargs = {key: value for key, value in _built(case.get("extra", {}), nest).items()}
+    with pytest.raises(S.ValidationError):
+        S.apply_chat_template(
+            {"tokenizer.ggml.tokens": ["<s>", "</s>"], "tokenizer.ggml.bos_token_id": 0},
+            _built(case["messages"], nest),
+            chat_template=case["chat_template"],
+            tools=_built(case.get("tools"), nest),
+            **kwargs,
+        )
