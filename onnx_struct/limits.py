@@ -211,5 +211,9 @@ MAX_TEMPLATE_VALUE_SIZE = 4_000_000
 MAX_TEMPLATE_INT_BITS = 4096
 # tojson(indent=N): real templates indent by 2 or 4; each level of nesting repeats the indent.
 MAX_TEMPLATE_JSON_INDENT = 64
+# Nesting of the data a template is given (messages, tools, extra variables: lists and dicts in
+# lists and dicts): a message holding itself, or nested 100,000 deep, overflowed Python's stack
+# while it was copied to plain data (RecursionError). Tool schemas nest about ten deep.
+MAX_TEMPLATE_DATA_DEPTH = 64
 # Wall-clock seconds of one rendering, the backstop behind the step count (checked every 32 steps).
 MAX_TEMPLATE_SECONDS = 5.0

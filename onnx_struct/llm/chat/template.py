@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from onnx_struct.errors import ValidationError, limit_exceeded
-from onnx_struct.limits import MAX_TEMPLATE_CHARS, MAX_TEMPLATE_OUTPUT_CHARS
+from onnx_struct.limits import MAX_TEMPLATE_CHARS, MAX_TEMPLATE_DATA_DEPTH, MAX_TEMPLATE_OUTPUT_CHARS
 from onnx_struct.llm.chat.builtin import builtin_templates
 
 TEMPLATE_KEY = "tokenizer.chat_template"
@@ -118,10 +118,18 @@ def _token_text(metadata: Mapping[str, object], key: str) -> str:
     return tokens[index]
 
 
-def _plain(value: Any, where: str) -> Any:
-    """transformers' ``_plain_template_data``: the template sees only JSON-like data, never objects."""
+def _plain(value: Any, where: str, depth: int = 0) -> Any:
+    """transformers' ``_plain_template_data``: the template sees only JSON-like data, never objects.
+    Containers nest at most MAX_TEMPLATE_DATA_DEPTH deep (a list holding itself would recurse forever)."""
     if value is None or type(value) in (str, int, float, bool):
         return value
+    if depth > MAX_TEMPLATE_DATA_DEPTH and isinstance(value, (Mapping, list, tuple)):
+        raise limit_exceeded(
+            where,
+            "the data nests too deeply, or holds itself (MAX_TEMPLATE_DATA_DEPTH)",
+            depth,
+            MAX_TEMPLATE_DATA_DEPTH,
+        )
     if isinstance(value, str):
         return str.__str__(value)
     if isinstance(value, bool):
@@ -131,9 +139,11 @@ def _plain(value: Any, where: str) -> Any:
     if isinstance(value, float):
         return float.__float__(value)
     if isinstance(value, Mapping):
-        return {_plain(key, where): _plain(item, f"{where}[{key!r}]") for key, item in value.items()}
+        return {
+            _plain(key, where, depth + 1): _plain(item, f"{where}[{key!r}]", depth + 1) for key, item in value.items()
+        }
     if isinstance(value, (list, tuple)):
-        plain = [_plain(item, f"{where}[{index}]") for index, item in enumerate(value)]
+        plain = [_plain(item, f"{where}[{index}]", depth + 1) for index, item in enumerate(value)]
         return tuple(plain) if isinstance(value, tuple) else plain
     return f"<{type(value).__name__}>"
 
