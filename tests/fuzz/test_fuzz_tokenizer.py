@@ -32,7 +32,8 @@ def test_a_short_campaign_finds_no_escape(tiny_cases):
 @pytest.mark.parametrize("finding", FINDINGS, ids=[p.stem for p in FINDINGS])
 def test_a_committed_finding_replays_cleanly(finding, tiny_cases):
     case = json.loads(finding.read_text(encoding="utf-8"))
-    text = case["text_repeat"][0] * case["text_repeat"][1] if "text_repeat" in case else case["text"]
+    unit, count = case.get("text_repeat", ("", 0))
+    text = case.get("text_prefix", "") + unit * count + case.get("text", "")
     start = time.perf_counter()
     fuzz_one(tiny_cases[case["vocabulary"]], text, case["ids_seed"])
     assert time.perf_counter() - start < 4 * BUDGET_SECONDS  # the whole input with its checks
