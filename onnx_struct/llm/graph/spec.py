@@ -217,6 +217,17 @@ def check_rope_tables(keys: Keys, hp: Hyperparameters, block: Block) -> None:
         )
 
 
+def heads_span_embedding(keys: Keys, hp: Hyperparameters) -> None:
+    """Refuse a head size other than embedding_length / head_count where the family's tensors are
+    created with it (olmo2, phi3 in llama.cpp)."""
+    if hp.head_dim * hp.n_heads != hp.n_embd:
+        raise ValidationError(
+            keys.path("attention.key_length"),
+            f"head size {hp.head_dim} x {hp.n_heads} heads differs from embedding_length {hp.n_embd}",
+            code="unsupported_architecture",
+        )
+
+
 def full_rope_dims(keys: Keys, hp: Hyperparameters) -> None:
     """Refuse partial rotary where the family rotates whole heads (llama.cpp asserts it)."""
     if hp.rope_dims != hp.head_dim:

@@ -6,7 +6,6 @@ and rotate unscaled (``rope.freq_base_swa`` is read by llama.cpp but changes not
 
 from __future__ import annotations
 
-from onnx_struct.errors import ValidationError
 from onnx_struct.llm.graph.keys import Keys
 from onnx_struct.llm.graph.spec import (
     Block,
@@ -16,6 +15,7 @@ from onnx_struct.llm.graph.spec import (
     Tensors,
     full_rope_dims,
     has_window,
+    heads_span_embedding,
     swa_layers,
     window,
 )
@@ -25,12 +25,7 @@ ARCHITECTURES = ("olmo2",)
 
 def block(keys: Keys, hp: Hyperparameters, tensors: Tensors) -> Block:
     full_rope_dims(keys, hp)
-    if hp.head_dim * hp.n_heads != hp.n_embd:  # llama.cpp creates olmo2's tensors with n_embd / n_head
-        raise ValidationError(
-            keys.path("attention.key_length"),
-            f"head size {hp.head_dim} x {hp.n_heads} heads differs from embedding_length {hp.n_embd}",
-            code="unsupported_architecture",
-        )
+    heads_span_embedding(keys, hp)
     windowed = has_window(keys)
     size = window(keys, hp) if windowed else None
     swa = swa_layers(keys, hp, 4) if windowed else [False] * hp.n_layers

@@ -13,19 +13,22 @@ from __future__ import annotations
 
 from onnx_struct.errors import ValidationError
 from onnx_struct.llm.graph.keys import Keys
-from onnx_struct.llm.graph.spec import GQA_HEAD_MULTIPLE, Block, Hyperparameters, Layer, Rope, Tensors
+from onnx_struct.llm.graph.spec import (
+    GQA_HEAD_MULTIPLE,
+    Block,
+    Hyperparameters,
+    Layer,
+    Rope,
+    Tensors,
+    heads_span_embedding,
+)
 
 ARCHITECTURES = ("phi3",)
 LONG, SHORT = "rope_factors_long.weight", "rope_factors_short.weight"
 
 
 def block(keys: Keys, hp: Hyperparameters, tensors: Tensors) -> Block:
-    if hp.head_dim * hp.n_heads != hp.n_embd:
-        raise ValidationError(
-            keys.path("attention.key_length"),
-            f"head size {hp.head_dim} x {hp.n_heads} heads differs from embedding_length {hp.n_embd}",
-            code="unsupported_architecture",
-        )
+    heads_span_embedding(keys, hp)
     if hp.rope_dims > hp.head_dim or hp.rope_dims % GQA_HEAD_MULTIPLE:
         raise ValidationError(
             keys.path("rope.dimension_count"),
