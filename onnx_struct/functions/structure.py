@@ -107,7 +107,7 @@ def _check_onnx_function(function: onnx.FunctionProto, where: str, ir_version: i
     try:
         onnx.checker.check_function(function, context)
     except onnx.checker.ValidationError as error:
-        raise ValidationError(where, f"invalid function: {first_line(error)}") from None
+        raise ValidationError(where, f"invalid function: {first_line(error)}", code="invalid_function") from None
     except UnicodeDecodeError:
         raise ValidationError(
             where, "invalid function: a string in it is not valid UTF-8", code="invalid_utf8"

@@ -1,0 +1,14 @@
+"""A conformance suite for runtime authors: the proposal's checker rules, sizes, views, every
+registered format's decoder and lowering, as plain protobuf files any runtime can run.
+
+``export(dir)`` writes the suite (docs/conformance.md describes its layout); ``run(dir, backend=...)``
+runs it against onnx_struct + onnxruntime, onnx's reference evaluator, stock onnx's checker or a
+backend of your own.
+"""
+
+from __future__ import annotations
+
+from onnx_struct.conformance.export import SUITE_VERSION, export, suite_digest
+from onnx_struct.conformance.run import Result, Unsupported, load_backend, run, summary, table
+
+__all__ = ["SUITE_VERSION", "Result", "Unsupported", "export", "load_backend", "run", "suite_digest", "summary", "table"]
