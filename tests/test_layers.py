@@ -40,6 +40,7 @@ LAYERS = (
     ("tools", ("tools",)),
     ("llm", ("llm",)),
     ("convert", ("convert",)),  # GGUF files in and out; from-gguf --graph builds llm.graph
+    ("conformance", ("conformance",)),  # the suite for runtime authors: check, payload, lowering, runtime
     ("cli", ("cli",)),
     ("facade", ("", "__main__")),  # "" is onnx_struct/__init__.py
 )

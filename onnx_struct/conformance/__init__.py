@@ -8,7 +8,17 @@ backend of your own.
 
 from __future__ import annotations
 
-from onnx_struct.conformance.export import SUITE_VERSION, export, suite_digest
-from onnx_struct.conformance.run import Result, Unsupported, load_backend, run, summary, table
+from onnx_struct.conformance.runner import Result, Unsupported, load_backend, run, summary, table
+from onnx_struct.conformance.writer import SUITE_VERSION, export, suite_digest
 
-__all__ = ["SUITE_VERSION", "Result", "Unsupported", "export", "load_backend", "run", "suite_digest", "summary", "table"]
+__all__ = [
+    "SUITE_VERSION",
+    "Result",
+    "Unsupported",
+    "export",
+    "load_backend",
+    "run",
+    "suite_digest",
+    "summary",
+    "table",
+]

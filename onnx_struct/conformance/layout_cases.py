@@ -96,9 +96,9 @@ class Leaf:
         count = int(np.prod(self.shape, dtype=np.int64))
         stride = self.stride or self.width
         starts = self.offset + stride * np.arange(count)
-        codes = (bits[starts[:, None] + np.arange(self.width)].astype(np.uint64) << np.arange(self.width, dtype=np.uint64)).sum(
-            axis=1, dtype=np.uint64
-        )
+        codes = (
+            bits[starts[:, None] + np.arange(self.width)].astype(np.uint64) << np.arange(self.width, dtype=np.uint64)
+        ).sum(axis=1, dtype=np.uint64)
         return _as_dtype(codes, self.width, self.dtype).reshape(self.shape)
 
 
@@ -124,7 +124,9 @@ class ViewCase:
     description: str
 
 
-U4, I4, U2, I2, F4 = (np.dtype(t) for t in (ml_dtypes.uint4, ml_dtypes.int4, ml_dtypes.uint2, ml_dtypes.int2, ml_dtypes.float4_e2m1fn))
+U4, I4, U2, I2, F4 = (
+    np.dtype(t) for t in (ml_dtypes.uint4, ml_dtypes.int4, ml_dtypes.uint2, ml_dtypes.int2, ml_dtypes.float4_e2m1fn)
+)
 BLOCK = B.make_structure([B.make_field("d", T.FLOAT16), B.make_field("qs", tensor(T.UINT4, [4]))])
 EVERY_KIND = [  # (name, element type, width, dtype): each after a 3-bit pad, so at odd bit offsets
     ("u8", T.UINT8, 8, np.uint8), ("i8", T.INT8, 8, np.int8), ("u16", T.UINT16, 16, np.uint16),
@@ -147,8 +149,12 @@ def _every_kind() -> ViewCase:
         leaves.append(Leaf(name, offset, width, (3,), np.dtype(dtype)))
         offset += 3 * width
     tail = -offset % 8
-    fields.append(B.make_field("tail", tensor(T.UINT2, [tail // 2])) if tail else B.make_field("tail", tensor(T.UINT8, [1])))
-    leaves.append(Leaf("tail", offset, 2, (tail // 2,), U2) if tail else Leaf("tail", offset, 8, (1,), np.dtype(np.uint8)))
+    fields.append(
+        B.make_field("tail", tensor(T.UINT2, [tail // 2])) if tail else B.make_field("tail", tensor(T.UINT8, [1]))
+    )
+    leaves.append(
+        Leaf("tail", offset, 2, (tail // 2,), U2) if tail else Leaf("tail", offset, 8, (1,), np.dtype(np.uint8))
+    )
     size = (offset + (tail or 8)) // 8
     return ViewCase(
         "every_leaf_kind",
@@ -163,10 +169,24 @@ def _every_kind() -> ViewCase:
 VIEW_CASES = [
     ViewCase(
         "odd_offsets",
-        [B.make_structure([B.make_field("a", T.UINT8), B.make_field("b", tensor(T.INT4, [3])), B.make_field("c", T.FLOAT16), B.make_field("d", T.UINT4)])],
+        [
+            B.make_structure(
+                [
+                    B.make_field("a", T.UINT8),
+                    B.make_field("b", tensor(T.INT4, [3])),
+                    B.make_field("c", T.FLOAT16),
+                    B.make_field("d", T.UINT4),
+                ]
+            )
+        ],
         0,
         5,
-        [Leaf("a", 0, 8, (), np.dtype(np.uint8)), Leaf("b", 8, 4, (3,), I4), Leaf("c", 20, 16, (), np.dtype(np.float16)), Leaf("d", 36, 4, (), U4)],
+        [
+            Leaf("a", 0, 8, (), np.dtype(np.uint8)),
+            Leaf("b", 8, 4, (3,), I4),
+            Leaf("c", 20, 16, (), np.dtype(np.float16)),
+            Leaf("d", 36, 4, (), U4),
+        ],
         "a at bit 0, b at 8 (3 x 4 bits), c at 8 + 12 = 20, d at 36; 40 bits",
     ),
     ViewCase(
@@ -174,7 +194,11 @@ VIEW_CASES = [
         [B.make_bit_packing([("x", 3), ("y", 5), ("z", 9)], 8)],
         0,
         17,
-        [Leaf("x", 0, 3, (8,), np.dtype(np.uint8), 17), Leaf("y", 3, 5, (8,), np.dtype(np.uint8), 17), Leaf("z", 8, 9, (8,), np.dtype(np.uint16), 17)],
+        [
+            Leaf("x", 0, 3, (8,), np.dtype(np.uint8), 17),
+            Leaf("y", 3, 5, (8,), np.dtype(np.uint8), 17),
+            Leaf("z", 8, 9, (8,), np.dtype(np.uint16), 17),
+        ],
         "each 17-bit record: x bits 0-2, y 3-7, z 8-16; record k at 17 * k; 136 bits",
     ),
     ViewCase(

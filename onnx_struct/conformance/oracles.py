@@ -31,8 +31,7 @@ NF4_CODE = np.array(
 
 
 def gguf_dequantize(name: str, payload: bytes, shape: tuple[int, ...]) -> np.ndarray:
-    from gguf import GGMLQuantizationType  # noqa: PLC0415 - optional (the gguf extra)
-    from gguf import quants
+    from gguf import GGMLQuantizationType, quants  # noqa: PLC0415 - optional (the gguf extra)
 
     data = np.frombuffer(payload, np.uint8).reshape(*shape[:-1], -1)
     with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -73,7 +72,9 @@ def linear_dequantize(name: str, payload: bytes, shape: tuple[int, ...]) -> np.n
     scale_dtype = {"F16": "<f2", "F32": "<f4"}[scale_name]
     four_bit, signed = element.endswith("4"), element.startswith("INT")
     values = ("values", "u1", (block_size // 2,)) if four_bit else ("values", element.lower(), (block_size,))
-    blocks = np.frombuffer(payload, np.dtype([("scale", scale_dtype), *([("zero_point", "u1")] if zero_point else []), values]))
+    blocks = np.frombuffer(
+        payload, np.dtype([("scale", scale_dtype), *([("zero_point", "u1")] if zero_point else []), values])
+    )
 
     def nibbles(packed):
         out = np.stack([packed & 0xF, packed >> 4], axis=-1).reshape(*packed.shape[:-1], -1).astype(np.int16)

@@ -20,7 +20,7 @@ import pathlib
 import numpy as np
 import onnx
 
-from onnx_struct.conformance.export import MANIFEST, SUITE_VERSION
+from onnx_struct.conformance.writer import MANIFEST, SUITE_VERSION
 
 METHOD_OF_KIND = {"checker": "check", "size": "size", "view": "view", "decode": "run", "lowering": "run"}
 
@@ -150,7 +150,7 @@ def _read_tensor(path: pathlib.Path) -> np.ndarray:
 
 
 def same_values(actual, expected: np.ndarray) -> str:
-    """"" when ``actual`` has ``expected``'s shape and bits (NaNs: the same positions), else why."""
+    """ "" when ``actual`` has ``expected``'s shape and bits (NaNs: the same positions), else why."""
     actual = np.asarray(actual)
     if actual.shape != expected.shape:
         return f"shape {actual.shape}, expected {expected.shape}"
@@ -166,7 +166,11 @@ def same_values(actual, expected: np.ndarray) -> str:
     differ = np.flatnonzero(actual.reshape(-1).tobytes() != expected.reshape(-1).tobytes()) if actual.size else []
     if len(differ) and actual.tobytes() != expected.tobytes():
         diff = np.flatnonzero(actual.reshape(-1) != expected.reshape(-1))
-        where = f", first at {diff[0]}: {actual.reshape(-1)[diff[0]]} != {expected.reshape(-1)[diff[0]]}" if diff.size else ""
+        where = (
+            f", first at {diff[0]}: {actual.reshape(-1)[diff[0]]} != {expected.reshape(-1)[diff[0]]}"
+            if diff.size
+            else ""
+        )
         return f"{diff.size or 'some'} values differ{where}"
     return ""
 
@@ -206,8 +210,13 @@ def _view_case(backend, case_dir, expected) -> str:
 
 def _run_case(backend, case_dir, files) -> str:
     data = case_dir / "test_data_set_0"
-    inputs = [_read_tensor(data / f"input_{i}.pb") for i in range(sum(f.startswith("test_data_set_0/input_") for f in files))]
-    expected = [_read_tensor(data / f"output_{i}.pb") for i in range(sum(f.startswith("test_data_set_0/output_") for f in files))]
+    inputs = [
+        _read_tensor(data / f"input_{i}.pb") for i in range(sum(f.startswith("test_data_set_0/input_") for f in files))
+    ]
+    expected = [
+        _read_tensor(data / f"output_{i}.pb")
+        for i in range(sum(f.startswith("test_data_set_0/output_") for f in files))
+    ]
     outputs = backend.run(case_dir / "model.onnx", inputs)
     if len(outputs) != len(expected):
         return f"{len(outputs)} outputs, expected {len(expected)}"
@@ -279,7 +288,9 @@ def summary(results: list[Result]) -> list[dict]:
     """Rows (kind, rule or format, passed, failed, skipped), sorted by kind then rule."""
     rows: dict[tuple[str, str], dict] = {}
     for r in results:
-        row = rows.setdefault((r.kind, r.rule), {"kind": r.kind, "rule": r.rule, "passed": 0, "failed": 0, "skipped": 0})
+        row = rows.setdefault(
+            (r.kind, r.rule), {"kind": r.kind, "rule": r.rule, "passed": 0, "failed": 0, "skipped": 0}
+        )
         row[r.status] += 1
     return [rows[k] for k in sorted(rows)]
 
@@ -293,5 +304,7 @@ def table(results: list[Result]) -> str:
     totals = {s: sum(r[s] for r in rows) for s in ("passed", "failed", "skipped")}
     lines.append(f"{'total':<9} {'':<{width}} {totals['passed']:>6} {totals['failed']:>6} {totals['skipped']:>7}")
     lines += [f"FAILED {r.id}: {r.message}" for r in results if r.status == "failed"]
-    lines += [f"skipped {r.id}: {r.message}" for r in results if r.status == "skipped" and r.message.startswith("unsupported")]
+    lines += [
+        f"skipped {r.id}: {r.message}" for r in results if r.status == "skipped" and r.message.startswith("unsupported")
+    ]
     return "\n".join(lines)

@@ -17,7 +17,7 @@ from onnx import helper as oh
 from onnx_struct import formats
 from onnx_struct.conformance import checker_cases, layout_cases, oracles
 from onnx_struct.lowering.lower import lower
-from onnx_struct.schema.model import add_struct_types, add_struct_values
+from onnx_struct.schema.model import add_struct_types, add_struct_values, get_struct_types, set_struct_types
 
 SUITE_VERSION = 1
 MANIFEST = "manifest.json"
@@ -72,14 +72,26 @@ def checker_entries():
         expected = {"valid": case.code is None}
         if case.code is not None:
             expected.update(code=case.code, path=case.path)
-        yield (f"checker/{case.name}", "checker", {"rule": case.rule}, case.description, {**case.build(), "expected.json": to_json(expected)})
+        yield (
+            f"checker/{case.name}",
+            "checker",
+            {"rule": case.rule},
+            case.description,
+            {**case.build(), "expected.json": to_json(expected)},
+        )
 
 
 def size_entries():
     for case in layout_cases.SIZE_CASES:
         model = declarations_model(case.declarations)
         expected = {"size_bits": {f"struct_types[{i}]": bits for i, bits in case.sizes.items()}}
-        yield (f"size/{case.name}", "size", {}, case.description, {"model.onnx": model.SerializeToString(), "expected.json": to_json(expected)})
+        yield (
+            f"size/{case.name}",
+            "size",
+            {},
+            case.description,
+            {"model.onnx": model.SerializeToString(), "expected.json": to_json(expected)},
+        )
 
 
 def view_entries():
@@ -98,23 +110,40 @@ def view_entries():
         yield (f"view/{case.name}", "view", {}, case.description, out)
 
 
+def decode_case(name: str, seed: int, mutate=None) -> tuple[str, dict[str, bytes]]:
+    """(description, files) of format ``name``'s decode case; ``mutate(decoder)`` (a test's)
+    changes the decoder FunctionProto in place before the model is lowered."""
+    fmt = formats.get(name)
+    shape = format_shape(fmt)
+    payload = format_payload(fmt, shape, seed)
+    expected = oracles.dequantize(fmt.family, name, payload, shape)
+    model = declarations_model((), nodes=[oh.make_node("Identity", ["w"], ["y"])],
+                               outputs=[oh.make_tensor_value_info("y", T.FLOAT, list(shape))])  # fmt: skip
+    add_struct_values(model, fmt.make_value(model, "w", shape, payload))
+    if mutate is not None:
+        declarations = get_struct_types(model)
+        for declaration in declarations:
+            if declaration.HasField("decoder"):
+                mutate(declaration.decoder)
+        set_struct_types(model, declarations)
+    plain = lower(model, compact=True)
+    out = backend_layout(plain, [expected], leaf_feeds(plain))
+    out.update({"struct_model.onnx": model.SerializeToString(), "payload.bin": payload})
+    return f"{fmt.description} {shape}: oracle {ORACLE_NAMES[fmt.family]}", out
+
+
 def decode_entries():
     for seed, name in enumerate(formats.names()):
-        fmt = formats.get(name)
-        shape = format_shape(fmt)
-        payload = format_payload(fmt, shape, seed)
-        expected = oracles.dequantize(fmt.family, name, payload, shape)
-        model = declarations_model((), nodes=[oh.make_node("Identity", ["w"], ["y"])],
-                                   outputs=[oh.make_tensor_value_info("y", T.FLOAT, list(shape))])  # fmt: skip
-        add_struct_values(model, fmt.make_value(model, "w", shape, payload))
-        plain = lower(model, compact=True)
-        out = backend_layout(plain, [expected], leaf_feeds(plain))
-        out.update({"struct_model.onnx": model.SerializeToString(), "payload.bin": payload})
-        description = f"{fmt.description} {shape}: oracle {ORACLE_NAMES[fmt.family]}"
+        description, out = decode_case(name, seed)
         yield (f"decode/{name}", "decode", {"format": name}, description, out)
 
 
-ORACLE_NAMES = {"gguf": "gguf.quants.dequantize", "mx": "ml_dtypes", "nf4": "the published NF4 table", "linear": "numpy"}
+ORACLE_NAMES = {
+    "gguf": "gguf.quants.dequantize",
+    "mx": "ml_dtypes",
+    "nf4": "the published NF4 table",
+    "linear": "numpy",
+}
 
 LOWERING = (("Q4_0", "Add"), ("Q8_0", "Add"), ("NF4", "Mul"), ("OCP_MXFP8_E4M3", "Sub"))
 
