@@ -48,6 +48,7 @@ SUBCOMMANDS = [
     "generate",
     "tokenize",
     "chat",
+    "conformance",
 ]
 
 
