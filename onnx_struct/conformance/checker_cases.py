@@ -113,18 +113,22 @@ def dynamic_tensor():
 
 
 def subgraph_values():
-    model = model_with([NIBBLES])
-    branch = oh.make_graph(
-        [oh.make_node("Identity", ["X"], ["Z"])], "b", [], [oh.make_tensor_value_info("Z", T.FLOAT, [1])]
-    )
-    model.graph.node.append(oh.make_node("If", ["C"], ["W"], then_branch=branch, else_branch=branch))
-    model.graph.input.append(oh.make_tensor_value_info("C", T.BOOL, []))
-    valid = onnx.ModelProto.FromString(model.SerializeToString())
-    from onnx_struct.schema.model import from_onnx, to_onnx
+    """(valid, invalid): an If whose else branch holds a struct value in the invalid one."""
 
-    overlay = from_onnx(model)
-    overlay.graph.node[1].attribute[0].g.struct_initializer.append(value())
-    return valid, to_onnx(overlay)
+    def with_if(else_values):
+        branch = oh.make_graph(
+            [oh.make_node("Identity", ["X"], ["Z"])], "b", [], [oh.make_tensor_value_info("Z", T.FLOAT, [1])]
+        )
+        holder = oh.make_model(oh.make_graph([], "holder", [], []))
+        holder.graph.CopyFrom(branch)
+        if else_values:
+            add_struct_values(holder, *else_values)  # the branch as a main graph, then moved below the If
+        model = model_with([NIBBLES])
+        model.graph.node.append(oh.make_node("If", ["C"], ["W"], then_branch=branch, else_branch=holder.graph))
+        model.graph.input.append(oh.make_tensor_value_info("C", T.BOOL, []))
+        return model
+
+    return with_if(()), with_if((value(),))
 
 
 def inline_with_type(type_index):
