@@ -160,6 +160,18 @@ def test_a_wrong_backend_fails_the_cases(suite):
     assert {r.id for r in results if r.kind == "decode"} <= failed  # no format decodes to all zeros
 
 
+def test_a_wrong_struct_runtime_fails_though_its_plain_runs_pass(suite):
+    """run_struct is held to the same outputs: right plain results do not hide a wrong struct run."""
+
+    class WrongStructRuntime(conformance.load_backend("reference").__class__):
+        def run_struct(self, model_path, inputs):
+            return [np.zeros((2, 64), np.float32)]
+
+    results = conformance.run(suite, WrongStructRuntime(), kinds={"lowering"})
+    assert {r.status for r in results} == {"failed"}
+    assert all(r.message.startswith("struct_model.onnx output 0") for r in results), [r.message for r in results]
+
+
 def test_a_checker_naming_another_code_or_path_fails(suite):
     from onnx_struct import ValidationError
 
@@ -177,10 +189,13 @@ def test_a_checker_naming_another_code_or_path_fails(suite):
 def test_a_changed_file_fails_its_case(suite, tmp_path):
     import shutil
 
-    copy = tmp_path / "suite"
-    shutil.copytree(suite, copy)
-    (copy / "decode" / "Q8_0" / "test_data_set_0" / "output_0.pb").write_bytes(b"")
-    (result,) = [r for r in conformance.run(copy, "onnxruntime", kinds={"decode"}) if r.id == "decode/Q8_0"]
+    from onnx_struct.conformance import runner
+
+    shutil.copytree(suite / "decode" / "Q8_0", tmp_path / "decode" / "Q8_0")
+    (tmp_path / "decode" / "Q8_0" / "test_data_set_0" / "output_0.pb").write_bytes(b"")
+    manifest = json.loads((suite / "manifest.json").read_text())
+    (case,) = [c for c in manifest["cases"] if c["id"] == "decode/Q8_0"]
+    result = runner.run_case(runner.ReferenceBackend(), tmp_path, case)
     assert result.status == "failed" and "not the file the manifest lists" in result.message
 
 

@@ -9,6 +9,7 @@ for it (or it is listed in :data:`NOT_FROM_A_MODEL_FILE` with the reason no mode
 from __future__ import annotations
 
 import ast
+import functools
 import pathlib
 
 CHECKER_MODULE = "onnx_struct.check.checker"
@@ -59,6 +60,7 @@ def _imported(name: str, path: pathlib.Path, tree: ast.AST) -> set[str]:
     return found
 
 
+@functools.cache
 def checker_modules() -> dict[str, ast.AST]:
     """Every module of the package ``check_model``'s module imports, transitively (deferred
     imports included), with its syntax tree."""

@@ -3,7 +3,9 @@
 A backend is an object with any of ``check(model_path)`` (returns on a valid model, raises on an
 invalid one; an error with ``code`` and ``path`` attributes is compared with them),
 ``size(model_path) -> {"struct_types[i]": bits}``, ``view(model_path, value_name) -> {leaf path:
-array}`` and ``run(model_path, inputs) -> outputs`` (lists of numpy arrays in graph order). A case
+array}`` and ``run(model_path, inputs) -> outputs`` (lists of numpy arrays in graph order), and for a
+runtime with struct support ``run_struct(model_path, inputs)``, which decode and lowering cases then
+also run on their ``struct_model.onnx``. A case
 whose kind the backend has no method for is skipped; a backend raising :class:`Unsupported` skips
 that case too (reported as such).
 """
@@ -87,6 +89,19 @@ class OnnxStructBackend:
             for name, a in zip(names, inputs, strict=True)
         }
         return session.run(None, feeds)
+
+    def run_struct(self, model_path, inputs):
+        """The struct model itself, through onnx_struct.InferenceSession (check, lower, onnxruntime)."""
+        from onnx_struct.runtime.session import InferenceSession
+
+        try:
+            session = InferenceSession(str(model_path))
+        except Exception as error:  # noqa: BLE001 - onnxruntime's classes, as in run()
+            if any(gap in str(error) for gap in UNSUPPORTED_BY_ONNXRUNTIME):
+                raise Unsupported(_first_line(error)) from None
+            raise
+        names = [i.name for i in onnx.load(str(model_path), load_external_data=False).graph.input]
+        return session.run(None, dict(zip(names, inputs, strict=True)))
 
 
 class ReferenceBackend:
@@ -211,21 +226,31 @@ def _view_case(backend, case_dir, expected) -> str:
     return ""
 
 
-def _run_case(backend, case_dir, files) -> str:
-    data = case_dir / "test_data_set_0"
-    inputs = [
-        _read_tensor(data / f"input_{i}.pb") for i in range(sum(f.startswith("test_data_set_0/input_") for f in files))
-    ]
-    expected = [
-        _read_tensor(data / f"output_{i}.pb")
-        for i in range(sum(f.startswith("test_data_set_0/output_") for f in files))
-    ]
-    outputs = backend.run(case_dir / "model.onnx", inputs)
+def _compare_outputs(outputs, expected: list[np.ndarray], which: str) -> str:
     if len(outputs) != len(expected):
-        return f"{len(outputs)} outputs, expected {len(expected)}"
+        return f"{which}: {len(outputs)} outputs, expected {len(expected)}"
     for i, (actual, wanted) in enumerate(zip(outputs, expected, strict=True)):
         if why := same_values(actual, wanted):
-            return f"output {i}: {why}"
+            return f"{which} output {i}: {why}"
+    return ""
+
+
+def _run_case(backend, case_dir, files) -> str:
+    data = case_dir / "test_data_set_0"
+    count = {kind: sum(f.startswith(f"test_data_set_0/{kind}_") for f in files) for kind in ("input", "output")}
+    tensors = [onnx.TensorProto.FromString((data / f"input_{i}.pb").read_bytes()) for i in range(count["input"])]
+    inputs = [onnx.numpy_helper.to_array(t) for t in tensors]
+    expected = [_read_tensor(data / f"output_{i}.pb") for i in range(count["output"])]
+    if why := _compare_outputs(backend.run(case_dir / "model.onnx", inputs), expected, "model.onnx"):
+        return why
+    if hasattr(backend, "run_struct") and "struct_model.onnx" in files:
+        # The struct model's own graph inputs (the plain model's also list the leaves, for decode cases).
+        struct_model = onnx.load(str(case_dir / "struct_model.onnx"), load_external_data=False)
+        by_name = {t.name: array for t, array in zip(tensors, inputs, strict=True)}
+        struct_inputs = [by_name[i.name] for i in struct_model.graph.input]
+        return _compare_outputs(
+            backend.run_struct(case_dir / "struct_model.onnx", struct_inputs), expected, "struct_model.onnx"
+        )
     return ""
 
 
