@@ -212,6 +212,13 @@ def referenced_files(model: onnx.ModelProto, size: int) -> onnx.ModelProto:
     return model
 
 
+def cast_to(elem_type: int) -> onnx.FunctionProto:
+    """The Cast decoder with ``to`` set to ``elem_type`` (99 is no ONNX element type)."""
+    decoder = cast_decoder()
+    decoder.node[0].attribute[0].i = elem_type
+    return decoder
+
+
 def identity_record(size: int, digest_of: bytes) -> onnx.ModelProto:
     import hashlib
 
@@ -468,6 +475,14 @@ CASES: list[CheckerCase] = [
         m(lambda: model_with([DECODED])),
         m(lambda: model_with([B.make_array(T.UINT8, 4, decoder=policy_decoder())])),
         "a decoder uses only the standard domain's operators",
+    ),
+    *pair(
+        "decoder_element_type",
+        "unknown_element_type",
+        "struct_types[0].decoder ('dec').node[0] ('Cast')",
+        m(lambda: model_with([B.make_array(T.UINT8, 4, decoder=cast_to(T.FLOAT))])),
+        m(lambda: model_with([B.make_array(T.UINT8, 4, decoder=cast_to(99))])),
+        "an element type in a decoder (Cast's 'to') is an ONNX element type (99 is not)",
     ),
     *pair(
         "external_constant",

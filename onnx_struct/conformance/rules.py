@@ -27,7 +27,6 @@ NOT_FROM_A_MODEL_FILE = {
     "no_model": "a struct value named without a model: an API argument, not a model",
     "unknown_value": "no struct value of a name: an API argument (view, decode), not a model",
     "undefined_input": "raised by infer_shapes, which the checker cases do not run",
-    "unknown_element_type": "onnx's parser refuses an unknown element type before the rule runs",
     "nesting_too_deep": "raised on a RecursionError; protobuf's depth limit refuses such a file first",
 }
 
