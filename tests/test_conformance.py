@@ -63,6 +63,22 @@ def test_the_rule_scan_follows_the_checker_imports():
     assert "bad_template" not in codes and "missing_leaf" not in codes  # chat templates, pack
 
 
+def test_every_raise_in_the_checker_modules_names_a_code():
+    """A ValidationError raised without a code gets the default "invalid", which the suite leaves
+    out (NOT_FROM_A_MODEL_FILE): such a raise would be a rule without a case."""
+    import ast
+
+    bare = [
+        f"{name}:{node.lineno}"
+        for name, tree in rules.checker_modules().items()
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and getattr(node.func, "id", getattr(node.func, "attr", "")) == "ValidationError"
+        and not any(k.arg in ("code", None) for k in node.keywords)  # code=..., or **details carrying it
+    ]
+    assert not bare, f"ValidationError raised without a code: {bare}"
+
+
 def test_case_names_are_unique():
     names = [c.name for c in checker_cases.CASES]
     assert len(names) == len(set(names))

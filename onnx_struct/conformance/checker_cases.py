@@ -219,6 +219,16 @@ def cast_to(elem_type: int) -> onnx.FunctionProto:
     return decoder
 
 
+def add_one_decoder(one: dict) -> onnx.FunctionProto:
+    """y = Cast(v, FLOAT) + Constant(**one): a type error inside the decoder when ``one`` is an int64."""
+    nodes = [
+        oh.make_node("Cast", ["v"], ["c"], to=T.FLOAT),
+        oh.make_node("Constant", [], ["one"], **one),
+        oh.make_node("Add", ["c", "one"], ["y"]),
+    ]
+    return oh.make_function("test", "dec", ["v"], ["y"], nodes, OPSET)
+
+
 def identity_record(size: int, digest_of: bytes) -> onnx.ModelProto:
     import hashlib
 
@@ -467,6 +477,14 @@ CASES: list[CheckerCase] = [
             )
         ),
         "a decoder is a valid ONNX function (Cast needs its 'to' attribute)",
+    ),
+    *pair(
+        "decoder_types",
+        "invalid_function",
+        "struct_types[0].decoder ('dec')",
+        m(lambda: model_with([B.make_array(T.UINT8, 4, decoder=add_one_decoder({"value_float": 1.0}))])),
+        m(lambda: model_with([B.make_array(T.UINT8, 4, decoder=add_one_decoder({"value_int": 1}))])),
+        "a decoder's types infer (Add of a float and an int64 does not)",
     ),
     *pair(
         "decoder_policy",

@@ -26,8 +26,10 @@ NOT_FROM_A_MODEL_FILE = {
     "no_base_dir": "a model loaded from bytes has no directory; every suite model is a file",
     "no_model": "a struct value named without a model: an API argument, not a model",
     "unknown_value": "no struct value of a name: an API argument (view, decode), not a model",
-    "undefined_input": "raised by infer_shapes, which the checker cases do not run",
-    "nesting_too_deep": "raised on a RecursionError; protobuf's depth limit refuses such a file first",
+    "undefined_input": "raised by struct-aware shape inference (infer_shapes, check_model(full_check=True)); "
+    "the checker cases are the rules of check_model(path)",
+    "nesting_too_deep": "raised on a RecursionError: protobuf's depth limit refuses deep messages, and type_index "
+    "chains (20,000 declarations tried) are walked without recursion",
 }
 
 

@@ -238,7 +238,9 @@ def _infer(model: onnx.ModelProto, where: str, data_prop: bool) -> onnx.ModelPro
     except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, ValueError, TypeError) as error:
         # onnx raises ValueError for element types it does not know (Cast(to=0), data_type 255)
         role = "encoder" if ".encoder" in where else "decoder"
-        raise ValidationError(where, f"type inference of the {role} failed: {first_line(error)}") from None
+        raise ValidationError(
+            where, f"type inference of the {role} failed: {first_line(error)}", code="invalid_function"
+        ) from None
 
 
 def _value_types(inferred: onnx.ModelProto) -> dict[str, onnx.TypeProto]:
