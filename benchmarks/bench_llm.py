@@ -77,7 +77,7 @@ def accuracy(llama_python: str, work: pathlib.Path) -> list[str]:
         config = TinyLlama(**spm_vocab(), default_type=kind, seed=3)
         path = work / f"tiny-{kind}.gguf"
         write_gguf(path, config)
-        generator = Generator(convert(path, graph=True), accuracy_level=0)
+        generator = Generator(convert(path, graph=True, all_logits=True), accuracy_level=0)
         ids = generator.tokenizer.encode("hello world and the café")
         ours = generator.session.run(["logits"], prompt_feeds(config, ids))[0][0]
         exact, _ = forward(read_weights(path), config, np.array(ids))
