@@ -219,6 +219,10 @@ def add_decoder_graph(
     graph.initializer.extend(b.initializers)
     graph.input.extend(inputs)
     graph.output.extend(outputs)
+    # The rank of what the weights multiply, so that lowering's blocksums reshape to constants.
+    graph.value_info.extend(
+        helper.make_tensor_value_info(x, TensorProto.FLOAT, [None, None, None]) for x in sorted(b.activations)
+    )
     model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
     model.doc_string = (
         f"{hp.architecture} decoder, {hp.n_layers} layers, built from the GGUF file's metadata; "
