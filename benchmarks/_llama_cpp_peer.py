@@ -81,7 +81,9 @@ def main(request_path: str, result_path: str) -> None:
         llm.eval(tokens)
         out["logits"] = np.array(llm.scores[: len(tokens)], np.float32)
     elif request["task"] == "greedy":
+        start = time.perf_counter()
         llm = _load(request)
+        out["load_seconds"] = np.array(time.perf_counter() - start)
         tokens = request["tokens"]
         start = time.perf_counter()
         llm.eval(tokens)

@@ -31,7 +31,9 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _llm_accounting import breakdown_rows, stage_memory, stage_rows, token_breakdown  # noqa: E402
 from support.llm import (  # noqa: E402
     TinyLlama,
     forward,
@@ -77,7 +79,7 @@ def accuracy(llama_python: str, work: pathlib.Path) -> list[str]:
         config = TinyLlama(**spm_vocab(), default_type=kind, seed=3)
         path = work / f"tiny-{kind}.gguf"
         write_gguf(path, config)
-        generator = Generator(convert(path, graph=True), accuracy_level=0)
+        generator = Generator(convert(path, graph=True, all_logits=True), accuracy_level=0)
         ids = generator.tokenizer.encode("hello world and the café")
         ours = generator.session.run(["logits"], prompt_feeds(config, ids))[0][0]
         exact, _ = forward(read_weights(path), config, np.array(ids))
@@ -111,7 +113,11 @@ def big_model(work: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path, float, Ti
     return path, onnx_path, time.perf_counter() - start, config
 
 
-def child_ours(onnx_path: str, threads: int | None, ids: list[int]) -> dict:
+def child_ours(onnx_path: str, threads: int | None, ids: list[int], mode: str = "generate") -> dict:
+    if mode == "stages":
+        return stage_memory(onnx_path, threads, ids, NEW_TOKENS)
+    if mode == "profile":
+        return token_breakdown(onnx_path, threads, ids, NEW_TOKENS)
     from onnx_struct.llm.generation import Generator
 
     start = time.perf_counter()
@@ -120,6 +126,7 @@ def child_ours(onnx_path: str, threads: int | None, ids: list[int]) -> dict:
     result = generator.generate(ids, max_new_tokens=NEW_TOKENS, stop_at_eos=False)
     return {
         "session_seconds": session_seconds,
+        "first_token_seconds": session_seconds + result.prompt_seconds,
         "prompt_tps": len(ids) / result.prompt_seconds,
         "gen_tps": (len(result.tokens) - 1) / result.generation_seconds,
         "rss": _vmhwm(),
@@ -127,8 +134,9 @@ def child_ours(onnx_path: str, threads: int | None, ids: list[int]) -> dict:
     }
 
 
-def run_ours(onnx_path: pathlib.Path, threads: int | None, ids: list[int]) -> dict:
-    argv = [sys.executable, __file__, "--child", str(onnx_path), json.dumps({"threads": threads, "ids": ids})]
+def run_ours(onnx_path: pathlib.Path, threads: int | None, ids: list[int], mode: str = "generate") -> dict:
+    options = json.dumps({"threads": threads, "ids": ids, "mode": mode})
+    argv = [sys.executable, __file__, "--child", str(onnx_path), options]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=3600, check=True)
     return json.loads(result.stdout.strip().splitlines()[-1])
 
@@ -140,11 +148,12 @@ def run_theirs(llama_python: str, path: pathlib.Path, threads: int, ids: list[in
         "tokens": ids,
         "n_new": NEW_TOKENS,
         "threads": threads,
-        "n_ctx": 2048,
+        "n_ctx": max(2048, len(ids) + NEW_TOKENS),  # llama.cpp holds (and clears) the whole context's cache
         "rss": True,
     }
     out = run_llama_cpp(llama_python, request, work)
     return {
+        "first_token_seconds": float(out["load_seconds"]) + float(out["prompt_seconds"]),
         "prompt_tps": len(ids) / float(out["prompt_seconds"]),
         "gen_tps": NEW_TOKENS / float(out["token_seconds"].sum()),
         "rss": int(out["rss"]),
@@ -178,8 +187,8 @@ def ratio_rows(llama_python, path, onnx_path, ids, threads_list, repeat, work, l
     rows = [
         "| threads | prompt tok/s ours / llama.cpp (ratio) | generation tok/s ours / llama.cpp (ratio) | "
         + ("generation / bandwidth limit (ours, llama.cpp) | " if limit else "")
-        + "peak RSS ours / llama.cpp (MiB) | same greedy tokens |",
-        "| --- | --- | --- | --- | " + ("--- | " if limit else "") + "--- |",
+        + "peak RSS ours / llama.cpp (MiB) | first token (load + prompt) ours / llama.cpp | same greedy tokens |",
+        "| --- | --- | --- | --- | --- | " + ("--- | " if limit else "") + "--- |",
     ]
     for threads in threads_list:
         ours, theirs = [], []
@@ -188,12 +197,13 @@ def ratio_rows(llama_python, path, onnx_path, ids, threads_list, repeat, work, l
             theirs.append(run_theirs(llama_python, path, threads, ids, work))
         o_p, t_p = max(r["prompt_tps"] for r in ours), max(r["prompt_tps"] for r in theirs)
         o_g, t_g = max(r["gen_tps"] for r in ours), max(r["gen_tps"] for r in theirs)
+        o_f, t_f = min(r["first_token_seconds"] for r in ours), min(r["first_token_seconds"] for r in theirs)
         same = sum(a == b for a, b in zip(ours[0]["tokens"], theirs[0]["tokens"], strict=True))
         rows.append(
             f"| {threads} | {o_p:.1f} / {t_p:.1f} ({o_p / t_p:.2f}x) | {o_g:.1f} / {t_g:.1f} ({o_g / t_g:.2f}x) | "
             + (f"{o_g / limit:.0%}, {t_g / limit:.0%} | " if limit else "")
             + f"{ours[0]['rss'] / 2**20:.0f} / {theirs[0]['rss'] / 2**20:.0f} | "
-            f"{same}/{NEW_TOKENS} |"
+            f"{o_f:.2f} / {t_f:.2f} s | {same}/{NEW_TOKENS} |"
         )
     return rows
 
@@ -224,7 +234,9 @@ def speed(llama_python: str, work: pathlib.Path, threads_list: list[int], repeat
     return rows
 
 
-def speed_file(llama_python: str, path: pathlib.Path, work: pathlib.Path, threads_list, repeat) -> list[str]:
+def speed_file(
+    llama_python: str, path: pathlib.Path, work: pathlib.Path, threads_list, repeat, lengths: list[int] | None = None
+) -> list[str]:
     """A real GGUF file (any supported family): conversion time, then the ratio table."""
     from onnx_struct.convert import convert
 
@@ -241,7 +253,66 @@ def speed_file(llama_python: str, path: pathlib.Path, work: pathlib.Path, thread
         f"{path.name} ({arch}, {path.stat().st_size / 2**20:.0f} MiB): `--graph --reference` in {seconds:.1f} s.",
         "",
     ]
-    return rows + ratio_rows(llama_python, path, onnx_path, ids, threads_list, repeat, work)
+    rows += ratio_rows(llama_python, path, onnx_path, ids, threads_list, repeat, work)
+    if lengths:
+        rows += ["", *accounting_rows(llama_python, path, onnx_path, threads_list[0], lengths, work)]
+    return rows
+
+
+# A 135M-class llama (SmolLM2-135M's shape): 30 layers, 576 wide, 1536 MLP, 9 heads, 3 KV heads and
+# a tied 49152 x 576 embedding, in random blocks of two mixes people download.
+SMALL_LLAMA = {
+    "n_layers": 30,
+    "n_embd": 576,
+    "n_ff": 1536,
+    "n_heads": 9,
+    "n_kv_heads": 3,
+    "context_length": 2048,
+    "tied": True,
+    "random_blocks": True,
+}
+SMALL_MIXES = {
+    "Q4_1": ("Q4_1", {"token_embd": "Q8_0"}),  # as SmolLM2-135M-Instruct.Q4_1.gguf
+    "Q4_K_M": ("Q4_K", {"token_embd": "Q6_K", "ffn_down": "Q6_K", "attn_v": "Q6_K"}),
+}
+
+
+def small_llama(mix: str, work: pathlib.Path) -> pathlib.Path:
+    default, types = SMALL_MIXES[mix]
+    path = work / f"llama-135m-{mix.lower()}.gguf"
+    write_gguf(path, TinyLlama(**{**spm_vocab(49152), **SMALL_LLAMA, "default_type": default, "types": types}))
+    return path
+
+
+def scale_rows(llama_python, path, onnx_path, threads: int, lengths: list[int], work) -> list[str]:
+    """Prompt speed, generation speed and peak memory as the prompt grows, ours beside llama.cpp."""
+    rows = [
+        f"Growth with the prompt ({threads} thread(s), {NEW_TOKENS} tokens generated after it):",
+        "",
+        "| prompt tokens | prompt tok/s ours / llama.cpp | generation tok/s ours / llama.cpp | peak RSS ours / llama.cpp (MiB) |",
+        "| --- | --- | --- | --- |",
+    ]
+    rng = np.random.default_rng(1)
+    for n in lengths:
+        ids = rng.integers(300, 20000, n).tolist()
+        ours, theirs = run_ours(onnx_path, threads, ids), run_theirs(llama_python, path, threads, ids, work)
+        rows.append(
+            f"| {n} | {ours['prompt_tps']:.0f} / {theirs['prompt_tps']:.0f} ({ours['prompt_tps'] / theirs['prompt_tps']:.2f}x) | "
+            f"{ours['gen_tps']:.1f} / {theirs['gen_tps']:.1f} ({ours['gen_tps'] / theirs['gen_tps']:.2f}x) | "
+            f"{ours['rss'] / 2**20:.0f} / {theirs['rss'] / 2**20:.0f} ({ours['rss'] / theirs['rss']:.2f}x) |"
+        )
+    return rows
+
+
+def accounting_rows(llama_python, path, onnx_path, threads: int, lengths: list[int], work) -> list[str]:
+    """The stage-by-stage memory table, the per-token time breakdown and the growth table."""
+    rng = np.random.default_rng(0)
+    ids = rng.integers(300, 20000, PROMPT_TOKENS).tolist()
+    theirs = run_theirs(llama_python, path, threads, ids, work)
+    rows = [f"Memory by stage ({threads} thread(s), a {PROMPT_TOKENS}-token prompt):", ""]
+    rows += stage_rows(run_ours(onnx_path, threads, ids, "stages"), theirs["rss"])
+    rows += ["", *breakdown_rows(run_ours(onnx_path, threads, ids, "profile")), ""]
+    return rows + scale_rows(llama_python, path, onnx_path, threads, lengths, work)
 
 
 # --family: a random Q4_K file of a realistic small shape per family (the family's own test writer,
@@ -289,16 +360,30 @@ def main() -> int:
     parser.add_argument(
         "--family", action="append", default=[], help=f"also a random file of a family ({', '.join(FAMILY_SHAPES)})"
     )
+    parser.add_argument(
+        "--prompt-lengths",
+        default="64,512,2048",
+        help="the growth table's prompt lengths (135M-class model and --gguf files; empty: no accounting)",
+    )
     parser.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         options = json.loads(args.child[1])
-        print(json.dumps(child_ours(args.child[0], options["threads"], options["ids"])))
+        print(
+            json.dumps(child_ours(args.child[0], options["threads"], options["ids"], options.get("mode", "generate")))
+        )
         return 0
     with tempfile.TemporaryDirectory() as scratch:
         print("### Accuracy against llama.cpp\n")
         print("\n".join(accuracy(args.llama_python, pathlib.Path(scratch))))
     threads = [int(t) for t in args.threads.split(",")]
+    lengths = [int(n) for n in args.prompt_lengths.split(",") if n]
+    for mix in () if args.small else SMALL_MIXES:
+        with tempfile.TemporaryDirectory() as scratch:
+            path = small_llama(mix, pathlib.Path(scratch))
+            print(f"\n### 135M-class llama (tied 49152 x 576 embedding), {mix}, random blocks\n")
+            rows = speed_file(args.llama_python, path, pathlib.Path(scratch), threads, args.repeat, lengths)
+            print("\n".join(rows), flush=True)
     for family in args.family:
         with tempfile.TemporaryDirectory() as scratch:
             path = family_file(family, pathlib.Path(scratch))
@@ -309,7 +394,9 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as scratch:
             print(
                 "\n".join(
-                    speed_file(args.llama_python, pathlib.Path(file), pathlib.Path(scratch), threads, args.repeat)
+                    speed_file(
+                        args.llama_python, pathlib.Path(file), pathlib.Path(scratch), threads, args.repeat, lengths
+                    )
                 )
             )
     if not args.small:

@@ -43,7 +43,17 @@ def converted(tmp_path_factory) -> pathlib.Path:
     directory = tmp_path_factory.mktemp("gemma3")
     shutil.copy(source, directory / NAME)  # --reference: the .gguf sits beside the model
     done = subprocess.run(
-        [sys.executable, "-m", "onnx_struct", "from-gguf", NAME, "model.onnx", "--graph", "--reference"],
+        [
+            sys.executable,
+            "-m",
+            "onnx_struct",
+            "from-gguf",
+            NAME,
+            "model.onnx",
+            "--graph",
+            "--reference",
+            "--all-logits",
+        ],
         cwd=directory,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,

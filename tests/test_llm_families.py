@@ -33,7 +33,7 @@ def family(request, tmp_path_factory):
     path = tmp_path_factory.mktemp("family") / "tiny.gguf"
     module.write_gguf(path, config)
     # phi3 picks its LongRoPE factors by the context built for, as llama.cpp by its n_ctx
-    model = convert(path, graph=True, context_length=getattr(config, "n_ctx", None))
+    model = convert(path, graph=True, context_length=getattr(config, "n_ctx", None), all_logits=True)
     session = onnx_struct.InferenceSession(model, accuracy_level=0)
     return module, config, read_weights(path), session, TOLERANCES.get(request.param, TOLERANCE)
 

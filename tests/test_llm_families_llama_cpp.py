@@ -49,7 +49,12 @@ def _files(tmp_path, name):
     module, config = CASES[name]
     path = tmp_path / f"{name}.gguf"
     module.write_gguf(path, config)
-    return module, config, path, convert(path, graph=True, context_length=min(N_CTX, config.context_length))
+    return (
+        module,
+        config,
+        path,
+        convert(path, graph=True, context_length=min(N_CTX, config.context_length), all_logits=True),
+    )
 
 
 def _logits(model, config) -> np.ndarray:

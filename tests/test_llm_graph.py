@@ -46,7 +46,7 @@ def tiny(request, tmp_path_factory):
     config = CONFIGS[request.param]
     path = tmp_path_factory.mktemp("llm") / "tiny.gguf"
     write_gguf(path, config)
-    session = onnx_struct.InferenceSession(convert(path, graph=True), accuracy_level=0)
+    session = onnx_struct.InferenceSession(convert(path, graph=True, all_logits=True), accuracy_level=0)
     return config, read_weights(path), session
 
 
@@ -267,3 +267,35 @@ def test_ctx_size_builds_the_graph_for_fewer_positions(tmp_path, capsys):
     assert main(["from-gguf", str(path), str(tmp_path / "no.onnx"), "--ctx-size", "48", "--quiet"]) == 2
     assert "--ctx-size needs --graph" in capsys.readouterr().err
     assert not (tmp_path / "big.onnx").exists() and not (tmp_path / "no.onnx").exists()
+
+
+def test_logits_of_the_last_position_by_default(tmp_path, capsys):
+    """The default graph's head runs on the last position only: logits [1, 1, n_vocab], equal to
+    the last row of the numpy forward (and of --all-logits' [1, seq, n_vocab]); greedy tokens
+    through the cache are the oracle's. --all-logits needs --graph."""
+    import onnx
+
+    config = CONFIGS["untied-mix"]
+    path = tmp_path / "tiny.gguf"
+    write_gguf(path, config)
+    weights = read_weights(path)
+    expected, _ = forward(weights, config, PROMPT)
+    session = onnx_struct.InferenceSession(convert(path, graph=True), accuracy_level=0)
+    logits, *present = session.run(None, feeds(config, PROMPT, len(PROMPT), None))
+    assert logits.shape == (1, 1, config.n_vocab)
+    assert relative_rms(logits[0], expected[-1:]) < TOLERANCE
+    assert present[0].shape == (1, config.n_kv_heads, len(PROMPT), config.head_dim)  # every position cached
+    tokens = onnx_struct.generate(convert(path, graph=True), PROMPT.tolist(), max_new_tokens=6, accuracy_level=0)
+    oracle, ids = [], PROMPT
+    for _ in range(6):
+        step, _ = forward(weights, config, ids)
+        oracle.append(int(np.argmax(step[-1])))
+        ids = np.append(ids, oracle[-1])
+    assert tokens.tokens == oracle
+
+    out = tmp_path / "all.onnx"
+    assert main(["from-gguf", str(path), str(out), "--graph", "--all-logits", "--quiet"]) == 0
+    (declared,) = [o for o in onnx.load(str(out), load_external_data=False).graph.output if o.name == "logits"]
+    assert declared.type.tensor_type.shape.dim[1].dim_param == "seq"
+    assert main(["from-gguf", str(path), str(tmp_path / "no.onnx"), "--all-logits", "--quiet"]) == 2
+    assert "--all-logits needs --graph" in capsys.readouterr().err

@@ -77,7 +77,7 @@ def test_f32_logits_and_40_greedy_tokens_match_llama_cpp(tmp_path, name):
     config = TinyLlama(**{**spm_vocab(), "default_type": "F32", "seed": 3, **F32_CONFIGS[name]})
     path = tmp_path / "f32.gguf"
     write_gguf(path, config)
-    model = convert(path, graph=True)
+    model = convert(path, graph=True, all_logits=True)
     ids = GGUFTokenizer(decode_metadata(model)).encode(PROMPT)
     theirs = run_llama_cpp(PYTHON, {"model": str(path), "task": "logits", "tokens": ids, "kv": "f32"}, tmp_path)
     assert relative_rms(_logits(model, config, ids), theirs["logits"]) < 1e-5
@@ -104,7 +104,7 @@ def test_q4_0_distances(tmp_path):
     config = TinyLlama(**spm_vocab(), default_type="Q4_0", seed=3)
     path = tmp_path / "q4_0.gguf"
     write_gguf(path, config)
-    model = convert(path, graph=True)
+    model = convert(path, graph=True, all_logits=True)
     ids = GGUFTokenizer(decode_metadata(model)).encode(PROMPT)
     exact, _ = forward(read_weights(path), config, np.array(ids))
     theirs = run_llama_cpp(PYTHON, {"model": str(path), "task": "logits", "tokens": ids}, tmp_path)["logits"]

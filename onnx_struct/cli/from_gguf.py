@@ -44,6 +44,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="with --graph: build for N positions (at most the file's context_length), as llama.cpp's --ctx-size",
     )
+    parser.add_argument(
+        "--all-logits",
+        action="store_true",
+        help="with --graph: logits for every position (as for a perplexity), not only the last one generation reads",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -86,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
     if args.ctx_size is not None and not args.graph:
         print("onnx-struct from-gguf: --ctx-size needs --graph", file=sys.stderr)
         return 2
+    if args.all_logits and not args.graph:
+        print("onnx-struct from-gguf: --all-logits needs --graph", file=sys.stderr)
+        return 2
     if args.ctx_size is not None and args.ctx_size <= 0:
         print(f"onnx-struct from-gguf: --ctx-size must be a positive integer, not {args.ctx_size}", file=sys.stderr)
         return 2
@@ -101,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
             progress=bar,
             graph=args.graph,
             context_length=args.ctx_size,
+            all_logits=args.all_logits,
         )
         bar.stage("serializing")
         data = model.SerializeToString()

@@ -46,6 +46,7 @@ def convert(
     progress: Progress | None = None,
     graph: bool = False,
     context_length: int | None = None,
+    all_logits: bool = False,
 ) -> onnx.ModelProto:
     """Read the GGUF file ``path`` into an ONNX model whose struct values are its tensors.
 
@@ -72,6 +73,9 @@ def convert(
             ``{arch}.context_length`` (at most that), as llama.cpp's ``n_ctx``: the RoPE tables
             are that long, the model's metadata says it, and phi3's LongRoPE picks its factors
             by it.
+        all_logits: with ``graph``, ``logits`` for every position (``[batch, seq, n_vocab]``, as
+            for a perplexity) instead of the last one only (``[batch, 1, n_vocab]``, what
+            generation reads; docs/llm.md, "Logits").
 
     Returns:
         The model: a struct value per tensor, the GGUF metadata in ``metadata_props``.
@@ -97,13 +101,15 @@ def convert(
         progress(0, 0, f"reading the header and metadata of {source.name}")
     reader, fd = _open(gguf, source)
     try:
-        return _convert(gguf, source, reader, fd, reference, keep_unknown, model_dir, progress, graph, context_length)
+        return _convert(
+            gguf, source, reader, fd, reference, keep_unknown, model_dir, progress, graph, context_length, all_logits
+        )
     finally:
         os.close(fd)
 
 
 def _convert(
-    gguf, source, reader, fd: int, reference, keep_unknown, model_dir, progress, graph: bool, context_length
+    gguf, source, reader, fd: int, reference, keep_unknown, model_dir, progress, graph: bool, context_length, all_logits
 ) -> onnx.ModelProto:
     """:func:`convert` over the open file ``fd`` and gguf-py's reader of it."""
     location = _location(source, model_dir) if reference else None
@@ -152,7 +158,7 @@ def _convert(
         return to_onnx(model)
     from onnx_struct.llm.graph import add_decoder_graph  # noqa: PLC0415 - only when a graph is asked for
 
-    return add_decoder_graph(to_onnx(model), tensors, context_length=context_length)
+    return add_decoder_graph(to_onnx(model), tensors, context_length=context_length, all_logits=all_logits)
 
 
 def _match_decoder_opsets(model) -> None:

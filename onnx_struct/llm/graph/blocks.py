@@ -23,6 +23,7 @@ class GraphBuilder:
         self.initializers: list[onnx.TensorProto] = []
         self._constants: dict[tuple, str] = {}
         self._rope_tables: dict[Rope, tuple[str, str]] = {}
+        self.activations: set[str] = set()  # the inputs of linear(): [batch, seq, width]
 
     def op(self, op_type: str, inputs: list[str], name: str, outputs: int = 1, domain: str = "", **attrs) -> list[str]:
         names = [name] if outputs == 1 else [f"{name}/{k}" for k in range(outputs)]
@@ -66,6 +67,7 @@ class GraphBuilder:
     def linear(self, x: str, weight: str, name: str, bias: str | None = None) -> str:
         # MatMul(x, Transpose(W)) with W [out, in] as GGUF stores it: lowering turns this pattern
         # into MatMulNBits on the GGUF codes (docs/execution.md).
+        self.activations.add(x)  # [batch, seq, width]: declared rank 3 (decoder.py)
         product = self.one("MatMul", [x, self.one("Transpose", [weight], f"{name}/wt", perm=[1, 0])], name)
         return self.one("Add", [product, bias], f"{name}/bias") if bias else product
 

@@ -111,7 +111,9 @@ def _check_vocabulary(metadata: Mapping[str, object], n_vocab: int) -> None:
         )
 
 
-def add_decoder_graph(model: onnx.ModelProto, tensors: Tensors, context_length: int | None = None) -> onnx.ModelProto:
+def add_decoder_graph(
+    model: onnx.ModelProto, tensors: Tensors, context_length: int | None = None, *, all_logits: bool = False
+) -> onnx.ModelProto:
     """Give ``model`` (converted from a GGUF file, no nodes yet) the decoder graph of its architecture.
 
     Args:
@@ -120,6 +122,10 @@ def add_decoder_graph(model: onnx.ModelProto, tensors: Tensors, context_length: 
         tensors: tensor name -> (GGML type name, numpy shape) for every tensor of the file.
         context_length: the positions to build for (at most the file's ``{arch}.context_length``,
             which the model's metadata then says instead); None: the file's.
+        all_logits: ``logits`` for every position of ``input_ids`` (``[batch, seq, n_vocab]``, as
+            for a perplexity); by default only for the last one (``[batch, 1, n_vocab]``), all
+            generation reads: the head runs on one position and a prompt of n tokens does not
+            hold n rows of logits (docs/llm.md, "Logits").
 
     Returns:
         ``model``, with the graph's nodes, inputs, outputs and the ``com.microsoft`` opset import.
@@ -149,7 +155,8 @@ def add_decoder_graph(model: onnx.ModelProto, tensors: Tensors, context_length: 
         helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
         helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "total"]),
     ]
-    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", hp.n_vocab])]
+    positions = "seq" if all_logits else 1
+    outputs = [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", positions, hp.n_vocab])]
     past_shape = ["batch", hp.n_kv_heads, "past", hp.head_dim]
     present_shape = ["batch", hp.n_kv_heads, "present", hp.head_dim]
     fused_qkv = uses_fused_qkv(block, tensors)
@@ -198,6 +205,8 @@ def add_decoder_graph(model: onnx.ModelProto, tensors: Tensors, context_length: 
             out = b.rms_norm(out, f"{w}post_ffw_norm.weight", f"{w}post_ffw_norm", hp.rms_eps)
         hidden = b.one("Add", [hidden, b.mul(out, block.residual_scale, f"{w}ffn_out_scale")], f"{w}ffn_res")
 
+    if not all_logits:  # the last position only: [batch, 1, n_embd] (indices [-1] keep the axis)
+        hidden = b.one("Gather", [hidden, b.const("const/last", np.array([-1], np.int64))], "output/last", axis=1)
     x = b.rms_norm(hidden, "output_norm.weight", "output_norm", hp.rms_eps)
     logits = b.linear(x, "output.weight" if not plan.tied else "token_embd.weight", "output")
     if block.logit_scale is not None:
@@ -210,6 +219,10 @@ def add_decoder_graph(model: onnx.ModelProto, tensors: Tensors, context_length: 
     graph.initializer.extend(b.initializers)
     graph.input.extend(inputs)
     graph.output.extend(outputs)
+    # The rank of what the weights multiply, so that lowering's blocksums reshape to constants.
+    graph.value_info.extend(
+        helper.make_tensor_value_info(x, TensorProto.FLOAT, [None, None, None]) for x in sorted(b.activations)
+    )
     model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
     model.doc_string = (
         f"{hp.architecture} decoder, {hp.n_layers} layers, built from the GGUF file's metadata; "

@@ -15,7 +15,7 @@ import heapq
 
 from onnx_struct.llm.tokenizer.pre_types import BYTE_ENCODE, REGEX_LISTS
 from onnx_struct.llm.tokenizer.regex_split import Splitter, is_whitespace, tolower
-from onnx_struct.llm.tokenizer.vocab import Vocab
+from onnx_struct.llm.tokenizer.vocab import Vocab, merge_rank
 
 CACHE_WORDS = 65536  # words whose merge result a session remembers (cleared when full)
 DNA_MARKER = "\ue000"  # hybriddna's k-mer suffix (llama.cpp's dna_kmer_marker)
@@ -98,7 +98,7 @@ class BpeSession:
         ranks = self.ranks
         queue = []
         for i in range(n - 1):
-            rank = ranks.get((symbols[i], symbols[i + 1]))
+            rank = merge_rank(ranks, symbols[i], symbols[i + 1])
             if rank is not None:
                 queue.append((rank, i, i + 1, symbols[i] + symbols[i + 1]))
         heapq.heapify(queue)
@@ -113,7 +113,7 @@ class BpeSession:
                 preceding[following[right]] = left
             for x, y in ((preceding[left], left), (left, following[left])):
                 if x >= 0 and y >= 0:
-                    rank = ranks.get((symbols[x], symbols[y]))
+                    rank = merge_rank(ranks, symbols[x], symbols[y])
                     if rank is not None:
                         heapq.heappush(queue, (rank, x, y, symbols[x] + symbols[y]))
         return [s for s in symbols if s]

@@ -105,7 +105,7 @@ def rewrite_for_execution(
     def fresh(prefix: str) -> str:
         return unique_name(prefix, taken)
 
-    emitter = Emitter(fresh, arrays=arrays, accuracy_level=accuracy_level)
+    emitter = Emitter(fresh, arrays=arrays, accuracy_level=accuracy_level, ranks=_declared_ranks(graph))
     before: dict[int, list] = {}  # node index -> nodes emitted just before it
     removed: set[int] = set()
 
@@ -301,6 +301,17 @@ def _uses(graph) -> tuple[dict[str, list[tuple[int, int]]], set[str]]:
         for *_, sub in subgraphs(node):
             pinned |= read_names(sub)
     return consumers, pinned
+
+
+def _declared_ranks(graph) -> dict[str, int]:
+    """The rank of every main-graph value whose type the graph declares with a shape (inputs,
+    value_info, outputs): a blocksum of such a value reshapes to constant dimensions."""
+    ranks = {}
+    for info in (*graph.input, *graph.value_info, *graph.output):
+        tensor = info.type.tensor_type
+        if info.type.HasField("tensor_type") and tensor.HasField("shape"):
+            ranks[info.name] = len(tensor.shape.dim)
+    return ranks
 
 
 def _attribute(node, name: str, default):

@@ -39,8 +39,16 @@ class Emitter:
     ``arrays``: a dict to receive the repacked arrays (the initializers become placeholders);
     ``accuracy_level``: emit ``MatMulNBits`` (with that attribute) instead of DequantizeLinear."""
 
-    def __init__(self, fresh, *, arrays: dict[str, np.ndarray] | None = None, accuracy_level: int | None = None):
+    def __init__(
+        self,
+        fresh,
+        *,
+        arrays: dict[str, np.ndarray] | None = None,
+        accuracy_level: int | None = None,
+        ranks: dict[str, int] | None = None,
+    ):
         self.fresh = fresh
+        self.ranks = ranks or {}  # value name -> its rank, where the graph declares one
         self.arrays = arrays
         self.accuracy_level = accuracy_level
         self.initializers: list[TensorProto] = []
@@ -107,10 +115,14 @@ class Emitter:
         self.blocksum_requests.append(key)
         if key not in self._blocksums:
             start = len(self.nodes)
-            shape = self.node("Shape", [x], f"{x}::shape", end=-1)
-            blocked = self.node(
-                "Concat", [shape, self.constant([k // block_size, block_size])], f"{x}::blocked", axis=0
-            )
+            rank = self.ranks.get(x)
+            if rank:  # a declared rank: 0 keeps each leading dimension (Reshape's allowzero=0)
+                blocked = self.constant([0] * (rank - 1) + [k // block_size, block_size])
+            else:
+                shape = self.node("Shape", [x], f"{x}::shape", end=-1)
+                blocked = self.node(
+                    "Concat", [shape, self.constant([k // block_size, block_size])], f"{x}::blocked", axis=0
+                )
             grouped = self.node("Reshape", [x, blocked], f"{x}::blocks")
             self._blocksums[key] = self.node("ReduceSum", [grouped, self.constant([-1])], f"{x}::blocksum", keepdims=0)
             self.blocksum_nodes[key] = self.nodes[start:]

@@ -11,6 +11,7 @@ the same tensor. Anything else keeps its decoder call.
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from onnx_struct.formats.affine import AffineSpec, affine_spec
 from onnx_struct.formats.base import BlockFormat
@@ -55,12 +56,18 @@ def recognize(declaration: StructTypeProto, table: TypeTable, where: str) -> Rec
     spec = affine_spec(fmt)
     if spec is None or len(shape) != 2:
         return None
-    reference = TypeTable([fmt.block_declaration()])
-    expected = reference.leaves(fmt.root_declaration(shape, 0), f"{fmt.name} (registry)")
     try:
         actual = table.leaves(declaration, where)
     except Exception:  # noqa: BLE001 - the checker reports a bad declaration; here it is just not ours
         return None
-    if [_leaf_key(a) for a in actual] != [_leaf_key(e) for e in expected]:
+    if tuple(_leaf_key(a) for a in actual) != _registry_leaf_keys(fmt, tuple(shape)):
         return None
     return Recognized(fmt, shape, spec)
+
+
+@functools.lru_cache(maxsize=256)
+def _registry_leaf_keys(fmt: BlockFormat, shape: tuple[int, ...]) -> tuple:
+    """The leaves of the registry's own declaration of ``fmt`` for ``shape`` (built once per format
+    and shape: a model's layers share a few shapes)."""
+    reference = TypeTable([fmt.block_declaration()])
+    return tuple(_leaf_key(e) for e in reference.leaves(fmt.root_declaration(shape, 0), f"{fmt.name} (registry)"))
