@@ -1,0 +1,63 @@
+"""What a model that lost its struct parts looks like, told when onnx's checker refuses it.
+
+A tool that does not keep unknown fields (onnx-ir, the onnxscript optimizer, onnx's
+version_converter) writes a struct model back without its declarations and values: the nodes
+that read a struct value then read a name nothing defines, which onnx's checker reports as an
+unsorted graph. Checked only on that failure, so a valid model costs nothing here. Evidence that
+the model came from onnx_struct (its own ``onnx_struct.*`` metadata keys, Opaque stand-ins of
+struct types in its value_info) makes the diagnosis certain; without it the message says what
+the name would have been.
+"""
+
+from __future__ import annotations
+
+import onnx
+from google.protobuf.message import DecodeError
+
+from onnx_struct.check import stock
+from onnx_struct.errors import ValidationError
+from onnx_struct.schema.opaque import opaque_inside
+from onnx_struct.schema.walk import walk_nodes
+
+LOST = (
+    "the model's struct parts were lost (a tool that does not keep unknown fields, e.g. onnx-ir / "
+    "onnxscript / version_converter, rewrote it): keep them with onnx_struct.ecosystem.ir "
+    "(onnx_struct.ecosystem.compose for onnx.compose) or lower first (onnx_struct.lower)"
+)
+
+
+def explained(model: object, error: ValidationError) -> ValidationError:
+    """``error`` (onnx's finding on a model without struct parts), or the lost-parts diagnosis
+    when a node of ``model`` reads a name that nothing in the model defines."""
+    if type(model) is bytes:
+        try:
+            model = onnx.ModelProto.FromString(model)
+        except DecodeError:
+            return error
+    if not isinstance(model, onnx.ModelProto):
+        return error
+    where = stock.first_undefined_input(model.graph, frozenset(), "graph")
+    if where is None:
+        return error
+    name = where[where.index("(") + 2 : -2]
+    if any(name in node.output for node in walk_nodes(model.graph)):
+        return error  # defined, only after its reader: an unsorted graph, as onnx says
+    reason = f"names no value (no graph input, initializer, node output or struct value): {LOST}"
+    if not _from_onnx_struct(model):
+        reason = f"names no value: if it named a struct value, {LOST}"
+    diagnosis = ValidationError(where, reason, code="struct_parts_lost")
+    # Raised as the class of onnx's finding, so that an except clause written for it still catches it.
+    try:
+        diagnosis.__class__ = type(error)
+    except TypeError:  # a class whose instances are laid out otherwise: ours alone
+        pass
+    return diagnosis
+
+
+def _from_onnx_struct(model: onnx.ModelProto) -> bool:
+    """Whether ``model`` shows it was written by onnx_struct: its own metadata keys (a converted
+    GGUF file's), or an Opaque stand-in of a struct type in a main-graph type."""
+    if any(entry.key.startswith("onnx_struct.") for entry in model.metadata_props):
+        return True
+    graph = model.graph
+    return any(info.HasField("type") and opaque_inside(info.type) for info in [*graph.input, *graph.value_info])
