@@ -155,3 +155,71 @@ def test_llm_graph_through_onnx_ir_and_the_optimizer(tmp_path):
         S.check_model(plain)  # the converted file's metadata says where the model came from
     assert caught.value.code == "struct_parts_lost"
     assert caught.value.reason.startswith("names no value (no graph input")
+
+
+def test_struct_typed_inputs_and_outputs_come_back_typed():
+    model = quantized_mlp()
+    (value,) = [v for v in S.get_struct_values(model) if v.name == "W0_T"]
+    model.graph.node.append(onnx.helper.make_node("Identity", ["blocks"], ["blocks_out"]))
+    inputs, outputs = [S.make_struct_value_info("blocks", value.type)], [S.make_struct_value_info("blocks_out", None)]
+    S.add_value_infos(model, inputs=inputs, outputs=outputs)
+    S.check_model(model)
+    ir_model = struct_ir.to_ir(model)
+    (blocks,) = [v for v in ir_model.graph.inputs if v.name == "blocks"]
+    assert blocks.type is None  # onnx-ir has no struct type: an untyped input
+    for back in (struct_ir.from_ir(ir_model), struct_ir.optimize(model)):
+        S.check_model(back)
+        assert S.from_onnx(back).graph.input == S.from_onnx(model).graph.input
+        assert S.from_onnx(back).graph.output == S.from_onnx(model).graph.output
+
+
+def test_a_value_read_inside_if_branches_and_a_loop():
+    from test_quantize_reach import subgraph_model
+
+    model = S.quantize(subgraph_model(), format="q4_0")
+    assert parts(model)[1]
+    x = np.random.default_rng(2).standard_normal((4, 64)).astype(np.float32)
+    for back in (struct_ir.from_ir(struct_ir.to_ir(model)), struct_ir.optimize(model)):
+        S.check_model(back)
+        assert parts(back) == parts(model)
+        for branch in (True, False):
+            feeds = {"X": x, "c": np.array(branch)}
+            np.testing.assert_allclose(run(back, feeds)[0], run(model, feeds)[0], rtol=1e-6, atol=1e-6)
+
+
+def test_payloads_in_the_gguf_file_stay_referenced(tmp_path):
+    pytest.importorskip("gguf")
+    from support.llm import TinyLlama, prompt_feeds, write_gguf
+
+    from onnx_struct.convert import convert
+
+    config = TinyLlama(seed=5)
+    write_gguf(tmp_path / "tiny.gguf", config)
+    onnx.save(convert(tmp_path / "tiny.gguf", graph=True, reference=True), tmp_path / "model.onnx")
+    ir_model = struct_ir.load(tmp_path / "model.onnx")
+    struct_ir.save(ir_model, tmp_path / "again.onnx")  # beside the .gguf its values reference
+    S.check_model(tmp_path / "again.onnx")
+    feeds = prompt_feeds(config, [3, 17, 5])
+    want = S.InferenceSession(tmp_path / "model.onnx", accuracy_level=0).run(None, feeds)
+    got = S.InferenceSession(tmp_path / "again.onnx", accuracy_level=0).run(None, feeds)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "spoil, words",
+    [
+        (lambda m: m.metadata_props[0].__setattr__("value", "not base64!"), "are not base64"),
+        (lambda m: m.metadata_props[0].__setattr__("value", "CAE="), "other than struct_types"),  # ir_version
+        (lambda m: m.graph.input[1].metadata_props[0].__setattr__("value", "/w=="), "not a StructProto"),
+    ],
+)
+def test_altered_carried_parts_are_refused(spoil, words):
+    from onnx_struct.ecosystem.carried import carry, restore
+
+    carried = carry(quantized_mlp())
+    assert carried.metadata_props[0].key == "onnx_struct.struct_types"
+    assert carried.graph.input[1].metadata_props[0].key == "onnx_struct.struct_value"
+    spoil(carried)
+    with pytest.raises(ValidationError, match=words):
+        restore(carried)

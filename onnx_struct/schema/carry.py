@@ -17,6 +17,7 @@ import base64
 from collections.abc import Callable
 
 import onnx
+from google.protobuf.message import DecodeError
 
 from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
 from onnx_struct.errors import ValidationError
@@ -48,6 +49,25 @@ def _bytes(text: str, where: str) -> bytes:
         return base64.b64decode(text.encode("ascii"), validate=True)
     except (ValueError, UnicodeEncodeError):
         raise ValidationError(where, "carried struct parts are not base64", code="invalid") from None
+
+
+def _parsed(message_class, text: str, where: str):
+    """The carried message, parsed: bytes that are not one are refused, never merged as they are."""
+    try:
+        return message_class.FromString(_bytes(text, where))
+    except DecodeError:
+        raise ValidationError(where, f"carried struct parts are not a {message_class.__name__}", code="invalid") from None
+
+
+def _declarations(text: str, where: str) -> bytes:
+    """The carried declarations as ``struct_types`` fields only: whatever else the bytes hold
+    (a graph, opset imports) is not merged into the model."""
+    carried = _parsed(pb.ModelProto, text, where)
+    only = pb.ModelProto()
+    only.struct_types.extend(carried.struct_types)
+    if only.SerializeToString() != carried.SerializeToString():
+        raise ValidationError(where, "carried declarations hold fields other than struct_types", code="invalid")
+    return only.SerializeToString()
 
 
 def consumed_names(graph: onnx.GraphProto) -> set[str]:
@@ -171,7 +191,7 @@ def restore(model: onnx.ModelProto) -> onnx.ModelProto:
     out.ClearField("metadata_props")
     out.metadata_props.extend(kept)
     for entry in types:  # carry writes one; declarations of merged models are joined before
-        out.MergeFromString(_bytes(entry.value, f"metadata_props ({TYPES_KEY!r})"))
+        out.MergeFromString(_declarations(entry.value, f"metadata_props ({TYPES_KEY!r})"))
     graph = out.graph
     used = consumed_names(graph)
     records = []
@@ -183,7 +203,8 @@ def restore(model: onnx.ModelProto) -> onnx.ModelProto:
         del graph.input[i]
         if meta.get(CONSUMED_KEY) == "1" and info.name not in used:
             continue  # a pass dropped every user of the value
-        records.append((info.name, _bytes(meta[VALUE_KEY], f"graph.input ({info.name!r})")))
+        record = _parsed(StructProto, meta[VALUE_KEY], f"graph.input ({info.name!r}).metadata_props")
+        records.append((info.name, record.SerializeToString()))
     # Appended as bytes (the values are unknown fields of onnx's GraphProto), named by their inputs.
     fragment = b"".join(
         length_delimited(_VALUES_FIELD, record + _name_field(name)) for name, record in reversed(records)
@@ -216,4 +237,5 @@ def _restore_types(out: onnx.ModelProto) -> None:
             info.metadata_props.extend(kept)
             info.ClearField("type")
             # Merged as bytes: the struct type is an unknown field of onnx's TypeProto.
-            info.MergeFromString(length_delimited(_TYPE_FIELD, _bytes(carried[0], f"value_info ({info.name!r})")))
+            struct_type = _parsed(pb.TypeProto, carried[0], f"value_info ({info.name!r}).metadata_props")
+            info.MergeFromString(length_delimited(_TYPE_FIELD, struct_type.SerializeToString()))
