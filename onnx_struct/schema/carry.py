@@ -56,7 +56,9 @@ def _parsed(message_class, text: str, where: str):
     try:
         return message_class.FromString(_bytes(text, where))
     except DecodeError:
-        raise ValidationError(where, f"carried struct parts are not a {message_class.__name__}", code="invalid") from None
+        raise ValidationError(
+            where, f"carried struct parts are not a {message_class.__name__}", code="invalid"
+        ) from None
 
 
 def _declarations(text: str, where: str) -> bytes:
