@@ -223,3 +223,16 @@ def test_altered_carried_parts_are_refused(spoil, words):
     spoil(carried)
     with pytest.raises(ValidationError, match=words):
         restore(carried)
+
+
+def test_onnx_struct_check_prints_the_diagnosis(tmp_path, capsys):
+    from onnx_struct.cli import main
+
+    onnx.save(ir.serde.serialize_model(ir.serde.deserialize_model(quantized_mlp())), tmp_path / "lost.onnx")
+    assert main(["check", str(tmp_path / "lost.onnx")]) == 1
+    err = capsys.readouterr()
+    printed = err.out + err.err
+    assert "('W0_T'): names no value: if it named a struct value, the model's struct parts were lost" in printed
+    assert printed.count("struct parts were lost") == 1
+    with pytest.raises(ValidationError, match="struct parts were lost"):
+        S.check_model(tmp_path / "lost.onnx")  # a path onnx's checker reads itself

@@ -11,11 +11,14 @@ the name would have been.
 
 from __future__ import annotations
 
+import os
+
 import onnx
 from google.protobuf.message import DecodeError
 
 from onnx_struct.check import stock
 from onnx_struct.errors import ValidationError
+from onnx_struct.schema.model import read_model_file
 from onnx_struct.schema.opaque import opaque_inside
 from onnx_struct.schema.walk import walk_nodes
 
@@ -29,6 +32,11 @@ LOST = (
 def explained(model: object, error: ValidationError) -> ValidationError:
     """``error`` (onnx's finding on a model without struct parts), or the lost-parts diagnosis
     when a node of ``model`` reads a name that nothing in the model defines."""
+    if isinstance(model, (str, os.PathLike)):  # a file onnx's checker read itself
+        try:
+            model = read_model_file(model)
+        except (OSError, ValidationError):
+            return error
     if type(model) is bytes:
         try:
             model = onnx.ModelProto.FromString(model)

@@ -16,10 +16,14 @@ import onnx
 
 from onnx_struct.ecosystem.carried import carry, restore
 
+_INSTALL = "pip install 'onnx-struct[ir]'"
+
 
 def _onnx_ir():
-    import onnx_ir  # noqa: PLC0415 - the ir extra, imported on use
-
+    try:
+        import onnx_ir  # noqa: PLC0415 - the ir extra, imported on use
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(f"onnx_struct.ecosystem.ir needs onnx-ir: {_INSTALL}", name=error.name) from None
     return onnx_ir
 
 
@@ -104,7 +108,10 @@ def optimize(model: onnx.ModelProto, **options) -> onnx.ModelProto:
         ValidationError: as for :func:`to_ir`.
         ModuleNotFoundError: onnxscript is not installed.
     """
-    import onnxscript.optimizer  # noqa: PLC0415 - the ir extra, imported on use
+    try:
+        import onnxscript.optimizer  # noqa: PLC0415 - the ir extra, imported on use
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(f"optimize needs onnxscript: {_INSTALL}", name=error.name) from None
 
     ir_model = to_ir(model)
     onnxscript.optimizer.optimize(ir_model, **options)

@@ -79,12 +79,6 @@ def consumed_names(graph: onnx.GraphProto) -> set[str]:
     return names
 
 
-def has_struct_parts(model: onnx.ModelProto) -> bool:
-    """Whether ``model`` holds struct parts (unknown fields anywhere a part can be)."""
-    overlay = from_onnx(model)
-    return bool(len(overlay.struct_types) or len(overlay.graph.struct_initializer) or graph_parts(overlay)[1])
-
-
 def is_carried(model: onnx.ModelProto) -> bool:
     """Whether ``model`` holds struct parts carried by :func:`carry` (not yet restored)."""
     if any(entry.key == TYPES_KEY for entry in model.metadata_props):
