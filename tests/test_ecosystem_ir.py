@@ -236,3 +236,28 @@ def test_onnx_struct_check_prints_the_diagnosis(tmp_path, capsys):
     assert printed.count("struct parts were lost") == 1
     with pytest.raises(ValidationError, match="struct parts were lost"):
         S.check_model(tmp_path / "lost.onnx")  # a path onnx's checker reads itself
+
+
+def test_a_model_rebuilt_around_its_graph_lost_its_declarations():
+    model = quantized_mlp()
+    rebuilt = onnx.helper.make_model(model.graph, opset_imports=model.opset_import, ir_version=model.ir_version)
+    assert parts(rebuilt)[0] == [] and sorted(parts(rebuilt)[1]) == ["W0_T", "W1_T"]
+    with pytest.raises(ValidationError) as caught:
+        S.check_model(rebuilt)
+    assert caught.value.code == "unknown_type_index"
+    assert "out of range (0 struct_types): the model's declarations were lost" in caught.value.reason
+    S.set_struct_types(rebuilt, S.get_struct_types(model))  # what the message says to do
+    S.check_model(rebuilt)
+
+
+def test_a_stock_view_written_in_place_of_the_model_is_diagnosed():
+    from onnx_struct.schema.model import load
+    from onnx_struct.schema.projections import stock_view
+
+    view = stock_view(load(quantized_mlp()))  # each struct value an input of an Opaque stand-in type
+    onnx.checker.check_model(view)  # valid ONNX for onnx
+    with pytest.raises(ValidationError) as caught:
+        S.check_model(view)
+    assert caught.value.code == "struct_parts_lost" and caught.value.path == "graph.input[1] ('W0_T')"
+    assert [e.code for e in S.validate(view)] == ["struct_parts_lost"]
+    S.check_model(matmul_chain([8, 8]))  # a model without stand-ins is as valid as before

@@ -330,7 +330,8 @@ def validate(
                     stock.check_model(plain, full_check, *flags)
                 except ValidationError as error:
                     return [lost_parts.explained(plain, error)]
-                return []
+                stand_ins = lost_parts.stand_in_inputs(plain)
+                return [stand_ins] if stand_ins is not None else []
         except ValidationError as error:  # a missing file, or onnx's finding
             return [error]
     return _diagnostics(model, full_check, base_dir, stock_options, first_only=False)
@@ -381,9 +382,13 @@ def check_model(
         plain = stock.plain_form(model)
         if plain is not None:
             try:
-                return stock.check_model(plain, full_check, skip_opset_compatibility_check, check_custom_domain)
+                stock.check_model(plain, full_check, skip_opset_compatibility_check, check_custom_domain)
             except ValidationError as error:  # onnx's finding, or what a model that lost its struct parts shows
                 raise lost_parts.explained(plain, error) from None
+            stand_ins = lost_parts.stand_in_inputs(plain)
+            if stand_ins is not None:
+                raise stand_ins
+            return None
         if not accepted_form(model):  # stock onnx raises what it raises for it
             return stock.check_model(model, full_check, skip_opset_compatibility_check, check_custom_domain)
     stock_options = {

@@ -19,7 +19,7 @@ from google.protobuf.message import DecodeError
 from onnx_struct.check import stock
 from onnx_struct.errors import ValidationError
 from onnx_struct.schema.model import read_model_file
-from onnx_struct.schema.opaque import opaque_inside
+from onnx_struct.schema.opaque import OPAQUE_DOMAIN, opaque_inside
 from onnx_struct.schema.walk import walk_nodes
 
 LOST = (
@@ -60,6 +60,31 @@ def explained(model: object, error: ValidationError) -> ValidationError:
     except TypeError:  # a class whose instances are laid out otherwise: ours alone
         pass
     return diagnosis
+
+
+# An Opaque type's domain field as onnx_struct's stand-ins write it (TypeProto.Opaque.domain = 1):
+# a byte search (C speed) spares every other valid model the parse.
+_STAND_IN_DOMAIN = b"\x0a\x0b" + OPAQUE_DOMAIN.encode()
+
+
+def stand_in_inputs(model: object) -> ValidationError | None:
+    """The diagnosis of a valid model (serialized bytes) whose main-graph inputs are Opaque
+    stand-ins of struct types, with no struct part: a stock view of a struct model (each struct
+    value shown as such an input) written out in its place. None for any other model."""
+    if type(model) is not bytes or _STAND_IN_DOMAIN not in model:
+        return None
+    try:
+        graph = onnx.ModelProto.FromString(model).graph
+    except DecodeError:
+        return None
+    for k, info in enumerate(graph.input):
+        if info.HasField("type") and opaque_inside(info.type):
+            return ValidationError(
+                f"graph.input[{k}] ({info.name!r})",
+                f"is an Opaque stand-in of a struct type and the model has no struct parts: {LOST}",
+                code="struct_parts_lost",
+            )
+    return None
 
 
 def _from_onnx_struct(model: onnx.ModelProto) -> bool:
