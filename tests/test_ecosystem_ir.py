@@ -261,3 +261,18 @@ def test_a_stock_view_written_in_place_of_the_model_is_diagnosed():
     assert caught.value.code == "struct_parts_lost" and caught.value.path == "graph.input[1] ('W0_T')"
     assert [e.code for e in S.validate(view)] == ["struct_parts_lost"]
     S.check_model(matmul_chain([8, 8]))  # a model without stand-ins is as valid as before
+
+
+def test_a_lost_value_read_inside_a_branch_is_named_with_its_path():
+    info = onnx.helper.make_tensor_value_info
+    branch = onnx.helper.make_graph(
+        [onnx.helper.make_node("MatMul", ["X", "W'b"], ["T"])], "then", [], [info("T", onnx.TensorProto.FLOAT, None)]
+    )
+    node = onnx.helper.make_node("If", ["c"], ["Y"], then_branch=branch, else_branch=branch)
+    inputs = [info("X", onnx.TensorProto.FLOAT, [1, 8]), info("c", onnx.TensorProto.BOOL, [])]
+    graph = onnx.helper.make_graph([node], "g", inputs, [info("Y", onnx.TensorProto.FLOAT, None)])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)])
+    with pytest.raises(ValidationError) as caught:
+        S.check_model(model)
+    assert caught.value.code == "struct_parts_lost"
+    assert caught.value.path == "graph.node[0].attribute ('else_branch').node[0].input[1] (\"W'b\")"

@@ -16,11 +16,10 @@ import os
 import onnx
 from google.protobuf.message import DecodeError
 
-from onnx_struct.check import stock
 from onnx_struct.errors import ValidationError
 from onnx_struct.schema.model import read_model_file
 from onnx_struct.schema.opaque import OPAQUE_DOMAIN, opaque_inside
-from onnx_struct.schema.walk import walk_nodes
+from onnx_struct.schema.walk import walk_nodes, walk_scoped
 
 LOST = (
     "the model's struct parts were lost (a tool that does not keep unknown fields, e.g. onnx-ir / "
@@ -44,10 +43,10 @@ def explained(model: object, error: ValidationError) -> ValidationError:
             return error
     if not isinstance(model, onnx.ModelProto):
         return error
-    where = stock.first_undefined_input(model.graph, frozenset(), "graph")
-    if where is None:
+    found = _first_undefined(model.graph)
+    if found is None:
         return error
-    name = where[where.index("(") + 2 : -2]
+    where, name = found
     if any(name in node.output for node in walk_nodes(model.graph)):
         return error  # defined, only after its reader: an unsorted graph, as onnx says
     reason = f"names no value (no graph input, initializer, node output or struct value): {LOST}"
@@ -60,6 +59,16 @@ def explained(model: object, error: ValidationError) -> ValidationError:
     except TypeError:  # a class whose instances are laid out otherwise: ours alone
         pass
     return diagnosis
+
+
+def _first_undefined(graph: onnx.GraphProto) -> tuple[str, str] | None:
+    """(path, name) of the first node input of ``graph`` or its subgraphs (each seeing the names
+    defined around its node) that names no value defined before it."""
+    for where, k, node, defined in walk_scoped(graph, "graph", frozenset()):
+        for j, name in enumerate(node.input):
+            if name and name not in defined:
+                return f"{where}.node[{k}].input[{j}] ({name!r})", name
+    return None
 
 
 # An Opaque type's domain field as onnx_struct's stand-ins write it (TypeProto.Opaque.domain = 1):
