@@ -19,7 +19,7 @@ from onnx_struct.schema import carry as carrier
 from onnx_struct.schema.model import get_struct_types
 
 
-def add_prefix(model: onnx.ModelProto, prefix: str, **options) -> onnx.ModelProto:
+def add_prefix(model: onnx.ModelProto, prefix: str, **options: bool) -> onnx.ModelProto:
     """``onnx.compose.add_prefix`` that renames struct values as it renames graph inputs.
 
     Args:
@@ -42,7 +42,9 @@ def add_prefix(model: onnx.ModelProto, prefix: str, **options) -> onnx.ModelProt
     return restore(onnx.compose.add_prefix(carry(model), prefix, **options))
 
 
-def merge_models(m1: onnx.ModelProto, m2: onnx.ModelProto, io_map: list[tuple[str, str]], **options) -> onnx.ModelProto:
+def merge_models(
+    m1: onnx.ModelProto, m2: onnx.ModelProto, io_map: list[tuple[str, str]], **options: object
+) -> onnx.ModelProto:
     """``onnx.compose.merge_models`` of struct models: both models' struct parts in the result.
 
     The declarations of ``m2`` follow those of ``m1`` (its values' and types' indices shifted);

@@ -11,10 +11,14 @@ the inputs, dropped where the passes dropped every user.
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import onnx
 
 from onnx_struct.ecosystem.carried import carry, restore
+
+if TYPE_CHECKING:  # the ir extra: annotations only, imported on use
+    import onnx_ir
 
 _INSTALL = "pip install 'onnx-struct[ir]'"
 
@@ -27,7 +31,7 @@ def _onnx_ir():
     return onnx_ir
 
 
-def to_ir(model: onnx.ModelProto):
+def to_ir(model: onnx.ModelProto) -> onnx_ir.Model:
     """An ``onnx_ir.Model`` of ``model`` that keeps its struct parts (carried, see the module docstring).
 
     Args:
@@ -44,7 +48,7 @@ def to_ir(model: onnx.ModelProto):
     return _onnx_ir().serde.deserialize_model(carry(model))
 
 
-def from_ir(ir_model) -> onnx.ModelProto:
+def from_ir(ir_model: onnx_ir.Model) -> onnx.ModelProto:
     """The struct model of an ``onnx_ir.Model`` made by :func:`to_ir` (after any passes).
 
     Args:
@@ -59,7 +63,7 @@ def from_ir(ir_model) -> onnx.ModelProto:
     return restore(_onnx_ir().serde.serialize_model(ir_model))
 
 
-def load(path: str | os.PathLike):
+def load(path: str | os.PathLike) -> onnx_ir.Model:
     """``onnx_ir.load`` that keeps struct parts: the file's model as :func:`to_ir` gives it.
 
     Args:
@@ -77,7 +81,7 @@ def load(path: str | os.PathLike):
     return ir_model
 
 
-def save(ir_model, path: str | os.PathLike) -> None:
+def save(ir_model: onnx_ir.Model, path: str | os.PathLike) -> None:
     """``onnx_ir.save`` that keeps struct parts: :func:`from_ir`'s model written to ``path``.
 
     External tensors and payloads keep their references (relative to the directory the model was
@@ -93,7 +97,7 @@ def save(ir_model, path: str | os.PathLike) -> None:
     onnx.save(from_ir(ir_model), path)
 
 
-def optimize(model: onnx.ModelProto, **options) -> onnx.ModelProto:
+def optimize(model: onnx.ModelProto, **options: object) -> onnx.ModelProto:
     """``onnxscript.optimizer.optimize`` on a struct model, its struct parts kept.
 
     Args:
