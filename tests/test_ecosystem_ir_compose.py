@@ -125,3 +125,14 @@ def test_a_lowered_llm_graph_goes_through_onnx_ir_and_onnxscript(tmp_path):
     assert {"Cos", "Sin"} <= folded
     for got, expected in zip(_ort_run(optimized, feeds), want, strict=True):
         assert relative_rms(got, expected) < 1e-3
+
+
+def test_add_prefix_of_an_llm_graph(tmp_path):
+    model, feeds = llm_graph(tmp_path)
+    prefixed = compose.add_prefix(model, "m/")
+    S.check_model(prefixed)
+    assert sorted(parts(prefixed)[1]) == sorted(f"m/{name}" for name in parts(model)[1])
+    want = run(model, feeds)
+    got = run(prefixed, {f"m/{name}": value for name, value in feeds.items()})
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(a, b)
