@@ -37,6 +37,7 @@ LAYERS = (
     ("lowering", ("lowering",)),
     ("runtime", ("runtime",)),
     ("passes", ("passes",)),
+    ("ecosystem", ("ecosystem",)),  # neighbouring tools adapted to keep struct parts (docs/ecosystem.md)
     ("tools", ("tools",)),
     ("llm", ("llm",)),
     ("convert", ("convert",)),  # GGUF files in and out; from-gguf --graph builds llm.graph

@@ -15,7 +15,7 @@ import onnx
 import onnx.checker
 
 from onnx_struct import originals
-from onnx_struct.check import inference, stock
+from onnx_struct.check import inference, lost_parts, stock
 from onnx_struct.check.declaration_rules import CONCRETE_KINDS
 from onnx_struct.check.graph_rules import GraphRules
 from onnx_struct.check.reporting import DISABLED_CODES, FirstFound
@@ -326,8 +326,12 @@ def validate(
             plain = stock.plain_form(model, unparsable=False)  # unparsable: our message names the file
             if plain is not None:
                 flags = [stock_options.get(k, False) for k in ("skip_opset_compatibility_check", "check_custom_domain")]
-                stock.check_model(plain, full_check, *flags)
-                return []
+                try:
+                    stock.check_model(plain, full_check, *flags)
+                except ValidationError as error:
+                    return [lost_parts.explained(plain, error)]
+                stand_ins = lost_parts.stand_in_inputs(plain)
+                return [stand_ins] if stand_ins is not None else []
         except ValidationError as error:  # a missing file, or onnx's finding
             return [error]
     return _diagnostics(model, full_check, base_dir, stock_options, first_only=False)
@@ -380,7 +384,14 @@ def check_model(
     if base_dir is None:
         plain = stock.plain_form(model)
         if plain is not None:
-            return stock.check_model(plain, full_check, skip_opset_compatibility_check, check_custom_domain)
+            try:
+                stock.check_model(plain, full_check, skip_opset_compatibility_check, check_custom_domain)
+            except ValidationError as error:  # onnx's finding, or what a model that lost its struct parts shows
+                raise lost_parts.explained(plain, error) from None
+            stand_ins = lost_parts.stand_in_inputs(plain)
+            if stand_ins is not None:
+                raise stand_ins
+            return None
         if not accepted_form(model):  # stock onnx raises what it raises for it
             return stock.check_model(model, full_check, skip_opset_compatibility_check, check_custom_domain)
     stock_options = {

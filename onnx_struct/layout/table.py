@@ -45,6 +45,15 @@ __all__ = [
 ]
 
 
+# A model with references and no declaration at all: a tool rebuilt the ModelProto around the
+# graph, which keeps the graph's unknown fields (struct values, struct types of its values) only.
+LOST_DECLARATIONS = (
+    "the model's declarations were lost (a tool rebuilt the ModelProto around its graph, as "
+    "onnx.helper.make_model(model.graph) does: the graph's unknown fields are kept, the model's are not); "
+    "copy them back with onnx_struct.set_struct_types"
+)
+
+
 class TypeTable:
     """The model-level declarations with memoized sizes, leaf shapes and failures.
 
@@ -74,9 +83,12 @@ class TypeTable:
 
     def declaration(self, index: int, path: str) -> StructTypeProto:
         if not 0 <= index < len(self.declarations):
+            reason = f"type index {index} is out of range ({len(self.declarations)} struct_types)"
+            if not self.declarations:  # what a model rebuilt around its graph keeps (docs/ecosystem.md)
+                reason += f": {LOST_DECLARATIONS}"
             raise ValidationError(
                 path,
-                f"type index {index} is out of range ({len(self.declarations)} struct_types)",
+                reason,
                 code="unknown_type_index",
                 index=index,
             )
