@@ -23,6 +23,7 @@ from onnx_struct.conformance.checker_models import (
     Files,
     add_one_decoder,
     bad_constant,
+    base_model,
     cast_decoder,
     cast_to,
     clash_with_initializer,
@@ -259,6 +260,15 @@ CASES: list[CheckerCase] = [
         m(lambda: consumer(DECODED)),
         m(lambda: consumer(NIBBLES)),
         "a struct value a node consumes has a decoder",
+    ),
+    *pair(
+        "struct_parts_lost",
+        "struct_parts_lost",
+        "graph.node[1].input[0] ('weight')",
+        m(lambda: consumer(DECODED)),
+        m(lambda: base_model([oh.make_node("Relu", ["weight"], ["R"])])),
+        "a node reads a name nothing defines, as a struct model written back by a tool that drops "
+        "unknown fields (its declarations and values gone): diagnosed as lost struct parts",
     ),
     *pair(
         "decoder_outputs",
