@@ -34,6 +34,7 @@ COMMANDS = {
     "generate": "onnx_struct.cli.generate",
     "tokenize": "onnx_struct.cli.tokenize",
     "chat": "onnx_struct.cli.chat",
+    "export": "onnx_struct.cli.export",
 }
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2
