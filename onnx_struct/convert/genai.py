@@ -29,7 +29,7 @@ from onnx_struct.errors import ValidationError
 from onnx_struct.formats.gguf.metadata import decode_metadata
 from onnx_struct.llm.tokenizer.hf_export import hf_tokenizer, save_pretrained
 from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer
-from onnx_struct.lowering.lower import lower
+from onnx_struct.lowering.lower import lower_model
 from onnx_struct.payload import external
 from onnx_struct.payload.external_io import save_plain_with_external_tensors
 from onnx_struct.schema.model import model_directory, resolve_path
@@ -46,16 +46,25 @@ OUTPUTS = {"logits": "logits", "present_key_names": "present.%d.key", "present_v
 # genai's model type: "llama" is its plain decoder-only loop (inputs above, nothing architecture
 # specific); the graph itself carries every family's differences.
 GENAI_MODEL_TYPE = "llama"
+DEFAULT_ACCURACY_LEVEL = 4  # onnxruntime's default for MatMulNBits, and onnx_struct.generate's
 # general.sampling.* keys (gguf-py's Keys.General.SAMPLING_*) -> genai search option
-_SAMPLING = {"general.sampling.top_k": "top_k", "general.sampling.top_p": "top_p", "general.sampling.temp": "temperature"}
+_SAMPLING = {
+    "general.sampling.top_k": "top_k",
+    "general.sampling.top_p": "top_p",
+    "general.sampling.temp": "temperature",
+}
 
 
-def export_genai(model: str | os.PathLike, directory: str | os.PathLike) -> list[pathlib.Path]:
+def export_genai(
+    model: str | os.PathLike, directory: str | os.PathLike, *, accuracy_level: int = DEFAULT_ACCURACY_LEVEL
+) -> list[pathlib.Path]:
     """Write the onnxruntime-genai folder of a ``from-gguf --graph`` model into ``directory``.
 
     Args:
         model: the model file (struct parts and the decoder graph; a lowered one is taken as is).
         directory: the folder to write (created if absent).
+        accuracy_level: the MatMulNBits nodes' (4, onnxruntime's default and what
+            ``onnx_struct.generate`` runs by default; 0: float32 activations).
 
     Returns:
         The files written, the model first.
@@ -68,14 +77,20 @@ def export_genai(model: str | os.PathLike, directory: str | os.PathLike) -> list
     stock = onnx.load(source, load_external_data=False)  # metadata and graph inputs only
     metadata = decode_metadata(stock)
     if not metadata:
-        raise ValidationError("metadata_props", "no GGUF metadata: not a model built by from-gguf", code="not_a_decoder")
+        raise ValidationError(
+            "metadata_props", "no GGUF metadata: not a model built by from-gguf", code="not_a_decoder"
+        )
     sizes = decoder_sizes(stock.graph)
     tokenizer = load_tokenizer(stock)
     hf_tokenizer(tokenizer)  # refuse before anything is written
     folder.mkdir(parents=True, exist_ok=True)
     model_file = _model_file_name(source, folder)
     same_directory = _same_directory(source, folder)
-    lowered = lower(source, keep_external=same_directory, execution="quantized")
+    # MatMulNBits emitted directly, as onnx_struct's own session runs the model: onnxruntime's
+    # fusion of DequantizeLinear + MatMul inside genai's session would be another computation.
+    lowered = lower_model(
+        source, keep_external=same_directory, execution="quantized", accuracy_level=accuracy_level
+    ).model
     if not same_directory:
         external.load_external_tensors(lowered, model_directory(source))
     save_plain_with_external_tensors(lowered, folder / model_file, location=f"{model_file}.data")

@@ -78,7 +78,9 @@ def hf_tokenizer(tokenizer: Tokenizer):
 def _check_expressible(vocab: Vocab) -> None:
     where = "gguf.kv['tokenizer.ggml.model']"
     if vocab.model == "bpe" and vocab.tokenizer_model not in _BPE_MODELS:
-        raise ValidationError(where, _no_hf(f"the {vocab.tokenizer_model!r} BPE tokenizer"), code="unsupported_tokenizer")
+        raise ValidationError(
+            where, _no_hf(f"the {vocab.tokenizer_model!r} BPE tokenizer"), code="unsupported_tokenizer"
+        )
     if vocab.model not in ("spm", "bpe"):
         raise ValidationError(
             where, _no_hf(f"the {vocab.tokenizer_model!r} tokenizer ({vocab.model})"), code="unsupported_tokenizer"
@@ -124,16 +126,33 @@ def _spm(tokenizers, vocab: Vocab, ids: dict[str, int]):
 def _spm_merges(vocab: Vocab, ids: dict[str, int]) -> list[tuple[str, str]]:
     """Every split of a piece into two pieces, ranked by the whole piece's score (highest first),
     ties by id: SentencePiece's rule "merge the adjacent pair whose concatenation scores highest"
-    as BPE ranks. Byte pieces are never merge results (llama.cpp falls back to them last)."""
-    byte = int(Attr.BYTE)
+    as BPE ranks. Byte pieces are never merge results (llama.cpp falls back to them last).
+
+    Two normal pieces with one score are refused (SentencePiece then merges whichever pair is
+    leftmost in the text, which no fixed ranking expresses), except runs of one character (llama's
+    "▁▁" ... "▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁" share a sentinel score; ranked by id they merge as llama.cpp merges
+    them, tests/test_genai_tokenizer.py). Control and user-defined pieces share scores harmlessly:
+    the special partition cuts them out of the text before any merge."""
+    byte, normal = int(Attr.BYTE), int(Attr.NORMAL)
     merges = []
+    tied: dict[float, list[int]] = {}  # score -> the normal merge results that have it
     for piece, token in ids.items():
         if vocab.attrs[token] & byte or len(piece) < 2:
             continue
-        for cut in range(1, len(piece)):
-            left, right = piece[:cut], piece[cut:]
-            if left in ids and right in ids:
-                merges.append((-vocab.scores[token], token, ids[left], ids[right], left, right))
+        splits = [(piece[:cut], piece[cut:]) for cut in range(1, len(piece))]
+        splits = [(left, right) for left, right in splits if left in ids and right in ids]
+        if splits and vocab.attrs[token] & normal:
+            tied.setdefault(vocab.scores[token], []).append(token)
+        merges += [(-vocab.scores[token], token, ids[left], ids[right], left, right) for left, right in splits]
+    for tokens in tied.values():
+        if len(tokens) > 1 and not all(len(set(vocab.tokens[t])) == 1 for t in tokens):
+            first, other = sorted(tokens)[:2]
+            raise ValidationError(
+                f"gguf.kv['tokenizer.ggml.scores'][{other}]",
+                f"pieces {vocab.tokens[first]!r} and {vocab.tokens[other]!r} have the same score; SentencePiece "
+                "then merges the leftmost pair first, which a tokenizer.json merge ranking cannot express",
+                code="unsupported_tokenizer",
+            )
     merges.sort()
     return [(left, right) for *_, left, right in merges]
 
@@ -181,7 +200,9 @@ def _post_processor(tokenizers, vocab: Vocab):
         return None
     names = [vocab.tokens[i] for i in first + last]
     single = " ".join([*names[: len(first)], "$A", *names[len(first) :]])
-    pair = " ".join([*names[: len(first)], "$A", *names[len(first) :], *names[: len(first)], "$B:1"] + names[len(first) :])
+    pair = " ".join(
+        [*names[: len(first)], "$A", *names[len(first) :], *names[: len(first)], "$B:1"] + names[len(first) :]
+    )
     return processors.TemplateProcessing(
         single=single, pair=pair, special_tokens=[(vocab.tokens[i], i) for i in dict.fromkeys(first + last)]
     )
