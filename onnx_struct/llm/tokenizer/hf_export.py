@@ -128,13 +128,14 @@ def _spm_merges(vocab: Vocab, ids: dict[str, int]) -> list[tuple[str, str]]:
     ties by id: SentencePiece's rule "merge the adjacent pair whose concatenation scores highest"
     as BPE ranks. Byte pieces are never merge results (llama.cpp falls back to them last).
 
-    Two normal pieces with one score are refused (SentencePiece then merges whichever pair is
-    leftmost in the text, which no fixed ranking expresses), except runs of one character (llama's
-    "▁▁" ... "▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁" share a sentinel score; ranked by id they merge as llama.cpp merges
-    them, tests/test_genai_tokenizer.py). Control and user-defined pieces share scores harmlessly:
-    the special partition cuts them out of the text before any merge."""
+    Normal pieces sharing a score: SentencePiece then merges whichever pair is leftmost in the
+    text. A fixed ranking expresses that only for runs of one character with every length from 2
+    up (llama's "▁▁" ... "▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁▁" share a sentinel score): leftmost-first grows one
+    chunk from the left to the longest run, which "longest run first, then (run minus one, one)"
+    ranks reproduce. Any other tie is refused. Control and user-defined pieces share scores
+    harmlessly: the special partition cuts them out of the text before any merge."""
     byte, normal = int(Attr.BYTE), int(Attr.NORMAL)
-    merges = []
+    candidates = []
     tied: dict[float, list[int]] = {}  # score -> the normal merge results that have it
     for piece, token in ids.items():
         if vocab.attrs[token] & byte or len(piece) < 2:
@@ -143,18 +144,33 @@ def _spm_merges(vocab: Vocab, ids: dict[str, int]) -> list[tuple[str, str]]:
         splits = [(left, right) for left, right in splits if left in ids and right in ids]
         if splits and vocab.attrs[token] & normal:
             tied.setdefault(vocab.scores[token], []).append(token)
-        merges += [(-vocab.scores[token], token, ids[left], ids[right], left, right) for left, right in splits]
+        candidates += [(token, left, right) for left, right in splits]
+    runs = set()  # tied pieces ranked longest first
     for tokens in tied.values():
-        if len(tokens) > 1 and not all(len(set(vocab.tokens[t])) == 1 for t in tokens):
-            first, other = sorted(tokens)[:2]
-            raise ValidationError(
-                f"gguf.kv['tokenizer.ggml.scores'][{other}]",
-                f"pieces {vocab.tokens[first]!r} and {vocab.tokens[other]!r} have the same score; SentencePiece "
-                "then merges the leftmost pair first, which a tokenizer.json merge ranking cannot express",
-                code="unsupported_tokenizer",
-            )
+        if len(tokens) > 1:
+            _check_tied_runs(vocab, tokens)
+            runs.update(tokens)
+    merges = [
+        (-vocab.scores[t], -len(vocab.tokens[t]) if t in runs else 0, t, -len(left), left, right)
+        for t, left, right in candidates
+    ]
     merges.sort()
     return [(left, right) for *_, left, right in merges]
+
+
+def _check_tied_runs(vocab: Vocab, tokens: list[int]) -> None:
+    pieces = sorted((vocab.tokens[t] for t in tokens), key=len)
+    char = pieces[0][0]
+    lengths = [len(p) for p in pieces]
+    if all(p == char * len(p) for p in pieces) and lengths == list(range(2, 2 + len(pieces))):
+        return
+    first, other = sorted(tokens)[:2]
+    raise ValidationError(
+        f"gguf.kv['tokenizer.ggml.scores'][{other}]",
+        f"pieces {vocab.tokens[first]!r} and {vocab.tokens[other]!r} have the same score; SentencePiece then "
+        "merges the leftmost pair first, which a tokenizer.json merge ranking cannot express",
+        code="unsupported_tokenizer",
+    )
 
 
 def _byte_level_bpe(tokenizers, vocab: Vocab, ids: dict[str, int]):
