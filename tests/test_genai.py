@@ -41,8 +41,9 @@ def _genai_greedy(folder, prompt: list[int], n: int) -> list[int]:
     return out
 
 
+@pytest.mark.parametrize("share_buffer", [False, True], ids=["own-cache", "shared-buffer"])
 @pytest.mark.parametrize("vocab", [bpe_vocab(), spm_vocab()], ids=["bpe", "spm"])
-def test_genai_generates_our_greedy_tokens(tmp_path, vocab):
+def test_genai_generates_our_greedy_tokens(tmp_path, vocab, share_buffer):
     gguf_path, model_path, folder = tmp_path / "tiny.gguf", tmp_path / "tiny.onnx", tmp_path / "genai"
     write_gguf(gguf_path, TinyLlama(**vocab))
     argv = ["from-gguf", str(gguf_path), str(model_path), "--graph", "--reference", "--genai", str(folder), "--quiet"]
@@ -52,6 +53,9 @@ def test_genai_generates_our_greedy_tokens(tmp_path, vocab):
     assert config["model"]["decoder"]["num_key_value_heads"] == 2
     assert config["model"]["decoder"]["head_size"] == 32
     assert config["model"]["vocab_size"] == vocab["n_vocab"]
+    # genai's two cache modes: its own past/present tensors, or one buffer of max_length it shares
+    config["search"]["past_present_share_buffer"] = share_buffer
+    (folder / "genai_config.json").write_text(json.dumps(config))
 
     ours = onnx_struct.generate(model_path, "hello world", max_new_tokens=N_NEW)
     theirs = _genai_greedy(folder, list(ours.prompt_tokens), N_NEW)
@@ -84,3 +88,12 @@ def test_a_model_without_a_decoder_graph_is_refused_and_nothing_written(tmp_path
         export_genai(model_path, folder)
     assert caught.value.code == "not_a_decoder"
     assert not folder.exists()
+
+
+def test_export_genai_at_accuracy_level_0_matches_generate_at_level_0(tmp_path):
+    gguf_path, model_path, folder = tmp_path / "tiny.gguf", tmp_path / "tiny.onnx", tmp_path / "genai"
+    write_gguf(gguf_path, TinyLlama(**bpe_vocab()))
+    assert main(["from-gguf", str(gguf_path), str(model_path), "--graph", "--reference", "--quiet"]) == 0
+    assert main(["export", "genai", str(model_path), str(folder), "--accuracy-level", "0"]) == 0
+    ours = onnx_struct.generate(model_path, [268, 266], max_new_tokens=N_NEW, accuracy_level=0)
+    assert _genai_greedy(folder, [268, 266], N_NEW) == list(ours.tokens)

@@ -26,6 +26,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "model", help="genai: a model built by from-gguf --graph; tokenizer: that, any converted model or a .gguf"
     )
     parser.add_argument("directory", help="the folder to write (created if absent)")
+    parser.add_argument(
+        "--accuracy-level",
+        type=int,
+        choices=range(5),
+        default=4,
+        metavar="N",
+        help="genai: the MatMulNBits accuracy level, 0-4 (default 4, onnxruntime's and onnx-struct generate's; "
+        "0: float32 activations, as generate --accuracy-level 0)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -33,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         if args.kind == "genai":
             from onnx_struct.convert.genai import export_genai  # noqa: PLC0415 - on use
 
-            written = export_genai(args.model, args.directory)
+            written = export_genai(args.model, args.directory, accuracy_level=args.accuracy_level)
         else:
             from onnx_struct.llm.tokenizer.hf_export import save_pretrained  # noqa: PLC0415 - on use
             from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer  # noqa: PLC0415 - on use
