@@ -143,10 +143,10 @@ def test_save_pretrained_writes_the_folder_transformers_loads(tmp_path):
     template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
     ours = _tokenizer(_metadata(bpe_vocab()))
     ours.metadata = {"tokenizer.chat_template": template}
-    written = hf_export.save_pretrained(ours, tmp_path, context_length=128)
+    written = ours.save_pretrained(tmp_path)
     assert sorted(p.name for p in written) == sorted([*hf_export.TOKENIZER_FILES, "chat_template.jinja"])
     config = json.loads((tmp_path / "tokenizer_config.json").read_text())
-    assert config["bos_token"] == "<|begin_of_text|>" and config["model_max_length"] == 128
+    assert config["bos_token"] == "<|begin_of_text|>" and config["add_bos_token"] is True
     fast = transformers.PreTrainedTokenizerFast.from_pretrained(tmp_path)
     for text in ALL_TEXTS:
         assert fast(text)["input_ids"] == ours.encode(text, special=True)

@@ -82,12 +82,12 @@ def export_genai(
         )
     sizes = decoder_sizes(stock.graph)
     tokenizer = load_tokenizer(stock)
-    hf_tokenizer(tokenizer)  # refuse before anything is written
+    hf = hf_tokenizer(tokenizer)  # refuse before anything is written
     folder.mkdir(parents=True, exist_ok=True)
     model_file = _model_file_name(source, folder)
     same_directory = _same_directory(source, folder)
-    # MatMulNBits emitted directly, as onnx_struct's own session runs the model: onnxruntime's
-    # fusion of DequantizeLinear + MatMul inside genai's session would be another computation.
+    # MatMulNBits emitted directly at the given level, as onnx_struct's own session emits them: genai
+    # runs the computation onnx_struct.generate runs, whatever its session's fusion settings.
     lowered = lower_model(
         source, keep_external=same_directory, execution="quantized", accuracy_level=accuracy_level
     ).model
@@ -98,7 +98,7 @@ def export_genai(
     config = genai_config(metadata, sizes, model_file, tokenizer)
     (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     context = config["model"]["context_length"]
-    written = save_pretrained(tokenizer, folder, context_length=context)
+    written = save_pretrained(tokenizer, folder, context_length=context, built=hf)
     return [folder / model_file, folder / CONFIG_FILE, *written]
 
 

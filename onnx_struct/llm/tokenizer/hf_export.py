@@ -254,7 +254,7 @@ def _special_map(vocab: Vocab) -> dict[str, str]:
 
 
 def save_pretrained(
-    tokenizer: Tokenizer, directory: str | os.PathLike, *, context_length: int | None = None
+    tokenizer: Tokenizer, directory: str | os.PathLike, *, context_length: int | None = None, built=None
 ) -> list[pathlib.Path]:
     """Write ``tokenizer.json``, ``tokenizer_config.json``, ``special_tokens_map.json`` and (where
     the GGUF file has one) ``chat_template.jinja`` into ``directory`` (created if absent).
@@ -263,6 +263,7 @@ def save_pretrained(
         tokenizer: the GGUF vocabulary's tokenizer (``load_tokenizer(model)``).
         directory: the folder to write.
         context_length: ``model_max_length`` in ``tokenizer_config.json`` (None: left out).
+        built: :func:`hf_tokenizer`'s result for ``tokenizer`` when the caller has it already.
 
     Returns:
         The files written.
@@ -270,7 +271,7 @@ def save_pretrained(
     Raises:
         ValidationError: as :func:`hf_tokenizer` (nothing is written then).
     """
-    hf = hf_tokenizer(tokenizer)
+    hf = built if built is not None else hf_tokenizer(tokenizer)
     folder = pathlib.Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     written = [folder / name for name in TOKENIZER_FILES]
