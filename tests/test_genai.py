@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 
+import onnx
 import pytest
 
 pytest.importorskip("gguf")
@@ -72,8 +73,9 @@ def test_export_genai_into_the_models_own_directory_references_the_gguf(tmp_path
     write_gguf(gguf_path, TinyLlama(**bpe_vocab()))
     assert main(["from-gguf", str(gguf_path), str(model_path), "--graph", "--reference", "--quiet"]) == 0
     assert main(["export", "genai", str(model_path), str(tmp_path)]) == 0
-    lowered = (tmp_path / "model.onnx").read_bytes()
-    assert b"tiny.gguf" in lowered  # quantized leaves that are contiguous runs of the file stay referenced
+    lowered = onnx.load(tmp_path / "model.onnx", load_external_data=False)
+    locations = {e.value for t in lowered.graph.initializer for e in t.external_data if e.key == "location"}
+    assert "tiny.gguf" in locations  # quantized leaves that are contiguous runs of the file stay referenced
     ours = onnx_struct.generate(model_path, [268, 266], max_new_tokens=8)
     assert _genai_greedy(tmp_path, [268, 266], 8) == list(ours.tokens)
 
@@ -97,3 +99,22 @@ def test_export_genai_at_accuracy_level_0_matches_generate_at_level_0(tmp_path):
     assert main(["export", "genai", str(model_path), str(folder), "--accuracy-level", "0"]) == 0
     ours = onnx_struct.generate(model_path, [268, 266], max_new_tokens=N_NEW, accuracy_level=0)
     assert _genai_greedy(folder, [268, 266], N_NEW) == list(ours.tokens)
+
+
+def test_a_gguf_in_the_hugging_face_cache_exports_a_folder_genai_loads(tmp_path):
+    """onnxruntime refuses external data that is a symlink out of the model's directory (the
+    cache's snapshots/<rev>/x.gguf -> ../../blobs/<sha>): the export copies the weights instead."""
+    snapshot = tmp_path / "models--o--n" / "snapshots" / "rev"
+    blobs = tmp_path / "models--o--n" / "blobs"
+    snapshot.mkdir(parents=True)
+    blobs.mkdir()
+    write_gguf(blobs / "0123abcd", TinyLlama(**bpe_vocab()))
+    (snapshot / "tiny.gguf").symlink_to("../../blobs/0123abcd")
+    model_path = snapshot / "tiny.onnx"
+    argv = ["from-gguf", str(snapshot / "tiny.gguf"), str(model_path), "--graph", "--reference", "--quiet"]
+    assert main([*argv, "--genai", str(snapshot)]) == 0
+    lowered = onnx.load(snapshot / "model.onnx", load_external_data=False)
+    locations = {e.value for t in lowered.graph.initializer for e in t.external_data if e.key == "location"}
+    assert locations == {"model.onnx.data"}
+    ours = onnx_struct.generate(model_path, [268, 266], max_new_tokens=8)
+    assert _genai_greedy(snapshot, [268, 266], 8) == list(ours.tokens)

@@ -30,7 +30,7 @@ from onnx_struct.formats.gguf.metadata import decode_metadata
 from onnx_struct.llm.tokenizer.hf_export import hf_tokenizer, save_pretrained
 from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer
 from onnx_struct.lowering.lower import lower_model
-from onnx_struct.payload import external
+from onnx_struct.payload import external, file_identity
 from onnx_struct.payload.external_io import save_plain_with_external_tensors
 from onnx_struct.schema.model import model_directory, resolve_path
 
@@ -85,14 +85,17 @@ def export_genai(
     hf = hf_tokenizer(tokenizer)  # refuse before anything is written
     folder.mkdir(parents=True, exist_ok=True)
     model_file = _model_file_name(source, folder)
-    same_directory = _same_directory(source, folder)
+    # References are kept only into the model's own directory and never through a link: onnxruntime
+    # (and so genai) refuses external data that is a symlink out of the model's directory, as in the
+    # Hugging Face cache, which onnx_struct admits by the file's recorded identity.
+    keep = _same_directory(source, folder) and not _references_links(stock, source.parent)
     # MatMulNBits emitted directly at the given level, as onnx_struct's own session emits them: genai
     # runs the computation onnx_struct.generate runs, whatever its session's fusion settings.
-    lowered = lower_model(
-        source, keep_external=same_directory, execution="quantized", accuracy_level=accuracy_level
-    ).model
-    if not same_directory:
-        external.load_external_tensors(lowered, model_directory(source))
+    lowered = lower_model(source, keep_external=keep, execution="quantized", accuracy_level=accuracy_level).model
+    if not keep:
+        directory = model_directory(source)
+        file_identity.admit_recorded_links(stock.metadata_props, directory)
+        external.load_external_tensors(lowered, directory)
     save_plain_with_external_tensors(lowered, folder / model_file, location=f"{model_file}.data")
     del lowered
     config = genai_config(metadata, sizes, model_file, tokenizer)
@@ -208,6 +211,19 @@ def _same_directory(source: pathlib.Path, folder: pathlib.Path) -> bool:
     lowered model references them in place, as ``onnx-struct lower`` does)."""
     directory = model_directory(source)
     return directory.resolved_file_directory is None and directory == resolve_path(folder.absolute())
+
+
+def _references_links(stock: onnx.ModelProto, directory: pathlib.Path) -> bool:
+    """Whether a file the model records (``from-gguf --reference``'s .gguf) is a symlink or has
+    several hard links."""
+    for identity, _ in file_identity.recorded(stock.metadata_props) or []:
+        path = directory / identity.location
+        try:
+            if path.is_symlink() or path.stat().st_nlink > 1:
+                return True
+        except OSError:
+            return True  # not readable as named: copy through the checked reader, which reports it
+    return False
 
 
 def _model_file_name(source: pathlib.Path, folder: pathlib.Path) -> str:
