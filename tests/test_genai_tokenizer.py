@@ -2,7 +2,9 @@
 and ``transformers.PreTrainedTokenizerFast`` give our tokenizer's ids (ours match llama.cpp,
 tests/test_tokenizer_vocab_files.py), and what HF cannot express is refused, not approximated.
 
-Texts: llama.cpp's tokenizer test inputs (tests/data/ggml-vocab-*.inp) and support.llm.TEXTS.
+Texts: llama.cpp's tokenizer test inputs (tests/data/ggml-vocab-*.inp) and support.llm.TEXTS;
+in the slow tier also every vocabulary of llama.cpp's models/ against our ids and llama.cpp's own
+expected ids (.out), where llama.cpp's source is at hand (ONNX_STRUCT_LLAMA_CPP_SOURCE).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 import pathlib
 
 import pytest
-from support.llama_cpp_source import llama_cpp_source
+from support.llama_cpp_source import llama_cpp_source, vocab_cases
 from support.llm import TEXTS, bpe_vocab, spm_vocab
 from support.tiny_vocabs import spm_metadata, wpm_metadata
 
@@ -162,6 +164,9 @@ VOCABULARIES = [
 ]  # fmt: skip
 
 
+WITH_CASES = set(VOCABULARIES) - {"aquila", "baichuan", "gpt-neox"}  # those have no .inp/.out
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", VOCABULARIES)
 def test_llama_cpp_vocabularies_export_with_our_ids_or_are_refused(name):
@@ -174,4 +179,10 @@ def test_llama_cpp_vocabularies_export_with_our_ids_or_are_refused(name):
             hf_export.hf_tokenizer(ours)
         assert caught.value.code == "unsupported_tokenizer"
         return
-    _assert_same_ids(ours, hf_export.hf_tokenizer(ours))
+    hf = hf_export.hf_tokenizer(ours)
+    _assert_same_ids(ours, hf)
+    # and llama.cpp's own expected ids (.out: add_special and parse_special false)
+    hf.encode_special_tokens = True
+    cases = vocab_cases(source / "models" / f"ggml-vocab-{name}.gguf") if name in WITH_CASES else []
+    wrong = [(text, ids) for text, ids in cases if hf.encode(text, add_special_tokens=False).ids != ids]
+    assert not wrong, f"{len(wrong)} of {len(cases)} differ from llama.cpp's .out; first: {wrong[0]}"
