@@ -76,6 +76,9 @@ class _Checker(GraphRules):
         return self.diagnostics
 
     def run_rules(self, full_check: bool) -> None:
+        # Links at locations whose identity the model records are followed once verified
+        # (external.resolve, docs/security.md "Links"): admitted before any reference is resolved.
+        self.attempt(file_identity.admit_recorded_links, self.proto.metadata_props, self.loaded.base_dir)
         # The table's declarations: the model's own, or their standalone copies (check/checked.py).
         for i, declaration in enumerate(self.table.declarations):
             self.check_root(declaration, self.table.path(i), i)

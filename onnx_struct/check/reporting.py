@@ -23,12 +23,20 @@ def rule_disabled(code: str) -> Iterator[None]:
         DISABLED_CODES.discard(code)
 
 
+# Problems of a file, not of the value naming it: the reason names the file, so one file's problem
+# is one diagnostic (at the first reference), however many values point into it.
+FILE_CODES = frozenset({
+    "file_outside_model_dir", "hard_link", "file_unreadable", "file_changed", "not_regular_file", "file_not_found",
+})  # fmt: skip
+
+
 class FirstFound(Exception):
     """Ends a check that wants only its first diagnostic (``Reporter.first_only``)."""
 
 
 class Reporter:
-    """Collects diagnostics: each distinct message once, in the order found. With ``first_only``
+    """Collects diagnostics: each distinct message once, in the order found, and each problem of
+    a referenced file once (``FILE_CODES``: the same reason at another path is the same cause). With ``first_only``
     the first one ends the check (check_model raises only it; the rules after it would cost time
     on a hostile model and change nothing)."""
 
@@ -40,8 +48,9 @@ class Reporter:
     def report(self, error: ValidationError) -> None:
         if error.code in DISABLED_CODES:
             return
-        if str(error) not in self._messages:  # one cause reached from several places, once
-            self._messages.add(str(error))
+        key = f"{error.code}: {error.reason}" if getattr(error, "code", None) in FILE_CODES else str(error)
+        if key not in self._messages:  # one cause reached from several places, once
+            self._messages.add(key)
             self.diagnostics.append(error)
             if self.first_only:
                 raise FirstFound

@@ -35,6 +35,7 @@ COMMANDS = {
     "tokenize": "onnx_struct.cli.tokenize",
     "chat": "onnx_struct.cli.chat",
     "conformance": "onnx_struct.cli.conformance",
+    "export": "onnx_struct.cli.export",
 }
 
 EXIT_OK, EXIT_INVALID, EXIT_USAGE = 0, 1, 2

@@ -1,7 +1,8 @@
 """Convert a GGUF file into an ONNX model whose struct values are its tensors (bytes verbatim).
 
 With --graph the model also gets the decoder graph of its architecture (docs/llm.md lists the
-families), ready for `onnx-struct generate`; --ctx-size builds it for fewer positions. With --reference the model points into the .gguf (external_data) instead of copying its tensors;
+families), ready for `onnx-struct generate`; --ctx-size builds it for fewer positions; --genai DIR also
+writes the folder onnxruntime-genai runs (`onnx-struct export genai`). With --reference the model points into the .gguf (external_data) instead of copying its tensors;
 the .gguf must then be in OUT's directory (or below it), where the model looks for it. The model
 is checked (onnx_struct.check_model, external payloads resolved from OUT's directory) before it is
 written: nothing is written that `onnx-struct check` would reject.
@@ -49,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="with --graph: logits for every position (as for a perplexity), not only the last one generation reads",
     )
+    parser.add_argument(
+        "--genai",
+        metavar="DIR",
+        help="with --graph: also write DIR, a folder onnxruntime-genai loads (as `onnx-struct export genai OUT DIR`)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -94,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
     if args.all_logits and not args.graph:
         print("onnx-struct from-gguf: --all-logits needs --graph", file=sys.stderr)
         return 2
+    if args.genai is not None and not args.graph:
+        print("onnx-struct from-gguf: --genai needs --graph", file=sys.stderr)
+        return 2
     if args.ctx_size is not None and args.ctx_size <= 0:
         print(f"onnx-struct from-gguf: --ctx-size must be a positive integer, not {args.ctx_size}", file=sys.stderr)
         return 2
@@ -128,4 +137,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.quiet:
         mode = "referencing" if args.reference else "copying"
         print(f"{output}: {len(data)} bytes, {mode} the tensors of {args.input}", file=sys.stderr)
+    if args.genai is not None:
+        from onnx_struct.convert.genai import export_genai  # noqa: PLC0415 - on use
+
+        written = export_genai(output, args.genai)
+        if not args.quiet:
+            print(f"{args.genai}: {', '.join(p.name for p in written)}", file=sys.stderr)
     return EXIT_OK

@@ -219,7 +219,10 @@ def _graph_name(source: pathlib.Path) -> str:
 
 def _location(source: pathlib.Path, model_dir: str | os.PathLike | None) -> str:
     base = pathlib.Path(model_dir) if model_dir is not None else source.parent
-    relative = pathlib.Path(os.path.relpath(resolve_path(source), resolve_path(base)))
+    # The file's own name is kept, not resolved: a Hugging Face cache link (snapshots/<rev>/x.gguf
+    # -> ../../blobs/<sha>) the user named is the location, its target's identity is recorded and
+    # verified whenever the model is read (external.resolve's links rule).
+    relative = pathlib.Path(os.path.relpath(resolve_path(source.absolute().parent) / source.name, resolve_path(base)))
     if relative.is_absolute() or ".." in relative.parts:
         raise ValidationError(
             str(source),

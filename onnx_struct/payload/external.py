@@ -103,9 +103,15 @@ def check_location(location: str, path: str) -> None:
 
 def resolve(ref: ExternalRef, base_dir: os.PathLike | str, path: str) -> tuple[pathlib.Path, int]:
     """The file of ``ref`` inside ``base_dir`` (symlinks resolved) and the referenced length,
-    checked to be inside a regular file. Only ``stat`` is called: no byte is read. A model file
-    reached through a symlink also admits files in the directory it resolves into
-    (:class:`~onnx_struct.schema.model.ModelDirectory`)."""
+    checked to be inside a regular file. Only ``stat`` is called: no byte is read, except to
+    verify an admitted link. A model file reached through a symlink also admits files in the
+    directory it resolves into (:class:`~onnx_struct.schema.model.ModelDirectory`).
+
+    Links (docs/security.md, "Links"): a location that resolves outside the model directory, or
+    a file with more than one hard link, is refused unless the model records that location's
+    identity (:mod:`onnx_struct.payload.file_identity`: ``from-gguf --reference`` records the
+    file the user named, a Hugging Face cache link into ``blobs/`` included) and the file the
+    link reaches now is that file (size and sampled SHA-256)."""
     root = pathlib.Path(base_dir).resolve()
     roots = [root, *filter(None, [getattr(base_dir, "resolved_file_directory", None)])]
     try:
@@ -114,10 +120,16 @@ def resolve(ref: ExternalRef, base_dir: os.PathLike | str, path: str) -> tuple[p
         raise ValidationError(
             path, f"external location {ref.location!r} cannot be resolved: {error}", code="file_unreadable"
         ) from None
+    admitted = False
     if not any(target.is_relative_to(allowed) for allowed in roots):
-        raise ValidationError(
-            path, f"location {ref.location!r} resolves outside the model directory", code="file_outside_model_dir"
-        )
+        admitted = _admits_link(ref.location, base_dir, target, path)
+        if not admitted:
+            raise ValidationError(
+                path,
+                f"location {ref.location!r} resolves outside the model directory (a link the model records no "
+                "identity of)",
+                code="file_outside_model_dir",
+            )
     try:
         info = target.stat()
     except OSError as error:
@@ -130,19 +142,44 @@ def resolve(ref: ExternalRef, base_dir: os.PathLike | str, path: str) -> tuple[p
             f"external location {ref.location!r} is {_kind(info.st_mode)}, not a regular file",
             code="not_regular_file",
         )
-    _refuse_hard_links(info, f"external file {ref.location!r}", path)
+    if info.st_nlink > 1 and not (admitted or _admits_link(ref.location, base_dir, target, path)):
+        _refuse_hard_links(info, f"external file {ref.location!r}", path)
     return target, _range_length(ref, info.st_size, path)
+
+
+def _no_link_admitted(location: str, base_dir, target: pathlib.Path, path: str) -> bool:
+    return False
+
+
+# (location, base_dir, resolved file, path) -> whether the model records the location's identity
+# and the file is that file (raising file_changed when it is not): installed by file_identity.
+_admits_link = _no_link_admitted
+
+
+def _no_file_identified(info: os.stat_result) -> bool:
+    return False
+
+
+# (stat of an opened file) -> whether it is a file whose recorded identity was verified
+_is_identified_file = _no_file_identified
+
+
+def install_link_admission(admits, identified) -> None:
+    """Install file_identity's checks: ``admits(location, base_dir, target, path)`` (a link the
+    model identifies, verified) and ``identified(stat_result)`` (a file verified so)."""
+    global _admits_link, _is_identified_file  # noqa: PLW0603 - hooks, installed once at import
+    _admits_link, _is_identified_file = admits, identified
 
 
 def _refuse_hard_links(info: os.stat_result, what: str, path: str) -> None:
     """A file a model names must have one link, as onnx requires of external data: a second hard
     link can make a file from outside the model directory look like one inside, which no path
-    rule sees."""
+    rule sees (unless the model records the file's identity: :func:`resolve`'s links rule)."""
     if info.st_nlink > 1:
         raise ValidationError(
             path,
             f"{what} has {info.st_nlink} hard links; refused, as onnx does (one may name a file outside "
-            "the model directory)",
+            "the model directory; the model records no identity of it)",
             code="hard_link",
         )
 
@@ -227,7 +264,9 @@ def _open_regular(file: str | os.PathLike, path: str, what: str, *, follow: bool
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise ValidationError(path, f"{what} is {_kind(info.st_mode)}, not a regular file", code="not_regular_file")
-        if path:  # a file the model names (one the caller names may have links, as with onnx.load)
+        # a file the model names (one the caller names may have links, as with onnx.load), unless
+        # it is a file whose recorded identity was verified (the links rule of resolve)
+        if path and info.st_nlink > 1 and not _is_identified_file(info):
             _refuse_hard_links(info, what, path)
     except BaseException:
         os.close(fd)

@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import stat
 from collections.abc import Iterable, Mapping
 
 from onnx_struct.errors import ValidationError
@@ -154,6 +155,39 @@ def _is_count(value: object) -> bool:
     return type(value) is int and value >= 0
 
 
+def admit_recorded_links(metadata_props, base_dir) -> None:
+    """Let ``base_dir`` (a model's :class:`~onnx_struct.schema.model.ModelDirectory`) admit links
+    at the locations the model records the identity of: :func:`external.resolve` then follows
+    such a link (a Hugging Face cache ``snapshots/<rev>/x.gguf -> ../../blobs/<sha>``, a hard
+    link) once the file it reaches is verified to be the recorded one. A directory given as a plain
+    path, or a model without the record, admits none."""
+    identities = recorded(metadata_props)
+    if identities and base_dir is not None and hasattr(base_dir, "__dict__"):
+        base_dir.recorded_identities = {identity.location: identity for identity, _ in identities}
+
+
+def _admits_link(location: str, base_dir, target, path: str) -> bool:
+    identity = (getattr(base_dir, "recorded_identities", None) or {}).get(location)
+    if identity is None:
+        return False
+    try:
+        size = os.stat(target).st_size
+    except OSError as error:
+        raise ValidationError(
+            path, f"external file {location!r} cannot be opened: {error.strerror}", code="file_unreadable"
+        ) from None
+    _verify(identity, target, size, path)
+    return True
+
+
+def _is_identified_file(info: os.stat_result) -> bool:
+    return _stat_key(info) in _verified
+
+
+def _stat_key(info: os.stat_result) -> tuple[int, ...]:
+    return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
 def check_referenced_files(metadata_props, base_dir, referenced: Mapping[str, str]) -> None:
     """Raise a ValidationError unless every file the model records and still references (a
     location of ``referenced``, mapped to the path of a reference to it) is the recorded file:
@@ -162,46 +196,78 @@ def check_referenced_files(metadata_props, base_dir, referenced: Mapping[str, st
     identities = recorded(metadata_props)
     if not identities or base_dir is None:
         return
+    admit_recorded_links(metadata_props, base_dir)
     for identity, _ in identities:
         where = referenced.get(identity.location)
         if where is None:  # no longer referenced (its payloads were inlined or moved): not the model's file
             continue
         ref = external.ExternalRef(identity.location, 0, None)
         file, size = external.resolve(ref, base_dir, where)
-        try:
-            info = os.stat(file)
-        except OSError:
-            info = None
-        # A file verified before, still the same inode, size and change times (a write or a
-        # rename over it changes them): view and decode of many values read its samples once.
-        seen = None if info is None else (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
-        if seen is not None and _verified.get(seen) == identity:
-            continue
-        stale = f"external file {identity.location!r} is not the file this model was made from"
-        hint = "; it was replaced since: restore it, or make the model again from the new file"
-        if size != identity.size:
-            raise ValidationError(
-                where,
-                f"{stale}: {size} bytes, {identity.size} recorded{hint}",
-                code="file_changed",
-                file_size=size,
-            )
-        fd, _ = external._open_regular(file, where, f"external file {identity.location!r}", follow=False)
-        try:
-            digest = _digest(fd, identity.sampled)
-        except OSError as error:
-            raise ValidationError(
-                where, f"external file {identity.location!r} cannot be read: {error.strerror}", code="file_unreadable"
-            ) from None
-        finally:
-            os.close(fd)
-        if digest != identity.sha256:
-            raise ValidationError(
-                where,
-                f"{stale}: its header and the ends of its referenced ranges differ from those recorded{hint}",
-                code="file_changed",
-            )
-        if seen is not None:
-            if len(_verified) >= _VERIFIED_ENTRIES:
-                _verified.pop(next(iter(_verified)))
-            _verified[seen] = identity
+        _verify(identity, file, size, where)
+
+
+def _verify(identity: FileIdentity, file, size: int, where: str) -> None:
+    """Raise ``file_changed`` unless ``file`` (``size`` bytes) is the file ``identity`` records."""
+    try:
+        info = os.stat(file)
+    except OSError:
+        info = None
+    # A file verified before, still the same inode, size and change times (a write or a
+    # rename over it changes them): view and decode of many values read its samples once.
+    seen = None if info is None else _stat_key(info)
+    if seen is not None and _verified.get(seen) == identity:
+        return
+    stale = f"external file {identity.location!r} is not the file this model was made from"
+    hint = "; it was replaced since: restore it, or make the model again from the new file"
+    if size != identity.size:
+        raise ValidationError(
+            where,
+            f"{stale}: {size} bytes, {identity.size} recorded{hint}",
+            code="file_changed",
+            file_size=size,
+        )
+    fd = _open_identified(file, identity, where)
+    try:
+        digest = _digest(fd, identity.sampled)
+    except OSError as error:
+        raise ValidationError(
+            where, f"external file {identity.location!r} cannot be read: {error.strerror}", code="file_unreadable"
+        ) from None
+    finally:
+        os.close(fd)
+    if digest != identity.sha256:
+        raise ValidationError(
+            where,
+            f"{stale}: its header and the ends of its referenced ranges differ from those recorded{hint}",
+            code="file_changed",
+        )
+    if seen is not None:
+        if len(_verified) >= _VERIFIED_ENTRIES:
+            _verified.pop(next(iter(_verified)))
+        _verified[seen] = identity
+
+
+def _open_identified(file, identity: FileIdentity, where: str) -> int:
+    """The file opened to hash its samples: a regular file (hard links allowed: hashing it is how
+    a linked file is told to be the recorded one; nothing else is read before it is)."""
+    what = f"external file {identity.location!r}"
+    try:
+        info = os.stat(file, follow_symlinks=False)
+    except OSError as error:
+        raise ValidationError(where, f"{what} cannot be opened: {error.strerror}", code="file_unreadable") from None
+    if info.st_nlink <= 1:
+        fd, _ = external._open_regular(file, where, what, follow=False)
+        return fd
+    if not stat.S_ISREG(info.st_mode):
+        raise ValidationError(where, f"{what} is not a regular file", code="not_regular_file")
+    try:
+        fd = os.open(file, external._READ_FLAGS | external._NOFOLLOW)
+    except OSError as error:
+        raise ValidationError(where, f"{what} cannot be opened: {error.strerror}", code="file_unreadable") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ValidationError(where, f"{what} is not a regular file", code="not_regular_file")
+    return fd
+
+
+external.install_link_admission(_admits_link, _is_identified_file)

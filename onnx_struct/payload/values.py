@@ -236,9 +236,11 @@ def resolve_value(
     else:
         raise TypeError(f"expected a StructProto or the name of a struct value, got {type(value).__name__}")
     if base_dir is not None:  # a ModelDirectory (a session passes its model's) keeps its second root
-        directory = base_dir if isinstance(base_dir, ModelDirectory) else pathlib.Path(base_dir)
+        directory = base_dir if isinstance(base_dir, ModelDirectory) else ModelDirectory(base_dir)
     else:
         directory = loaded.base_dir if loaded else None
+    if loaded is not None and directory is not None:  # links the model identifies, before resolving
+        file_identity.admit_recorded_links(loaded.proto.metadata_props, directory)
     table = table if table is not None else TypeTable(declarations)
     declaration = value_declaration(proto, table, where)
     leaves, nbytes, label = _root_layout(proto, declaration, table, where)

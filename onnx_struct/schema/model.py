@@ -239,7 +239,8 @@ def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = No
     if isinstance(base_dir, ModelDirectory):  # a loaded model's own: resolved, with its second root
         directory = base_dir
     else:
-        directory = resolve_path(base_dir) if base_dir is not None else None
+        # a ModelDirectory too: it carries what the model admits (payload/file_identity.py)
+        directory = ModelDirectory(resolve_path(base_dir)) if base_dir is not None else None
     if isinstance(model, LoadedModel):
         return model if directory is None else model.rebased(directory)
     if isinstance(model, pb.ModelProto):

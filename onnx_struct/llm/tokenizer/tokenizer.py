@@ -242,6 +242,25 @@ class Tokenizer:
         """
         return self.decode_bytes(ids, special=special).decode("utf-8", "replace")
 
+    def save_pretrained(self, directory: str | os.PathLike) -> list[pathlib.Path]:
+        """Write the Hugging Face tokenizer folder of this vocabulary (``tokenizer.json``,
+        ``tokenizer_config.json``, ``special_tokens_map.json``, ``chat_template.jinja``), which
+        ``transformers.PreTrainedTokenizerFast.from_pretrained`` loads with this tokenizer's ids
+        (:func:`onnx_struct.llm.tokenizer.hf_export.save_pretrained`; needs ``tokenizers``).
+
+        Args:
+            directory: the folder to write (created if absent).
+
+        Returns:
+            The files written.
+
+        Raises:
+            ValidationError: the vocabulary has no exact HF ``tokenizers`` equivalent
+                (``unsupported_tokenizer``); nothing is written then.
+        """
+        # by name, as the sessions: hf_export builds on this module (and on the optional tokenizers)
+        return importlib.import_module("onnx_struct.llm.tokenizer.hf_export").save_pretrained(self, directory)
+
     def streamer(self, *, special: bool = False) -> TokenStreamer:
         """A :class:`TokenStreamer` over this tokenizer's pieces.
 

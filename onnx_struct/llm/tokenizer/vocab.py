@@ -440,6 +440,12 @@ def _merges(metadata: Mapping[str, object]) -> dict[str, int]:
     return ranks
 
 
+def merge_pairs(ranks: Mapping[str, int]) -> list[tuple[str, str]]:
+    """The merges as (left, right) pairs, by rank (each line cut as :func:`_merges` cuts it)."""
+    lines = sorted(ranks, key=ranks.__getitem__)
+    return [(line[: line.find(" ", 1)], line[line.find(" ", 1) + 1 :]) for line in lines]
+
+
 def merge_rank(ranks: Mapping[str, int], left: str, right: str) -> int | None:
     """The rank of merging ``left`` and ``right`` (two non-empty symbols), or None. The line
     ``left + " " + right`` is cut back into this pair exactly when ``left`` has no space after its
