@@ -49,6 +49,7 @@ SUBCOMMANDS = [
     "tokenize",
     "chat",
     "conformance",
+    "export",
 ]
 
 
