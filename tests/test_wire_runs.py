@@ -259,7 +259,7 @@ def test_chain_against_following_the_records_one_by_one():
         while at in by_start and by_start[at][1]:
             expected.append(at)
             at = by_start[at][0]
-        assert starts[wire_runs._chain(starts, stops, valid)].tolist() == expected, case
+        assert starts[wire_runs._chain(starts, stops, valid, len(w))].tolist() == expected, case
         if not len(starts):
             continue
         reach = np.maximum.accumulate(np.where(valid, stops, 0))

@@ -143,6 +143,7 @@ class _Checker(GraphRules):
         if len(value_names) != len(names) or "" in value_names or not value_names.keys().isdisjoint(defined):
             return False  # a name twice, an empty one, one of an initializer or input: reported one by one
         self.value_names = value_names
+        self.value_declarations = [declarations[index] for index in {t for t, _ in kinds}]
         return True
 
     def check_each_value(self, payloads: dict[int, int], defined: set[str], facts: bool) -> None:
@@ -333,11 +334,14 @@ def validate(
     return _diagnostics(model, full_check, base_dir, stock_options, first_only=False)
 
 
-def _diagnostics(model, full_check: bool, base_dir, stock_options: dict, first_only: bool) -> list[ValidationError]:
+def _diagnostics(
+    model, full_check: bool, base_dir, stock_options: dict, first_only: bool, serialized: bytes | None = None
+) -> list[ValidationError]:
     """``first_only``: the first diagnostic is all that is needed (check_model): a wire-level
-    problem, always reported first, ends the check without the rules that would follow it."""
+    problem, always reported first, ends the check without the rules that would follow it.
+    ``serialized``: an ``onnx.ModelProto`` ``model``'s serialization, if made already."""
     try:
-        loaded = load(model, base_dir)
+        loaded = load(model, base_dir, serialized=serialized)
     except ValidationError as error:  # unparsable bytes are a diagnostic too
         return [error]
     return _Checker(loaded, stock_options).run(full_check, first_only)
@@ -374,8 +378,11 @@ def check_model(
             InferenceError, ModelValueError (a ValueError), ModelFileNotFoundError (a
             FileNotFoundError), NotRegularFileError and ModelRuntimeError (RuntimeErrors).
     """
+    serialized = None
     if base_dir is None:
-        plain = stock.plain_form(model)
+        # An onnx.ModelProto is serialized once: the plain test and the struct-aware check read the same bytes.
+        serialized = model.SerializeToString() if type(model) is onnx.ModelProto else None
+        plain = stock.plain_form(model if serialized is None else serialized)
         if plain is not None:
             return stock.check_model(plain, full_check, skip_opset_compatibility_check, check_custom_domain)
         if not accepted_form(model):  # stock onnx raises what it raises for it
@@ -384,7 +391,7 @@ def check_model(
         "skip_opset_compatibility_check": skip_opset_compatibility_check,
         "check_custom_domain": check_custom_domain,
     }
-    diagnostics = _diagnostics(model, full_check, base_dir, stock_options, first_only=True)
+    diagnostics = _diagnostics(model, full_check, base_dir, stock_options, first_only=True, serialized=serialized)
     if diagnostics:
         raise diagnostics[0]
 

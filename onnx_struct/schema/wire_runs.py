@@ -23,6 +23,9 @@ _MIN_WINDOW = 1 << 12
 # number of records of a kind (as the parse counts them) from which numpy reads from the first.
 _PATIENCE = 64
 _LONG_RUN = 200
+# Bytes per record of a kind assumed for the first window of a long run (the parse's count times
+# this, between the first and the last window): a run of 2,000 values of ~100 bytes in one pass.
+_RECORD_BYTES = {"node": 32, "value": 128}
 
 
 def _varints(w: np.ndarray, at: np.ndarray, max_bytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -42,17 +45,21 @@ def _varints(w: np.ndarray, at: np.ndarray, max_bytes: int) -> tuple[np.ndarray,
     return value, size, ~more & (at + size <= len(w))
 
 
-def _chain(starts: np.ndarray, stops: np.ndarray, valid: np.ndarray) -> np.ndarray:
+def _chain(starts: np.ndarray, stops: np.ndarray, valid: np.ndarray, span: int) -> np.ndarray:
     """Indices of the candidates chained from the one at the window's start (none if there is none
-    there): each starts where the one before stops."""
+    there): each starts where the one before stops. ``span``: the window's length (every start is
+    below it)."""
     m = len(starts)
     if not m or starts[0] != 0 or not valid[0]:
         return np.zeros(0, np.int64)
-    j = np.searchsorted(starts, stops)
-    clipped = np.minimum(j, m - 1)
-    successor = np.where((j < m) & (starts[clipped] == stops) & valid[clipped], clipped, m)
-    if (successor[:-1] == np.arange(1, m)).all():  # no false candidate (struct values, mostly)
+    if valid.all() and (starts[1:] == stops[:-1]).all():  # no false candidate (struct values, mostly)
         return np.arange(m)
+    # The candidate starting at each byte of the window (m: none there, or past the window), one
+    # int32 per byte: a lookup per stop instead of a binary search.
+    at = np.full(span + 1, m, np.int32)
+    at[starts] = np.arange(m, dtype=np.int32)
+    following = at[np.minimum(stops, span)]
+    successor = np.where(valid[np.minimum(following, m - 1)], following, m)
     # A guess checked link by link: the candidates inside no earlier valid candidate's record (a
     # false one lies inside the record it was read from). Where a link fails, the chain is known
     # up to there; it is complete if that member has no successor, else pointer doubling decides.
@@ -88,6 +95,8 @@ class Runs:
         if counts is not None:
             for kind, count in zip(("node", "value"), counts, strict=True):
                 self.patience[kind] = 0 if count >= _LONG_RUN else count
+                if count >= _LONG_RUN:
+                    self.windows[kind] = min(_LAST_WINDOW, max(_FIRST_WINDOW, count * _RECORD_BYTES[kind]))
         self.starts: list[int] = []  # the current run of nodes: where each starts and stops
         self.stops: list[int] = []
         self.flagged: list[int] = []  # indices of the run's nodes whose bodies hold a probe byte
@@ -138,7 +147,7 @@ class Runs:
         length, size, ok = _varints(w, starts + 1, 2)
         bodies = starts + 1 + size
         stops = bodies + length
-        members = _chain(starts, stops, ok & (stops <= len(w)))
+        members = _chain(starts, stops, ok & (stops <= len(w)), len(w))
         starts, bodies, stops = starts[members], bodies[members], stops[members]
         hit = np.zeros(len(w), bool)
         for byte in self.probe:
@@ -177,7 +186,7 @@ class Runs:
         name_lengths, size, name_ok = _varints(w, at + 1, 2)
         names = at + 1 + size
         ok &= name_ok & (names + name_lengths == stops)  # nothing else in the record
-        members = _chain(starts, stops, ok)
+        members = _chain(starts, stops, ok, len(w))
         self._fit("value", int(stops[members[-1]]) if len(members) else 0, len(members))
         if not len(members):
             return None
