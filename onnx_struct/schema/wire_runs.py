@@ -97,8 +97,10 @@ class Runs:
                 self.patience[kind] = 0 if count >= _LONG_RUN else count
                 if count >= _LONG_RUN:
                     self.windows[kind] = min(_LAST_WINDOW, max(_FIRST_WINDOW, count * _RECORD_BYTES[kind]))
-        self.starts: list[int] = []  # the current run of nodes: where each starts and stops
-        self.stops: list[int] = []
+        # The current run of nodes: where each starts and stops (numpy arrays, or lists when many
+        # of its nodes are read one by one).
+        self.starts: np.ndarray | list[int] = []
+        self.stops: np.ndarray | list[int] = []
         self.flagged: list[int] = []  # indices of the run's nodes whose bodies hold a probe byte
         self.cursor = self.flag = 0  # the next node of the run, the next flagged one
 
@@ -139,7 +141,7 @@ class Runs:
             self.cursor = i + 1
             return pos, 0
         self.cursor = j
-        return self.stops[j - 1], j - i
+        return int(self.stops[j - 1]), j - i
 
     def _node_run(self, pos: int, end: int) -> None:
         w = self._window("node", pos, end)
@@ -155,7 +157,9 @@ class Runs:
         hits = np.flatnonzero(hit)
         first = hits[np.minimum(np.searchsorted(hits, bodies), len(hits) - 1)] if len(hits) else stops
         self.flagged = np.flatnonzero((first >= bodies) & (first < stops)).tolist()
-        self.starts, self.stops = (starts + pos).tolist(), (stops + pos).tolist()
+        self.starts, self.stops = starts + pos, stops + pos
+        if len(self.flagged) > _PATIENCE:  # read node by node: Python ints are cheaper to index
+            self.starts, self.stops = self.starts.tolist(), self.stops.tolist()
         self.cursor = self.flag = 0
         self._fit("node", int(stops[-1]) if len(stops) else 0, len(stops))
 
@@ -199,11 +203,16 @@ class Runs:
 
 def _joined(w: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> bytes:
     """The byte strings ``w[start:start + length]`` joined by NUL bytes, gathered in one copy."""
-    total = int(lengths.sum())
-    if not len(lengths):
+    n = len(lengths)
+    if not n:
         return b""
-    before = np.cumsum(lengths) - lengths  # name bytes before each one
-    out = np.zeros(total + len(lengths) - 1, np.uint8)
-    step = np.arange(total) - np.repeat(before, lengths)  # position inside its name
-    out[np.repeat(before + np.arange(len(lengths)), lengths) + step] = w[np.repeat(starts, lengths) + step]
+    # Output byte j of string k (at offset o_k: the strings and separators before it) is source
+    # byte j + (start_k - o_k). That shift changes at each o_k: a cumulative sum of its steps.
+    offsets = np.cumsum(lengths + 1) - (lengths + 1)
+    total = int(offsets[-1] + lengths[-1])
+    steps = np.zeros(total + 1, np.int64)  # + 1: an empty last string starts at ``total``
+    steps[offsets] = np.diff(starts - offsets, prepend=0)
+    source = np.arange(total) + np.cumsum(steps[:total])
+    out = w[np.minimum(source, len(w) - 1)]  # a separator's source is the byte after a string
+    out[offsets[1:] - 1] = 0
     return out.tobytes()
