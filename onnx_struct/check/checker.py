@@ -44,6 +44,8 @@ class _Checker(GraphRules):
         self.proto = loaded.proto
         self.table = table if table is not None else TypeTable(loaded.struct_types)
         self.value_names: dict[str, StructTypeProto | None] = {}
+        # Every main-graph value holds only type, raw_data and a UTF-8 name (all_plain proved it).
+        self.values_plain = False
         graph = self.proto.graph
         # The wire scan first: besides what the parse hid, it tells which main-graph nodes may have
         # attributes and which struct values hold exactly type, raw_data and name, so that neither
@@ -94,7 +96,7 @@ class _Checker(GraphRules):
         """Every string in the model is UTF-8 (schema/utf8.py): what passes the check never hands
         ``bytes`` to code that expects a name, whichever field it is in."""
         try:
-            utf8.check_model_utf8(self.loaded)
+            utf8.check_model_utf8(self.loaded, plain_values=self.values_plain)
         except ValidationError as error:
             self.report(error)
 
@@ -144,6 +146,7 @@ class _Checker(GraphRules):
             return False  # a name twice, an empty one, one of an initializer or input: reported one by one
         self.value_names = value_names
         self.value_declarations = [declarations[index] for index in {t for t, _ in kinds}]
+        self.values_plain = True
         return True
 
     def check_each_value(self, payloads: dict[int, int], defined: set[str], facts: bool) -> None:
