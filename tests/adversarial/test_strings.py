@@ -15,6 +15,8 @@ from onnx import helper as oh
 
 import onnx_struct as S
 from adversarial.bounded import run_bounded
+from onnx_struct.check.checker import _Checker
+from onnx_struct.schema.model import load
 
 OPSETS = [oh.make_opsetid("", 21), oh.make_opsetid("local", 1)]
 
@@ -184,7 +186,8 @@ def many_values_model(doc_string: str = "") -> bytes:
     model = oh.make_model(graph, opset_imports=OPSETS[:1], ir_version=10)
     (index,) = S.add_struct_types(model, S.make_array(TensorProto.UINT8, 4))
     values = [S.make_struct_value(f"zzv{k:03d}", index, raw_data=bytes(4)) for k in range(300)]
-    values[150].doc_string = doc_string
+    if doc_string:  # (an empty one set is written: the value would not be plain)
+        values[150].doc_string = doc_string
     S.add_struct_values(model, *values)
     return model.SerializeToString()
 
@@ -201,5 +204,6 @@ def many_values_model(doc_string: str = "") -> bytes:
 def test_a_string_that_is_not_utf8_beside_many_struct_values(doc_string, marker, path):
     data = many_values_model(doc_string)
     S.check_model(data)
+    assert _Checker(load(data)).all_plain({0: 4}, set()) == (not doc_string)  # the path taken
     (diagnostic,) = S.validate(with_bad_bytes(data, marker))
     assert diagnostic.path.startswith(path) and diagnostic.code == "invalid_utf8", diagnostic
