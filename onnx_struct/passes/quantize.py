@@ -30,7 +30,7 @@ from onnx_struct.lowering.lower import lower, lower_checked
 from onnx_struct.lowering.names import graph_names, unique_name
 from onnx_struct.lowering.opsets import OpsetConversionError, convert_default_opset
 from onnx_struct.passes.quantize_detach import detach_weights
-from onnx_struct.passes.quantize_opset import raise_unchanged_opset
+from onnx_struct.passes.quantize_opset import keeps_data_left_out, raise_unchanged_opset
 from onnx_struct.passes.quantize_plan import (
     DEFAULT_OP_TYPES,
     WEIGHT_INPUT,
@@ -209,8 +209,14 @@ def quantize_and_plan(
     if _needs_upgrade(result, fmt, shape):  # the imports alone, where no operator differs (quantize_opset.py)
         raise_unchanged_opset(result, _decoder_opset(fmt, shape))
     if deferred is not None and _needs_upgrade(result, fmt, shape):
-        deferred.restore(result.graph)  # onnx's converter sees a whole model
-        deferred = None
+        # onnx's converter on the skeleton (its adapters rewrite nodes, never a weight's data); a
+        # converted model that does not keep each left-out initializer as it was gets the whole model
+        converted, failure = _upgrade_opset(result, fmt, shape)
+        if not failure and keeps_data_left_out(converted, result, deferred.runs):
+            result = converted
+        else:
+            deferred.restore(result.graph)
+            deferred = None
     result, conversion_failure = _upgrade_opset(result, fmt, planned.weights[0].stored_shape)
     planned = build_plan(result, *options)  # its sites are the copy's own nodes, rewritten below
     taken = graph_names(result.graph) | {v.name for v in load(stock).struct_values}

@@ -6,7 +6,10 @@ the file (schema/skeleton.py) would have every weight read back first, the peak 
 quantize then several times the model (docs/semantics.md, "Quantize's memory"). Rule: when every
 default-domain operator of the main graph, its subgraphs and the model's local functions has the
 same schema at both versions, the opset imports alone are raised (what the converter would do:
-it adapts only operators whose schema changed); otherwise the converter decides as before.
+it adapts only operators whose schema changed). Otherwise the converter converts the skeleton, its
+large initializers still without their data (its adapters rewrite nodes and add small tensors,
+they do not read a weight's data): the result is taken when it keeps every left-out initializer
+as it was (name, type, dims, still no data), else the whole model is converted as before.
 """
 
 from __future__ import annotations
@@ -48,6 +51,36 @@ def raise_unchanged_opset(model: onnx.ModelProto, version: int) -> bool:
     for opset in (model_import, *raised):
         opset.version = version
     return True
+
+
+def keeps_data_left_out(converted: onnx.ModelProto, model: onnx.ModelProto, left_out) -> bool:
+    """Whether ``converted`` (``model`` after onnx's version converter) keeps each main-graph
+    initializer of ``model`` whose data was left in the file (named in ``left_out``) with the same
+    type and dims, and still without data, so that the data can be read back into it by name.
+
+    Args:
+        converted: the converted model.
+        model: the skeleton it was converted from.
+        left_out: the names of the initializers whose data is left in the file.
+
+    Returns:
+        True when every such initializer is kept as it was, once.
+    """
+    wanted = {t.name: _form(t) for t in model.graph.initializer if t.name in left_out}
+    kept = [t for t in converted.graph.initializer if t.name in wanted]
+    return len(kept) == len(wanted) and all(_form(t) == wanted[t.name] and t.ByteSize() == _size(t) for t in kept)
+
+
+def _form(tensor: onnx.TensorProto) -> tuple:
+    return tensor.data_type, tuple(tensor.dims), tensor.data_location
+
+
+def _size(tensor: onnx.TensorProto) -> int:
+    """The serialized size of ``tensor``'s name, type and dims alone (no data, nothing else)."""
+    bare = onnx.TensorProto(name=tensor.name, data_type=tensor.data_type, dims=tensor.dims)
+    if tensor.HasField("data_location"):
+        bare.data_location = tensor.data_location
+    return bare.ByteSize()
 
 
 def _default_import(imports) -> onnx.OperatorSetIdProto | None:
