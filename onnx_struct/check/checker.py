@@ -325,16 +325,20 @@ def validate(
     Raises:
         TypeError: ``model`` is not a model form.
     """
+    serialized = None
     if base_dir is None:
+        # An onnx.ModelProto is serialized once: the plain test and the struct-aware check read the same bytes.
+        serialized = model.SerializeToString() if type(model) is onnx.ModelProto else None
         try:
-            plain = stock.plain_form(model, unparsable=False)  # unparsable: our message names the file
+            # unparsable: our message names the file
+            plain = stock.plain_form(model if serialized is None else serialized, unparsable=False)
             if plain is not None:
                 flags = [stock_options.get(k, False) for k in ("skip_opset_compatibility_check", "check_custom_domain")]
                 stock.check_model(plain, full_check, *flags)
                 return []
         except ValidationError as error:  # a missing file, or onnx's finding
             return [error]
-    return _diagnostics(model, full_check, base_dir, stock_options, first_only=False)
+    return _diagnostics(model, full_check, base_dir, stock_options, first_only=False, serialized=serialized)
 
 
 def _diagnostics(

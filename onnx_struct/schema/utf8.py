@@ -29,7 +29,7 @@ def check_model_utf8(loaded, *, plain_values: bool = False) -> None:
     and a UTF-8 ``name`` (the checker's wire facts): no string of theirs is left to check, so the
     twin takes their records as bytes (no message per value) and none is read one by one."""
     data = loaded.stock_serialized
-    if plain_values and data is loaded.serialized:
+    if plain_values and data is not None and data is loaded.serialized:
         try:
             _main_graph_twin().FromString(data)
             return
