@@ -2,11 +2,13 @@
 and on plain models (no struct parts) vs stock onnx itself.
 
 Goal (issue 2): the struct checks add no more than the stock checker's time, i.e.
-(onnx_struct.check_model - onnx.checker.check_model) / onnx.checker.check_model <= 1.
+(onnx_struct.check_model - onnx.checker.check_model) / onnx.checker.check_model <= 1; issue 41
+states it as stock / ours >= 0.5 (stretch 1.0: the whole check in the stock checker's time).
 Goal (issue 27): on a plain model, onnx_struct.check_model / infer_shapes and the installed hook
 take at most 1.3x stock onnx's time (one cheap test, then onnx's own function).
 
     python benchmarks/bench_check.py            # the struct model's ratio
+    python benchmarks/bench_check.py --cpu      # the same by CPU time (a loaded machine's preemptions left out)
     python benchmarks/bench_check.py --parts    # where one check_model call spends its time
     python benchmarks/bench_check.py --plain    # plain models: onnx's node test models, ~100 MB
     python benchmarks/bench_check.py --plain --quick  # the wheel's model files and ~10 MB
@@ -80,7 +82,19 @@ def plain_model(model: onnx.ModelProto) -> onnx.ModelProto:
     return oh.make_model(plain, opset_imports=[oh.make_opsetid("", 21)])
 
 
-def main() -> None:
+def _cpu_interleaved_minimum(functions, repeat: int) -> list[float]:
+    """:func:`_timing.interleaved_minimum` by this thread's CPU time: a call preempted by other
+    processes on a loaded machine costs what it ran, not what it waited."""
+    times: list[list[float]] = [[] for _ in functions]
+    for _ in range(repeat):
+        for slot, function in zip(times, functions, strict=True):
+            start = time.thread_time()
+            function()
+            slot.append(time.thread_time() - start)
+    return [min(slot) for slot in times]
+
+
+def main(cpu: bool = False) -> None:
     model = build()
     plain = plain_model(model)
     # What onnx_struct hands to the stock checker: the model's bytes plus one node defining the values.
@@ -88,7 +102,7 @@ def main() -> None:
     # 150 rounds (~2 s): this machine alternates between fast and slow phases lasting seconds,
     # which slow Python more than onnx's C++; the minimum over a long interleaved run compares
     # both at their fastest, instead of whichever phase a short run happened to fall in.
-    stock, on_view, ours = interleaved_minimum(
+    stock, on_view, ours = (_cpu_interleaved_minimum if cpu else interleaved_minimum)(
         [
             lambda: onnx.checker.check_model(plain),
             lambda: onnx.checker.check_model(view),
@@ -96,12 +110,14 @@ def main() -> None:
         ],
         repeat=150,
     )
+    print(f"{'CPU' if cpu else 'wall'} time, load average {os.getloadavg()[0]:.2f}\n")
     added = (ours - stock) / stock
     print("| measurement | time |\n|---|---|")
     print(f"| onnx.checker.check_model, {N} nodes + {N} initializers | {stock * 1e3:.1f} ms |")
     print(f"| onnx_struct.check_model, {N} nodes + {N} struct values | {ours * 1e3:.1f} ms |")
     print(f"| of which onnx.checker.check_model on the stock view | {on_view * 1e3:.1f} ms |")
     print(f"| added / stock (goal <= 1.0) | {added:.2f} |")
+    print(f"| stock / ours (issue 41: goal >= 0.5, stretch 1.0) | {stock / ours:.2f} |")
     print(f"| onnx_struct's own work / stock checker on the view | {(ours - on_view) / on_view:.2f} |")
 
 
@@ -243,4 +259,4 @@ if __name__ == "__main__":
     elif "--plain" in sys.argv:
         plain("--quick" in sys.argv)
     else:
-        main()
+        main(cpu="--cpu" in sys.argv)

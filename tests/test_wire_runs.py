@@ -259,9 +259,23 @@ def test_chain_against_following_the_records_one_by_one():
         while at in by_start and by_start[at][1]:
             expected.append(at)
             at = by_start[at][0]
-        assert starts[wire_runs._chain(starts, stops, valid)].tolist() == expected, case
+        assert starts[wire_runs._chain(starts, stops, valid, len(w))].tolist() == expected, case
         if not len(starts):
             continue
         reach = np.maximum.accumulate(np.where(valid, stops, 0))
         doubled += not set(expected) <= set(starts[np.concatenate(([True], starts[1:] >= reach[:-1]))].tolist())
     assert doubled > 20  # both ways of finding the chain were taken
+
+
+def test_joined_names_are_the_slices_joined_by_nul():
+    """The one-copy gather of a run's names (a cumulative sum of shifts) is ``b"\\0".join`` of the
+    slices, empty strings and strings ending at the window's end included."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    for case in range(2000):
+        w = rng.integers(1, 256, rng.integers(1, 120)).astype(np.uint8)
+        starts = rng.integers(0, len(w), rng.integers(0, 8)).astype(np.int64)
+        lengths = np.array([rng.integers(0, len(w) - s + 1) for s in starts], np.int64)
+        want = b"\0".join(w[s : s + n].tobytes() for s, n in zip(starts.tolist(), lengths.tolist(), strict=True))
+        assert wire_runs._joined(w, starts, lengths) == want, case

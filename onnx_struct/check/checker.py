@@ -44,6 +44,8 @@ class _Checker(GraphRules):
         self.proto = loaded.proto
         self.table = table if table is not None else TypeTable(loaded.struct_types)
         self.value_names: dict[str, StructTypeProto | None] = {}
+        # Every main-graph value holds only type, raw_data and a UTF-8 name (all_plain proved it).
+        self.values_plain = False
         graph = self.proto.graph
         # The wire scan first: besides what the parse hid, it tells which main-graph nodes may have
         # attributes and which struct values hold exactly type, raw_data and name, so that neither
@@ -97,7 +99,7 @@ class _Checker(GraphRules):
         """Every string in the model is UTF-8 (schema/utf8.py): what passes the check never hands
         ``bytes`` to code that expects a name, whichever field it is in."""
         try:
-            utf8.check_model_utf8(self.loaded)
+            utf8.check_model_utf8(self.loaded, plain_values=self.values_plain)
         except ValidationError as error:
             self.report(error)
 
@@ -146,6 +148,8 @@ class _Checker(GraphRules):
         if len(value_names) != len(names) or "" in value_names or not value_names.keys().isdisjoint(defined):
             return False  # a name twice, an empty one, one of an initializer or input: reported one by one
         self.value_names = value_names
+        self.value_declarations = [declarations[index] for index in {t for t, _ in kinds}]
+        self.values_plain = True
         return True
 
     def check_each_value(self, payloads: dict[int, int], defined: set[str], facts: bool) -> None:
@@ -324,9 +328,13 @@ def validate(
     Raises:
         TypeError: ``model`` is not a model form.
     """
+    serialized = None
     if base_dir is None:
+        # An onnx.ModelProto is serialized once: the plain test and the struct-aware check read the same bytes.
+        serialized = model.SerializeToString() if type(model) is onnx.ModelProto else None
         try:
-            plain = stock.plain_form(model, unparsable=False)  # unparsable: our message names the file
+            # unparsable: our message names the file
+            plain = stock.plain_form(model if serialized is None else serialized, unparsable=False)
             if plain is not None:
                 flags = [stock_options.get(k, False) for k in ("skip_opset_compatibility_check", "check_custom_domain")]
                 try:
@@ -337,14 +345,17 @@ def validate(
                 return [stand_ins] if stand_ins is not None else []
         except ValidationError as error:  # a missing file, or onnx's finding
             return [error]
-    return _diagnostics(model, full_check, base_dir, stock_options, first_only=False)
+    return _diagnostics(model, full_check, base_dir, stock_options, first_only=False, serialized=serialized)
 
 
-def _diagnostics(model, full_check: bool, base_dir, stock_options: dict, first_only: bool) -> list[ValidationError]:
+def _diagnostics(
+    model, full_check: bool, base_dir, stock_options: dict, first_only: bool, serialized: bytes | None = None
+) -> list[ValidationError]:
     """``first_only``: the first diagnostic is all that is needed (check_model): a wire-level
-    problem, always reported first, ends the check without the rules that would follow it."""
+    problem, always reported first, ends the check without the rules that would follow it.
+    ``serialized``: an ``onnx.ModelProto`` ``model``'s serialization, if made already."""
     try:
-        loaded = load(model, base_dir)
+        loaded = load(model, base_dir, serialized=serialized)
     except ValidationError as error:  # unparsable bytes are a diagnostic too
         diagnostics = [error]
     else:
@@ -384,8 +395,11 @@ def check_model(
             InferenceError, ModelValueError (a ValueError), ModelFileNotFoundError (a
             FileNotFoundError), NotRegularFileError and ModelRuntimeError (RuntimeErrors).
     """
+    serialized = None
     if base_dir is None:
-        plain = stock.plain_form(model)
+        # An onnx.ModelProto is serialized once: the plain test and the struct-aware check read the same bytes.
+        serialized = model.SerializeToString() if type(model) is onnx.ModelProto else None
+        plain = stock.plain_form(model if serialized is None else serialized)
         if plain is not None:
             try:
                 stock.check_model(plain, full_check, skip_opset_compatibility_check, check_custom_domain)
@@ -401,7 +415,7 @@ def check_model(
         "skip_opset_compatibility_check": skip_opset_compatibility_check,
         "check_custom_domain": check_custom_domain,
     }
-    diagnostics = _diagnostics(model, full_check, base_dir, stock_options, first_only=True)
+    diagnostics = _diagnostics(model, full_check, base_dir, stock_options, first_only=True, serialized=serialized)
     if diagnostics:
         raise diagnostics[0]
 

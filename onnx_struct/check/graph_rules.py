@@ -26,6 +26,9 @@ class GraphRules(DeclarationRules):
     struct_type_protos: list
     values: list
     value_names: dict[str, StructTypeProto | None]
+    # The distinct declarations among value_names' values, when the value rules know them (a few,
+    # where value_names holds thousands); None: found from value_names.
+    value_declarations: list[StructTypeProto] | None = None
 
     def check_graph_rules(self) -> None:
         self.check_graph_types()
@@ -167,8 +170,10 @@ class GraphRules(DeclarationRules):
         return known[1]
 
     def check_consumers(self) -> None:
-        used = self.value_names.values()
-        declarations = dict(zip(map(id, used), used, strict=True))  # a few distinct ones, at C speed
+        used = self.value_declarations
+        if used is None:
+            used = self.value_names.values()
+            used = dict(zip(map(id, used), used, strict=True)).values()  # a few distinct ones, at C speed
         undecoded_inputs = set()
         for name, struct_type in self.struct_inputs().items():
             if struct_type.WhichOneof("kind") == "type_index":
@@ -176,7 +181,7 @@ class GraphRules(DeclarationRules):
                 table = self.table.declarations
                 if 0 <= index < len(table) and not table[index].HasField("decoder"):
                     undecoded_inputs.add(name)
-        if not undecoded_inputs and all(d is None or d.HasField("decoder") for d in declarations.values()):
+        if not undecoded_inputs and all(d is None or d.HasField("decoder") for d in used):
             return
         undecoded = {name for name, d in self.value_names.items() if d is not None and not d.HasField("decoder")}
         undecoded |= undecoded_inputs

@@ -30,6 +30,7 @@ from onnx_struct.lowering.lower import lower, lower_checked
 from onnx_struct.lowering.names import graph_names, unique_name
 from onnx_struct.lowering.opsets import OpsetConversionError, convert_default_opset
 from onnx_struct.passes.quantize_detach import detach_weights
+from onnx_struct.passes.quantize_opset import keeps_data_left_out, raise_unchanged_opset
 from onnx_struct.passes.quantize_plan import (
     DEFAULT_OP_TYPES,
     WEIGHT_INPUT,
@@ -204,9 +205,18 @@ def quantize_and_plan(
     if not allow_reference_only:
         # one block through the decoder first: a format onnxruntime cannot decode is refused before encoding
         _refuse_if(_probe_error(fmt), fmt)
-    if deferred is not None and _needs_upgrade(result, fmt, planned.weights[0].stored_shape):
-        deferred.restore(result.graph)  # onnx's converter sees a whole model
-        deferred = None
+    shape = planned.weights[0].stored_shape
+    if _needs_upgrade(result, fmt, shape):  # the imports alone, where no operator differs (quantize_opset.py)
+        raise_unchanged_opset(result, _decoder_opset(fmt, shape))
+    if deferred is not None and _needs_upgrade(result, fmt, shape):
+        # onnx's converter on the skeleton (its adapters rewrite nodes, never a weight's data); a
+        # converted model that does not keep each left-out initializer as it was gets the whole model
+        converted, failure = _upgrade_opset(result, fmt, shape)
+        if not failure and keeps_data_left_out(converted, result, deferred.runs):
+            result = converted
+        else:
+            deferred.restore(result.graph)
+            deferred = None
     result, conversion_failure = _upgrade_opset(result, fmt, planned.weights[0].stored_shape)
     planned = build_plan(result, *options)  # its sites are the copy's own nodes, rewritten below
     taken = graph_names(result.graph) | {v.name for v in load(stock).struct_values}
@@ -500,7 +510,7 @@ def _upgrade_opset(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, .
     The converter also runs shape inference; convert_default_opset keeps the graph's own signature
     and value_info, so only the opset and the adapted nodes change.
     """
-    needed = max((o.version for o in fmt.decoder(shape).opset_import if o.domain in ("", "ai.onnx")), default=0)
+    needed = _decoder_opset(fmt, shape)
     have = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     if have >= needed:
         return model, ""
@@ -551,9 +561,13 @@ def _is_deferred(weight: PlannedWeight, deferred: DeferredData | None) -> bool:
     )
 
 
+def _decoder_opset(fmt: BlockFormat, shape: tuple[int, ...]) -> int:
+    """The default-domain opset the format's decoder for ``shape`` imports (0: none)."""
+    return max((o.version for o in fmt.decoder(shape).opset_import if o.domain in ("", "ai.onnx")), default=0)
+
+
 def _needs_upgrade(model: onnx.ModelProto, fmt: BlockFormat, shape: tuple[int, ...]) -> bool:
-    needed = max((o.version for o in fmt.decoder(shape).opset_import if o.domain in ("", "ai.onnx")), default=0)
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0) < needed
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0) < _decoder_opset(fmt, shape)
 
 
 def _check_weight_data(tensor: onnx.TensorProto, where: str, held: int | None = None) -> None:

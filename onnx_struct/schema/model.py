@@ -87,7 +87,8 @@ class LoadedModel:
         self._proto = proto
         self.base_dir = base_dir
         # The bytes ``proto`` was parsed from (nothing mutates a loaded proto), so a stock view can be
-        # parsed from them instead of serializing the overlay again.
+        # parsed from them instead of serializing the overlay again; with ``source``: its serialization,
+        # if the caller made it already (parsed when ``proto`` is first asked for).
         self._serialized = serialized
         self._source = source  # set while ``proto`` is not parsed yet
         self._stock: bytes | None = None  # see stock_serialized
@@ -102,7 +103,7 @@ class LoadedModel:
     @property
     def proto(self) -> pb.ModelProto:
         if self._proto is None:
-            data = self._source.SerializeToString()
+            data = self._serialized if self._serialized is not None else self._source.SerializeToString()
             # A stock object holds the proposal's fields as unknown fields, unparsed: one that is
             # not what the proposal says (3 bytes of garbage as struct_types) fails here.
             try:
@@ -229,10 +230,13 @@ def install_model_file_reader(reader: Callable[[pathlib.Path], bytes]) -> None:
     _read_model_file = reader
 
 
-def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = None) -> LoadedModel:
+def load(
+    model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = None, *, serialized: bytes | None = None
+) -> LoadedModel:
     """Parse any accepted model form into the overlay object model (no payload is read).
 
-    An ``onnx.ModelProto`` is not serialized until something needs more than its struct parts.
+    An ``onnx.ModelProto`` is not serialized until something needs more than its struct parts;
+    ``serialized``: its serialization, when the caller has made it (not made again).
     """
     # A relative base_dir is resolved here, once, as a model's own directory is: a later os.chdir
     # must not change which file a call reads.
@@ -247,8 +251,8 @@ def load(model: ModelLike | LoadedModel, base_dir: str | os.PathLike | None = No
         return LoadedModel(model, directory)
     if isinstance(model, onnx.ModelProto):
         if struct_parts.AVAILABLE:
-            return LoadedModel(None, directory, source=model)
-        data = model.SerializeToString()
+            return LoadedModel(None, directory, serialized, source=model)
+        data = serialized if serialized is not None else model.SerializeToString()
         return LoadedModel(pb.ModelProto.FromString(data), directory, data)
     if isinstance(model, (bytes, bytearray, memoryview)):
         data = bytes(model)

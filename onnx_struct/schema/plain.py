@@ -66,6 +66,17 @@ def _mask_class():
                 name=field.name, number=field.number, type=_FIELD.TYPE_MESSAGE, type_name=type_name,
                 label=_FIELD.LABEL_OPTIONAL if main_graph else _FIELD.LABEL_REPEATED,
             )  # fmt: skip
+    # The main graph's own type: its struct values as bytes, so that a model holding them is told
+    # by their count, without a message per value or IsInitialized's walk over every node.
+    graph = next(m for m in file.message_type if m.name == _name(pb.GraphProto.DESCRIPTOR))
+    main = file.message_type.add()
+    main.CopyFrom(graph)
+    main.name = _MAIN_GRAPH_TYPE
+    values = next(f for f in main.field if f.number == _VALUES)
+    values.type = _FIELD.TYPE_BYTES
+    values.ClearField("type_name")
+    model = next(m for m in file.message_type if m.name == _name(pb.ModelProto.DESCRIPTOR))
+    next(f for f in model.field if f.number == _GRAPH).type_name = f".{_PACKAGE}.{_MAIN_GRAPH_TYPE}"
     pool = descriptor_pool.DescriptorPool()
     pool.Add(file)
     return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.{_name(pb.ModelProto.DESCRIPTOR)}"))
@@ -88,6 +99,11 @@ def _name(descriptor) -> str:
     return descriptor.full_name.replace(".", "_")
 
 
+_MAIN_GRAPH_TYPE = "MainGraph"
+_GRAPH = pb.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
+_INITIALIZERS = {pb.GraphProto.DESCRIPTOR.fields_by_name[name].number for name in ("initializer", "sparse_initializer")}
+_TYPES = pb.ModelProto.DESCRIPTOR.fields_by_name["struct_types"].number
+_VALUES = pb.GraphProto.DESCRIPTOR.fields_by_name["struct_initializer"].number
 _Mask = _mask_class()
 
 
@@ -138,9 +154,10 @@ def has_struct_parts(data: bytes | FileBytes) -> bool | None:
         mask = _Mask.FromString(data)
     except (DecodeError, Malformed):
         return None
-    if not mask.IsInitialized():
+    graph = mask.graph
+    if graph.struct_initializer or not mask.IsInitialized():
         return True
-    model, graph = UnknownFieldSet(mask), UnknownFieldSet(mask.graph)
+    model, graph = UnknownFieldSet(mask), UnknownFieldSet(graph)
     if not (model or graph):  # the common case: no unknown field to list
         return False
     return any(field.field_number == _TYPES for field in model) or any(field.field_number == _VALUES for field in graph)
@@ -176,9 +193,3 @@ def _records(data, start: int, end: int):
         after = skip(data, value, end, tag)
         yield tag >> 3, tag & 7, pos, after
         pos = after
-
-
-_GRAPH = pb.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
-_INITIALIZERS = {pb.GraphProto.DESCRIPTOR.fields_by_name[name].number for name in ("initializer", "sparse_initializer")}
-_TYPES = pb.ModelProto.DESCRIPTOR.fields_by_name["struct_types"].number
-_VALUES = pb.GraphProto.DESCRIPTOR.fields_by_name["struct_initializer"].number

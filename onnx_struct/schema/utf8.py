@@ -19,14 +19,24 @@ from onnx_struct._proto import pb  # noqa: TID251 - the serde layer
 from onnx_struct.errors import ValidationError
 
 
-def check_model_utf8(loaded) -> None:
+def check_model_utf8(loaded, *, plain_values: bool = False) -> None:
     """:func:`check_utf8` for a :class:`~onnx_struct.schema.model.LoadedModel`, without a copy of
     its inline payloads: the twin parses the bytes stock views parse, which lack the main graph's
     struct value records in a large model (their payloads would be copied a third time: the
-    session's peak memory, docs/benchmarks.md); those values' strings are read one by one."""
+    session's peak memory, docs/benchmarks.md); those values' strings are read one by one.
+
+    ``plain_values``: every main-graph struct value is known to hold only ``type``, ``raw_data``
+    and a UTF-8 ``name`` (the checker's wire facts): no string of theirs is left to check, so the
+    twin takes their records as bytes (no message per value) and none is read one by one."""
     data = loaded.stock_serialized
+    if plain_values and data is not None and data is loaded.serialized:
+        try:
+            _main_graph_twin().FromString(data)
+            return
+        except DecodeError:
+            pass  # a string elsewhere: the full check below names it
     check_utf8(loaded.proto, data=data)
-    if data is loaded.serialized:
+    if data is loaded.serialized or plain_values:
         return
     for k, value in enumerate(loaded.proto.graph.struct_initializer):
         where = f"graph.struct_initializer[{k}] ({value.name!r})" if value.name else f"graph.struct_initializer[{k}]"
@@ -113,6 +123,34 @@ def _twin_pool() -> descriptor_pool.DescriptorPool:
         _as_proto3(proto.message_type)
         pool.Add(proto)
     return pool
+
+
+@functools.cache
+def _main_graph_twin():
+    """The twin of ModelProto whose main graph takes its struct value records as bytes (each
+    copied, none parsed): the others' strings checked as the twin checks them."""
+    pool = descriptor_pool.DescriptorPool()
+    for file in _with_dependencies(pb.DESCRIPTOR):
+        proto = descriptor_pb2.FileDescriptorProto()
+        file.CopyToProto(proto)
+        proto.syntax = "proto3"
+        proto.ClearField("options")
+        _as_proto3(proto.message_type)
+        if file is pb.DESCRIPTOR:
+            graph = next(m for m in proto.message_type if m.name == pb.GraphProto.DESCRIPTOR.name)
+            main = proto.message_type.add()
+            main.CopyFrom(graph)
+            main.name = _MAIN_GRAPH
+            values = next(f for f in main.field if f.name == "struct_initializer")
+            values.type = FieldDescriptor.TYPE_BYTES
+            values.ClearField("type_name")
+            model = next(m for m in proto.message_type if m.name == pb.ModelProto.DESCRIPTOR.name)
+            next(f for f in model.field if f.name == "graph").type_name = f".{proto.package}.{_MAIN_GRAPH}"
+        pool.Add(proto)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(pb.ModelProto.DESCRIPTOR.full_name))
+
+
+_MAIN_GRAPH = "MainGraphProto"
 
 
 def _with_dependencies(file, seen: set | None = None) -> list:

@@ -23,6 +23,9 @@ _MIN_WINDOW = 1 << 12
 # number of records of a kind (as the parse counts them) from which numpy reads from the first.
 _PATIENCE = 64
 _LONG_RUN = 200
+# Bytes per record of a kind assumed for the first window of a long run (the parse's count times
+# this, between the first and the last window): a run of 2,000 values of ~100 bytes in one pass.
+_RECORD_BYTES = {"node": 32, "value": 128}
 
 
 def _varints(w: np.ndarray, at: np.ndarray, max_bytes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -42,17 +45,21 @@ def _varints(w: np.ndarray, at: np.ndarray, max_bytes: int) -> tuple[np.ndarray,
     return value, size, ~more & (at + size <= len(w))
 
 
-def _chain(starts: np.ndarray, stops: np.ndarray, valid: np.ndarray) -> np.ndarray:
+def _chain(starts: np.ndarray, stops: np.ndarray, valid: np.ndarray, span: int) -> np.ndarray:
     """Indices of the candidates chained from the one at the window's start (none if there is none
-    there): each starts where the one before stops."""
+    there): each starts where the one before stops. ``span``: the window's length (every start is
+    below it)."""
     m = len(starts)
     if not m or starts[0] != 0 or not valid[0]:
         return np.zeros(0, np.int64)
-    j = np.searchsorted(starts, stops)
-    clipped = np.minimum(j, m - 1)
-    successor = np.where((j < m) & (starts[clipped] == stops) & valid[clipped], clipped, m)
-    if (successor[:-1] == np.arange(1, m)).all():  # no false candidate (struct values, mostly)
+    if valid.all() and (starts[1:] == stops[:-1]).all():  # no false candidate (struct values, mostly)
         return np.arange(m)
+    # The candidate starting at each byte of the window (m: none there, or past the window), one
+    # int32 per byte: a lookup per stop instead of a binary search.
+    at = np.full(span + 1, m, np.int32)
+    at[starts] = np.arange(m, dtype=np.int32)
+    following = at[np.minimum(stops, span)]
+    successor = np.where(valid[np.minimum(following, m - 1)], following, m)
     # A guess checked link by link: the candidates inside no earlier valid candidate's record (a
     # false one lies inside the record it was read from). Where a link fails, the chain is known
     # up to there; it is complete if that member has no successor, else pointer doubling decides.
@@ -88,8 +95,12 @@ class Runs:
         if counts is not None:
             for kind, count in zip(("node", "value"), counts, strict=True):
                 self.patience[kind] = 0 if count >= _LONG_RUN else count
-        self.starts: list[int] = []  # the current run of nodes: where each starts and stops
-        self.stops: list[int] = []
+                if count >= _LONG_RUN:
+                    self.windows[kind] = min(_LAST_WINDOW, max(_FIRST_WINDOW, count * _RECORD_BYTES[kind]))
+        # The current run of nodes: where each starts and stops (numpy arrays, or lists when many
+        # of its nodes are read one by one).
+        self.starts: np.ndarray | list[int] = []
+        self.stops: np.ndarray | list[int] = []
         self.flagged: list[int] = []  # indices of the run's nodes whose bodies hold a probe byte
         self.cursor = self.flag = 0  # the next node of the run, the next flagged one
 
@@ -130,7 +141,7 @@ class Runs:
             self.cursor = i + 1
             return pos, 0
         self.cursor = j
-        return self.stops[j - 1], j - i
+        return int(self.stops[j - 1]), j - i
 
     def _node_run(self, pos: int, end: int) -> None:
         w = self._window("node", pos, end)
@@ -138,7 +149,7 @@ class Runs:
         length, size, ok = _varints(w, starts + 1, 2)
         bodies = starts + 1 + size
         stops = bodies + length
-        members = _chain(starts, stops, ok & (stops <= len(w)))
+        members = _chain(starts, stops, ok & (stops <= len(w)), len(w))
         starts, bodies, stops = starts[members], bodies[members], stops[members]
         hit = np.zeros(len(w), bool)
         for byte in self.probe:
@@ -146,7 +157,9 @@ class Runs:
         hits = np.flatnonzero(hit)
         first = hits[np.minimum(np.searchsorted(hits, bodies), len(hits) - 1)] if len(hits) else stops
         self.flagged = np.flatnonzero((first >= bodies) & (first < stops)).tolist()
-        self.starts, self.stops = (starts + pos).tolist(), (stops + pos).tolist()
+        self.starts, self.stops = starts + pos, stops + pos
+        if len(self.flagged) > _PATIENCE:  # read node by node: Python ints are cheaper to index
+            self.starts, self.stops = self.starts.tolist(), self.stops.tolist()
         self.cursor = self.flag = 0
         self._fit("node", int(stops[-1]) if len(stops) else 0, len(stops))
 
@@ -177,7 +190,7 @@ class Runs:
         name_lengths, size, name_ok = _varints(w, at + 1, 2)
         names = at + 1 + size
         ok &= name_ok & (names + name_lengths == stops)  # nothing else in the record
-        members = _chain(starts, stops, ok)
+        members = _chain(starts, stops, ok, len(w))
         self._fit("value", int(stops[members[-1]]) if len(members) else 0, len(members))
         if not len(members):
             return None
@@ -190,11 +203,16 @@ class Runs:
 
 def _joined(w: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> bytes:
     """The byte strings ``w[start:start + length]`` joined by NUL bytes, gathered in one copy."""
-    total = int(lengths.sum())
-    if not len(lengths):
+    n = len(lengths)
+    if not n:
         return b""
-    before = np.cumsum(lengths) - lengths  # name bytes before each one
-    out = np.zeros(total + len(lengths) - 1, np.uint8)
-    step = np.arange(total) - np.repeat(before, lengths)  # position inside its name
-    out[np.repeat(before + np.arange(len(lengths)), lengths) + step] = w[np.repeat(starts, lengths) + step]
+    # Output byte j of string k (at offset o_k: the strings and separators before it) is source
+    # byte j + (start_k - o_k). That shift changes at each o_k: a cumulative sum of its steps.
+    offsets = np.cumsum(lengths + 1) - (lengths + 1)
+    total = int(offsets[-1] + lengths[-1])
+    steps = np.zeros(total + 1, np.int64)  # + 1: an empty last string starts at ``total``
+    steps[offsets] = np.diff(starts - offsets, prepend=0)
+    source = np.arange(total) + np.cumsum(steps[:total])
+    out = w[np.minimum(source, len(w) - 1)]  # a separator's source is the byte after a string
+    out[offsets[1:] - 1] = 0
     return out.tobytes()

@@ -15,6 +15,8 @@ from onnx import helper as oh
 
 import onnx_struct as S
 from adversarial.bounded import run_bounded
+from onnx_struct.check.checker import _Checker
+from onnx_struct.schema.model import load
 
 OPSETS = [oh.make_opsetid("", 21), oh.make_opsetid("local", 1)]
 
@@ -170,3 +172,38 @@ def test_a_large_inline_model_is_checked_whole(tmp_path, marker, path):
     data = with_bad_bytes(large_struct_model(17), marker)
     out = run_bounded("S.check_model(ARG)", save(tmp_path, data), cpu_seconds=10, memory_mib=300)
     out.assert_validation_error(path, contains="not valid UTF-8")
+
+
+def many_values_model(doc_string: str = "") -> bytes:
+    """300 struct values (a run the wire scan reads with numpy), value 150 with ``doc_string``, and
+    a node named "zzmainnode"."""
+    graph = oh.make_graph(
+        [oh.make_node("Identity", ["X"], ["Y"], name="zzmainnode")],
+        "g",
+        [oh.make_tensor_value_info("X", TensorProto.FLOAT, [4])],
+        [oh.make_tensor_value_info("Y", TensorProto.FLOAT, [4])],
+    )
+    model = oh.make_model(graph, opset_imports=OPSETS[:1], ir_version=10)
+    (index,) = S.add_struct_types(model, S.make_array(TensorProto.UINT8, 4))
+    values = [S.make_struct_value(f"zzv{k:03d}", index, raw_data=bytes(4)) for k in range(300)]
+    if doc_string:  # (an empty one set is written: the value would not be plain)
+        values[150].doc_string = doc_string
+    S.add_struct_values(model, *values)
+    return model.SerializeToString()
+
+
+@pytest.mark.parametrize(
+    ("doc_string", "marker", "path"),
+    [
+        ("", "zzmainnode", "graph.node[0]"),  # every value plain: their records are not parsed by the twin
+        ("", "zzv150", "graph.struct_initializer[150]"),
+        ("zzdoc", "zzdoc", "graph.struct_initializer[150] ('zzv150').doc_string"),  # one value not plain
+        ("zzdoc", "zzmainnode", "graph.node[0]"),
+    ],
+)
+def test_a_string_that_is_not_utf8_beside_many_struct_values(doc_string, marker, path):
+    data = many_values_model(doc_string)
+    S.check_model(data)
+    assert _Checker(load(data)).all_plain({0: 4}, set()) == (not doc_string)  # the path taken
+    (diagnostic,) = S.validate(with_bad_bytes(data, marker))
+    assert diagnostic.path.startswith(path) and diagnostic.code == "invalid_utf8", diagnostic
