@@ -18,6 +18,7 @@ import random
 
 import pytest
 
+import onnx_struct
 from adversarial.bounded import run_bounded
 from onnx_struct.llm.tokenizer.special import SpecialPartition
 from onnx_struct.llm.tokenizer.vocab import Attr
@@ -99,3 +100,22 @@ raise S.ValidationError("done", "partitioned")
 @pytest.mark.slow
 def test_twenty_thousand_user_tokens_over_many_fragments_end_within_seconds():
     run_bounded(CHILD, cpu_seconds=10, memory_mib=512).assert_validation_error("done")
+
+
+def test_numpy_integer_ids_decode_as_the_ints_they_are():
+    np = pytest.importorskip("numpy")
+    from onnx_struct.llm.tokenizer.tokenizer import Tokenizer  # noqa: PLC0415
+    from onnx_struct.llm.tokenizer.vocab import load_vocab  # noqa: PLC0415
+
+    tok = Tokenizer(
+        load_vocab(
+            {"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.tokens": ["a", "b", "c"], "tokenizer.ggml.merges": []}
+        )
+    )
+    for dtype in ("uint8", "int32", "int64", "uint64"):
+        assert tok.decode(np.array([2, 0, 1], dtype=dtype)) == "cab"
+        assert tok.token_to_piece(np.array(1, dtype=dtype)[()]) == b"b"
+    with pytest.raises(onnx_struct.ValidationError):
+        tok.decode(np.array([3], dtype="uint64"))
+    with pytest.raises(onnx_struct.ValidationError):
+        tok.decode(np.array([1.0]))
