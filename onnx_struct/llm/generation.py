@@ -408,6 +408,12 @@ class Generator:
         or full stdout) propagates as it was raised; with ``interruptible``, Ctrl-C (KeyboardInterrupt)
         ends the reply (``stop_reason`` ``"interrupted"``) instead of propagating.
         """
+        if stream is not None and not callable(stream):
+            raise ValidationError(
+                "generate(stream)",
+                f"a {type(stream).__name__}: not None or a callable taking a str",
+                code="bad_argument",
+            )
         try:
             return self._loop(cache, prompt_ids, sampler, max_new_tokens, stops, stream, interruptible)
         except StreamFailed as failed:
@@ -484,6 +490,10 @@ class Generator:
         # Gather would wrap a negative id to the end of the vocabulary and fail on a large one.
         if isinstance(prompt, (bytes, bytearray)):  # its bytes would read as token ids
             raise ValidationError(where, "bytes: give the text as str or token ids", code="bad_argument")
+        if not isinstance(prompt, Iterable):
+            raise ValidationError(
+                where, f"a {type(prompt).__name__}: not a str or a sequence of token ids", code="bad_argument"
+            )
         ids = []
         for i, token in enumerate(prompt):
             if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or not 0 <= token < self.n_vocab:

@@ -150,3 +150,13 @@ def test_a_stream_callback_failure_is_the_callers_not_the_models(tiny):
         onnx_struct.generate(str(tiny / "model.onnx"), "hi", max_new_tokens=4, stream=stream)
     assert not isinstance(caught.value, onnx_struct.ValidationError)
     assert caught.value.errno == 28
+
+
+@pytest.mark.parametrize(("kwargs", "path"), [({"prompt": 5}, "generate(prompt)"), ({"stream": 5}, "generate(stream)")])
+def test_a_prompt_or_stream_of_the_wrong_type_is_refused_naming_it(tiny, kwargs, path):
+    import onnx_struct  # noqa: PLC0415
+
+    kwargs = {"prompt": "hi", **kwargs}
+    with pytest.raises(onnx_struct.ValidationError) as caught:  # was TypeError: 'int' object is not ...
+        onnx_struct.generate(str(tiny / "model.onnx"), max_new_tokens=2, **kwargs)
+    assert (caught.value.path, caught.value.code) == (path, "bad_argument")
