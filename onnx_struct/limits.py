@@ -187,6 +187,13 @@ MAX_ROPE_TABLE_BYTES = 2**30
 # special-token partition, the regex split, the merges of each word), this bounds one call's time
 # and memory (a few seconds per million characters).
 MAX_TOKENIZE_CHARS = 2**24
+# Steps per character a WPM, UGM or RWKV session may spend on one fragment (plus a fixed slack of
+# 2^16; a step is one piece lookup, about 0.1 µs, and one more per 16 bytes it hashes): at each
+# position they try every piece length sharing its first bytes, so a vocabulary of 2,000 lengths
+# under one prefix made 16,000 characters take 19 s; llama.cpp's bert-bge file tries at most 18
+# lengths of at most 19 characters (about 30 steps), gemma-3's pieces under U+2581 about 80. At
+# the bound a hostile vocabulary costs about 10 s per million characters, linear in the text.
+MAX_TOKENIZE_STEPS_PER_CHAR = 256
 # Chat templates (onnx_struct.llm.chat): a template comes with the file, so it is hostile input.
 # Jinja's sandbox stops attribute escapes but bounds neither loops nor output. Characters of one
 # template's text (the largest of llama.cpp's 70 real templates has about 16,700; compiling

@@ -43,6 +43,7 @@ def test_special_no_bos_and_json(vocab_file, capsys):
 
 
 def test_text_that_is_not_utf8_is_refused(vocab_file, capsys):
-    # Python's argv holds undecodable bytes as lone surrogates
-    assert main(["tokenize", str(vocab_file), "h\udcffi"]) == 1
+    # Python's argv holds undecodable bytes as lone surrogates: the text argument's usage error
+    # (exit 2, as generate's --prompt), not an invalid model
+    assert main(["tokenize", str(vocab_file), "h\udcffi"]) == 2
     assert "lone surrogate" in capsys.readouterr().err

@@ -18,7 +18,13 @@ import sys
 
 from onnx_struct import limits
 from onnx_struct.cli import EXIT_OK, UsageError
-from onnx_struct.cli.generate import add_sampling_arguments, check_sampling_options
+from onnx_struct.cli.generate import (
+    add_sampling_arguments,
+    check_sampling_options,
+    option_error,
+    require_stdout,
+    stdout_gone,
+)
 from onnx_struct.errors import ValidationError
 
 INPUT = "model"
@@ -44,21 +50,34 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.threads is not None and not 1 <= args.threads <= limits.MAX_INTRA_OP_THREADS:
         raise UsageError(f"--threads must be from 1 to {limits.MAX_INTRA_OP_THREADS}")
-    replace_unencodable(sys.stdout)
+    require_stdout()
+    if sys.stdin is None:  # `<&-`: Python's sys.stdin is None
+        raise UsageError("standard input is closed: nothing to read the messages from")
+    if args.system is not None and not _is_unicode(args.system):
+        raise UsageError("--system: not valid UTF-8 (a lone surrogate): give the message as text")
     replace_unencodable(sys.stdin)  # input its encoding cannot decode: U+FFFD, not a traceback
     try:
         chat = _open(args)
         terminal = sys.stdin.isatty()
         return _converse(chat, args, terminal)
+    except BrokenPipeError:
+        return stdout_gone()
     except ImportError as error:
         if error.name not in ("tokenizers", "jinja2"):
             raise
         raise UsageError(str(error)) from None
     except ValidationError as error:
         if error.code == "bad_argument" and error.path.startswith(("generate(", "chat(")):  # the option --name
-            name = error.path.partition("(")[2].partition(")")[0]
-            raise UsageError(f"--{name.replace('_', '-')}: {error.reason}") from None
+            raise option_error(error, "--system") from None
         raise
+
+
+def _is_unicode(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def replace_unencodable(stream) -> None:

@@ -11,6 +11,7 @@ Greedy by default; --temperature above 0 samples, with --top-k, --top-p and --se
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from onnx_struct import limits
@@ -19,6 +20,43 @@ from onnx_struct.errors import ValidationError
 
 INPUT = "model"
 HELP = "generate text with a decoder model from `from-gguf --graph` (exit 0 ok, 1 invalid model, 2 usage/I-O)"
+
+
+EXIT_BROKEN_PIPE = 141  # as a shell reports a process ended by SIGPIPE (`... | head -1`)
+
+
+def require_stdout() -> None:
+    """Refuse a closed stdout (``>&-``: Python's ``sys.stdout`` is None) before any work, and make
+    characters its encoding lacks (``PYTHONIOENCODING=ascii``) print as '?' instead of a traceback.
+
+    Raises:
+        UsageError: stdout is closed.
+    """
+    if sys.stdout is None:
+        raise UsageError("standard output is closed: nothing to write the text to")
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(errors="replace")
+
+
+def stdout_gone() -> int:
+    """The reader of stdout went away (``| head -1``): no message, no traceback, exit 141 as
+    after SIGPIPE. Stdout is pointed at /dev/null so that the interpreter's last flush of what
+    is still buffered does not fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+    return EXIT_BROKEN_PIPE
+
+
+def option_error(error: ValidationError, option: str) -> UsageError:
+    """A refused argument as the usage error of its option: ``generate(top_k)`` is ``--top-k``,
+    ``chat(ctx_size)`` ``--ctx-size``; a text the tokenizer refuses (``encode(text)``, a lone
+    surrogate from bytes that are not UTF-8 on the command line) is ``option``'s."""
+    name = error.path.partition("(")[2].partition(")")[0]
+    flag = option if error.path.startswith("encode(") else "--" + name.replace("_", "-")
+    return UsageError(f"{flag}: {error.reason}")
 
 
 def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
@@ -61,8 +99,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.threads is not None and not 1 <= args.threads <= limits.MAX_INTRA_OP_THREADS:
         raise UsageError(f"--threads must be from 1 to {limits.MAX_INTRA_OP_THREADS}")
-    if hasattr(sys.stdout, "reconfigure"):  # characters stdout cannot encode print as '?', not a traceback
-        sys.stdout.reconfigure(errors="replace")
+    require_stdout()
+    try:
+        return _generate(args)
+    except BrokenPipeError:
+        return stdout_gone()
+
+
+def _generate(args: argparse.Namespace) -> int:
     try:
         from onnx_struct.llm.generate import generate  # noqa: PLC0415 - onnxruntime on use only
 
@@ -89,9 +133,8 @@ def run(args: argparse.Namespace) -> int:
             raise
         raise UsageError(str(error)) from None
     except ValidationError as error:
-        if error.code == "bad_argument":  # generate(name): the option --name
-            option = "--" + error.path.removeprefix("generate(").removesuffix(")").replace("_", "-")
-            raise UsageError(f"{option}: {error.reason}") from None
+        if error.code == "bad_argument" and error.path.startswith(("generate(", "encode(")):
+            raise option_error(error, "--prompt") from None
         raise
     sys.stdout.write("\n")
     if not args.quiet:

@@ -12,8 +12,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
-from onnx_struct.cli import EXIT_OK
+from onnx_struct.cli import EXIT_OK, UsageError
+from onnx_struct.cli.generate import require_stdout, stdout_gone
+from onnx_struct.errors import ValidationError
 
 INPUT = "model"
 HELP = "tokenize a text with a GGUF file's vocabulary: ids and pieces (exit 0 ok, 1 invalid, 2 usage/I-O)"
@@ -30,12 +33,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer  # noqa: PLC0415 - on use
 
+    require_stdout()
     tokenizer = load_tokenizer(args.model)
-    ids = tokenizer.encode(args.text, add_bos=False if args.no_bos else None, special=args.special)
+    try:
+        ids = tokenizer.encode(args.text, add_bos=False if args.no_bos else None, special=args.special)
+    except ValidationError as error:
+        if error.code == "bad_argument":  # the text given (bytes that are not UTF-8 on the command line)
+            raise UsageError(f"text: {error.reason}") from None
+        raise
     pieces = [tokenizer.token_to_piece(i, special=True).decode("utf-8", "replace") for i in ids]
-    if args.json:
-        print(json.dumps({"ids": ids, "pieces": pieces}, ensure_ascii=False))
-    else:
-        for token, piece in zip(ids, pieces, strict=True):
-            print(f"{token:>8} {json.dumps(piece, ensure_ascii=False)}")
+    try:
+        if args.json:
+            print(json.dumps({"ids": ids, "pieces": pieces}, ensure_ascii=False))
+        else:
+            for token, piece in zip(ids, pieces, strict=True):
+                print(f"{token:>8} {json.dumps(piece, ensure_ascii=False)}")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return stdout_gone()
     return EXIT_OK

@@ -106,6 +106,22 @@ def sample(
     return int(order[rng.choice(len(order), p=probs)])
 
 
+class StreamFailed(Exception):
+    """The ``stream`` callback raised ``error``: carried past the loop's boundary, which turns the
+    model's and the runtime's failures (not the caller's) into a ValidationError."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _call_stream(stream: Callable[[str], None], piece: str) -> None:
+    try:
+        stream(piece)
+    except Exception as error:
+        raise StreamFailed(error) from error
+
+
 def _not_a_decoder() -> ValidationError:
     return ValidationError(
         "graph.input",
@@ -388,11 +404,21 @@ class Generator:
         """Generate after ``prompt_ids``, keeping the longest prefix of them ``cache`` already holds.
 
         Exceptions of numpy, onnxruntime or the tokenizer inside the loop become a ValidationError
-        (``runtime_failure``) naming the cause; with ``interruptible``, Ctrl-C (KeyboardInterrupt)
+        (``runtime_failure``) naming the cause; an exception of ``stream`` (the caller's: a closed
+        or full stdout) propagates as it was raised; with ``interruptible``, Ctrl-C (KeyboardInterrupt)
         ends the reply (``stop_reason`` ``"interrupted"``) instead of propagating.
         """
+        if stream is not None and not callable(stream):
+            raise ValidationError(
+                "generate(stream)",
+                f"a {type(stream).__name__}: not None or a callable taking a str",
+                code="bad_argument",
+            )
         try:
             return self._loop(cache, prompt_ids, sampler, max_new_tokens, stops, stream, interruptible)
+        except StreamFailed as failed:
+            # the caller's own failure (stdout closed, a full disk, a broken pipe): not the model's
+            raise failed.error from None
         except ValidationError:
             raise
         except Exception as error:  # onnxruntime's, numpy's or the tokenizer's: a failure of this run
@@ -429,7 +455,7 @@ class Generator:
                 piece = streamer.push(token)
                 pieces.append(piece)
                 if stream is not None and piece:
-                    stream(piece)
+                    _call_stream(stream, piece)
                 if len(tokens) == max_new_tokens:
                     break
                 if len(cache.tokens) >= cache.limit:
@@ -446,7 +472,7 @@ class Generator:
             generation_seconds = time.perf_counter() - start
         rest = streamer.flush()
         if stream is not None and rest:
-            stream(rest)
+            _call_stream(stream, rest)
         text = "".join(pieces) + rest
         return Generation(
             text,
@@ -464,6 +490,10 @@ class Generator:
         # Gather would wrap a negative id to the end of the vocabulary and fail on a large one.
         if isinstance(prompt, (bytes, bytearray)):  # its bytes would read as token ids
             raise ValidationError(where, "bytes: give the text as str or token ids", code="bad_argument")
+        if not isinstance(prompt, Iterable):
+            raise ValidationError(
+                where, f"a {type(prompt).__name__}: not a str or a sequence of token ids", code="bad_argument"
+            )
         ids = []
         for i, token in enumerate(prompt):
             if isinstance(token, bool) or not isinstance(token, (int, np.integer)) or not 0 <= token < self.n_vocab:

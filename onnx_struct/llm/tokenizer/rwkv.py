@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from onnx_struct.errors import ValidationError
 from onnx_struct.llm.tokenizer.vocab import Vocab
+from onnx_struct.llm.tokenizer.work import budget, lookup_cost, refuse
 
+_SHORT = ((2, 1), 2)  # the lengths tried where no piece of 3 bytes or more starts, and their cost
 _ESCAPES = {ord("t"): 0x09, ord("n"): 0x0A, ord("r"): 0x0D}
 
 
@@ -71,7 +73,11 @@ class RwkvSession:
         for piece in pieces:
             if len(piece) >= 3:
                 by_prefix.setdefault(piece[:3], set()).add(len(piece))
-        self._lengths = {key: sorted(lengths, reverse=True) for key, lengths in by_prefix.items()}
+        # the lengths tried at a position, longest first, and what trying them costs
+        self._tries = {}
+        for key, lengths in by_prefix.items():
+            tries = (*sorted(lengths, reverse=True), 2, 1)
+            self._tries[key] = (tries, lookup_cost(tries))
         self._unk = vocab.unk
 
     def tokenize(self, text: str) -> list[int]:
@@ -85,16 +91,22 @@ class RwkvSession:
 
         Raises:
             ValidationError: (``untokenizable``) a byte no token covers and the vocabulary has no
-                unknown token.
+                unknown token; (``limit_exceeded``) the vocabulary makes the text take more than
+                ``MAX_TOKENIZE_STEPS_PER_CHAR`` lookups a byte.
         """
         data = text.encode("utf-8", "surrogatepass")
-        pieces, lengths_of = self._pieces, self._lengths
+        pieces, tries_at = self._pieces, self._tries
         out: list[int] = []
         position, n = 0, len(data)
+        limit = left = budget(n)
         while position < n:
             found = None
             if data[position] in self._first:
-                for length in (*lengths_of.get(data[position : position + 3], ()), 2, 1):
+                tries, cost = tries_at.get(data[position : position + 3], _SHORT)
+                left -= cost
+                if left < 0:
+                    refuse("rwkv", n, limit - left)
+                for length in tries:
                     if position + length <= n:
                         found = pieces.get(data[position : position + length])
                         if found is not None:

@@ -12,6 +12,7 @@ prefixed space of an SPM text taken off the first piece, and llama.cpp's ``clean
 from __future__ import annotations
 
 import importlib
+import numbers
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
@@ -174,6 +175,7 @@ class Tokenizer:
             ValidationError: the id is outside the vocabulary.
         """
         self._check_id(token, "token_to_piece(token)")
+        token = int(token)  # a numpy integer indexes and keys the cache as the int it is
         if not special and self.vocab.attrs[token] & _HIDDEN:
             return b""
         piece = self._pieces.get(token)
@@ -273,7 +275,8 @@ class Tokenizer:
         return TokenStreamer(self, special)
 
     def _check_id(self, token: object, path: str) -> None:
-        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < self.vocab_size:
+        # an int or a numpy integer (numbers.Integral), never a bool, a float or a str
+        if isinstance(token, bool) or not isinstance(token, numbers.Integral) or not 0 <= token < self.vocab_size:
             raise ValidationError(path, f"{token!r} is not a token id below {self.vocab_size}", code="bad_argument")
 
 
@@ -425,8 +428,11 @@ def model_metadata(model: object, where: str) -> Mapping[str, object]:
     if hasattr(model, "metadata_props"):  # onnx_struct's own ModelProto (from_onnx)
         return decode_metadata(model.metadata_props)
     if isinstance(model, (str, os.PathLike)):
+        from onnx_struct.payload.external import open_regular_input  # noqa: PLC0415
+
         path = pathlib.Path(model)
-        with open(path, "rb") as handle:
+        # a FIFO would block the open and /dev/zero feed onnx.load forever: refused unopened
+        with open_regular_input(path, "model") as handle:
             magic = handle.read(4)
         if magic == b"GGUF":
             from onnx_struct.llm.tokenizer.gguf_metadata import read_gguf_metadata  # noqa: PLC0415

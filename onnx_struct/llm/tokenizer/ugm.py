@@ -22,12 +22,14 @@ import struct
 
 from onnx_struct.errors import ValidationError
 from onnx_struct.llm.tokenizer.vocab import Attr, Vocab
+from onnx_struct.llm.tokenizer.work import BYTES_PER_STEP, WALK_STEP, budget, lookup_cost, refuse
 
 SPACE = "\u2581".encode()
 UNKNOWN_PENALTY = 10.0
 FLT_MAX = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]
 _LEAD_LENGTH = (1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4)  # llama.cpp's unicode_len_utf8
 REPLACEMENT = "\ufffd".encode()
+_SHORT = ((1, 2), 2)  # the lengths tried where no piece of 3 bytes or more starts, and their cost
 CHARSMAP = "gguf.kv['tokenizer.ggml.precompiled_charsmap']"
 
 
@@ -84,23 +86,27 @@ class Charsmap:
     def _base(node: int) -> int:
         return (node >> 10) << ((node & (1 << 9)) >> 6)
 
-    def longest(self, data: bytes, offset: int) -> tuple[int, bytes]:
-        """(bytes matched, replacement) of the longest prefix of ``data[offset:]`` the map holds;
-        (0, b"") where none.
+    def longest(self, data: bytes, offset: int, steps: int | None = None) -> tuple[int, bytes, int]:
+        """(bytes matched, replacement, bytes walked) of the longest prefix of ``data[offset:]`` the
+        map holds; (0, b"", walked) where none. The walk follows the text as far as the trie does
+        (a hostile one loops on a byte: the caller charges what was walked); past ``steps`` bytes
+        walked (None: no end but the text's) it stops, and the caller refuses the text.
 
         Raises:
             ValidationError: the XCDA walks out of its array or to an unterminated replacement.
         """
         if not self.xcda:
-            return 0, b""
-        matched, value = 0, 0
+            return 0, b"", 0
+        matched, value, walked = 0, 0, 0
         index = self._base(self._node(0))
-        for position in range(offset, len(data)):
+        end = len(data) if steps is None else min(len(data), offset + max(steps, 0) + 1)
+        for position in range(offset, end):
             c = data[position]
             if c == 0:
                 break
             index ^= c
             node = self._node(index)
+            walked += 1
             if node & ((1 << 31) | 0xFF) != c:
                 break
             leaf = (node >> 8) & 1
@@ -109,13 +115,13 @@ class Charsmap:
                 matched = position - offset + 1
                 value = self._node(index) & ((1 << 31) - 1)
         if not matched:
-            return 0, b""
+            return 0, b"", walked
         if value >= len(self.replacements):
             raise ValidationError(CHARSMAP, f"replacement offset {value} is past its strings", code="bad_tokenizer")
         end = self.replacements.find(b"\0", value)
         if end < 0:
             raise ValidationError(CHARSMAP, f"the replacement at {value} is not NUL-terminated", code="bad_tokenizer")
-        return matched, self.replacements[value:end]
+        return matched, self.replacements[value:end], walked
 
 
 class UgmSession:
@@ -154,7 +160,11 @@ class UgmSession:
         for piece in pieces:
             if len(piece) >= 3:
                 by_prefix.setdefault(piece[:3], set()).add(len(piece))
-        self._lengths = {key: sorted(lengths) for key, lengths in by_prefix.items()}
+        # the lengths tried at a position, shortest first, and what trying them costs
+        self._tries = {}
+        for key, lengths in by_prefix.items():
+            tries = (1, 2, *sorted(lengths))
+            self._tries[key] = (tries, lookup_cost(tries))
         self._user_defined = sorted(user_defined)
         self._user_longest = max((len(p) for p in user_defined), default=0)
         self._unknown_score = _f32(low - UNKNOWN_PENALTY)  # float arithmetic, as llama.cpp's
@@ -193,23 +203,31 @@ class UgmSession:
             The normalized UTF-8 bytes, spaces escaped.
 
         Raises:
-            ValidationError: the precompiled charsmap is malformed where the text reaches it.
+            ValidationError: the precompiled charsmap is malformed where the text reaches it;
+                (``limit_exceeded``) its trie makes the text take more than
+                ``MAX_TOKENIZE_STEPS_PER_CHAR`` steps a byte.
         """
         data = text.encode("utf-8", "surrogatepass")
         out = bytearray()
         space, merge = self._space, self._merge
         prepended = in_word = False
         offset, n = 0, len(data)
+        limit = left = budget(n)
+        user_cost = 1 + self._user_longest // BYTES_PER_STEP if self._user_defined else 0
         while offset < n:
             consumed = self._user_prefix(data, offset)
+            left -= user_cost
             if consumed:
                 chunk = data[offset : offset + consumed]
             else:
-                consumed, chunk = self._charsmap.longest(data, offset)
+                consumed, chunk, walked = self._charsmap.longest(data, offset, left // WALK_STEP)
+                left -= walked * WALK_STEP
                 if not consumed:
                     consumed = _utf8_length(data, offset)
                     chunk = data[offset : offset + consumed] if consumed else REPLACEMENT
                     consumed = consumed or 1
+            if left < 0:  # a walk stops one byte past what is left
+                refuse("ugm", n, limit - left)
             for c in chunk:
                 if c != 0x20:
                     if not in_word:
@@ -245,8 +263,9 @@ class UgmSession:
         if n == 0:
             return []
         unk = self._unk if self._unk is not None else -1
-        pieces, score_of, lengths_of = self._pieces, self._score, self._lengths
+        pieces, score_of, tries_at = self._pieces, self._score, self._tries
         unknown = self._unknown_score
+        limit = left = budget(n)
         best = [float("-inf")] * (n + 1)  # llama.cpp's -DBL_MAX: lower than any path
         best[0] = 0.0
         token = [unk] * (n + 1)
@@ -256,7 +275,10 @@ class UgmSession:
             char = min(_LEAD_LENGTH[data[offset] >> 4], n - offset)
             here = best[offset]
             whole_char = False
-            candidates = [1, 2] + lengths_of.get(data[offset : offset + 3], [])
+            candidates, cost = tries_at.get(data[offset : offset + 3], _SHORT)
+            left -= cost
+            if left < 0:
+                refuse("ugm", n, limit - left)
             for length in candidates:
                 end = offset + length
                 if end > n:

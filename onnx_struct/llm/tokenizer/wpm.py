@@ -14,6 +14,7 @@ from __future__ import annotations
 from onnx_struct.errors import ValidationError
 from onnx_struct.llm.tokenizer.unicode_flags import WHITESPACE, category_class, nfd_first, to_lower
 from onnx_struct.llm.tokenizer.vocab import Vocab
+from onnx_struct.llm.tokenizer.work import budget, lookup_cost, refuse
 
 WORD_START = "\u2581"
 # llama.cpp's is_chinese_char ranges (0x2B920, not 0x2B820, as HF's Rust code has it)
@@ -27,6 +28,9 @@ _CJK = (
     (0xF900, 0xFAFF),
     (0x2F800, 0x2FA1F),
 )
+
+
+_ONE_CHARACTER = ((1,), 1)  # a position no longer piece starts at: only one-character pieces
 
 
 def is_chinese_char(cp: int) -> bool:
@@ -89,7 +93,11 @@ class WpmSession:
         for piece in self._ids:
             if len(piece) >= 2:
                 by_prefix.setdefault(piece[:2], set()).add(len(piece))
-        self._lengths = {key: sorted(lengths, reverse=True) for key, lengths in by_prefix.items()}
+        # the lengths tried at a position (the one-character pieces last) and what trying them costs
+        self._tries = {}
+        for key, lengths in by_prefix.items():
+            tries = (*sorted(lengths, reverse=True), 1)
+            self._tries[key] = (tries, lookup_cost(tries))
         self._unk = vocab.unk
         self._lowercase = vocab.lowercase
         self._strip_accents = vocab.strip_accents
@@ -105,11 +113,14 @@ class WpmSession:
 
         Raises:
             ValidationError: (``untokenizable``) a word no pieces cover and the vocabulary has no
-                unknown token (llama.cpp would emit LLAMA_TOKEN_NULL, -1).
+                unknown token (llama.cpp would emit LLAMA_TOKEN_NULL, -1); (``limit_exceeded``) the
+                vocabulary makes the text take more than ``MAX_TOKENIZE_STEPS_PER_CHAR`` lookups a
+                character.
         """
         out: list[int] = []
+        left = [budget(len(text)), len(text), budget(len(text))]  # steps left, characters, budget
         for word in preprocess(text, lowercase=self._lowercase, strip_accents=self._strip_accents):
-            pieces = self._word(WORD_START + word)
+            pieces = self._word(WORD_START + word, left)
             if pieces:
                 out.extend(pieces)
             elif self._unk is not None:
@@ -122,11 +133,15 @@ class WpmSession:
                 )
         return out
 
-    def _word(self, word: str) -> list[int]:
-        ids, lengths, n = self._ids, self._lengths, len(word)
+    def _word(self, word: str, left: list[int]) -> list[int]:
+        ids, tries_at, n = self._ids, self._tries, len(word)
         out, i = [], 0
         while i < n:
-            for length in (*lengths.get(word[i : i + 2], ()), 1):
+            tries, cost = tries_at.get(word[i : i + 2], _ONE_CHARACTER)
+            left[0] -= cost
+            if left[0] < 0:
+                refuse("wpm", left[1], left[2] - left[0])
+            for length in tries:
                 if i + length > n:
                     continue
                 found = ids.get(word[i : i + length])
