@@ -173,6 +173,25 @@ def test_the_cache_grows_from_a_few_positions_keeping_what_it_holds(tiny, genera
     assert 4 < chat.cache.capacity < 128 and chat.cache.capacity >= len(chat.cache.tokens)
 
 
+def test_a_cache_past_half_its_limit_grows_to_the_limit_at_once(tiny, generator, monkeypatch):
+    # 8 positions then a 9th of a 20-position limit: doubling would grow to 16, then again to 20
+    # (two copies, each holding both buffers for a moment); grown past half the limit, it goes to 20.
+    monkeypatch.setattr(kv_cache, "INITIAL_CAPACITY", 4)
+    config, _, weights = tiny
+    cache = kv_cache.KVCache(generator, 20)
+    capacities = [cache.capacity]
+    prompt = [BOS, *range(10, 17)]
+    ids = list(prompt)
+    logits = cache.run(ids)
+    capacities.append(cache.capacity)
+    for _ in range(3):
+        ids.append(int(logits.argmax()))
+        logits = cache.run(ids[-1:])
+        capacities.append(cache.capacity)
+    assert capacities == [4, 8, 20, 20, 20]
+    assert ids[len(prompt) :] == greedy(weights, config, prompt, 3)
+
+
 def test_a_full_context_is_said_and_leaves_the_conversation_as_it_was(generator):
     chat = Chat(generator, ctx_size=30, stop_ids=())
     reply = chat.send("hello", max_new_tokens=100)

@@ -9,7 +9,7 @@ keys and values from there on, over whatever followed.
 
 The buffers start small and double (copying the used positions) up to ``limit``, so that a chat
 with a model of 8,192 positions does not hold the whole context's cache (SmolLM2-135M: 377 MiB)
-for a short conversation.
+for a short conversation; past half the limit they grow to it at once (one copy, not two).
 """
 
 from __future__ import annotations
@@ -90,6 +90,11 @@ class KVCache:
         capacity = self.capacity
         while capacity < needed:
             capacity *= 2
+        # Grown past half the limit, a buffer is grown to the limit: the next doubling would be cut
+        # to it anyway, and each growth copies the cache and holds both copies for a moment (a
+        # 2,048-token prompt then a 33rd new token of a 2,080-position generation grew twice).
+        if capacity * 2 > self.limit:
+            capacity = self.limit
         self._allocate(min(capacity, self.limit))
 
     def _allocate(self, capacity: int) -> None:

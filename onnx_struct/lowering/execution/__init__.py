@@ -22,6 +22,7 @@ from onnx_struct.functions.structure import STANDARD_DOMAINS
 from onnx_struct.layout.table import element_label
 from onnx_struct.lowering.execution.contrib_layouts import GatherLayout
 from onnx_struct.lowering.execution.emit import MS_DOMAIN, Emitter
+from onnx_struct.lowering.execution.fuse import fuse_sibling_products
 from onnx_struct.lowering.execution.recognize import Recognized, recognize
 from onnx_struct.lowering.execution.repack import row_forms
 from onnx_struct.lowering.names import graph_names, leaf_tensor_name, read_names, unique_name
@@ -245,6 +246,8 @@ def rewrite_for_execution(
         graph.node.add().ParseFromString(data)
     while emitter.initializers:  # one tensor in two forms at a time, not all of them
         graph.initializer.add().ParseFromString(emitter.initializers.pop(0).SerializeToString())
+    if arrays is not None:  # the session's route: its arrays are concatenated, not re-read
+        fuse_sibling_products(graph, arrays, fresh)
     dropped = set(report.dropped)
     graph.struct_initializer.extend(v for v in loaded.proto.graph.struct_initializer if v.name not in dropped)
     _set_opset(proto, "", max(opset, MIN_OPSET))

@@ -1,0 +1,168 @@
+"""Sibling products fused: the ``MatMulNBits`` nodes that multiply one input, as one node and a Split.
+
+A decoder layer multiplies its normed input by three weights (query, key, value) and its MLP
+input by two (gate, up). Each product is a node onnxruntime schedules on its own, with a
+per-block minimum adding two more (``MatMul`` over the block sums, ``Sum``); on a small model a
+token is ~1,500 such nodes and the time between them is a quarter of the token's. Rule: products
+of one input ``A`` with the same ``K``, ``bits``, ``block_size`` and ``accuracy_level``, their
+weights in the arrays handed to onnxruntime (each read by that node alone), and all with or all
+without a minimum over the same block sums, become one ``MatMulNBits`` whose weight is theirs
+stacked along ``N`` (``B`` and ``scales`` concatenated in row order, the minimums along their
+columns), then one ``Split`` along the last axis into the names the products had. Each output
+column is the same dot product over ``K`` as before, so the values are those of the separate
+nodes (docs/execution.md, "Sibling products").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from onnx_struct.lowering.execution.emit import MS_DOMAIN, in_memory_placeholder
+
+
+@dataclasses.dataclass
+class _Product:
+    index: int  # the MatMulNBits node
+    n: int
+    weights: tuple[str, ...]  # B, scales and zero points (if any): [N, ...] arrays, stacked along N
+    output: str  # the name the product's value has (the Sum's output with a minimum)
+    minimum: tuple[int, int, str, str] | None = None  # (MatMul index, Sum index, block sums, minimum array)
+
+    @property
+    def last(self) -> int:
+        return self.minimum[1] if self.minimum else self.index
+
+
+def fuse_sibling_products(graph: onnx.GraphProto, arrays: dict[str, np.ndarray], fresh) -> int:
+    """Fuse ``graph``'s sibling ``MatMulNBits`` products in place (their arrays in ``arrays``,
+    new names from ``fresh``); returns how many nodes went away."""
+    nodes = list(graph.node)
+    reads = Counter(name for node in nodes for name in node.input)
+    reads.update(output.name for output in graph.output)
+    producer = {name: j for j, node in enumerate(nodes) for name in node.output}
+    reader = {}  # name -> the first node reading it
+    for j, node in enumerate(nodes):
+        for name in node.input:
+            reader.setdefault(name, j)
+    groups: dict[tuple, list[_Product]] = {}
+    for j, node in enumerate(nodes):
+        product = _product(j, node, nodes, reads, producer, reader, arrays)
+        if product is not None:
+            key = (node.input[0], len(node.input), _attributes(node), product.minimum[2] if product.minimum else None)
+            groups.setdefault(key, []).append(product)
+    replaced: dict[int, list] = {}  # node index -> the fused nodes taking its place
+    removed: set[int] = set()
+    gone: set[str] = set()  # the separate products' arrays
+    initializers: list[onnx.TensorProto] = []
+    for products in groups.values():
+        if len(products) < 2:
+            continue
+        fused_nodes, tensors = _fuse(nodes, products, arrays, fresh)
+        # At the first product's last node: its input and block sums are defined before it, and
+        # every product's value is read only after that product's own last node.
+        replaced[min(p.last for p in products)] = fused_nodes
+        initializers += tensors
+        for p in products:
+            removed.update([p.index, *(p.minimum[:2] if p.minimum else ())])
+            gone.update([*p.weights, *(p.minimum[3:] if p.minimum else ())])
+    if not replaced:
+        return 0
+    out = []
+    for j, node in enumerate(nodes):
+        out.extend(n.SerializeToString() for n in replaced.get(j, []))
+        if j not in removed:
+            out.append(node.SerializeToString())
+    # The graph may be an overlay's class, not onnx's: messages go in through their bytes.
+    del graph.node[:]
+    for data in out:
+        graph.node.add().ParseFromString(data)
+    for i in reversed([i for i, t in enumerate(graph.initializer) if t.name in gone]):
+        del graph.initializer[i]
+    for tensor in initializers:
+        graph.initializer.add().ParseFromString(tensor.SerializeToString())
+    for name in gone:
+        del arrays[name]
+    return len(nodes) - len(out)
+
+
+def _attributes(node) -> tuple:
+    """The attributes siblings share: all but ``N``."""
+    values = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    return tuple(sorted((k, v) for k, v in values.items() if k != "N"))
+
+
+def _in_memory(name: str, arrays, reads) -> bool:
+    return name in arrays and reads[name] == 1
+
+
+def _product(j, node, nodes, reads, producer, reader, arrays) -> _Product | None:
+    """The fusable product ``nodes[j]`` computes, or None."""
+    if node.op_type != "MatMulNBits" or node.domain != MS_DOMAIN or len(node.input) not in (3, 4):
+        return None
+    weights = tuple(node.input[1:])  # no g_idx or bias: a fourth input is the zero points
+    if not all(_in_memory(name, arrays, reads) for name in weights):
+        return None
+    n = next(helper.get_attribute_value(a) for a in node.attribute if a.name == "N")
+    output = node.output[0]
+    plain = _Product(j, n, weights, output)
+    # A minimum: the output feeds only Sum(output, MatMul(block sums, minimum)), the MatMul only it.
+    if reads[output] != 1 or output not in reader:  # read twice, or a graph output
+        return plain
+    total = nodes[reader[output]]
+    if total.op_type != "Sum" or total.domain not in ("", "ai.onnx") or list(total.input[:1]) != [output]:
+        return plain
+    if len(total.input) != 2 or total.input[1] not in producer or reads[total.input[1]] != 1:
+        return plain
+    m = producer[total.input[1]]
+    matmul = nodes[m]
+    if (
+        matmul.op_type != "MatMul"
+        or matmul.domain not in ("", "ai.onnx")
+        or not _in_memory(matmul.input[1], arrays, reads)
+    ):
+        return plain
+    return _Product(j, n, weights, total.output[0], (m, reader[output], matmul.input[0], matmul.input[1]))
+
+
+def _fuse(nodes, products: list[_Product], arrays, fresh) -> tuple[list, list[onnx.TensorProto]]:
+    """The nodes and placeholders of ``products`` fused (their arrays replaced in ``arrays``)."""
+    first = nodes[products[0].index]
+    x = first.input[0]
+    base = fresh(f"{x}::fused")
+
+    def placeholder(name: str, parts: list[np.ndarray], axis: int) -> onnx.TensorProto:
+        array = np.ascontiguousarray(np.concatenate(parts, axis=axis))
+        arrays[name] = array
+        data_type = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
+        return in_memory_placeholder(name, data_type, list(array.shape), array.nbytes)
+
+    n = sum(p.n for p in products)
+    weights = [fresh(f"{base}::{part}") for part in ("codes", "scale", "zero_point")[: len(products[0].weights)]]
+    tensors = [placeholder(name, [arrays[p.weights[i]] for p in products], 0) for i, name in enumerate(weights)]
+    attrs = {a.name: helper.get_attribute_value(a) for a in first.attribute}
+    attrs["N"] = n
+    product = fresh(f"{base}::product")
+    fused = [helper.make_node("MatMulNBits", [x, *weights], [product], name=product, domain=MS_DOMAIN, **attrs)]
+    if products[0].minimum:
+        minimum = fresh(f"{base}::minimum")
+        tensors.append(placeholder(minimum, [arrays[p.minimum[3]] for p in products], 1))
+        correction, total = fresh(f"{base}::correction"), fresh(f"{base}::sum")
+        fused += [
+            helper.make_node("MatMul", [products[0].minimum[2], minimum], [correction], name=correction),
+            helper.make_node("Sum", [product, correction], [total], name=total),
+        ]
+        product = total
+    sizes = fresh(f"{base}::sizes")
+    tensors.append(onnx.numpy_helper.from_array(np.array([p.n for p in products], np.int64), sizes))
+    fused.append(
+        helper.make_node("Split", [product, sizes], [p.output for p in products], name=fresh(f"{base}::split"), axis=-1)
+    )
+    return fused, tensors
+
+
+__all__ = ["fuse_sibling_products"]
