@@ -13,7 +13,16 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, RopeScaling
 from gguf import quants as gq
 
 # ggml block layouts: where each block's FLOAT16 scales sit, so random blocks get sane ones.
-SCALES = {"Q4_K": (0, 2), "Q5_K": (0, 2), "Q2_K": (80, 82), "Q6_K": (208,), "Q3_K": (108,), "Q4_0": (0,), "Q5_0": (0,), "Q8_0": (0,)}
+SCALES = {
+    "Q4_K": (0, 2),
+    "Q5_K": (0, 2),
+    "Q2_K": (80, 82),
+    "Q6_K": (208,),
+    "Q3_K": (108,),
+    "Q4_0": (0,),
+    "Q5_0": (0,),
+    "Q8_0": (0,),
+}
 # weight = d * (about this): the random scales d give weights of about 1/sqrt(fan_in)
 CODE_SIZE = {"Q4_K": 128, "Q5_K": 128, "Q2_K": 128, "Q6_K": 512, "Q3_K": 512, "Q4_0": 5, "Q5_0": 10, "Q8_0": 64}
 
