@@ -17,6 +17,7 @@ from test_execution import assert_close_product
 import onnx_struct as S
 import onnx_struct.lowering.execution as execution
 from onnx_struct import formats
+from onnx_struct.lowering.execution import fuse
 from onnx_struct.lowering.lower import lower_model
 
 pytest.importorskip("onnxruntime")
@@ -110,3 +111,16 @@ def test_the_fused_weights_replace_the_separate_ones_in_memory():
     for node in graph.node:  # sorted: each input defined before its reader
         assert set(node.input) - {""} <= defined, node.name
         defined.update(node.output)
+
+
+def test_a_group_is_fused_in_runs_within_the_size_bound(monkeypatch):
+    # 8 KiB: Wq (Q4_1, 48 x 256: codes, scales, zero points, minimum, 9.6 KB) alone, Wk with Wv
+    # (3.2 KB each) fused, Wg and Wu (Q4_0, 5 KB each) apart
+    model, payloads = sibling_model()
+    monkeypatch.setattr(fuse, "FUSED_MAX_BYTES", 8 << 10)
+    session = S.InferenceSession(model, accuracy_level=0)
+    assert ops(session)["MatMulNBits"] == 5 and ops(session)["Split"] == 1
+    inputs = feeds()
+    results = dict(zip((o.name for o in model.graph.output), session.run(None, inputs), strict=True))
+    for w, x, name, n in WEIGHTS:
+        assert_close_product(-results[f"r_{w}"], inputs[x], oracle(name, payloads[w], (n, K)))

@@ -20,11 +20,10 @@ SCALES = {
     "Q6_K": (208,),
     "Q3_K": (108,),
     "Q4_0": (0,),
-    "Q5_0": (0,),
     "Q8_0": (0,),
 }
 # weight = d * (about this): the random scales d give weights of about 1/sqrt(fan_in)
-CODE_SIZE = {"Q4_K": 128, "Q5_K": 128, "Q2_K": 128, "Q6_K": 512, "Q3_K": 512, "Q4_0": 5, "Q5_0": 10, "Q8_0": 64}
+CODE_SIZE = {"Q4_K": 128, "Q5_K": 128, "Q2_K": 128, "Q6_K": 512, "Q3_K": 512, "Q4_0": 5, "Q8_0": 64}
 
 
 @dataclasses.dataclass

@@ -10,7 +10,8 @@ without a minimum over the same block sums, become one ``MatMulNBits`` whose wei
 stacked along ``N`` (``B`` and ``scales`` concatenated in row order, the minimums along their
 columns), then one ``Split`` along the last axis into the names the products had. Each output
 column is the same dot product over ``K`` as before, so the values are those of the separate
-nodes (docs/execution.md, "Sibling products").
+nodes (docs/execution.md, "Sibling products"). A group is fused in runs of at most
+:data:`FUSED_MAX_BYTES`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,12 @@ import onnx
 from onnx import helper
 
 from onnx_struct.lowering.execution.emit import MS_DOMAIN, in_memory_placeholder
+
+# onnxruntime prepacks a weight whole while its source is resident: a fused weight adds its size
+# to the session's peak where separate ones added the largest of them. The time saved is the time
+# between nodes (a few microseconds each), which stops mattering once a product reads a few MiB;
+# SmolLM2-135M's groups are 0.3 and 0.9 MiB, a 1.1B llama's query / key / value 2.6 MiB.
+FUSED_MAX_BYTES = 4 << 20
 
 
 @dataclasses.dataclass
@@ -59,7 +66,7 @@ def fuse_sibling_products(graph: onnx.GraphProto, arrays: dict[str, np.ndarray],
     removed: set[int] = set()
     gone: set[str] = set()  # the separate products' arrays
     initializers: list[onnx.TensorProto] = []
-    for products in groups.values():
+    for products in (chunk for group in groups.values() for chunk in _chunks(group, arrays)):
         if len(products) < 2:
             continue
         fused_nodes, tensors = _fuse(nodes, products, arrays, fresh)
@@ -85,9 +92,21 @@ def fuse_sibling_products(graph: onnx.GraphProto, arrays: dict[str, np.ndarray],
         del graph.initializer[i]
     for tensor in initializers:
         graph.initializer.add().ParseFromString(tensor.SerializeToString())
-    for name in gone:
-        del arrays[name]
     return len(nodes) - len(out)
+
+
+def _chunks(products: list[_Product], arrays) -> list[list[_Product]]:
+    """``products`` in runs of consecutive ones whose weights (with their minimums) stay within
+    :data:`FUSED_MAX_BYTES`."""
+    chunks, size = [[]], 0
+    for p in products:
+        nbytes = sum(arrays[name].nbytes for name in (*p.weights, *(p.minimum[3:] if p.minimum else ())))
+        if chunks[-1] and size + nbytes > FUSED_MAX_BYTES:
+            chunks.append([])
+            size = 0
+        chunks[-1].append(p)
+        size += nbytes
+    return chunks
 
 
 def _attributes(node) -> tuple:
@@ -135,22 +154,35 @@ def _fuse(nodes, products: list[_Product], arrays, fresh) -> tuple[list, list[on
     x = first.input[0]
     base = fresh(f"{x}::fused")
 
-    def placeholder(name: str, parts: list[np.ndarray], axis: int) -> onnx.TensorProto:
-        array = np.ascontiguousarray(np.concatenate(parts, axis=axis))
+    def placeholder(name: str, parts: list[str], axis: int) -> onnx.TensorProto:
+        # Filled part by part, each separate array dropped once copied: the group is never held
+        # twice (a model whose every weight multiplies one x is one group).
+        first = arrays[parts[0]]
+        shape = list(first.shape)
+        shape[axis] = sum(arrays[part].shape[axis] for part in parts)
+        array = np.empty(shape, first.dtype)
+        start = 0
+        for part in parts:
+            piece = arrays.pop(part)
+            index = [slice(None)] * len(shape)
+            index[axis] = slice(start, start + piece.shape[axis])
+            array[tuple(index)] = piece
+            start += piece.shape[axis]
+            del piece
         arrays[name] = array
         data_type = onnx.helper.np_dtype_to_tensor_dtype(array.dtype)
         return in_memory_placeholder(name, data_type, list(array.shape), array.nbytes)
 
     n = sum(p.n for p in products)
     weights = [fresh(f"{base}::{part}") for part in ("codes", "scale", "zero_point")[: len(products[0].weights)]]
-    tensors = [placeholder(name, [arrays[p.weights[i]] for p in products], 0) for i, name in enumerate(weights)]
+    tensors = [placeholder(name, [p.weights[i] for p in products], 0) for i, name in enumerate(weights)]
     attrs = {a.name: helper.get_attribute_value(a) for a in first.attribute}
     attrs["N"] = n
     product = fresh(f"{base}::product")
     fused = [helper.make_node("MatMulNBits", [x, *weights], [product], name=product, domain=MS_DOMAIN, **attrs)]
     if products[0].minimum:
         minimum = fresh(f"{base}::minimum")
-        tensors.append(placeholder(minimum, [arrays[p.minimum[3]] for p in products], 1))
+        tensors.append(placeholder(minimum, [p.minimum[3] for p in products], 1))
         correction, total = fresh(f"{base}::correction"), fresh(f"{base}::sum")
         fused += [
             helper.make_node("MatMul", [products[0].minimum[2], minimum], [correction], name=correction),
