@@ -93,9 +93,7 @@ class KVCache:
         # Grown past half the limit, a buffer is grown to the limit: the next doubling would be cut
         # to it anyway, and each growth copies the cache and holds both copies for a moment (a
         # 2,048-token prompt then a 33rd new token of a 2,080-position generation grew twice).
-        if capacity * 2 > self.limit:
-            capacity = self.limit
-        self._allocate(min(capacity, self.limit))
+        self._allocate(self.limit if capacity * 2 > self.limit else capacity)
 
     def _allocate(self, capacity: int) -> None:
         """Bind new buffers of ``capacity`` positions, holding the used positions of the old ones."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from onnx_struct.errors import ValidationError
 from onnx_struct.llm.tokenizer.vocab import Vocab
-from onnx_struct.llm.tokenizer.work import budget, lookup_cost, refuse
+from onnx_struct.llm.tokenizer.work import budget, priced, refuse
 
-_SHORT = ((2, 1), 2)  # the lengths tried where no piece of 3 bytes or more starts, and their cost
+_SHORT = priced((2, 1))  # the lengths tried where no piece of 3 bytes or more starts, and their cost
 _ESCAPES = {ord("t"): 0x09, ord("n"): 0x0A, ord("r"): 0x0D}
 
 
@@ -74,10 +74,7 @@ class RwkvSession:
             if len(piece) >= 3:
                 by_prefix.setdefault(piece[:3], set()).add(len(piece))
         # the lengths tried at a position, longest first, and what trying them costs
-        self._tries = {}
-        for key, lengths in by_prefix.items():
-            tries = (*sorted(lengths, reverse=True), 2, 1)
-            self._tries[key] = (tries, lookup_cost(tries))
+        self._tries = {key: priced((*sorted(lengths, reverse=True), 2, 1)) for key, lengths in by_prefix.items()}
         self._unk = vocab.unk
 
     def tokenize(self, text: str) -> list[int]:

@@ -22,14 +22,14 @@ import struct
 
 from onnx_struct.errors import ValidationError
 from onnx_struct.llm.tokenizer.vocab import Attr, Vocab
-from onnx_struct.llm.tokenizer.work import BYTES_PER_STEP, WALK_STEP, budget, lookup_cost, refuse
+from onnx_struct.llm.tokenizer.work import BYTES_PER_STEP, WALK_STEP, budget, priced, refuse
 
 SPACE = "\u2581".encode()
 UNKNOWN_PENALTY = 10.0
 FLT_MAX = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]
 _LEAD_LENGTH = (1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4)  # llama.cpp's unicode_len_utf8
 REPLACEMENT = "\ufffd".encode()
-_SHORT = ((1, 2), 2)  # the lengths tried where no piece of 3 bytes or more starts, and their cost
+_SHORT = priced((1, 2))  # the lengths tried where no piece of 3 bytes or more starts, and their cost
 CHARSMAP = "gguf.kv['tokenizer.ggml.precompiled_charsmap']"
 
 
@@ -161,10 +161,7 @@ class UgmSession:
             if len(piece) >= 3:
                 by_prefix.setdefault(piece[:3], set()).add(len(piece))
         # the lengths tried at a position, shortest first, and what trying them costs
-        self._tries = {}
-        for key, lengths in by_prefix.items():
-            tries = (1, 2, *sorted(lengths))
-            self._tries[key] = (tries, lookup_cost(tries))
+        self._tries = {key: priced((1, 2, *sorted(lengths))) for key, lengths in by_prefix.items()}
         self._user_defined = sorted(user_defined)
         self._user_longest = max((len(p) for p in user_defined), default=0)
         self._unknown_score = _f32(low - UNKNOWN_PENALTY)  # float arithmetic, as llama.cpp's

@@ -36,6 +36,11 @@ def lookup_cost(lengths: Iterable[int]) -> int:
     return len(lengths) + sum(lengths) // BYTES_PER_STEP
 
 
+def priced(lengths: tuple[int, ...]) -> tuple[tuple[int, ...], int]:
+    """``lengths`` (the piece lengths a session tries at a position, in its order) with their cost."""
+    return lengths, lookup_cost(lengths)
+
+
 def refuse(model: str, chars: int, spent: int) -> NoReturn:
     """Raise the refusal of a fragment whose tokenization outgrew its budget.
 

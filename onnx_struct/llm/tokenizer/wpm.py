@@ -14,7 +14,7 @@ from __future__ import annotations
 from onnx_struct.errors import ValidationError
 from onnx_struct.llm.tokenizer.unicode_flags import WHITESPACE, category_class, nfd_first, to_lower
 from onnx_struct.llm.tokenizer.vocab import Vocab
-from onnx_struct.llm.tokenizer.work import budget, lookup_cost, refuse
+from onnx_struct.llm.tokenizer.work import budget, priced, refuse
 
 WORD_START = "\u2581"
 # llama.cpp's is_chinese_char ranges (0x2B920, not 0x2B820, as HF's Rust code has it)
@@ -30,7 +30,7 @@ _CJK = (
 )
 
 
-_ONE_CHARACTER = ((1,), 1)  # a position no longer piece starts at: only one-character pieces
+_ONE_CHARACTER = priced((1,))  # a position no longer piece starts at: only one-character pieces
 
 
 def is_chinese_char(cp: int) -> bool:
@@ -94,10 +94,7 @@ class WpmSession:
             if len(piece) >= 2:
                 by_prefix.setdefault(piece[:2], set()).add(len(piece))
         # the lengths tried at a position (the one-character pieces last) and what trying them costs
-        self._tries = {}
-        for key, lengths in by_prefix.items():
-            tries = (*sorted(lengths, reverse=True), 1)
-            self._tries[key] = (tries, lookup_cost(tries))
+        self._tries = {key: priced((*sorted(lengths, reverse=True), 1)) for key, lengths in by_prefix.items()}
         self._unk = vocab.unk
         self._lowercase = vocab.lowercase
         self._strip_accents = vocab.strip_accents

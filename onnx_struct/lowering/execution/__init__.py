@@ -235,19 +235,20 @@ def rewrite_for_execution(
             if any(id(node) in ids for node in emitted):
                 before[index] = [node for node in emitted if id(node) not in ids]
         before[first_use[key]] = blocksum + before.get(first_use[key], [])
-    # The overlay's messages are not onnx's classes: emitted protos go in through their bytes.
     nodes = []
     for j, node in enumerate(graph.node):
-        nodes.extend(n.SerializeToString() for n in before.get(j, []))
+        nodes.extend(before.get(j, []))
         if j not in removed:
-            nodes.append(node.SerializeToString())
+            nodes.append(node)
+    if arrays is not None:  # the session's route: its arrays are concatenated, not re-read
+        nodes = fuse_sibling_products(nodes, emitter.initializers, arrays, fresh, [o.name for o in graph.output])
+    # The overlay's messages are not onnx's classes: emitted protos go in through their bytes.
+    nodes = [node.SerializeToString() for node in nodes]
     del graph.node[:]
     for data in nodes:
         graph.node.add().ParseFromString(data)
     while emitter.initializers:  # one tensor in two forms at a time, not all of them
         graph.initializer.add().ParseFromString(emitter.initializers.pop(0).SerializeToString())
-    if arrays is not None:  # the session's route: its arrays are concatenated, not re-read
-        fuse_sibling_products(graph, arrays, fresh)
     dropped = set(report.dropped)
     graph.struct_initializer.extend(v for v in loaded.proto.graph.struct_initializer if v.name not in dropped)
     _set_opset(proto, "", max(opset, MIN_OPSET))

@@ -33,24 +33,38 @@ FUSED_MAX_BYTES = 4 << 20
 
 
 @dataclasses.dataclass
+class _Minimum:
+    matmul: int  # the MatMul over the block sums (node index)
+    total: int  # the Sum of the product and that MatMul (node index)
+    block_sums: str
+    array: str  # the minimum [K/bs, N]
+
+
+@dataclasses.dataclass
 class _Product:
     index: int  # the MatMulNBits node
     n: int
     weights: tuple[str, ...]  # B, scales and zero points (if any): [N, ...] arrays, stacked along N
     output: str  # the name the product's value has (the Sum's output with a minimum)
-    minimum: tuple[int, int, str, str] | None = None  # (MatMul index, Sum index, block sums, minimum array)
+    minimum: _Minimum | None = None
 
     @property
-    def last(self) -> int:
-        return self.minimum[1] if self.minimum else self.index
+    def nodes(self) -> tuple[int, ...]:
+        return (self.index, self.minimum.matmul, self.minimum.total) if self.minimum else (self.index,)
+
+    @property
+    def arrays(self) -> tuple[str, ...]:
+        return (*self.weights, self.minimum.array) if self.minimum else self.weights
 
 
-def fuse_sibling_products(graph: onnx.GraphProto, arrays: dict[str, np.ndarray], fresh) -> int:
-    """Fuse ``graph``'s sibling ``MatMulNBits`` products in place (their arrays in ``arrays``,
-    new names from ``fresh``); returns how many nodes went away."""
-    nodes = list(graph.node)
+def fuse_sibling_products(
+    nodes: list, initializers: list[onnx.TensorProto], arrays: dict[str, np.ndarray], fresh, graph_outputs: list[str]
+) -> list:
+    """``nodes`` (a graph's, in order) with their sibling ``MatMulNBits`` products fused: the
+    placeholders in ``initializers`` and the arrays in ``arrays`` replaced in place, new names
+    from ``fresh``."""
     reads = Counter(name for node in nodes for name in node.input)
-    reads.update(output.name for output in graph.output)
+    reads.update(graph_outputs)
     producer = {name: j for j, node in enumerate(nodes) for name in node.output}
     reader = {}  # name -> the first node reading it
     for j, node in enumerate(nodes):
@@ -60,39 +74,29 @@ def fuse_sibling_products(graph: onnx.GraphProto, arrays: dict[str, np.ndarray],
     for j, node in enumerate(nodes):
         product = _product(j, node, nodes, reads, producer, reader, arrays)
         if product is not None:
-            key = (node.input[0], len(node.input), _attributes(node), product.minimum[2] if product.minimum else None)
+            block_sums = product.minimum.block_sums if product.minimum else None
+            key = (node.input[0], len(node.input), _shared_attributes(node), block_sums)
             groups.setdefault(key, []).append(product)
     replaced: dict[int, list] = {}  # node index -> the fused nodes taking its place
     removed: set[int] = set()
     gone: set[str] = set()  # the separate products' arrays
-    initializers: list[onnx.TensorProto] = []
     for products in (chunk for group in groups.values() for chunk in _chunks(group, arrays)):
         if len(products) < 2:
             continue
+        gone.update(name for p in products for name in p.arrays)
         fused_nodes, tensors = _fuse(nodes, products, arrays, fresh)
+        initializers += tensors
         # At the first product's last node: its input and block sums are defined before it, and
         # every product's value is read only after that product's own last node.
-        replaced[min(p.last for p in products)] = fused_nodes
-        initializers += tensors
-        for p in products:
-            removed.update([p.index, *(p.minimum[:2] if p.minimum else ())])
-            gone.update([*p.weights, *(p.minimum[3:] if p.minimum else ())])
-    if not replaced:
-        return 0
+        replaced[min(p.nodes[-1] for p in products)] = fused_nodes
+        removed.update(j for p in products for j in p.nodes)
+    initializers[:] = [t for t in initializers if t.name not in gone]
     out = []
     for j, node in enumerate(nodes):
-        out.extend(n.SerializeToString() for n in replaced.get(j, []))
+        out.extend(replaced.get(j, []))
         if j not in removed:
-            out.append(node.SerializeToString())
-    # The graph may be an overlay's class, not onnx's: messages go in through their bytes.
-    del graph.node[:]
-    for data in out:
-        graph.node.add().ParseFromString(data)
-    for i in reversed([i for i, t in enumerate(graph.initializer) if t.name in gone]):
-        del graph.initializer[i]
-    for tensor in initializers:
-        graph.initializer.add().ParseFromString(tensor.SerializeToString())
-    return len(nodes) - len(out)
+            out.append(node)
+    return out
 
 
 def _chunks(products: list[_Product], arrays) -> list[list[_Product]]:
@@ -100,7 +104,7 @@ def _chunks(products: list[_Product], arrays) -> list[list[_Product]]:
     :data:`FUSED_MAX_BYTES`."""
     chunks, size = [[]], 0
     for p in products:
-        nbytes = sum(arrays[name].nbytes for name in (*p.weights, *(p.minimum[3:] if p.minimum else ())))
+        nbytes = sum(arrays[name].nbytes for name in p.arrays)
         if chunks[-1] and size + nbytes > FUSED_MAX_BYTES:
             chunks.append([])
             size = 0
@@ -109,10 +113,13 @@ def _chunks(products: list[_Product], arrays) -> list[list[_Product]]:
     return chunks
 
 
-def _attributes(node) -> tuple:
+def _attributes(node) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _shared_attributes(node) -> tuple:
     """The attributes siblings share: all but ``N``."""
-    values = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-    return tuple(sorted((k, v) for k, v in values.items() if k != "N"))
+    return tuple(sorted((k, v) for k, v in _attributes(node).items() if k != "N"))
 
 
 def _in_memory(name: str, arrays, reads) -> bool:
@@ -126,9 +133,8 @@ def _product(j, node, nodes, reads, producer, reader, arrays) -> _Product | None
     weights = tuple(node.input[1:])  # no g_idx or bias: a fourth input is the zero points
     if not all(_in_memory(name, arrays, reads) for name in weights):
         return None
-    n = next(helper.get_attribute_value(a) for a in node.attribute if a.name == "N")
     output = node.output[0]
-    plain = _Product(j, n, weights, output)
+    plain = _Product(j, _attributes(node)["N"], weights, output)
     # A minimum: the output feeds only Sum(output, MatMul(block sums, minimum)), the MatMul only it.
     if reads[output] != 1 or output not in reader:  # read twice, or a graph output
         return plain
@@ -145,7 +151,8 @@ def _product(j, node, nodes, reads, producer, reader, arrays) -> _Product | None
         or not _in_memory(matmul.input[1], arrays, reads)
     ):
         return plain
-    return _Product(j, n, weights, total.output[0], (m, reader[output], matmul.input[0], matmul.input[1]))
+    minimum = _Minimum(m, reader[output], matmul.input[0], matmul.input[1])
+    return dataclasses.replace(plain, output=total.output[0], minimum=minimum)
 
 
 def _fuse(nodes, products: list[_Product], arrays, fresh) -> tuple[list, list[onnx.TensorProto]]:
@@ -157,10 +164,10 @@ def _fuse(nodes, products: list[_Product], arrays, fresh) -> tuple[list, list[on
     def placeholder(name: str, parts: list[str], axis: int) -> onnx.TensorProto:
         # Filled part by part, each separate array dropped once copied: the group is never held
         # twice (a model whose every weight multiplies one x is one group).
-        first = arrays[parts[0]]
-        shape = list(first.shape)
+        head = arrays[parts[0]]
+        shape = list(head.shape)
         shape[axis] = sum(arrays[part].shape[axis] for part in parts)
-        array = np.empty(shape, first.dtype)
+        array = np.empty(shape, head.dtype)
         start = 0
         for part in parts:
             piece = arrays.pop(part)
@@ -176,16 +183,15 @@ def _fuse(nodes, products: list[_Product], arrays, fresh) -> tuple[list, list[on
     n = sum(p.n for p in products)
     weights = [fresh(f"{base}::{part}") for part in ("codes", "scale", "zero_point")[: len(products[0].weights)]]
     tensors = [placeholder(name, [p.weights[i] for p in products], 0) for i, name in enumerate(weights)]
-    attrs = {a.name: helper.get_attribute_value(a) for a in first.attribute}
-    attrs["N"] = n
+    attrs = {**_attributes(first), "N": n}
     product = fresh(f"{base}::product")
     fused = [helper.make_node("MatMulNBits", [x, *weights], [product], name=product, domain=MS_DOMAIN, **attrs)]
     if products[0].minimum:
         minimum = fresh(f"{base}::minimum")
-        tensors.append(placeholder(minimum, [p.minimum[3] for p in products], 1))
+        tensors.append(placeholder(minimum, [p.minimum.array for p in products], 1))
         correction, total = fresh(f"{base}::correction"), fresh(f"{base}::sum")
         fused += [
-            helper.make_node("MatMul", [products[0].minimum[2], minimum], [correction], name=correction),
+            helper.make_node("MatMul", [products[0].minimum.block_sums, minimum], [correction], name=correction),
             helper.make_node("Sum", [product, correction], [total], name=total),
         ]
         product = total
