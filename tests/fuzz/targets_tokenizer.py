@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import glob
+import os
 import random
 import sys
 import time
@@ -39,7 +40,10 @@ from onnx_struct.llm.tokenizer.vocab import Attr  # noqa: E402
 
 BUDGET_SECONDS = 1.0  # per input: the package's first encode and its decode, both ways (the checks not counted)
 _timed = [0.0]  # seconds spent in those calls for the current input
-LLAMA_CPP_VOCABS = "/work/peers/llama_cpp_python-0.3.36/vendor/llama.cpp/models/ggml-vocab-*.gguf"
+# llama.cpp's vocabulary files, in the unpacked llama-cpp-python sdist CI names (README, .ci/run)
+LLAMA_CPP_VOCABS = os.path.join(
+    os.environ.get("ONNX_STRUCT_LLAMA_CPP_SOURCE", ""), "vendor", "llama.cpp", "models", "ggml-vocab-*.gguf"
+)
 
 WHITESPACE = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", "\r", "\x0b", "\x0c", "\xa0", "\u3000", "\u2028",
               "\x85", "\u200b", " \t \n ", "\u2581", "\u2581\u2581"]  # fmt: skip
