@@ -14,7 +14,8 @@ input is replayed from (seed, index) alone and a campaign resumes at any index:
 
 Properties: only ``onnx_struct.ValidationError`` comes out; a rendering ends within
 MAX_TEMPLATE_SECONDS (a hard 6 s alarm per input; anything slower than the limit is reported); an
-accepted rendering is a str of at most MAX_TEMPLATE_OUTPUT_CHARS and renders the same twice.
+accepted rendering is a str of at most MAX_TEMPLATE_OUTPUT_CHARS, shows no memory address (`` at
+0x...``: the inputs never write one) and renders the same twice.
 Memory is bounded in a child process (tests/fuzz/test_fuzz_chat.py, slow tier).
 
     python tests/fuzz/targets_chat.py RUNS [SEED] [START]   # inputs START..START+RUNS-1 of SEED
@@ -38,6 +39,7 @@ from onnx_struct.limits import MAX_TEMPLATE_OUTPUT_CHARS, MAX_TEMPLATE_SECONDS  
 from onnx_struct.llm.chat.builtin import builtin_templates  # noqa: E402
 
 HARD_TIMEOUT = MAX_TEMPLATE_SECONDS + 1.0  # seconds before the alarm ends an input (an escape)
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")  # Python's default repr of an object
 TOKENS = ["<s>", "</s>", "<|im_start|>", "<|im_end|>", "<unk>"]
 
 
@@ -426,6 +428,7 @@ def fuzz_one(case: dict) -> tuple[bool, float]:
         seconds = time.perf_counter() - start
         assert isinstance(out, str), type(out)
         assert len(out) <= MAX_TEMPLATE_OUTPUT_CHARS, len(out)
+        assert ADDRESS.search(out) is None, f"prints a memory address: {ADDRESS.search(out).group()!r}"
         if not _nondeterministic(case):
             assert render(case) == out, "renders differently twice"
         return True, seconds

@@ -50,6 +50,7 @@ from onnx_struct.limits import (
     MAX_TEMPLATE_STEPS,
     MAX_TEMPLATE_VALUE_SIZE,
 )
+from onnx_struct.llm.chat.printed import printable, unwrapped
 
 _CLOCK_EVERY = 32  # steps between two readings of the clock (a step may scan a 4M-character string)
 _MACRO_STEPS = 16  # steps charged for one macro call (its frame, arguments and buffer)
@@ -279,13 +280,15 @@ def _bounded_filter(name: str, function: Any) -> Any:
     def bounded(*args, **kwargs):
         _charge()
         head, tail = args[:leading], args[leading:]
+        if tail and name == "attr":  # the attribute of the value itself, tested by the sandbox
+            tail = (unwrapped(tail[0]), *tail[1:])
         if tail:
             _charge_input(tail[0])
         if name in _SIZED_FILTERS:
             _check_int_args(f"filter {name!r}", tail[1:], kwargs)
         if estimate is not None and tail:
             tail = estimate(tail, kwargs)
-        return _checked(f"filter {name!r}", function(*head, *tail, **kwargs))
+        return printable(_checked(f"filter {name!r}", function(*head, *tail, **kwargs)))
 
     update_wrapper(bounded, function)
     if pass_arg is not None:
@@ -314,6 +317,9 @@ def strftime_now(format):
 
 class TemplateDict:
     """transformers' ``dict``: builds a dict, and is not the ``dict`` type a template could poke at."""
+
+    def __repr__(self) -> str:
+        return "<class 'dict'>"  # as transformers' global (the type itself) prints
 
     def __call__(self, *args, **kwargs):
         return dict(*args, **kwargs)
@@ -438,6 +444,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
         self.globals["strftime_now"] = strftime_now
         self.globals["dict"] = TemplateDict()
         self.globals["namespace"] = TemplateNamespace
+        self.globals = {name: printable(value) for name, value in self.globals.items()}
 
     def _parse(self, source, name, filename):
         return _Instrument().visit(super()._parse(source, name, filename))
@@ -460,6 +467,7 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
 
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (Jinja's signature)
         _charge()
+        __obj = unwrapped(__obj)
         if isinstance(__obj, Macro):  # a macro call costs as much as a dozen plain steps
             _charge(_MACRO_STEPS)
         if isinstance(__obj, LoopContext) and args:  # loop(children) in a recursive loop
@@ -470,15 +478,15 @@ class BoundedEnvironment(ImmutableSandboxedEnvironment):
             given = {key: value for key, value in kwargs.items() if key not in _JINJA_KWARGS}
             _check_int_args(f"calling {getattr(__obj, '__name__', '?')}", args, given)
             args = _method_call(__obj, args, given)
-        return _checked("a call's result", super().call(__context, __obj, *args, **kwargs))
+        return printable(_checked("a call's result", super().call(__context, __obj, *args, **kwargs)))
 
     def getattr(self, obj, attribute):
         _charge()
-        return super().getattr(obj, attribute)
+        return printable(super().getattr(unwrapped(obj), attribute))
 
     def getitem(self, obj, argument):
         _charge()
-        return super().getitem(obj, argument)
+        return printable(super().getitem(unwrapped(obj), argument))
 
     def unsafe_undefined(self, obj, attribute):
         raise SecurityError(f"access to attribute {attribute!r} of {type(obj).__name__!r} object is unsafe")
