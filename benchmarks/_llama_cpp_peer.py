@@ -8,7 +8,8 @@ REQUEST is a JSON object: ``model`` (the .gguf), ``task`` and its arguments:
 - ``tokenize``: ``texts`` -> ``ids_<i>`` (llama_tokenize with BOS, parse_special false);
 - ``logits``: ``tokens`` -> ``logits`` [n, vocab] of every position (F32 KV cache);
 - ``greedy``: ``tokens``, ``n_new`` -> ``generated`` (greedy ids), ``prompt_seconds``,
-  ``token_seconds`` (each step's eval), ``rss`` (peak resident bytes), with ``threads``; ``kv`` "f32" or "f16" (default f16).
+  ``token_seconds`` (each step's eval), ``since_start_seconds`` (process start to the prompt's
+  logits), ``rss`` (peak resident bytes), with ``threads``; ``kv`` "f32" or "f16" (default f16).
 
 The model is loaded with ``use_extra_bufts`` as ``extra_bufts`` says (default true): on some CPUs
 llama.cpp's AMX buffer type crashed on quantized models, and false avoids it.
@@ -22,6 +23,7 @@ import time
 
 import llama_cpp
 import numpy as np
+from _process_clock import since_process_start
 
 GGML_TYPE = {"f32": 0, "f16": 1}
 
@@ -88,6 +90,7 @@ def main(request_path: str, result_path: str) -> None:
         start = time.perf_counter()
         llm.eval(tokens)
         out["prompt_seconds"] = np.array(time.perf_counter() - start)
+        out["since_start_seconds"] = np.array(since_process_start() or float("nan"))
         generated, seconds = [], []
         for _ in range(int(request["n_new"])):
             token = int(np.argmax(_last_logits(llm)))

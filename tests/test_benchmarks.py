@@ -169,3 +169,16 @@ def test_bench_quantize_memory_reports_peak_and_goal_per_case():
         cells = [c.strip() for c in row.strip().strip("|").split("|")]
         goal, peak, ratio = float(cells[2]), float(cells[3]), float(cells[4])
         assert goal > 200 and peak > 50 and abs(ratio - peak / goal) < 0.01, row
+
+
+def test_the_process_clock_counts_from_the_process_start():
+    """bench_llm.py's "first token from process start": a child that sleeps 0.3 s after starting
+    reads at least that much, and not the machine's uptime."""
+    if not pathlib.Path("/proc/self/stat").exists():
+        pytest.skip("no /proc")
+    code = "import time; time.sleep(0.3); from _process_clock import since_process_start; print(since_process_start())"
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=BENCHMARKS, capture_output=True, text=True, timeout=60, check=True
+    )
+    seconds = float(result.stdout)
+    assert 0.3 <= seconds < 30, seconds

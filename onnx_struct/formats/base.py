@@ -66,16 +66,17 @@ class BlockFormat:
     def block_declaration(self) -> StructTypeProto:
         return make_structure(self.block_fields(), name=f"{self.name}_block", doc_string=self.description)
 
-    def root_declaration(self, shape: Sequence[int], block_index: int) -> StructTypeProto:
-        """``Array(block, n_blocks)`` with the decoder (and encoder) for ``shape``."""
+    def root_declaration(self, shape: Sequence[int], block_index: int, *, functions: bool = True) -> StructTypeProto:
+        """``Array(block, n_blocks)`` with the decoder (and encoder) for ``shape``; without them
+        (``functions=False``) where only the layout is read."""
         shape = self.dims(shape)
         n = self.num_blocks(shape)
         return make_array(
             make_type_reference(block_index),
             n,
             name=f"{self.name}[{','.join(map(str, shape))}]",
-            decoder=self.decoder(shape),
-            encoder=self.encoder(shape) if self.encoder else None,
+            decoder=self.decoder(shape) if functions else None,
+            encoder=self.encoder(shape) if self.encoder and functions else None,
         )
 
     def add_to_model(self, model, shape: Sequence[int]) -> int:

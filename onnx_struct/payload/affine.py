@@ -7,6 +7,7 @@ root declaration, so a payload of the wrong length is a ValidationError before a
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 from onnx_struct.formats.affine import AffineForm, _format, affine_form_of_leaves, affine_spec
@@ -27,8 +28,15 @@ def affine_form(fmt: str | BlockFormat, payload, shape: Sequence[int]) -> Affine
     if affine_spec(fmt) is None:
         return None
     shape = tuple(int(d) for d in shape)
-    leaves = view_buffer(payload, fmt.root_declaration(shape, 0), [fmt.block_declaration()], name=fmt.name)
+    leaves = view_buffer(payload, *_layout(fmt, shape), name=fmt.name)
     return affine_form_of_leaves(fmt, leaves, shape)
+
+
+@functools.lru_cache(maxsize=256)  # a model's layers share a few shapes
+def _layout(fmt: BlockFormat, shape: tuple[int, ...]) -> tuple:
+    """The array of blocks of ``shape`` and the block type list a view reads (no decoder is built:
+    only the layout is read)."""
+    return fmt.root_declaration(shape, 0, functions=False), [fmt.block_declaration()]
 
 
 __all__ = ["affine_form"]

@@ -14,6 +14,7 @@ record is checked as before (sizes and ranges only).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -112,12 +113,18 @@ def recorded(metadata_props) -> list[tuple[FileIdentity, str]] | None:
         return None
     k, text = found[-1]
     where = f"metadata_props[{k}] ({REFERENCED_FILES_KEY!r})"
+    if len(found) > 1:
+        raise ValidationError(
+            where, "not a record of referenced files: the key appears more than once", code="bad_external_data"
+        )
+    return list(_parsed_record(text, where))
 
+
+@functools.lru_cache(maxsize=16)  # a model's values each resolve against the same record
+def _parsed_record(text: str, where: str) -> tuple[tuple[FileIdentity, str], ...]:
     def bad(why: str) -> ValidationError:
         return ValidationError(where, f"not a record of referenced files: {why}", code="bad_external_data")
 
-    if len(found) > 1:
-        raise bad("the key appears more than once")
     try:
         entries = json.loads(text)
     except (ValueError, RecursionError) as error:
@@ -148,7 +155,7 @@ def recorded(metadata_props) -> list[tuple[FileIdentity, str]] | None:
                 code="limit_exceeded",
             )
         identities.append((FileIdentity(location, size, tuple(map(tuple, sampled)), digest), at))
-    return identities
+    return tuple(identities)
 
 
 def _is_count(value: object) -> bool:
