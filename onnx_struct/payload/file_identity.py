@@ -114,16 +114,18 @@ def recorded(metadata_props) -> list[tuple[FileIdentity, str]] | None:
     k, text = found[-1]
     where = f"metadata_props[{k}] ({REFERENCED_FILES_KEY!r})"
     if len(found) > 1:
-        raise ValidationError(
-            where, "not a record of referenced files: the key appears more than once", code="bad_external_data"
-        )
+        raise _bad_record(where, "the key appears more than once")
     return list(_parsed_record(text, where))
+
+
+def _bad_record(where: str, why: str) -> ValidationError:
+    return ValidationError(where, f"not a record of referenced files: {why}", code="bad_external_data")
 
 
 @functools.lru_cache(maxsize=16)  # a model's values each resolve against the same record
 def _parsed_record(text: str, where: str) -> tuple[tuple[FileIdentity, str], ...]:
     def bad(why: str) -> ValidationError:
-        return ValidationError(where, f"not a record of referenced files: {why}", code="bad_external_data")
+        return _bad_record(where, why)
 
     try:
         entries = json.loads(text)

@@ -14,7 +14,7 @@ import pytest
 
 import onnx_struct as S
 
-jinja2 = pytest.importorskip("jinja2")
+pytest.importorskip("jinja2")
 from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
 
 ADDRESS = re.compile(r" at 0x[0-9a-f]+")

@@ -88,9 +88,12 @@ class PrintedCallable(Printed):
         return value(*args, **kwargs)
 
 
+_KEPT = (*_PLAIN, Printed)  # returned as they are
+
+
 def printable(value: Any) -> Any:
     """``value``, or its stand-in when Python would print it with its address."""
-    if isinstance(value, _PLAIN) or isinstance(value, Printed):
+    if isinstance(value, _KEPT):
         return value
     if not isinstance(value, _ADDRESSED) and type(value).__repr__ is not object.__repr__:
         return value

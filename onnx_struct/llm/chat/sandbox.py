@@ -276,11 +276,12 @@ def _bounded_filter(name: str, function: Any) -> Any:
     pass_arg = jinja2.utils._PassArg.from_obj(function)
     leading = 0 if pass_arg is None else 1  # the context / environment Jinja passes first
     estimate = _FILTER_ESTIMATES.get(name)
+    reads_attribute = name == "attr"  # of the value itself, tested by the sandbox: not of its stand-in
 
     def bounded(*args, **kwargs):
         _charge()
         head, tail = args[:leading], args[leading:]
-        if tail and name == "attr":  # the attribute of the value itself, tested by the sandbox
+        if tail and reads_attribute:
             tail = (unwrapped(tail[0]), *tail[1:])
         if tail:
             _charge_input(tail[0])
