@@ -1,8 +1,9 @@
-"""llama.cpp's side of benchmarks/bench_matmul_nbits.py: ggml's Q4_0 x F32 matrix products, timed.
+"""llama.cpp's side of benchmarks/bench_matmul_nbits.py: ggml's quantized x F32 matrix products, timed.
 
 Runs in an interpreter with llama-cpp-python (its libggml-base / libggml-cpu shared libraries,
 through ctypes; nothing of it is imported by onnx_struct). Reads a JSON request on argv[1]:
-``{"shapes": [[N, K, count], ...], "rows": M, "threads": T, "repack": bool, "repeat": R}``
+``{"shapes": [[N, K, count, type], ...], "rows": M, "threads": T, "repack": bool, "repeat": R}``
+(``type`` one of Q4_0, Q4_K, Q6_K; Q4_0 when left out)
 and prints JSON: the best and median seconds of one graph holding every product (``count``
 weights of each ``[N, K]``, the same activation ``[M, K]``). ``repack``: the weights live in the
 CPU backend's repack buffer type, as llama.cpp loads them by default (Q4_0 rearranged for its
@@ -22,8 +23,10 @@ import llama_cpp
 import numpy as np
 
 LIB = pathlib.Path(llama_cpp.__file__).parent / "lib"
-GGML_TYPE_F32, GGML_TYPE_Q4_0 = 0, 2
-Q4_0_BLOCK_BYTES = 18  # f16 scale + 16 bytes of 4-bit codes per 32 weights
+GGML_TYPE_F32 = 0
+# GGML type -> (ggml_type id, weights per block, bytes per block, byte offsets of its f16 scales)
+TYPES = {"Q4_0": (2, 32, 18, (0,)), "Q4_K": (12, 256, 144, (0, 2)), "Q6_K": (14, 256, 210, (208,))}
+REPACKED = {"Q4_0", "Q4_K"}  # the types the CPU backend repacks here; llama.cpp keeps the others plain
 
 
 class InitParams(ctypes.Structure):
@@ -65,28 +68,36 @@ def _bind():
 def run(request: dict) -> dict:
     g = _bind()
     g["ggml_cpu_init"]()
-    rows, shapes = int(request["rows"]), [tuple(s) for s in request["shapes"]]
-    n_weights = sum(count for _, _, count in shapes)
+    rows = int(request["rows"])
+    shapes = [(s[0], s[1], s[2], s[3] if len(s) > 3 else "Q4_0") for s in request["shapes"]]
+    n_weights = sum(shape[2] for shape in shapes)
     meta = g["ggml_tensor_overhead"]() * (2 * n_weights + 8) + g["ggml_graph_overhead_custom"](4 * n_weights, False)
-    weights_ctx = g["ggml_init"](InitParams(meta, None, True))
+    # One context per buffer type: the repack buffer takes only the types it repacks (ggml crashes
+    # on another), so with ``repack`` the others go to a plain buffer, as llama.cpp places them.
+    contexts = {True: g["ggml_init"](InitParams(meta, None, True)), False: g["ggml_init"](InitParams(meta, None, True))}
     graph_ctx = g["ggml_init"](InitParams(meta, None, True))
     rng = np.random.default_rng(0)
     inputs, weights = {}, []
-    for n, k, count in shapes:
+    for n, k, count, kind in shapes:
         if k not in inputs:
             inputs[k] = g["ggml_new_tensor_2d"](graph_ctx, GGML_TYPE_F32, k, rows)
             g["ggml_set_input"](inputs[k])
-        weights += [(g["ggml_new_tensor_2d"](weights_ctx, GGML_TYPE_Q4_0, k, n), n, k) for _ in range(count)]
-    buft = g["ggml_backend_cpu_repack_buffer_type"]() if request["repack"] else g["ggml_backend_cpu_buffer_type"]()
-    if not g["ggml_backend_alloc_ctx_tensors_from_buft"](weights_ctx, buft):
-        raise RuntimeError("ggml could not allocate the weights")
-    for tensor, n, k in weights:  # random Q4_0 blocks: scales in [0.5, 1) x 2^-8 (finite f16), random codes
-        blocks = np.empty((n * k // 32, Q4_0_BLOCK_BYTES), np.uint8)
-        blocks[:, :2] = (rng.uniform(0.5, 1.0, n * k // 32) / 256).astype(np.float16).view(np.uint8).reshape(-1, 2)
-        blocks[:, 2:] = rng.integers(0, 256, (n * k // 32, 16), dtype=np.uint8)
+        ctx = contexts[bool(request["repack"]) and kind in REPACKED]
+        weights += [(g["ggml_new_tensor_2d"](ctx, TYPES[kind][0], k, n), n, k, kind) for _ in range(count)]
+    buffers = {True: g["ggml_backend_cpu_repack_buffer_type"](), False: g["ggml_backend_cpu_buffer_type"]()}
+    for repacked, ctx in contexts.items():
+        used = any((bool(request["repack"]) and kind in REPACKED) == repacked for *_, kind in shapes)
+        if used and not g["ggml_backend_alloc_ctx_tensors_from_buft"](ctx, buffers[repacked]):
+            raise RuntimeError("ggml could not allocate the weights")
+    for tensor, n, k, kind in weights:  # random blocks: f16 scales in [0.5, 1) x 2^-8 (finite), random bytes
+        _, per_block, block_bytes, offsets = TYPES[kind]
+        blocks = rng.integers(0, 256, (n * k // per_block, block_bytes), dtype=np.uint8)
+        for offset in offsets:
+            scales = (rng.uniform(0.5, 1.0, len(blocks)) / 256).astype(np.float16)
+            blocks[:, offset : offset + 2] = scales.view(np.uint8).reshape(-1, 2)
         g["ggml_backend_tensor_set"](tensor, blocks.ctypes.data, 0, blocks.nbytes)  # repacked here if repack
     graph = g["ggml_new_graph_custom"](graph_ctx, 4 * n_weights, False)
-    for tensor, _, k in weights:
+    for tensor, _, k, _ in weights:
         g["ggml_build_forward_expand"](graph, g["ggml_mul_mat"](graph_ctx, tensor, inputs[k]))
     allocator = g["ggml_gallocr_new"](g["ggml_backend_cpu_buffer_type"]())
     if not g["ggml_gallocr_alloc_graph"](allocator, graph):

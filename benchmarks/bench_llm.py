@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -114,15 +115,19 @@ def big_model(work: pathlib.Path) -> tuple[pathlib.Path, pathlib.Path, float, Ti
     return path, onnx_path, time.perf_counter() - start, config
 
 
-def child_ours(onnx_path: str, threads: int | None, ids: list[int], mode: str = "generate") -> dict:
+def child_ours(
+    onnx_path: str, threads: int | None, ids: list[int], mode: str = "generate", cache_dir: str | None = None
+) -> dict:
     if mode == "stages":
         return stage_memory(onnx_path, threads, ids, NEW_TOKENS)
     if mode == "profile":
         return token_breakdown(onnx_path, threads, ids, NEW_TOKENS)
+    if mode == "save":
+        return {"saved": str(save_ort_graph(onnx_path))}
     from onnx_struct.llm.generation import Generator
 
     start = time.perf_counter()
-    generator = Generator(onnx_path, threads=threads)
+    generator = Generator(onnx_path, threads=threads, cache_dir=cache_dir)
     session_seconds = time.perf_counter() - start
     before_prompt = since_process_start()
     result = generator.generate(ids, max_new_tokens=NEW_TOKENS, stop_at_eos=False)
@@ -137,12 +142,53 @@ def child_ours(onnx_path: str, threads: int | None, ids: list[int], mode: str = 
     }
 
 
-def run_ours(onnx_path: pathlib.Path, threads: int | None, ids: list[int], mode: str = "generate") -> dict:
-    options = json.dumps({"threads": threads, "ids": ids, "mode": mode})
+def run_ours(
+    onnx_path: pathlib.Path, threads: int | None, ids: list[int], mode: str = "generate", cache_dir=None
+) -> dict:
+    options = json.dumps({"threads": threads, "ids": ids, "mode": mode, "cache_dir": cache_dir and str(cache_dir)})
     argv = [sys.executable, __file__, "--child", str(onnx_path), options]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
     if result.returncode:
         raise SystemExit(f"our child ({mode}, {len(ids)} prompt ids) failed:\n{result.stderr[-4000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def ort_graph_path(onnx_path: pathlib.Path | str) -> pathlib.Path:
+    return pathlib.Path(onnx_path).with_suffix(".ort.onnx")
+
+
+def save_ort_graph(onnx_path: str) -> pathlib.Path:
+    """The graph onnxruntime holds inside ``Generator`` over ``onnx_path``, after its optimizations,
+    saved beside it with its weights in an external file (benchmarks/_ort_floor.py loads it)."""
+    import onnxruntime
+
+    from onnx_struct.llm.generation import Generator
+
+    out = ort_graph_path(onnx_path)
+    base = onnxruntime.SessionOptions
+
+    class Saving(base):  # the options Generator creates for a thread count
+        def __init__(self):
+            super().__init__()
+            self.optimized_model_filepath = str(out)
+            self.add_session_config_entry("session.optimized_model_external_initializers_file_name", f"{out.name}.data")
+            self.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
+
+    onnxruntime.SessionOptions = Saving
+    try:
+        Generator(onnx_path, threads=1)
+    finally:
+        onnxruntime.SessionOptions = base
+    return out
+
+
+def run_floor(saved: pathlib.Path, threads: int | None, ids: list[int]) -> dict:
+    """onnxruntime alone on the saved graph, in a process importing only numpy and onnxruntime."""
+    request = json.dumps({"threads": threads, "ids": ids, "n_new": NEW_TOKENS})
+    argv = [sys.executable, str(ROOT / "benchmarks" / "_ort_floor.py"), str(saved), request]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+    if result.returncode:
+        raise SystemExit(f"the onnxruntime-alone child failed:\n{result.stderr[-4000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -189,7 +235,11 @@ def weight_bytes_per_token(config: TinyLlama) -> int:
 
 
 def ratio_rows(llama_python, path, onnx_path, ids, threads_list, repeat, work, limit=None) -> list[str]:
-    """Per thread count, ours and llama.cpp in fresh processes in turns (best of ``repeat``)."""
+    """Per thread count, ours, llama.cpp and onnxruntime alone on our graph (the floor) in fresh
+    processes in turns (best of ``repeat``): the ratio table, then the floor table."""
+    saved = pathlib.Path(run_ours(onnx_path, 1, [], "save")["saved"])
+    cache = pathlib.Path(tempfile.mkdtemp(prefix="bench_llm_cache_", dir=work))
+    run_ours(onnx_path, 1, ids, cache_dir=cache)  # makes the entry the timed starts below load
     rows = [
         "| threads | prompt tok/s ours / llama.cpp (ratio) | generation tok/s ours / llama.cpp (ratio) | "
         + ("generation / bandwidth limit (ours, llama.cpp) | " if limit else "")
@@ -197,23 +247,45 @@ def ratio_rows(llama_python, path, onnx_path, ids, threads_list, repeat, work, l
         "first token from process start ours / llama.cpp | same greedy tokens |",
         "| --- | --- | --- | --- | --- | --- | " + ("--- | " if limit else "") + "--- |",
     ]
+    floor_rows = [
+        "onnxruntime alone on our graph (saved after its optimizations, loaded by a process that imports "
+        "only numpy and onnxruntime: no check, repack or tokenizer; benchmarks/_ort_floor.py), the floor "
+        "under ours; cached: ours again with `cache_dir` (`--cache-dir`), its entry made by a start before:",
+        "",
+        "| threads | first token (load + prompt) ours / cached / floor / llama.cpp | from process start ours / "
+        "cached / floor / llama.cpp | peak RSS ours / cached / floor / llama.cpp (MiB) | generation tok/s ours / "
+        "floor / llama.cpp | floor's and cached tokens = ours |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for threads in threads_list:
-        ours, theirs = [], []
-        for _ in range(repeat):  # in turns, so that a load phase of the machine hits both
+        ours, theirs, floor, cached = [], [], [], []
+        for _ in range(repeat):  # in turns, so that a load phase of the machine hits every side
             ours.append(run_ours(onnx_path, threads, ids))
             theirs.append(run_theirs(llama_python, path, threads, ids, work))
-        o_p, t_p = max(r["prompt_tps"] for r in ours), max(r["prompt_tps"] for r in theirs)
-        o_g, t_g = max(r["gen_tps"] for r in ours), max(r["gen_tps"] for r in theirs)
-        o_f, t_f = min(r["first_token_seconds"] for r in ours), min(r["first_token_seconds"] for r in theirs)
-        o_s, t_s = min(r["since_start_seconds"] for r in ours), min(r["since_start_seconds"] for r in theirs)
+            floor.append(run_floor(saved, threads, ids))
+            cached.append(run_ours(onnx_path, threads, ids, cache_dir=cache))
+        best = {
+            key: [pick(r[key] for r in side) for side in (ours, floor, theirs, cached)]
+            for key, pick in (("prompt_tps", max), ("gen_tps", max), ("first_token_seconds", min),
+                              ("since_start_seconds", min), ("rss", min))
+        }  # fmt: skip
+        (o_p, _, t_p, _), (o_g, f_g, t_g, _) = best["prompt_tps"], best["gen_tps"]
+        (o_f, f_f, t_f, c_f), (o_s, f_s, t_s, c_s) = best["first_token_seconds"], best["since_start_seconds"]
+        o_r, f_r, t_r, c_r = (r / 2**20 for r in best["rss"])
         same = sum(a == b for a, b in zip(ours[0]["tokens"], theirs[0]["tokens"], strict=True))
         rows.append(
             f"| {threads} | {o_p:.1f} / {t_p:.1f} ({o_p / t_p:.2f}x) | {o_g:.1f} / {t_g:.1f} ({o_g / t_g:.2f}x) | "
             + (f"{o_g / limit:.0%}, {t_g / limit:.0%} | " if limit else "")
-            + f"{ours[0]['rss'] / 2**20:.0f} / {theirs[0]['rss'] / 2**20:.0f} | "
-            f"{o_f:.2f} / {t_f:.2f} s | {o_s:.2f} / {t_s:.2f} s | {same}/{NEW_TOKENS} |"
+            + f"{o_r:.0f} / {t_r:.0f} | {o_f:.2f} / {t_f:.2f} s | {o_s:.2f} / {t_s:.2f} s | {same}/{NEW_TOKENS} |"
         )
-    return rows
+        same_as_ours = "yes" if floor[0]["tokens"] == ours[0]["tokens"] == cached[0]["tokens"] else "no"
+        floor_rows.append(
+            f"| {threads} | {o_f:.2f} / {c_f:.2f} / {f_f:.2f} / {t_f:.2f} s | {o_s:.2f} / {c_s:.2f} / {f_s:.2f} / "
+            f"{t_s:.2f} s | {o_r:.0f} / {c_r:.0f} / {f_r:.0f} / {t_r:.0f} | {o_g:.1f} / {f_g:.1f} / {t_g:.1f} | "
+            f"{same_as_ours} |"
+        )
+    shutil.rmtree(cache, ignore_errors=True)
+    return [*rows, "", *floor_rows]
 
 
 def speed(llama_python: str, work: pathlib.Path, threads_list: list[int], repeat: int) -> list[str]:
@@ -379,9 +451,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.child:
         options = json.loads(args.child[1])
-        print(
-            json.dumps(child_ours(args.child[0], options["threads"], options["ids"], options.get("mode", "generate")))
-        )
+        mode, cache_dir = options.get("mode", "generate"), options.get("cache_dir")
+        print(json.dumps(child_ours(args.child[0], options["threads"], options["ids"], mode, cache_dir)))
         return 0
     with tempfile.TemporaryDirectory() as scratch:
         print("### Accuracy against llama.cpp\n")

@@ -32,13 +32,73 @@ import time
 import numpy as np
 
 PEER = pathlib.Path(__file__).resolve().parent / "_ggml_matmul_peer.py"
-N_EMBD, N_FF, N_KV, N_VOCAB = 2048, 5632, 256, 32000
+# Model shapes: (layers, n_embd, n_ff, n_kv (KV heads x head size), n_vocab). tinyllama: the 1.1B
+# of bench_llm.py; family: bench_llm.py --family's small shape (16 layers, 1024 wide, MLP 2816).
+SHAPES = {"tinyllama": (22, 2048, 5632, 256, 32000), "family": (16, 1024, 2816, 256, 32000)}
+# Weight types: the matrices' and the output head's, as the benchmark's files mix them.
+MIXES = {"q4_0": ("Q4_0", "Q4_0"), "q4_k": ("Q4_K", "Q6_K")}
+BLOCK_BYTES = {"Q4_0": (32, 18), "Q4_K": (256, 144), "Q6_K": (256, 210)}  # weights, bytes per block
 
 
-def token_shapes(layers: int) -> list[list[int]]:
-    """[N, K, count] of every product one token makes (weights stored [N, K], as GGUF)."""
-    per_layer = [[N_EMBD, N_EMBD, 2], [N_KV, N_EMBD, 2], [N_FF, N_EMBD, 2], [N_EMBD, N_FF, 1]]
-    return [[n, k, c * layers] for n, k, c in per_layer] + [[N_VOCAB, N_EMBD, 1]]
+def token_shapes(layers: int, shape: str = "tinyllama", mix: str = "q4_0") -> list[list]:
+    """[N, K, count, type] of every product one token makes (weights stored [N, K], as GGUF)."""
+    _, n_embd, n_ff, n_kv, n_vocab = SHAPES[shape]
+    kind, head = MIXES[mix]
+    per_layer = [[n_embd, n_embd, 2], [n_kv, n_embd, 2], [n_ff, n_embd, 2], [n_embd, n_ff, 1]]
+    return [[n, k, c * layers, kind] for n, k, c in per_layer] + [[n_vocab, n_embd, 1, head]]
+
+
+def run_ours_struct(request: dict) -> dict:
+    """Ours for any mix: struct values of the GGUF types (random blocks, external payloads) run by
+    ``onnx_struct.InferenceSession``, so the products are exactly what it emits (MatMulNBits, and
+    for a format with a minimum its block sums and minimum product; siblings fused)."""
+    import onnx  # noqa: PLC0415 - the child's imports
+    import onnxruntime as ort  # noqa: PLC0415
+    from bench_execution import payload  # noqa: PLC0415
+    from onnx import TensorProto, helper  # noqa: PLC0415
+
+    import onnx_struct as S  # noqa: PLC0415
+    from onnx_struct import formats  # noqa: PLC0415
+
+    rows, directory = int(request["rows"]), pathlib.Path(request["workdir"])
+    model = helper.make_model(helper.make_graph([], "products", [], []), ir_version=10,
+                              opset_imports=[helper.make_opsetid("", 21)])  # fmt: skip
+    graph, inputs, j = model.graph, set(), 0
+    with open(directory / "products.bin", "wb") as file:
+        for n, k, count, kind in request["shapes"]:
+            if k not in inputs:
+                inputs.add(k)
+                graph.input.append(helper.make_tensor_value_info(f"x{k}", TensorProto.FLOAT, [rows, k]))
+            for _ in range(count):
+                data = payload(kind, (n, k), j)
+                value = formats.get(kind).make_value(model, f"w{j}", (n, k), b"")
+                value.ClearField("raw_data")
+                for key, text in (("location", "products.bin"), ("offset", file.tell()), ("length", len(data))):
+                    value.external_data.add(key=key, value=str(text))
+                S.add_struct_values(model, value)
+                file.write(data)
+                graph.node.extend([helper.make_node("Transpose", [f"w{j}"], [f"w{j}t"], perm=[1, 0]),
+                                   helper.make_node("MatMul", [f"x{k}", f"w{j}t"], [f"y{j}"])])  # fmt: skip
+                graph.output.append(helper.make_tensor_value_info(f"y{j}", TensorProto.FLOAT, [rows, n]))
+                j += 1
+    onnx.save(model, directory / "products.onnx")
+    del model, graph
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = int(request["threads"])
+    session = S.InferenceSession(str(directory / "products.onnx"), options)
+    return _timed(session, {f"x{k}": (rows, k) for k in inputs}, int(request["repeat"]))
+
+
+def _timed(session, feeds: dict[str, tuple[int, int]], repeat: int) -> dict:
+    rng = np.random.default_rng(0)
+    arrays = {name: rng.standard_normal(shape).astype(np.float32) for name, shape in feeds.items()}
+    session.run(None, arrays)  # warm-up
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        session.run(None, arrays)
+        times.append(time.perf_counter() - start)
+    return {"best": min(times), "median": float(np.median(times))}
 
 
 def run_ours(request: dict) -> dict:
@@ -46,9 +106,11 @@ def run_ours(request: dict) -> dict:
     import onnxruntime as ort  # noqa: PLC0415
     from onnx import TensorProto, helper, numpy_helper  # noqa: PLC0415
 
+    if any(kind != "Q4_0" for *_, kind in request["shapes"]):
+        return run_ours_struct(request)
     rng = np.random.default_rng(0)
     rows, nodes, inputs, initializers, outputs = int(request["rows"]), [], {}, [], []
-    for n, k, count in request["shapes"]:
+    for n, k, count, _ in request["shapes"]:
         if k not in inputs:
             inputs[k] = helper.make_tensor_value_info(f"x{k}", TensorProto.FLOAT, [rows, k])
         for _ in range(count):
@@ -80,14 +142,7 @@ def run_ours(request: dict) -> dict:
     options = ort.SessionOptions()
     options.intra_op_num_threads = int(request["threads"])
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    feeds = {f"x{k}": rng.standard_normal((rows, k)).astype(np.float32) for k in inputs}
-    session.run(None, feeds)  # warm-up
-    times = []
-    for _ in range(int(request["repeat"])):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        times.append(time.perf_counter() - start)
-    return {"best": min(times), "median": float(np.median(times))}
+    return _timed(session, {f"x{k}": (rows, k) for k in inputs}, int(request["repeat"]))
 
 
 def child(argv: list[str], request: dict) -> dict:
@@ -98,7 +153,11 @@ def child(argv: list[str], request: dict) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--llama-python", required=True, help="a Python with llama-cpp-python")
-    parser.add_argument("--layers", type=int, default=22, help="layers of products (22: the 1.1B model)")
+    parser.add_argument("--layers", type=int, default=None, help="layers of products (default: the shape's)")
+    parser.add_argument("--shape", choices=sorted(SHAPES), default="tinyllama", help="the model shape")
+    parser.add_argument(
+        "--mix", choices=sorted(MIXES), default="q4_0", help="q4_0; q4_k: Q4_K matrices, a Q6_K head"
+    )
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--rows", default="1,64", help="activation rows: 1 (generation), 64 (a prompt)")
     parser.add_argument("--repeat", type=int, default=10, help="timed passes per process (after a warm-up)")
@@ -109,9 +168,10 @@ def main() -> int:
     if args.child:
         print(json.dumps(run_ours(json.loads(args.child))))
         return 0
-    shapes = token_shapes(args.layers)
-    weight_bytes = sum(n * k * c for n, k, c in shapes) // 32 * 18
-    print(f"{sum(c for *_, c in shapes)} products, {weight_bytes / 2**20:.0f} MiB of Q4_0 per pass\n")
+    shapes = token_shapes(args.layers or SHAPES[args.shape][0], args.shape, args.mix)
+    weight_bytes = sum(n * k * c // BLOCK_BYTES[t][0] * BLOCK_BYTES[t][1] for n, k, c, t in shapes)
+    kinds = "/".join(dict.fromkeys(t for *_, t in shapes))
+    print(f"{sum(c for _, _, c, _ in shapes)} products, {weight_bytes / 2**20:.0f} MiB of {kinds} per pass\n")
     print("| rows | threads | ours MatMulNBits ms | ggml repack ms | ggml plain ms | ours / repack | ours / plain |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for rows in (int(r) for r in args.rows.split(",")):

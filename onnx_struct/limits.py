@@ -224,3 +224,6 @@ MAX_TEMPLATE_JSON_INDENT = 64
 MAX_TEMPLATE_DATA_DEPTH = 64
 # Wall-clock seconds of one rendering, the backstop behind the step count (checked every 32 steps).
 MAX_TEMPLATE_SECONDS = 5.0
+# Bytes of a session cache entry's record read at most (runtime/session_cache.py): ours hold one
+# line per referenced file; a larger one is not an entry of ours and is made again.
+MAX_CACHE_RECORD_BYTES = 1 << 20

@@ -182,3 +182,47 @@ def test_the_process_clock_counts_from_the_process_start():
     )
     seconds = float(result.stdout)
     assert 0.3 <= seconds < 30, seconds
+
+
+def test_the_floor_runs_the_saved_graph_to_the_generators_tokens(tmp_path):
+    """bench_llm.py's floor: the graph onnxruntime holds inside Generator, saved, then run by
+    _ort_floor.py alone (no onnx_struct) with its own KV-cache loop, gives the Generator's greedy
+    tokens: the floor measures the same graph, not another."""
+    pytest.importorskip("tokenizers")
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import bench_llm
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    import onnx
+    from support.llm import TinyLlama, spm_vocab, write_gguf
+
+    from onnx_struct.convert import convert
+    from onnx_struct.llm.generation import Generator
+
+    write_gguf(tmp_path / "tiny.gguf", TinyLlama(**spm_vocab(), seed=3))
+    onnx.save(convert(tmp_path / "tiny.gguf", graph=True, reference=True), tmp_path / "tiny.onnx")
+    ids = [1, 40, 7, 19, 88, 3]
+    expected = Generator(tmp_path / "tiny.onnx").generate(ids, max_new_tokens=bench_llm.NEW_TOKENS, stop_at_eos=False)
+    saved = bench_llm.run_ours(tmp_path / "tiny.onnx", 1, [], "save")["saved"]
+    floor = bench_llm.run_floor(pathlib.Path(saved), 1, ids)
+    assert floor["tokens"] == expected.tokens
+    assert floor["rss"] > 2**20 and floor["first_token_seconds"] >= floor["session_seconds"] > 0
+
+
+def test_the_kernel_benchmark_counts_a_family_tokens_products_and_bytes():
+    """bench_matmul_nbits.py --shape family --mix q4_k: every product of one token of bench_llm.py's
+    family shape (16 layers x q, k, v, o, gate, up, down, and the head), Q4_K matrices and a Q6_K
+    head; bytes by hand: 180,355,072 Q4_K weights x 144 / 256 + 32,768,000 Q6_K weights x 210 / 256."""
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import bench_matmul_nbits
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+    shapes = bench_matmul_nbits.token_shapes(16, "family", "q4_k")
+    assert sum(c for _, _, c, _ in shapes) == 16 * 7 + 1
+    assert shapes[-1] == [32000, 1024, 1, "Q6_K"]
+    q4_k = sum(n * k * c for n, k, c, t in shapes if t == "Q4_K")
+    assert q4_k == 180_355_072
+    assert q4_k // 256 * 144 + 32_768_000 // 256 * 210 == 128_329_728
+    assert bench_matmul_nbits.token_shapes(22)[0] == [2048, 2048, 44, "Q4_0"]  # the 1.1B's, as before

@@ -92,7 +92,9 @@ def _open(args: argparse.Namespace):
     from onnx_struct.llm.generate import load_generator  # noqa: PLC0415 - onnxruntime on use only
 
     check_sampling_options(args)
-    generator = load_generator(args.model, threads=args.threads, accuracy_level=args.accuracy_level)
+    generator = load_generator(
+        args.model, threads=args.threads, accuracy_level=args.accuracy_level, cache_dir=args.cache_dir
+    )
     chat = Chat(
         generator,
         system=args.system,

@@ -22,6 +22,7 @@ INPUT = "model"
 HELP = "generate text with a decoder model from `from-gguf --graph` (exit 0 ok, 1 invalid model, 2 usage/I-O)"
 
 
+CACHE_ENV = "ONNX_STRUCT_CACHE_DIR"
 EXIT_BROKEN_PIPE = 141  # as a shell reports a process ended by SIGPIPE (`... | head -1`)
 
 
@@ -72,6 +73,13 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
         choices=(0, 1, 2, 3, 4),
         default=None,
         help="MatMulNBits' accuracy level (default onnxruntime's, 4: int8 activations; 0: float32)",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        default=os.environ.get(CACHE_ENV) or None,
+        metavar="DIR",
+        help=f"keep the lowered model and its repacked weights in DIR, so that the next start over the same "
+        f"files skips the check and the repack (default: ${CACHE_ENV}, else none; about 1.5x the .gguf per model)",
     )
 
 
@@ -127,6 +135,7 @@ def _generate(args: argparse.Namespace) -> int:
             stream=stream,
             threads=args.threads,
             accuracy_level=args.accuracy_level,
+            cache_dir=args.cache_dir,
         )
     except ImportError as error:
         if error.name != "tokenizers":

@@ -12,7 +12,11 @@ from onnx_struct.schema.model import ModelLike
 
 
 def load_generator(
-    model: ModelLike | Generator, *, threads: int | None = None, accuracy_level: int | None = None
+    model: ModelLike | Generator,
+    *,
+    threads: int | None = None,
+    accuracy_level: int | None = None,
+    cache_dir: str | os.PathLike | None = None,
 ) -> Generator:
     """A :class:`~onnx_struct.llm.generation.Generator` for ``model`` with the llm layer's
     tokenizer (:func:`onnx_struct.llm.tokenizer.tokenizer.load_tokenizer`: every vocabulary llama.cpp reads) and chat
@@ -22,6 +26,7 @@ def load_generator(
         model: a model built by ``from-gguf --graph`` (path or ModelProto), or a Generator.
         threads: onnxruntime's intra-op thread count (None: its default).
         accuracy_level: MatMulNBits' (None: onnxruntime's, 4; 0: float32 activations).
+        cache_dir: the Generator's session cache directory (None: none).
 
     Returns:
         The Generator.
@@ -33,11 +38,7 @@ def load_generator(
         return model
     if isinstance(model, (str, os.PathLike)):
         model = os.fspath(model)
-    return Generator(
-        model,
-        threads=threads,
-        accuracy_level=accuracy_level,
-    )
+    return Generator(model, threads=threads, accuracy_level=accuracy_level, cache_dir=cache_dir)
 
 
 def generate(
@@ -55,6 +56,7 @@ def generate(
     stop_ids: Iterable[int] | None = None,
     threads: int | None = None,
     accuracy_level: int | None = None,
+    cache_dir: str | os.PathLike | None = None,
 ) -> Generation:
     """Generate text after ``prompt`` (or a chat reply to ``messages``) with a model built by
     ``from-gguf --graph``.
@@ -78,6 +80,8 @@ def generate(
             llama.cpp's: eos, eot, eom, ``<|im_end|>``, ...; an empty set: never stop).
         threads: onnxruntime's intra-op thread count (ignored when ``model`` is a Generator).
         accuracy_level: MatMulNBits' (ignored when ``model`` is a Generator).
+        cache_dir: a session cache directory, as the Generator's (ignored when ``model`` is a
+            Generator).
 
     Returns:
         A :class:`~onnx_struct.llm.generation.Generation`: the new text and tokens (stopped at
@@ -96,7 +100,7 @@ def generate(
 
         onnx_struct.generate("model.onnx", "Once upon a time", max_new_tokens=20, stream=print).text
     """
-    generator = load_generator(model, threads=threads, accuracy_level=accuracy_level)
+    generator = load_generator(model, threads=threads, accuracy_level=accuracy_level, cache_dir=cache_dir)
     return generator.generate(
         prompt,
         messages=messages,

@@ -44,8 +44,7 @@ def deliver(
     providers = list(providers or ["CPUExecutionProvider"])
     if sess_options is not None:
         return _with_callers_options(ort, model, arrays, base_dir, sess_options, providers, ort_kwargs)
-    options = ort.SessionOptions()
-    options.log_severity_level = 3  # compact lowering makes onnxruntime warn per leaf
+    options = session_options(ort)
     weights = write_weights_file(model, arrays, base_dir) if arrays else None
     # Onnxruntime copies the in-memory tensors while it creates the session; the options keep
     # pointing at them, which is why this session cannot be re-created (deliver's second value).
@@ -69,6 +68,45 @@ def deliver(
         if weights is not None:
             weights.remove()
     return session, self_contained
+
+
+def deliver_into(ort, model, arrays, base_dir, sess_options, providers, ort_kwargs, directory: str) -> Any | None:
+    """:func:`deliver` for a session cache's entry: ``model`` and every external tensor it has
+    (the repacked arrays, emptied here, and the model's own, copied) written to the empty
+    ``directory`` as ``model.onnx`` and its weights file, and the session made from that path
+    (the caller's options, never changed, or the session's own). None, with ``directory``
+    removed and nothing else changed, when the files cannot be written there."""
+    weights = write_weights_file(model, arrays, base_dir, copy_all=True, directory=directory)
+    if weights is None:
+        return None
+    try:
+        path = weights.write_model(model)
+    except OSError:
+        weights.restore()
+        weights.remove()
+        return None
+    weights.restore()
+    arrays.clear()
+    release_free_memory()
+    try:
+        return session_from_path(ort, path, sess_options, providers, ort_kwargs)
+    except BaseException:
+        weights.remove()
+        raise
+
+
+def session_from_path(ort, path: str, sess_options, providers, ort_kwargs):
+    """onnxruntime's session over a model file whose external data is beside it: with the caller's
+    options, never changed, or the session's own."""
+    options = sess_options if sess_options is not None else session_options(ort)
+    return ort.InferenceSession(path, options, providers=list(providers or ["CPUExecutionProvider"]), **ort_kwargs)
+
+
+def session_options(ort):
+    """The options a session without a caller's gets."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 3  # compact lowering makes onnxruntime warn per leaf
+    return options
 
 
 def add_in_memory(ort, options, files: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:

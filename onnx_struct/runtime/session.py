@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import onnx
+from google.protobuf.message import DecodeError
 
 from onnx_struct.check.checked import checked_model
 from onnx_struct.errors import ValidationError
@@ -25,11 +26,12 @@ from onnx_struct.limits import PROTOBUF_LIMIT
 from onnx_struct.lowering.lower import StructInput, lower_checked, lower_model
 from onnx_struct.lowering.scope import has_struct_parts
 from onnx_struct.payload.view import StructView, view, view_buffer
-from onnx_struct.runtime.delivery import configured_accuracy_level, deliver
+from onnx_struct.runtime import session_cache
+from onnx_struct.runtime.delivery import configured_accuracy_level, deliver, deliver_into, session_from_path
 from onnx_struct.runtime.feeds import Feed, leaf_feeds, ortvalue_to_numpy
 from onnx_struct.runtime.file_backed import held_lightly, inline_own_file_tensors
 from onnx_struct.runtime.ort import load_onnxruntime, load_refusal, ort_errors, refusal_class
-from onnx_struct.schema.model import ModelLike, StructProto, StructTypeProto, load
+from onnx_struct.schema.model import ModelLike, StructProto, StructTypeProto, load, read_model_file
 
 
 class InferenceSession:
@@ -63,11 +65,16 @@ class InferenceSession:
         base_dir: the directory external payloads are read from (default: the model file's).
         execution: "quantized" (default) or "decode", as for :func:`onnx_struct.lower`.
         accuracy_level: MatMulNBits' ``accuracy_level`` (None: onnxruntime's choice).
+        cache_dir: a session cache directory (None: none): the lowered model and its weights are
+            kept there, and a later session over the same model file and files loads them without
+            checking, lowering or repacking (runtime/session_cache.py; docs/llm.md, "Start-up
+            and the session cache"). The model must be given as a path.
         **ort_kwargs: passed to ``onnxruntime.InferenceSession``.
 
     Raises:
         ValidationError: the model is invalid, or onnxruntime refuses it or would refuse its
-            file (then also an instance of onnxruntime's own exception class: docs/errors.md).
+            file (then also an instance of onnxruntime's own exception class: docs/errors.md);
+            ``cache_dir`` with a model that is not a path (``bad_argument``).
         ValueError: ``execution`` is neither "decode" nor "quantized" (for a model with struct
             parts).
 
@@ -96,9 +103,21 @@ class InferenceSession:
         base_dir: str | os.PathLike | None = None,
         execution: str = "quantized",
         accuracy_level: int | None = None,
+        cache_dir: str | os.PathLike | None = None,
         **ort_kwargs: Any,
     ) -> None:
+        before_runtime = self._before_runtime
         ort = load_onnxruntime()
+        in_memory = execution == "quantized"
+        if in_memory and accuracy_level is None and sess_options is not None:
+            accuracy_level = configured_accuracy_level(sess_options)
+        cache = None
+        if cache_dir is not None:
+            level = (4 if accuracy_level is None else int(accuracy_level)) if in_memory else None
+            settings = {"execution": execution, "compact": bool(compact), "accuracy_level": level}
+            cache = _cache_slot(cache_dir, model_or_path, {**settings, "base_dir": base_dir and str(base_dir)}, ort)
+            if cache.usable() and self._open_cached(ort, cache, sess_options, providers, ort_kwargs, before_runtime):
+                return
         try:
             loaded = load(model_or_path, base_dir)
         except ValidationError as error:  # also onnxruntime's class for the same refusal of the file
@@ -111,12 +130,10 @@ class InferenceSession:
         # would make of DequantizeLinear + MatMul, at its default accuracy level 4) and their
         # repacked arrays handed to onnxruntime outside the model bytes (docs/execution.md,
         # "Memory"), with or without a caller's options: those are never changed (runtime/delivery.py).
-        in_memory = execution == "quantized"
-        if in_memory and accuracy_level is None and sess_options is not None:
-            accuracy_level = configured_accuracy_level(sess_options)
         backed = False  # whether the checked model was made file-backed
         self._declarations: list[StructTypeProto] = []
         if not has_struct_parts(loaded):
+            cache = None  # onnxruntime loads it as it is: nothing to keep
             lowering = lower_model(loaded)  # as given: onnxruntime judges it
         else:
             # The stock part is onnxruntime's to judge (docs/semantics.md). The table is built over
@@ -137,6 +154,9 @@ class InferenceSession:
             )
             del checked
         arrays = lowering.arrays
+        if lowering.struct_inputs:
+            cache = None  # split through the lowering's views at run time: not cached
+        referenced = session_cache.referenced_files(loaded) if cache is not None else []  # checked files
         del loaded  # a model read from a file holds its bytes and inline payloads: not needed any more
         self._struct_inputs: dict[str, StructInput] = {
             name: dataclasses.replace(
@@ -157,10 +177,16 @@ class InferenceSession:
                 actual=lowering.model.ByteSize(),
                 limit=PROTOBUF_LIMIT,
             )
+        before_runtime(lowering.model)
         try:
-            self._session, self._recreatable = deliver(
-                ort, lowering.model, arrays, self._base_dir, sess_options, providers, ort_kwargs
-            )
+            delivery = (ort, lowering.model, arrays, self._base_dir, sess_options, providers, ort_kwargs)
+            entry = cache.new_directory() if cache is not None else None
+            session = deliver_into(*delivery, entry) if entry is not None else None
+            if session is not None:  # a cache's new entry: published once the session exists
+                self._session, self._recreatable = session, False
+                cache.publish(entry, referenced)
+            else:
+                self._session, self._recreatable = deliver(*delivery)
         except ort_errors() as error:  # e.g. a decoder needing a kernel onnxruntime lacks (FLOAT4E2M1 Cast)
             message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             what, hint = "the model", ""
@@ -180,6 +206,30 @@ class InferenceSession:
             # set_providers refuses instead.
             self._session.disable_fallback()
             self._session._sess_options_initial = None  # noqa: SLF001
+
+    def _open_cached(
+        self, ort, cache: session_cache.CacheSlot, sess_options, providers, ort_kwargs, before_runtime
+    ) -> bool:
+        """The session from the cache's entry (runtime/session_cache.py); False, with the entry
+        removed, when onnxruntime cannot load it (the session is then made as on a miss)."""
+        path = cache.model_path()
+        try:
+            lowered = onnx.load_model(path, load_external_data=False)
+            before_runtime(lowered)
+            session = session_from_path(ort, path, sess_options, providers, ort_kwargs)
+        except (OSError, DecodeError, *ort_errors()):  # a truncated or foreign entry
+            cache.remove()
+            return False
+        self._base_dir = cache.directory
+        self._declarations, self._struct_inputs = [], {}
+        self.lowered, self._session, self._recreatable = lowered, session, False
+        self._session.disable_fallback()
+        self._session._sess_options_initial = None  # noqa: SLF001
+        return True
+
+    def _before_runtime(self, lowered: onnx.ModelProto) -> None:
+        """Called with the lowered model just before onnxruntime creates the session (a subclass's
+        hook: the Generator builds its tokenizer from the metadata meanwhile)."""
 
     def set_providers(self, providers=None, provider_options=None) -> None:
         """onnxruntime's, for a session created from self-contained model bytes; a session whose
@@ -283,6 +333,22 @@ class InferenceSession:
                 code="type_mismatch",
             )
         return view(value, self._declarations, base_dir=self._base_dir)
+
+
+def _cache_slot(cache_dir, model_or_path, settings: dict, ort) -> session_cache.CacheSlot:
+    """The cache slot of a model given by path (the key reads the file's bytes once)."""
+    if not isinstance(model_or_path, (str, os.PathLike)):
+        raise ValidationError(
+            "InferenceSession(cache_dir)",
+            f"a session cache keys a model file by its bytes and files: give the model as a path, "
+            f"not {type(model_or_path).__name__}",
+            code="bad_argument",
+        )
+    try:
+        model_bytes = read_model_file(model_or_path)
+    except ValidationError as error:
+        raise load_refusal(error) from None
+    return session_cache.slot(cache_dir, model_or_path, model_bytes, settings, ort.__version__)
 
 
 def _refuse_unnameable_signature(graph) -> None:

@@ -78,13 +78,15 @@ def write_weights_file(
     base_dir: str | os.PathLike | None,
     *,
     copy_all: bool = False,
+    directory: str | None = None,
 ) -> WeightsFile | None:
     """Write every external tensor of ``model`` (the placeholders from ``arrays``, the others
     copied from ``base_dir`` under the model-directory rules) to one new file and point the model
     at it. None, with nothing changed, when the file cannot be written (no temporary directory,
     disk full), an external tensor has no directory to be read from, or (unless ``copy_all``)
     the others hold more than the weights plus 256 MiB: the caller then hands the arrays over in
-    memory."""
+    memory. ``directory``: an empty private directory to write in (a session cache's entry being
+    made, runtime/session_cache.py) instead of a new temporary one; removed on failure."""
     # (where, tensor, None for a placeholder or the (file, offset, length) of a model's own tensor)
     tensors = []
     for where, tensor in model_tensors(model):
@@ -98,7 +100,7 @@ def write_weights_file(
     if not copy_all and sum(length for _, _, length in sources) > allowance:
         return None
     try:
-        directory = tempfile.mkdtemp(prefix="onnx_struct-weights-")
+        directory = directory or tempfile.mkdtemp(prefix="onnx_struct-weights-")
     except OSError:
         return None
     written = WeightsFile(directory, [])

@@ -1,0 +1,168 @@
+"""The session cache: the plain model a quantized session hands onnxruntime, kept on disk.
+
+Rule: ``InferenceSession(path, cache_dir=D)`` (and ``Generator``, ``generate``, the CLI's
+``--cache-dir``) looks in D for the entry keyed by the SHA-256 of the model file's bytes, the
+settings that shape the lowered model (execution, compact, MatMulNBits' accuracy level) and the
+versions of onnx_struct and onnxruntime. An entry is used only while every file the model
+referenced when the entry was written is still that file (device, inode, size, modification and
+change times, as payload/file_identity.py judges a file it verified): onnxruntime then loads the
+entry's model, and nothing is checked, lowered or repacked again (the model's bytes and files are
+the ones that passed). Otherwise the session is made as without a cache, its lowered model and
+weights (every external tensor copied, so the entry reads nothing outside its own directory) are
+written to a new directory under D that is renamed into place once complete, and older entries
+made from the same model path are removed. An entry onnxruntime cannot load is removed, and the
+session is made as on a miss. A model with struct-typed graph inputs is not cached (its inputs
+are split through the lowering's views at run time). docs/llm.md, "Start-up and the session cache".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import pathlib
+import shutil
+
+from onnx_struct._version import __version__
+from onnx_struct.errors import ValidationError
+from onnx_struct.limits import MAX_CACHE_RECORD_BYTES
+from onnx_struct.payload import external
+
+ENTRY_FORMAT = 1
+ENTRY_FILE = "entry.json"  # written last: a directory without it is not an entry
+MODEL_FILE = "model.onnx"  # the name WeightsFile.write_model gives the lowered model
+TEMPORARY_PREFIX = ".tmp-"
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheSlot:
+    """Where a model's entry is (``directory``) and what it must record to be used."""
+
+    cache_dir: pathlib.Path
+    key: str
+    source: str  # the model file's resolved path: entries of one path replace each other
+
+    @property
+    def directory(self) -> pathlib.Path:
+        return self.cache_dir / self.key
+
+    def usable(self) -> bool:
+        """The entry exists, is complete, and every file it records is unchanged."""
+        record = _read_record(self.directory)
+        if record is None or record.get("format") != ENTRY_FORMAT or record.get("source") != self.source:
+            return False
+        files = record.get("files")
+        if not isinstance(files, list) or not (self.directory / MODEL_FILE).is_file():
+            return False
+        return all(isinstance(f, list) and len(f) == 2 and _stat_key(f[0]) == f[1] for f in files)
+
+    def model_path(self) -> str:
+        return str(self.directory / MODEL_FILE)
+
+    def new_directory(self) -> str | None:
+        """A new private directory under the cache for an entry being written (None: cannot)."""
+        import tempfile  # noqa: PLC0415
+
+        try:
+            self.cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            return tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=self.cache_dir)
+        except OSError:
+            return None
+
+    def publish(self, directory: str, files: list[pathlib.Path]) -> bool:
+        """Record ``files`` in ``directory`` and rename it into place; remove older entries of the
+        same model path. False (``directory`` removed) when another process published first or
+        the cache cannot be written: the session works either way."""
+        record = {
+            "format": ENTRY_FORMAT,
+            "source": self.source,
+            "files": [[str(f), _stat_key(f)] for f in files],
+        }
+        try:
+            with open(os.path.join(directory, ENTRY_FILE), "x", encoding="utf-8") as handle:
+                json.dump(record, handle)
+            if self.directory.exists() and not self.usable():
+                shutil.rmtree(self.directory, ignore_errors=True)  # stale or broken: replaced
+            os.rename(directory, self.directory)
+        except OSError:
+            shutil.rmtree(directory, ignore_errors=True)
+            return False
+        self._remove_older()
+        return True
+
+    def remove(self) -> None:
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def _remove_older(self) -> None:
+        try:
+            entries = list(self.cache_dir.iterdir())
+        except OSError:
+            return
+        for entry in entries:
+            if entry.name == self.key or entry.name.startswith(TEMPORARY_PREFIX):
+                continue
+            record = _read_record(entry)
+            if record is not None and record.get("source") == self.source:
+                shutil.rmtree(entry, ignore_errors=True)
+
+
+def slot(
+    cache_dir: str | os.PathLike,
+    model_path: str | os.PathLike,
+    model_bytes: bytes,
+    settings: dict,
+    ort_version: str,
+) -> CacheSlot:
+    """The slot of a model file (its bytes read once by the caller) with these session settings."""
+    if not isinstance(cache_dir, (str, os.PathLike)):
+        raise ValidationError(
+            "InferenceSession(cache_dir)",
+            f"expects a directory path, not {type(cache_dir).__name__}",
+            code="bad_argument",
+        )
+    digest = hashlib.sha256()
+    head = {"format": ENTRY_FORMAT, "onnx_struct": __version__, "onnxruntime": ort_version, **settings}
+    digest.update(json.dumps(head, sort_keys=True).encode())
+    digest.update(model_bytes)
+    source = str(pathlib.Path(model_path).resolve())
+    return CacheSlot(pathlib.Path(cache_dir).expanduser().resolve(), digest.hexdigest()[:40], source)
+
+
+def referenced_files(loaded) -> list[pathlib.Path]:
+    """Every file the model's external payloads and external tensors name, resolved under the
+    model-directory rules (the check has already accepted each)."""
+    files: dict[pathlib.Path, None] = {}
+    if loaded.base_dir is None:
+        return []
+    refs = []
+    for k, value in enumerate(loaded.struct_values):
+        if len(value.external_data):
+            where = f"graph.struct_initializer[{k}].external_data"
+            refs.append((external.parse_external_data(value.external_data, where), where))
+    for where, tensor in external.model_tensors(loaded.proto):
+        if external.is_external(tensor):
+            at = f"{where}.external_data"
+            refs.append((external.parse_external_data(tensor.external_data, at), at))
+    for ref, where in refs:
+        file, _ = external.resolve(external.ExternalRef(ref.location, 0, None), loaded.base_dir, where)
+        files[pathlib.Path(file)] = None
+    return list(files)
+
+
+def _stat_key(path) -> list[int] | None:
+    try:
+        info = os.stat(path)
+    except (OSError, TypeError, ValueError):
+        return None
+    return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
+
+
+def _read_record(directory: pathlib.Path) -> dict | None:
+    try:
+        with open(directory / ENTRY_FILE, "rb") as handle:
+            data = handle.read(MAX_CACHE_RECORD_BYTES + 1)
+        record = json.loads(data) if len(data) <= MAX_CACHE_RECORD_BYTES else None
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None

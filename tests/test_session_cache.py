@@ -1,0 +1,187 @@
+"""The session cache (onnx_struct/runtime/session_cache.py): a second session over the same model
+file and GGUF loads the kept lowered model without checking, lowering or repacking, gives the
+logits of a session without a cache, and is not used once a file it was made from changed."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import numpy as np
+import onnx
+import pytest
+
+pytest.importorskip("gguf")
+pytest.importorskip("tokenizers")
+
+from support.llm import TinyLlama, greedy, prompt_feeds, read_weights, spm_vocab, write_gguf  # noqa: E402
+
+import onnx_struct  # noqa: E402
+from onnx_struct.cli import main  # noqa: E402
+from onnx_struct.convert import convert  # noqa: E402
+from onnx_struct.llm.generation import Generator  # noqa: E402
+from onnx_struct.runtime import session as session_module  # noqa: E402
+
+PROMPT = [1, 17, 42, 5, 63, 9]
+
+
+@pytest.fixture
+def files(tmp_path):
+    config = TinyLlama(**spm_vocab(), seed=7)
+    write_gguf(tmp_path / "model.gguf", config)
+    onnx.save(convert(tmp_path / "model.gguf", graph=True, reference=True), tmp_path / "model.onnx")
+    return config, tmp_path / "model.onnx", tmp_path / "cache"
+
+
+@pytest.fixture
+def lowerings(monkeypatch):
+    """How many times a session lowered a model (the work a cache hit skips)."""
+    calls = []
+    real = session_module.lower_checked
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(session_module, "lower_checked", counted)
+    return calls
+
+
+def entries(cache):
+    return sorted(p for p in cache.iterdir() if not p.name.startswith("."))
+
+
+def logits(session, config) -> np.ndarray:
+    return session.run(["logits"], prompt_feeds(config, PROMPT))[0]
+
+
+def test_a_hit_skips_the_lowering_and_gives_the_same_logits(files, lowerings):
+    config, model, cache = files
+    plain = onnx_struct.InferenceSession(model, accuracy_level=0)
+    first = onnx_struct.InferenceSession(model, accuracy_level=0, cache_dir=cache)
+    assert len(lowerings) == 2
+    (entry,) = entries(cache)
+    assert sorted(p.name for p in entry.iterdir()) == ["entry.json", "model.onnx", "weights.bin"]
+    second = onnx_struct.InferenceSession(model, accuracy_level=0, cache_dir=cache)
+    assert len(lowerings) == 2  # the hit lowered nothing
+    expected = logits(plain, config)
+    np.testing.assert_array_equal(logits(first, config), expected)
+    np.testing.assert_array_equal(logits(second, config), expected)
+    # The kept model references only its own weights file: nothing outside the entry.
+    locations = {e.value for t in second.lowered.graph.initializer for e in t.external_data if e.key == "location"}
+    assert locations == {"weights.bin"}
+
+
+def test_a_generator_over_a_hit_generates_the_float64_forwards_tokens(files, lowerings):
+    config, model, cache = files
+    expected = greedy(read_weights(model.parent / "model.gguf"), config, PROMPT, 8)
+    for _ in range(2):
+        generator = Generator(model, accuracy_level=0, cache_dir=cache)
+        assert generator.generate(PROMPT, max_new_tokens=8, stop_at_eos=False).tokens == expected
+    assert len(lowerings) == 1
+    assert generator.tokenizer.vocab_size == config.n_vocab  # the metadata came with the kept model
+
+
+def test_a_touched_gguf_is_a_miss_and_replaces_the_entry(files, lowerings):
+    config, model, cache = files
+    onnx_struct.InferenceSession(model, cache_dir=cache)
+    (old,) = entries(cache)
+    gguf = model.parent / "model.gguf"
+    info = gguf.stat()
+    os.utime(gguf, ns=(info.st_atime_ns, info.st_mtime_ns + 10**9))  # same bytes, another mtime
+    onnx_struct.InferenceSession(model, cache_dir=cache)
+    assert len(lowerings) == 2
+    (new,) = entries(cache)
+    assert new == old  # the same key (same model bytes), made again for the file as it is now
+    record = json.loads((new / "entry.json").read_text())
+    assert [f[1][3] for f in record["files"]] == [gguf.stat().st_mtime_ns]
+
+
+def test_a_replaced_gguf_is_refused_not_served_from_the_cache(files):
+    config, model, cache = files
+    onnx_struct.InferenceSession(model, cache_dir=cache)
+    write_gguf(model.parent / "model.gguf", TinyLlama(**spm_vocab(), seed=8))  # same shape, other weights
+    with pytest.raises(onnx_struct.ValidationError) as caught:
+        onnx_struct.InferenceSession(model, cache_dir=cache)
+    assert caught.value.code == "file_changed"
+
+
+def test_another_model_at_the_same_path_replaces_the_entry(files, lowerings):
+    config, model, cache = files
+    onnx_struct.InferenceSession(model, cache_dir=cache)
+    (old,) = entries(cache)
+    edited = onnx.load(model)
+    edited.doc_string = "edited"
+    onnx.save(edited, model)
+    onnx_struct.InferenceSession(model, cache_dir=cache)
+    (new,) = entries(cache)
+    assert new != old and len(lowerings) == 2
+
+
+def test_the_settings_are_part_of_the_key(files, lowerings):
+    config, model, cache = files
+    onnx_struct.InferenceSession(model, cache_dir=cache)
+    level_0 = onnx_struct.InferenceSession(model, accuracy_level=0, cache_dir=cache)
+    assert len(lowerings) == 2
+    levels = {a.i for n in level_0.lowered.graph.node if n.op_type == "MatMulNBits" for a in n.attribute
+              if a.name == "accuracy_level"}  # fmt: skip
+    assert levels == {0}
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "no_model"])
+def test_a_broken_entry_is_made_again(files, lowerings, damage):
+    config, model, cache = files
+    expected = logits(onnx_struct.InferenceSession(model, cache_dir=cache), config)
+    (entry,) = entries(cache)
+    size = (entry / "weights.bin").stat().st_size
+    if damage == "truncate":
+        os.truncate(entry / "weights.bin", size // 2)
+    elif damage == "garbage":
+        (entry / "model.onnx").write_bytes(b"\x08\xff\xff" * 100)
+    else:
+        (entry / "model.onnx").unlink()
+    session = onnx_struct.InferenceSession(model, cache_dir=cache)
+    assert len(lowerings) == 2
+    np.testing.assert_array_equal(logits(session, config), expected)
+    (again,) = entries(cache)
+    assert (again / "weights.bin").stat().st_size == size
+
+
+def test_the_cache_needs_the_model_as_a_path(files):
+    config, model, cache = files
+    with pytest.raises(onnx_struct.ValidationError) as caught:
+        onnx_struct.InferenceSession(onnx.load(model), cache_dir=cache)
+    assert caught.value.code == "bad_argument"
+    assert "cache_dir" in caught.value.path
+    assert not cache.exists()
+
+
+def test_a_plain_model_is_not_cached(tmp_path):
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2])
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Relu", ["x"], ["y"])], "g", [x], [
+        onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2])])  # fmt: skip
+    onnx.save(onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 21)]), tmp_path / "m.onnx")
+    session = onnx_struct.InferenceSession(tmp_path / "m.onnx", cache_dir=tmp_path / "cache")
+    np.testing.assert_array_equal(session.run(None, {"x": np.array([-1, 2], np.float32)})[0], [0, 2])
+    assert not (tmp_path / "cache").exists() or not entries(tmp_path / "cache")
+
+
+def test_the_cache_directory_is_private(files):
+    config, model, cache = files
+    onnx_struct.InferenceSession(model, cache_dir=cache)
+    (entry,) = entries(cache)
+    assert stat.S_IMODE(cache.stat().st_mode) == 0o700
+    assert stat.S_IMODE(entry.stat().st_mode) == 0o700
+
+
+def test_cli_cache_dir_and_its_environment_default(files, capsys, monkeypatch, lowerings):
+    config, model, cache = files
+    args = ["generate", str(model), "--prompt", "hello", "--max-new-tokens", "4", "--quiet"]
+    assert main([*args, "--cache-dir", str(cache)]) == 0
+    first = capsys.readouterr().out
+    assert len(entries(cache)) == 1
+    monkeypatch.setenv("ONNX_STRUCT_CACHE_DIR", str(cache))
+    assert main(args) == 0
+    assert capsys.readouterr().out == first
+    assert len(lowerings) == 1  # the second run was a hit through the environment's directory
