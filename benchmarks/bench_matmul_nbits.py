@@ -155,9 +155,7 @@ def main() -> int:
     parser.add_argument("--llama-python", required=True, help="a Python with llama-cpp-python")
     parser.add_argument("--layers", type=int, default=None, help="layers of products (default: the shape's)")
     parser.add_argument("--shape", choices=sorted(SHAPES), default="tinyllama", help="the model shape")
-    parser.add_argument(
-        "--mix", choices=sorted(MIXES), default="q4_0", help="q4_0; q4_k: Q4_K matrices, a Q6_K head"
-    )
+    parser.add_argument("--mix", choices=sorted(MIXES), default="q4_0", help="q4_0; q4_k: Q4_K matrices, a Q6_K head")
     parser.add_argument("--threads", default="1,2")
     parser.add_argument("--rows", default="1,64", help="activation rows: 1 (generation), 64 (a prompt)")
     parser.add_argument("--repeat", type=int, default=10, help="timed passes per process (after a warm-up)")
