@@ -106,7 +106,6 @@ class InferenceSession:
         cache_dir: str | os.PathLike | None = None,
         **ort_kwargs: Any,
     ) -> None:
-        before_runtime = self._before_runtime
         ort = load_onnxruntime()
         in_memory = execution == "quantized"
         if in_memory and accuracy_level is None and sess_options is not None:
@@ -116,7 +115,7 @@ class InferenceSession:
             level = (4 if accuracy_level is None else int(accuracy_level)) if in_memory else None
             settings = {"execution": execution, "compact": bool(compact), "accuracy_level": level}
             cache = _cache_slot(cache_dir, model_or_path, {**settings, "base_dir": base_dir and str(base_dir)}, ort)
-            if cache.usable() and self._open_cached(ort, cache, sess_options, providers, ort_kwargs, before_runtime):
+            if cache.usable() and self._open_cached(ort, cache, sess_options, providers, ort_kwargs):
                 return
         try:
             loaded = load(model_or_path, base_dir)
@@ -177,7 +176,6 @@ class InferenceSession:
                 actual=lowering.model.ByteSize(),
                 limit=PROTOBUF_LIMIT,
             )
-        before_runtime(lowering.model)
         try:
             delivery = (ort, lowering.model, arrays, self._base_dir, sess_options, providers, ort_kwargs)
             entry = cache.new_directory() if cache is not None else None
@@ -207,15 +205,12 @@ class InferenceSession:
             self._session.disable_fallback()
             self._session._sess_options_initial = None  # noqa: SLF001
 
-    def _open_cached(
-        self, ort, cache: session_cache.CacheSlot, sess_options, providers, ort_kwargs, before_runtime
-    ) -> bool:
+    def _open_cached(self, ort, cache: session_cache.CacheSlot, sess_options, providers, ort_kwargs) -> bool:
         """The session from the cache's entry (runtime/session_cache.py); False, with the entry
         removed, when onnxruntime cannot load it (the session is then made as on a miss)."""
         path = cache.model_path()
         try:
             lowered = onnx.load_model(path, load_external_data=False)
-            before_runtime(lowered)
             session = session_from_path(ort, path, sess_options, providers, ort_kwargs)
         except (OSError, DecodeError, *ort_errors()):  # a truncated or foreign entry
             cache.remove()
@@ -226,10 +221,6 @@ class InferenceSession:
         self._session.disable_fallback()
         self._session._sess_options_initial = None  # noqa: SLF001
         return True
-
-    def _before_runtime(self, lowered: onnx.ModelProto) -> None:
-        """Called with the lowered model just before onnxruntime creates the session (a subclass's
-        hook: the Generator builds its tokenizer from the metadata meanwhile)."""
 
     def set_providers(self, providers=None, provider_options=None) -> None:
         """onnxruntime's, for a session created from self-contained model bytes; a session whose
