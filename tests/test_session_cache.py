@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -185,3 +187,27 @@ def test_cli_cache_dir_and_its_environment_default(files, capsys, monkeypatch, l
     assert main(args) == 0
     assert capsys.readouterr().out == first
     assert len(lowerings) == 1  # the second run was a hit through the environment's directory
+
+
+@pytest.mark.slow
+def test_two_processes_starting_at_once_both_work_and_leave_one_entry(files):
+    config, model, cache = files
+    code = (
+        "import sys, numpy as np, onnx_struct\n"
+        "from support.llm import prompt_feeds, TinyLlama, spm_vocab\n"
+        "s = onnx_struct.InferenceSession(sys.argv[1], cache_dir=sys.argv[2])\n"
+        "config = TinyLlama(**spm_vocab(), seed=7)\n"
+        f"print(s.run(['logits'], prompt_feeds(config, {PROMPT!r}))[0].tobytes().hex())\n"
+    )
+    tests = os.path.dirname(os.path.abspath(__file__))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([tests, os.environ.get("PYTHONPATH", "")])}
+    children = [
+        subprocess.Popen([sys.executable, "-c", code, str(model), str(cache)], stdout=subprocess.PIPE, env=env)
+        for _ in range(2)
+    ]
+    outputs = [child.communicate(timeout=300)[0] for child in children]
+    assert [child.returncode for child in children] == [0, 0]
+    expected = logits(onnx_struct.InferenceSession(model), config).tobytes().hex()
+    assert [o.decode().strip() for o in outputs] == [expected, expected]
+    assert len(entries(cache)) == 1
+    assert not [p for p in cache.iterdir() if p.name.startswith(".tmp-")]  # the loser removed its own

@@ -79,7 +79,7 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get(CACHE_ENV) or None,
         metavar="DIR",
         help=f"keep the lowered model and its repacked weights in DIR, so that the next start over the same "
-        f"files skips the check and the repack (default: ${CACHE_ENV}, else none; about 1.5x the .gguf per model)",
+        f"files skips the check and the repack (default: ${CACHE_ENV}, else none; 1.1-1.6x the .gguf per model)",
     )
 
 
