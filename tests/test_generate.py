@@ -413,6 +413,35 @@ def test_scores_that_are_not_numbers_are_refused_naming_the_key(tiny):
         assert caught.value.path == "gguf.kv['tokenizer.ggml.scores']"
 
 
+@pytest.mark.parametrize(
+    ("key", "bad"),
+    [
+        ("tokenizer.ggml.scores", True),  # one bool among floats
+        ("tokenizer.ggml.scores", np.float32(1.0)),  # a numpy scalar is not a Python number
+        ("tokenizer.ggml.token_type", False),
+        ("tokenizer.ggml.token_type", 1.0),
+        ("tokenizer.ggml.tokens", b"t"),
+        ("tokenizer.ggml.tokens", None),
+    ],
+)
+def test_one_wrong_element_in_a_vocabulary_array_is_refused_naming_the_key(tiny, key, bad):
+    """The arrays' element types are judged by their set of types first (vocab.py's _all_of): one
+    wrong element anywhere is still found."""
+    metadata = decode_metadata(tiny[2])
+    values = list(metadata[key])
+    values[len(values) // 2] = bad
+    with pytest.raises(onnx_struct.ValidationError) as caught:
+        GGUFTokenizer({**metadata, key: values})
+    assert caught.value.path == f"gguf.kv[{key!r}]"
+
+
+def test_integer_scores_are_read_as_floats(tiny):
+    metadata = decode_metadata(tiny[2])
+    scores = [int(round(v)) for v in metadata["tokenizer.ggml.scores"]]
+    vocab = GGUFTokenizer({**metadata, "tokenizer.ggml.scores": scores}).tokenizer.vocab
+    assert vocab.scores == [float(v) for v in scores] and all(type(v) is float for v in vocab.scores)
+
+
 def _spm_metadata(tiny, extra: list[str]) -> dict[str, object]:
     metadata = decode_metadata(tiny[2])
     return {

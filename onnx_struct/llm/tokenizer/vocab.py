@@ -373,9 +373,18 @@ def _name_attrs(
         attrs[token_to_id["[MASK]"]] |= Attr.LSTRIP
 
 
+def _all_of(values: list, kinds: tuple[type, ...]) -> bool:
+    """Every value an instance of ``kinds`` and none a bool: first by the set of the values' exact
+    types (one pass in C: a 262,144-token vocabulary's lists in milliseconds, where the loop
+    below took 0.1 s each), element by element only when another type is among them."""
+    if set(map(type, values)) <= set(kinds):
+        return True
+    return all(isinstance(v, kinds) and not isinstance(v, bool) for v in values)
+
+
 def _strings(metadata: Mapping[str, object], key: str) -> list[str]:
     value = metadata.get(key)
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+    if not isinstance(value, list) or not value or not _all_of(value, (str,)):
         raise ValidationError(
             f"gguf.kv[{key!r}]", "missing or not a non-empty array of strings", code="missing_metadata"
         )
@@ -386,18 +395,18 @@ def _numbers(metadata: Mapping[str, object], key: str, n: int) -> list[float]:
     value = metadata.get(key)
     if value is None:
         return [0.0] * n
-    if not isinstance(value, list) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+    if not isinstance(value, list) or not _all_of(value, (int, float)):
         raise ValidationError(f"gguf.kv[{key!r}]", "must be an array of numbers (FLOAT32 or INT32)")
     if len(value) < n:
         raise ValidationError(f"gguf.kv[{key!r}]", f"must hold one score per token ({n})", code="missing_metadata")
-    return [float(v) for v in value[:n]]
+    return value[:n] if set(map(type, value)) == {float} else [float(v) for v in value[:n]]
 
 
 def _integers(metadata: Mapping[str, object], key: str, n: int) -> list[int] | None:
     value = metadata.get(key)
     if value is None:
         return None
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if not isinstance(value, list) or not _all_of(value, (int,)):
         raise ValidationError(f"gguf.kv[{key!r}]", "must be an array of integers (INT32)")
     if len(value) < n:
         raise ValidationError(f"gguf.kv[{key!r}]", f"must hold {n} integers, one per token", code="missing_metadata")
@@ -429,7 +438,7 @@ def _merges(metadata: Mapping[str, object]) -> dict[str, int]:
     a pair is one line and a line one pair (:func:`merge_rank`), and the file's strings are kept
     instead of two new ones and a tuple per merge (10 MiB for 49k merges)."""
     lines = metadata.get("tokenizer.ggml.merges")
-    if not isinstance(lines, list) or not all(isinstance(v, str) for v in lines):
+    if not isinstance(lines, list) or not _all_of(lines, (str,)):
         raise ValidationError(
             "gguf.kv['tokenizer.ggml.merges']", "missing or not an array of strings", code="missing_metadata"
         )
