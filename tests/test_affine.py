@@ -237,3 +237,38 @@ def test_affine_form_checks_its_parts():
         AffineForm(codes, 4, 32, np.zeros((2, 3), np.float32))
     with pytest.raises(ValidationError, match="zero_point"):
         AffineForm(codes, 4, 32, np.zeros((2, 2), np.float32), zero_point=np.zeros((2, 2), np.int8))
+
+
+@pytest.mark.parametrize("name", ["Q4_0", "Q4_1"])
+@pytest.mark.parametrize("shape", [(3, 64), (1, 32), (6, 96)])
+def test_packed_form_is_the_affine_form_with_its_codes_paired(name, shape):
+    """packed_form's pairs (read straight from the nibble runs) are the affine form's codes
+    packed two per byte along each row, value 2i low and 2i+1 high, computed here by hand from
+    the oracle's codes (gguf-py's dequantize agrees with them, test_dequantize_matches_oracle);
+    its scale, zero point and minimum are the affine form's, and its unpacked codes its codes."""
+    from onnx_struct.formats.affine import PairedForm
+    from onnx_struct.payload.affine import packed_form
+
+    fmt = formats.get(name)
+    rng = np.random.default_rng(len(name) * shape[0])
+    payload = rng.integers(0, 256, fmt.num_blocks(shape) * fmt.bytes_per_block, dtype=np.uint8).tobytes()
+    form = affine_form(name, payload, shape)
+    packed = packed_form(fmt, payload, shape)
+    assert isinstance(packed, PairedForm)
+    by_hand = (form.codes[:, 0::2] | (form.codes[:, 1::2] << 4)).astype(np.uint8)
+    np.testing.assert_array_equal(packed.pairs, by_hand)
+    np.testing.assert_array_equal(packed.codes, form.codes)
+    for part in ("scale", "zero_point", "minimum"):
+        mine, theirs = getattr(packed, part), getattr(form, part)
+        assert (mine is None) == (theirs is None), part
+        if theirs is not None:
+            np.testing.assert_array_equal(mine.view(np.uint8), theirs.view(np.uint8), err_msg=part)
+    np.testing.assert_array_equal(packed.form().dequantize().view(np.uint32), form.dequantize().view(np.uint32))
+
+
+def test_packed_form_is_the_affine_form_for_other_formats():
+    from onnx_struct.payload.affine import packed_form
+
+    fmt = formats.get("Q4_K")
+    payload = bytes(fmt.num_blocks((2, 256)) * fmt.bytes_per_block)
+    assert isinstance(packed_form(fmt, payload, (2, 256)), AffineForm)

@@ -10,7 +10,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 
-from onnx_struct.formats.affine import AffineForm, _format, affine_form_of_leaves, affine_spec
+from onnx_struct.formats.affine import (
+    AffineForm,
+    PairedForm,
+    _format,
+    affine_form_of_leaves,
+    affine_spec,
+    paired_form_of_leaves,
+)
+from onnx_struct.formats.affine.gguf import NIBBLE_RUN_PARTS
 from onnx_struct.formats.base import BlockFormat
 from onnx_struct.payload.view import view_buffer
 
@@ -28,8 +36,21 @@ def affine_form(fmt: str | BlockFormat, payload, shape: Sequence[int]) -> Affine
     if affine_spec(fmt) is None:
         return None
     shape = tuple(int(d) for d in shape)
-    leaves = view_buffer(payload, *_layout(fmt, shape), name=fmt.name)
-    return affine_form_of_leaves(fmt, leaves, shape)
+    return affine_form_of_leaves(fmt, _leaves(fmt, payload, shape), shape)
+
+
+def packed_form(fmt: BlockFormat, payload, shape: Sequence[int]) -> AffineForm | PairedForm | None:
+    """:func:`affine_form`, or for Q4_0 / Q4_1 its :class:`PairedForm`: the codes packed two per
+    byte straight from the payload (what the quantized kernels' layouts store, ~5x faster than
+    unpacking them and packing them again)."""
+    shape = tuple(int(d) for d in shape)
+    if fmt.name in NIBBLE_RUN_PARTS:
+        return paired_form_of_leaves(fmt, _leaves(fmt, payload, shape), shape)
+    return affine_form(fmt, payload, shape)
+
+
+def _leaves(fmt: BlockFormat, payload, shape: tuple[int, ...]):
+    return view_buffer(payload, *_layout(fmt, shape), name=fmt.name)
 
 
 @functools.lru_cache(maxsize=256)  # a model's layers share a few shapes
@@ -39,4 +60,4 @@ def _layout(fmt: BlockFormat, shape: tuple[int, ...]) -> tuple:
     return fmt.root_declaration(shape, 0, functions=False), [fmt.block_declaration()]
 
 
-__all__ = ["affine_form"]
+__all__ = ["affine_form", "packed_form"]

@@ -23,7 +23,7 @@ from onnx_struct import formats
 from onnx_struct.formats.affine import gguf as _gguf  # noqa: F401 - registers the GGUF rules
 from onnx_struct.formats.affine import iq as _iq  # noqa: F401 - registers the IQ/FP4 rules
 from onnx_struct.formats.affine import mx as _mx  # noqa: F401 - registers the OCP MX rules
-from onnx_struct.formats.affine.form import _RULES, AffineForm, AffineSpec, build
+from onnx_struct.formats.affine.form import _RULES, AffineForm, AffineSpec, PairedForm, build, nibble_pairs
 from onnx_struct.formats.affine.linear import linear_arrays, linear_spec
 from onnx_struct.formats.base import BlockFormat
 
@@ -69,4 +69,37 @@ def affine_form_of_leaves(
     return build(spec, arrays, shape)
 
 
-__all__ = ["AffineForm", "AffineSpec", "affine_form_of_leaves", "affine_spec", "affine_table", "has_affine_form"]
+def paired_form_of_leaves(
+    fmt: BlockFormat, leaves: Mapping[str, np.ndarray], shape: Sequence[int]
+) -> PairedForm | None:
+    """:func:`affine_form_of_leaves` with the codes packed two per byte (:class:`PairedForm`),
+    read straight from the payload's nibble runs, for the formats that store them so (Q4_0, Q4_1);
+    None for any other format."""
+    parts = _gguf.NIBBLE_RUN_PARTS.get(fmt.name)
+    if parts is None:
+        return None
+    shape = tuple(int(d) for d in shape)
+    scale_shape = (*shape[:-1], shape[-1] // fmt.block_size)
+    with np.errstate(over="ignore", invalid="ignore"):
+        scale, zero_point, minimum = parts(leaves)
+
+    def per_block(array, dtype):
+        return None if array is None else np.ascontiguousarray(array, dtype=dtype).reshape(scale_shape)
+
+    pairs = nibble_pairs(np.asarray(leaves["qs"]), 16).reshape(*shape[:-1], shape[-1] // 2)
+    return PairedForm(
+        pairs, fmt.block_size, per_block(scale, np.float32), per_block(zero_point, np.uint8),
+        per_block(minimum, np.float32),
+    )  # fmt: skip
+
+
+__all__ = [
+    "AffineForm",
+    "AffineSpec",
+    "PairedForm",
+    "affine_form_of_leaves",
+    "affine_spec",
+    "affine_table",
+    "has_affine_form",
+    "paired_form_of_leaves",
+]

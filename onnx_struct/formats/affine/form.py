@@ -15,6 +15,7 @@ from the block leaves (each with a leading ``n_blocks`` dimension, as
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
@@ -118,6 +119,31 @@ class AffineForm:
         return y.reshape(self.shape)
 
 
+@dataclasses.dataclass(frozen=True)
+class PairedForm:
+    """An :class:`AffineForm` of unsigned 4-bit codes held packed: ``pairs`` is uint8
+    ``shape[:-1] + (shape[-1] // 2,)``, element 2i of the last axis in the low nibble and 2i+1 in
+    the high one (ONNX's order, what MatMulNBits and GatherBlockQuantized read). ``codes`` and
+    :meth:`form` unpack them on first use; scale, zero point and minimum are the AffineForm's."""
+
+    pairs: np.ndarray
+    block_size: int
+    scale: np.ndarray
+    zero_point: np.ndarray | None = None
+    minimum: np.ndarray | None = None
+    bits = 4
+
+    @functools.cached_property
+    def codes(self) -> np.ndarray:
+        codes = np.empty((*self.pairs.shape[:-1], self.pairs.shape[-1] * 2), np.uint8)
+        codes[..., 0::2] = self.pairs & np.uint8(0x0F)
+        codes[..., 1::2] = self.pairs >> np.uint8(4)
+        return codes
+
+    def form(self) -> AffineForm:
+        return AffineForm(self.codes, 4, self.block_size, self.scale, self.zero_point, self.minimum)
+
+
 def build(spec: AffineSpec, arrays: BlockArrays, shape: Sequence[int]) -> AffineForm:
     """An AffineForm of logical ``shape`` from a rule's per-block arrays (blocks run along the
     last axis in payload order, so reshaping is all it takes)."""
@@ -151,6 +177,21 @@ def planes(packed: np.ndarray, width: int, shifts: Sequence[int], mask: int) -> 
 def nibbles(packed: np.ndarray, width: int) -> np.ndarray:
     """Runs of ``width`` bytes: ``width`` low nibbles, then ``width`` high nibbles."""
     return planes(packed, width, (0, 4), 0x0F)
+
+
+def nibble_pairs(packed: np.ndarray, width: int) -> np.ndarray:
+    """:func:`nibbles`' values packed again two per byte in ONNX's order (value 2i low, 2i+1
+    high), straight from the runs: in a run of ``width`` bytes (``width`` even), values 2i, 2i+1
+    are the low nibbles of bytes 2i, 2i+1 and values width + 2i, width + 2i + 1 their high ones.
+    [n, m] -> [n, m] uint8, the bytes of ``pack(nibbles(packed, width))`` without the values."""
+    n = packed.shape[0]
+    runs = packed.reshape(n, -1, width)
+    even, odd = runs[..., 0::2], runs[..., 1::2]
+    out = np.empty_like(runs)
+    half = width // 2
+    np.bitwise_or(even & np.uint8(0x0F), (odd & np.uint8(0x0F)) << np.uint8(4), out=out[..., :half])
+    np.bitwise_or(even >> np.uint8(4), odd & np.uint8(0xF0), out=out[..., half:])
+    return out.reshape(n, -1)
 
 
 def half_to_float(array: np.ndarray) -> np.ndarray:

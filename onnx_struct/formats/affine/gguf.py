@@ -27,15 +27,28 @@ def _full(like: np.ndarray, value: int, dtype) -> np.ndarray:
     return np.full(like.shape, value, dtype=dtype)
 
 
+def _q4_0_parts(leaves):
+    d = half_to_float(leaves["d"])[:, None]
+    return d, _full(d, 8, np.uint8), None
+
+
+def _q4_1_parts(leaves):
+    return half_to_float(leaves["d"])[:, None], None, half_to_float(leaves["m"])[:, None]
+
+
+# Formats whose 4-bit codes are 16-byte runs of nibbles (low: values 0-15, high: 16-31): their
+# scale, zero point and minimum per block, the codes aside (paired_form reads them packed).
+NIBBLE_RUN_PARTS = {"Q4_0": _q4_0_parts, "Q4_1": _q4_1_parts}
+
+
 @rule("Q4_0", AffineSpec(4, False, 32, True, False, EXACT, "(q - 8) * d"))
 def _q4_0(leaves, n):
-    d = half_to_float(leaves["d"])[:, None]
-    return nibbles(leaves["qs"], 16), d, _full(d, 8, np.uint8), None
+    return nibbles(leaves["qs"], 16), *_q4_0_parts(leaves)
 
 
 @rule("Q4_1", AffineSpec(4, False, 32, False, True, EXACT, "q * d + m"))
 def _q4_1(leaves, n):
-    return nibbles(leaves["qs"], 16), half_to_float(leaves["d"])[:, None], None, half_to_float(leaves["m"])[:, None]
+    return nibbles(leaves["qs"], 16), *_q4_1_parts(leaves)
 
 
 @rule("Q5_0", AffineSpec(8, True, 32, False, False, EXACT, "(q - 16) * d, q - 16 in int8"))

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
-from onnx_struct.formats.affine import AffineForm, AffineSpec
+from onnx_struct.formats.affine import AffineForm, AffineSpec, PairedForm
 from onnx_struct.layout.bits import pack_sub_byte
 from onnx_struct.lowering.execution.repack import Part
 
@@ -27,6 +27,13 @@ def _pack_pairs(codes: np.ndarray) -> np.ndarray:
     if codes.shape[-1] % 2:
         codes = np.concatenate([codes, np.zeros((*codes.shape[:-1], 1), np.uint8)], axis=-1)
     return pack_sub_byte(codes, 4).reshape(*codes.shape[:-1], codes.shape[-1] // 2)
+
+
+def _pairs(form: AffineForm | PairedForm) -> np.ndarray:
+    """A 4-bit form's unsigned codes packed two per byte along each row (given so by a PairedForm)."""
+    if isinstance(form, PairedForm):
+        return form.pairs
+    return _pack_pairs(_unsigned(form.codes, 4))
 
 
 def _unsigned(codes: np.ndarray, bits: int) -> np.ndarray:
@@ -57,14 +64,13 @@ class MatMulNBitsLayout:
         self.minimum = np.empty((self.kb, n), np.float32) if spec.minimum else None
         self.all_eight = spec.bits == 4 and spec.zero_point and not spec.signed
 
-    def write(self, r0: int, r1: int, form: AffineForm) -> None:
+    def write(self, r0: int, r1: int, form: AffineForm | PairedForm) -> None:
         bits = self.spec.bits
-        codes = _unsigned(form.codes, bits)
         blocks = self.b[r0:r1]
         if bits == 4:
-            blocks[...] = _pack_pairs(codes).reshape(blocks.shape)
+            blocks[...] = _pairs(form).reshape(blocks.shape)
         else:
-            blocks[...] = codes.reshape(blocks.shape)
+            blocks[...] = _unsigned(form.codes, bits).reshape(blocks.shape)
         self.scales[r0:r1] = form.scale
         if form.zero_point is not None:
             zero_point = _unsigned(form.zero_point, bits)
@@ -103,10 +109,9 @@ class GatherLayout:
             self.zero_point = np.zeros((rows, -(-nb // 2) if spec.bits == 4 else nb), np.uint8)
         self.minimum = np.empty((rows, nb), np.float32) if spec.minimum else None
 
-    def write(self, r0: int, r1: int, form: AffineForm) -> None:
+    def write(self, r0: int, r1: int, form: AffineForm | PairedForm) -> None:
         bits = self.spec.bits
-        codes = _unsigned(form.codes, bits)
-        self.data[r0:r1] = _pack_pairs(codes) if bits == 4 else codes
+        self.data[r0:r1] = _pairs(form) if bits == 4 else _unsigned(form.codes, bits)
         self.scale[r0:r1] = form.scale
         if form.zero_point is not None:
             zero_point = _unsigned(form.zero_point, bits)

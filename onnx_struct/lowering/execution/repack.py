@@ -21,7 +21,7 @@ from onnx_struct.formats.affine import AffineForm, AffineSpec
 from onnx_struct.formats.base import BlockFormat
 from onnx_struct.layout.bits import pack_sub_byte
 from onnx_struct.payload import external
-from onnx_struct.payload.affine import affine_form
+from onnx_struct.payload.affine import packed_form
 from onnx_struct.payload.values import ExternalPayload
 
 # Payload bytes per range of rows: small enough that a range's temporaries stay a few MiB, large
@@ -53,7 +53,7 @@ def row_forms(
     for r0 in range(0, rows, step):
         r1 = min(rows, r0 + step)
         data = _read(payload, r0 * row_bytes, (r1 - r0) * row_bytes, where)
-        yield r0, r1, affine_form(fmt, data, (r1 - r0, cols))
+        yield r0, r1, packed_form(fmt, data, (r1 - r0, cols))
 
 
 def _read(payload, offset: int, length: int, where: str):
