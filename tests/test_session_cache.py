@@ -169,6 +169,18 @@ def test_a_plain_model_is_not_cached(tmp_path):
     assert not (tmp_path / "cache").exists() or not entries(tmp_path / "cache")
 
 
+def test_a_cache_that_cannot_be_written_is_a_warning_and_the_session_works(files, tmp_path):
+    config, model, _ = files
+    not_a_directory = tmp_path / "a_file"
+    not_a_directory.write_bytes(b"x")
+    with pytest.warns(RuntimeWarning, match="cannot be written"):
+        session = onnx_struct.InferenceSession(model, accuracy_level=0, cache_dir=not_a_directory)
+    np.testing.assert_array_equal(
+        logits(session, config), logits(onnx_struct.InferenceSession(model, accuracy_level=0), config)
+    )
+    assert not_a_directory.read_bytes() == b"x"
+
+
 def test_the_cache_directory_is_private(files):
     config, model, cache = files
     onnx_struct.InferenceSession(model, cache_dir=cache)

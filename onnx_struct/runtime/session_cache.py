@@ -23,6 +23,7 @@ import json
 import os
 import pathlib
 import shutil
+import warnings
 
 from onnx_struct._version import __version__
 from onnx_struct.errors import ValidationError
@@ -61,13 +62,20 @@ class CacheSlot:
         return str(self.directory / MODEL_FILE)
 
     def new_directory(self) -> str | None:
-        """A new private directory under the cache for an entry being written (None: cannot)."""
+        """A new private directory under the cache for an entry being written; None, with a
+        warning (the session is made without a cache), when the cache cannot be written."""
         import tempfile  # noqa: PLC0415
 
         try:
             self.cache_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
             return tempfile.mkdtemp(prefix=TEMPORARY_PREFIX, dir=self.cache_dir)
-        except OSError:
+        except OSError as error:
+            warnings.warn(
+                f"onnx_struct: the session cache {str(self.cache_dir)!r} cannot be written "
+                f"({error.strerror or error}): this session is not kept",
+                RuntimeWarning,
+                stacklevel=3,  # the caller of InferenceSession
+            )
             return None
 
     def publish(self, directory: str, files: list[pathlib.Path]) -> bool:
