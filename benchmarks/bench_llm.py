@@ -147,9 +147,14 @@ def run_ours(
 ) -> dict:
     options = json.dumps({"threads": threads, "ids": ids, "mode": mode, "cache_dir": cache_dir and str(cache_dir)})
     argv = [sys.executable, __file__, "--child", str(onnx_path), options]
+    return _child_json(argv, f"our child ({mode}, {len(ids)} prompt ids)")
+
+
+def _child_json(argv: list[str], what: str) -> dict:
+    """The JSON a child process prints last; its stderr's end in the error when it fails."""
     result = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
     if result.returncode:
-        raise SystemExit(f"our child ({mode}, {len(ids)} prompt ids) failed:\n{result.stderr[-4000:]}")
+        raise SystemExit(f"{what} failed:\n{result.stderr[-4000:]}")
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
@@ -186,10 +191,7 @@ def run_floor(saved: pathlib.Path, threads: int | None, ids: list[int]) -> dict:
     """onnxruntime alone on the saved graph, in a process importing only numpy and onnxruntime."""
     request = json.dumps({"threads": threads, "ids": ids, "n_new": NEW_TOKENS})
     argv = [sys.executable, str(ROOT / "benchmarks" / "_ort_floor.py"), str(saved), request]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
-    if result.returncode:
-        raise SystemExit(f"the onnxruntime-alone child failed:\n{result.stderr[-4000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    return _child_json(argv, "the onnxruntime-alone child")
 
 
 def run_theirs(llama_python: str, path: pathlib.Path, threads: int, ids: list[int], work: pathlib.Path) -> dict:

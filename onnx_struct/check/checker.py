@@ -219,16 +219,8 @@ class _Checker(GraphRules):
         props = self.proto.metadata_props
         if not any(p.key == file_identity.REFERENCED_FILES_KEY for p in props):
             return
-        referenced: dict[str, str] = {}
-        for k, value in enumerate(self.values):
-            if len(value.external_data):
-                where = f"{element_label(f'graph.struct_initializer[{k}]', value.name)}.external_data"
-                referenced.setdefault(external.parse_external_data(value.external_data, where).location, where)
         tensors = external.model_tensors(self.proto, initializers=self.external_initializers, nodes=self.main_nodes)
-        for where, tensor in tensors:
-            if external.is_external(tensor):
-                at = f"{where}.external_data"
-                referenced.setdefault(external.parse_external_data(tensor.external_data, at).location, at)
+        referenced = file_identity.referenced_locations(self.values, tensors)
         self.attempt(file_identity.check_referenced_files, props, self.loaded.base_dir, referenced)
 
     def plain_payloads(self) -> dict[int, int]:

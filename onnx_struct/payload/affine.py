@@ -18,7 +18,6 @@ from onnx_struct.formats.affine import (
     affine_spec,
     paired_form_of_leaves,
 )
-from onnx_struct.formats.affine.gguf import NIBBLE_RUN_PARTS
 from onnx_struct.formats.base import BlockFormat
 from onnx_struct.payload.view import view_buffer
 
@@ -43,10 +42,11 @@ def packed_form(fmt: BlockFormat, payload, shape: Sequence[int]) -> AffineForm |
     """:func:`affine_form`, or for Q4_0 / Q4_1 its :class:`PairedForm`: the codes packed two per
     byte straight from the payload (what the quantized kernels' layouts store, ~5x faster than
     unpacking them and packing them again)."""
+    if affine_spec(fmt) is None:
+        return None
     shape = tuple(int(d) for d in shape)
-    if fmt.name in NIBBLE_RUN_PARTS:
-        return paired_form_of_leaves(fmt, _leaves(fmt, payload, shape), shape)
-    return affine_form(fmt, payload, shape)
+    leaves = _leaves(fmt, payload, shape)
+    return paired_form_of_leaves(fmt, leaves, shape) or affine_form_of_leaves(fmt, leaves, shape)
 
 
 def _leaves(fmt: BlockFormat, payload, shape: tuple[int, ...]):

@@ -22,6 +22,7 @@ import stat
 from collections.abc import Iterable, Mapping
 
 from onnx_struct.errors import ValidationError
+from onnx_struct.layout.table import element_label
 from onnx_struct.limits import MAX_IDENTITY_SAMPLE_BYTES, MAX_IDENTITY_SAMPLES
 from onnx_struct.payload import external
 
@@ -190,11 +191,29 @@ def _admits_link(location: str, base_dir, target, path: str) -> bool:
 
 
 def _is_identified_file(info: os.stat_result) -> bool:
-    return _stat_key(info) in _verified
+    return stat_key(info) in _verified
 
 
-def _stat_key(info: os.stat_result) -> tuple[int, ...]:
+def stat_key(info: os.stat_result) -> tuple[int, ...]:
+    """What identifies a file between two looks at it without reading it: device, inode, size,
+    modification and change times (a write or a rename over it changes them)."""
     return (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def referenced_locations(values, tensors) -> dict[str, str]:
+    """The external locations a model names -> the path of its first reference to each: struct
+    ``values`` (StructProtos, in graph.struct_initializer order) and stock ``tensors`` ((path,
+    TensorProto) as external.model_tensors gives them; those not external are skipped)."""
+    referenced: dict[str, str] = {}
+    for k, value in enumerate(values):
+        if len(value.external_data):
+            where = f"{element_label(f'graph.struct_initializer[{k}]', value.name)}.external_data"
+            referenced.setdefault(external.parse_external_data(value.external_data, where).location, where)
+    for where, tensor in tensors:
+        if external.is_external(tensor):
+            at = f"{where}.external_data"
+            referenced.setdefault(external.parse_external_data(tensor.external_data, at).location, at)
+    return referenced
 
 
 def check_referenced_files(metadata_props, base_dir, referenced: Mapping[str, str]) -> None:
@@ -223,7 +242,7 @@ def _verify(identity: FileIdentity, file, size: int, where: str) -> None:
         info = None
     # A file verified before, still the same inode, size and change times (a write or a
     # rename over it changes them): view and decode of many values read its samples once.
-    seen = None if info is None else _stat_key(info)
+    seen = None if info is None else stat_key(info)
     if seen is not None and _verified.get(seen) == identity:
         return
     stale = f"external file {identity.location!r} is not the file this model was made from"

@@ -80,19 +80,24 @@ def deliver_into(ort, model, arrays, base_dir, sess_options, providers, ort_kwar
     if weights is None:
         return None
     try:
-        path = weights.write_model(model)
-    except OSError:
+        return _session_beside_weights(ort, weights, model, arrays, sess_options, providers, ort_kwargs)
+    except OSError:  # the model file could not be written (the arrays are intact): no entry
         weights.restore()
         weights.remove()
         return None
-    weights.restore()
-    arrays.clear()
-    release_free_memory()
-    try:
-        return session_from_path(ort, path, sess_options, providers, ort_kwargs)
     except BaseException:
         weights.remove()
         raise
+
+
+def _session_beside_weights(ort, weights, model, arrays, sess_options, providers, ort_kwargs):
+    """``model`` written beside its weights file, its references restored, the arrays freed, then
+    onnxruntime's session from that path."""
+    path = weights.write_model(model)
+    weights.restore()
+    arrays.clear()
+    release_free_memory()
+    return session_from_path(ort, path, sess_options, providers, ort_kwargs)
 
 
 def session_from_path(ort, path: str, sess_options, providers, ort_kwargs):
@@ -136,11 +141,7 @@ def _with_callers_options(ort, model, arrays, base_dir, sess_options, providers,
             restore.restore()
         return ort.InferenceSession(model_bytes, sess_options, providers=providers, **ort_kwargs), True
     try:
-        path = weights.write_model(model)
-        weights.restore()
-        arrays.clear()
-        release_free_memory()
-        return ort.InferenceSession(path, sess_options, providers=providers, **ort_kwargs), False
+        return _session_beside_weights(ort, weights, model, arrays, sess_options, providers, ort_kwargs), False
     finally:
         weights.restore()
         weights.remove()

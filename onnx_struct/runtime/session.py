@@ -113,8 +113,9 @@ class InferenceSession:
         cache = None
         if cache_dir is not None:
             level = (4 if accuracy_level is None else int(accuracy_level)) if in_memory else None
-            settings = {"execution": execution, "compact": bool(compact), "accuracy_level": level}
-            cache = _cache_slot(cache_dir, model_or_path, {**settings, "base_dir": base_dir and str(base_dir)}, ort)
+            settings = {"execution": execution, "compact": bool(compact), "accuracy_level": level,
+                        "base_dir": base_dir and str(base_dir)}  # fmt: skip
+            cache = _cache_slot(cache_dir, model_or_path, settings, ort)
             if cache.usable() and self._open_cached(ort, cache, sess_options, providers, ort_kwargs):
                 return
         try:
@@ -199,11 +200,14 @@ class InferenceSession:
         finally:
             arrays.clear()  # the Python copies go now; only onnxruntime's remain
         if not self._recreatable:
-            # What onnxruntime would re-create the session from is gone (a removed temporary file,
-            # freed buffers): it must not try (its run-time provider fallback, set_providers);
-            # set_providers refuses instead.
-            self._session.disable_fallback()
-            self._session._sess_options_initial = None  # noqa: SLF001
+            self._forbid_recreation()
+
+    def _forbid_recreation(self) -> None:
+        # What onnxruntime would re-create the session from is gone or may go (a removed temporary
+        # file, freed buffers, a cache entry): it must not try (its run-time provider fallback,
+        # set_providers); set_providers refuses instead.
+        self._session.disable_fallback()
+        self._session._sess_options_initial = None  # noqa: SLF001
 
     def _open_cached(self, ort, cache: session_cache.CacheSlot, sess_options, providers, ort_kwargs) -> bool:
         """The session from the cache's entry (runtime/session_cache.py); False, with the entry
@@ -218,8 +222,7 @@ class InferenceSession:
         self._base_dir = cache.directory
         self._declarations, self._struct_inputs = [], {}
         self.lowered, self._session, self._recreatable = lowered, session, False
-        self._session.disable_fallback()
-        self._session._sess_options_initial = None  # noqa: SLF001
+        self._forbid_recreation()
         return True
 
     def set_providers(self, providers=None, provider_options=None) -> None:
@@ -328,13 +331,7 @@ class InferenceSession:
 
 def _cache_slot(cache_dir, model_or_path, settings: dict, ort) -> session_cache.CacheSlot:
     """The cache slot of a model given by path (the key reads the file's bytes once)."""
-    if not isinstance(model_or_path, (str, os.PathLike)):
-        raise ValidationError(
-            "InferenceSession(cache_dir)",
-            f"a session cache keys a model file by its bytes and files: give the model as a path, "
-            f"not {type(model_or_path).__name__}",
-            code="bad_argument",
-        )
+    session_cache.check_arguments(cache_dir, model_or_path)
     try:
         model_bytes = read_model_file(model_or_path)
     except ValidationError as error:

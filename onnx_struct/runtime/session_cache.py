@@ -28,7 +28,7 @@ import warnings
 from onnx_struct._version import __version__
 from onnx_struct.errors import ValidationError
 from onnx_struct.limits import MAX_CACHE_RECORD_BYTES
-from onnx_struct.payload import external
+from onnx_struct.payload import external, file_identity
 
 ENTRY_FORMAT = 1
 ENTRY_FILE = "entry.json"  # written last: a directory without it is not an entry
@@ -115,6 +115,26 @@ class CacheSlot:
                 shutil.rmtree(entry, ignore_errors=True)
 
 
+def check_arguments(cache_dir, model) -> None:
+    """A cache directory is a path, and the model it keeps is given as one (the key is the file's).
+
+    Raises:
+        ValidationError: (``bad_argument``) either is not a path.
+    """
+    if not isinstance(cache_dir, (str, os.PathLike)):
+        raise ValidationError(
+            "InferenceSession(cache_dir)", f"expects a directory path, not {type(cache_dir).__name__}",
+            code="bad_argument",
+        )  # fmt: skip
+    if not isinstance(model, (str, os.PathLike)):
+        raise ValidationError(
+            "InferenceSession(cache_dir)",
+            f"a session cache keys a model file by its bytes and files: give the model as a path, "
+            f"not {type(model).__name__}",
+            code="bad_argument",
+        )
+
+
 def slot(
     cache_dir: str | os.PathLike,
     model_path: str | os.PathLike,
@@ -123,12 +143,6 @@ def slot(
     ort_version: str,
 ) -> CacheSlot:
     """The slot of a model file (its bytes read once by the caller) with these session settings."""
-    if not isinstance(cache_dir, (str, os.PathLike)):
-        raise ValidationError(
-            "InferenceSession(cache_dir)",
-            f"expects a directory path, not {type(cache_dir).__name__}",
-            code="bad_argument",
-        )
     digest = hashlib.sha256()
     head = {"format": ENTRY_FORMAT, "onnx_struct": __version__, "onnxruntime": ort_version, **settings}
     digest.update(json.dumps(head, sort_keys=True).encode())
@@ -140,30 +154,22 @@ def slot(
 def referenced_files(loaded) -> list[pathlib.Path]:
     """Every file the model's external payloads and external tensors name, resolved under the
     model-directory rules (the check has already accepted each)."""
-    files: dict[pathlib.Path, None] = {}
     if loaded.base_dir is None:
         return []
-    refs = []
-    for k, value in enumerate(loaded.struct_values):
-        if len(value.external_data):
-            where = f"graph.struct_initializer[{k}].external_data"
-            refs.append((external.parse_external_data(value.external_data, where), where))
-    for where, tensor in external.model_tensors(loaded.proto):
-        if external.is_external(tensor):
-            at = f"{where}.external_data"
-            refs.append((external.parse_external_data(tensor.external_data, at), at))
-    for ref, where in refs:
-        file, _ = external.resolve(external.ExternalRef(ref.location, 0, None), loaded.base_dir, where)
+    referenced = file_identity.referenced_locations(loaded.struct_values, external.model_tensors(loaded.proto))
+    files = {}
+    for location, where in referenced.items():
+        file, _ = external.resolve(external.ExternalRef(location, 0, None), loaded.base_dir, where)
         files[pathlib.Path(file)] = None
     return list(files)
 
 
 def _stat_key(path) -> list[int] | None:
+    """file_identity's stat key of ``path`` as JSON keeps it (None: no such file)."""
     try:
-        info = os.stat(path)
+        return list(file_identity.stat_key(os.stat(path)))
     except (OSError, TypeError, ValueError):
         return None
-    return [info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns]
 
 
 def _read_record(directory: pathlib.Path) -> dict | None:

@@ -23,7 +23,7 @@ from onnx_struct import formats
 from onnx_struct.formats.affine import gguf as _gguf  # noqa: F401 - registers the GGUF rules
 from onnx_struct.formats.affine import iq as _iq  # noqa: F401 - registers the IQ/FP4 rules
 from onnx_struct.formats.affine import mx as _mx  # noqa: F401 - registers the OCP MX rules
-from onnx_struct.formats.affine.form import _RULES, AffineForm, AffineSpec, PairedForm, build, nibble_pairs
+from onnx_struct.formats.affine.form import _RULES, AffineForm, AffineSpec, PairedForm, build, nibble_pairs, per_block
 from onnx_struct.formats.affine.linear import linear_arrays, linear_spec
 from onnx_struct.formats.base import BlockFormat
 
@@ -79,18 +79,10 @@ def paired_form_of_leaves(
     if parts is None:
         return None
     shape = tuple(int(d) for d in shape)
-    scale_shape = (*shape[:-1], shape[-1] // fmt.block_size)
     with np.errstate(over="ignore", invalid="ignore"):
-        scale, zero_point, minimum = parts(leaves)
-
-    def per_block(array, dtype):
-        return None if array is None else np.ascontiguousarray(array, dtype=dtype).reshape(scale_shape)
-
+        scale_parts = per_block(parts(leaves), np.uint8, (*shape[:-1], shape[-1] // fmt.block_size))
     pairs = nibble_pairs(np.asarray(leaves["qs"]), 16).reshape(*shape[:-1], shape[-1] // 2)
-    return PairedForm(
-        pairs, fmt.block_size, per_block(scale, np.float32), per_block(zero_point, np.uint8),
-        per_block(minimum, np.float32),
-    )  # fmt: skip
+    return PairedForm(pairs, fmt.block_size, *scale_parts)
 
 
 __all__ = [

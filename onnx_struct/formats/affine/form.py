@@ -123,8 +123,8 @@ class AffineForm:
 class PairedForm:
     """An :class:`AffineForm` of unsigned 4-bit codes held packed: ``pairs`` is uint8
     ``shape[:-1] + (shape[-1] // 2,)``, element 2i of the last axis in the low nibble and 2i+1 in
-    the high one (ONNX's order, what MatMulNBits and GatherBlockQuantized read). ``codes`` and
-    :meth:`form` unpack them on first use; scale, zero point and minimum are the AffineForm's."""
+    the high one (ONNX's order, what MatMulNBits and GatherBlockQuantized read). ``codes`` unpacks
+    them on first use; scale, zero point and minimum are the AffineForm's."""
 
     pairs: np.ndarray
     block_size: int
@@ -140,9 +140,6 @@ class PairedForm:
         codes[..., 1::2] = self.pairs >> np.uint8(4)
         return codes
 
-    def form(self) -> AffineForm:
-        return AffineForm(self.codes, 4, self.block_size, self.scale, self.zero_point, self.minimum)
-
 
 def build(spec: AffineSpec, arrays: BlockArrays, shape: Sequence[int]) -> AffineForm:
     """An AffineForm of logical ``shape`` from a rule's per-block arrays (blocks run along the
@@ -151,17 +148,17 @@ def build(spec: AffineSpec, arrays: BlockArrays, shape: Sequence[int]) -> Affine
     codes, scale, zero_point, minimum = arrays
     scale_shape = (*shape[:-1], shape[-1] // spec.block_size)
     codes = codes.astype(np.int8 if spec.signed else np.uint8, copy=False).reshape(shape)
-
-    def per_block(array, dtype):
-        return None if array is None else np.ascontiguousarray(array, dtype=dtype).reshape(scale_shape)
-
     return AffineForm(
-        codes,
-        spec.bits,
-        spec.block_size,
-        per_block(scale, np.float32),
-        per_block(zero_point, codes.dtype),
-        per_block(minimum, np.float32),
+        codes, spec.bits, spec.block_size, *per_block((scale, zero_point, minimum), codes.dtype, scale_shape)
+    )
+
+
+def per_block(parts, code_dtype, scale_shape: tuple[int, ...]) -> tuple:
+    """A rule's (scale, zero point, minimum) as the form holds them: float32, the codes' dtype and
+    float32, each of ``scale_shape`` (None stays None)."""
+    return tuple(
+        None if array is None else np.ascontiguousarray(array, dtype=dtype).reshape(scale_shape)
+        for array, dtype in zip(parts, (np.float32, code_dtype, np.float32), strict=True)
     )
 
 
