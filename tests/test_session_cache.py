@@ -23,6 +23,7 @@ import onnx_struct  # noqa: E402
 from onnx_struct.cli import main  # noqa: E402
 from onnx_struct.convert import convert  # noqa: E402
 from onnx_struct.llm.generation import Generator  # noqa: E402
+from onnx_struct.runtime import delivery, session_cache  # noqa: E402
 from onnx_struct.runtime import session as session_module  # noqa: E402
 
 PROMPT = [1, 17, 42, 5, 63, 9]
@@ -58,21 +59,98 @@ def logits(session, config) -> np.ndarray:
     return session.run(["logits"], prompt_feeds(config, PROMPT))[0]
 
 
-def test_a_hit_skips_the_lowering_and_gives_the_same_logits(files, lowerings):
+def callers_options():
+    import onnxruntime  # noqa: PLC0415
+
+    return onnxruntime.SessionOptions()
+
+
+def test_a_hit_loads_onnxruntimes_saved_graph_and_gives_the_same_logits(files, lowerings):
     config, model, cache = files
     plain = onnx_struct.InferenceSession(model, accuracy_level=0)
     first = onnx_struct.InferenceSession(model, accuracy_level=0, cache_dir=cache)
     assert len(lowerings) == 2
     (entry,) = entries(cache)
-    assert sorted(p.name for p in entry.iterdir()) == ["entry.json", "model.onnx", "weights.bin"]
+    assert sorted(p.name for p in entry.iterdir()) == ["entry.json", "lowered.onnx", "model.data", "model.onnx"]
     second = onnx_struct.InferenceSession(model, accuracy_level=0, cache_dir=cache)
     assert len(lowerings) == 2  # the hit lowered nothing
     expected = logits(plain, config)
     np.testing.assert_array_equal(logits(first, config), expected)
     np.testing.assert_array_equal(logits(second, config), expected)
+    # What onnxruntime loads is its own optimized graph (no local function left to inline, no
+    # RMS norm left unfused), referencing only the entry's weights file.
+    saved = onnx.load(entry / "model.onnx", load_external_data=False)
+    assert not saved.functions and "SimplifiedLayerNormalization" in {n.op_type for n in saved.graph.node}
+    locations = {e.value for t in saved.graph.initializer for e in t.external_data if e.key == "location"}
+    assert locations == {"model.data"}
+    # ``lowered`` is the lowered model the miss made, not onnxruntime's graph.
+    assert second.lowered.graph == first.lowered.graph and second.lowered.metadata_props == plain.lowered.metadata_props
+
+
+def test_with_a_callers_options_the_entry_is_the_lowered_model(files, lowerings):
+    config, model, cache = files
+    expected = logits(onnx_struct.InferenceSession(model, accuracy_level=0), config)
+    for _ in range(2):
+        session = onnx_struct.InferenceSession(model, callers_options(), accuracy_level=0, cache_dir=cache)
+        np.testing.assert_array_equal(logits(session, config), expected)
+    assert len(lowerings) == 2
+    (entry,) = entries(cache)
+    assert sorted(p.name for p in entry.iterdir()) == ["entry.json", "model.onnx", "weights.bin"]
     # The kept model references only its own weights file: nothing outside the entry.
-    locations = {e.value for t in second.lowered.graph.initializer for e in t.external_data if e.key == "location"}
+    locations = {e.value for t in session.lowered.graph.initializer for e in t.external_data if e.key == "location"}
     assert locations == {"weights.bin"}
+
+
+def test_a_saved_graph_that_reads_outside_its_entry_is_not_published(files, tmp_path):
+    config, model, cache = files
+    onnx_struct.InferenceSession(model, cache_dir=cache)
+    (entry,) = entries(cache)
+    slot_record = json.loads((entry / "entry.json").read_text())
+    saved = onnx.load(entry / "model.onnx", load_external_data=False)
+    outside = next(t for t in saved.graph.initializer if t.external_data)
+    next(e for e in outside.external_data if e.key == "location").value = "../model.gguf"
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    onnx.save(saved, staged / "model.onnx")
+    (staged / "model.data").write_bytes((entry / "model.data").read_bytes())
+    slot = session_cache.CacheSlot(cache, "another-key", slot_record["source"])
+    assert not session_cache.publish_saved_graph(slot, str(staged), saved, [])
+    assert not staged.exists() and not (cache / "another-key").exists()
+
+
+def test_a_graph_onnxruntime_cannot_save_leaves_no_entry_and_the_session_works(files, monkeypatch, lowerings):
+    config, model, cache = files
+    real = delivery.save_graph_options
+
+    def unwritable(ort, threads, path):  # as a full disk: onnxruntime fails to write the graph
+        return real(ort, threads, os.path.join(path, "no-such-directory", "model.onnx"))
+
+    monkeypatch.setattr(delivery, "save_graph_options", unwritable)
+    session = onnx_struct.InferenceSession(model, accuracy_level=0, cache_dir=cache)
+    np.testing.assert_array_equal(
+        logits(session, config), logits(onnx_struct.InferenceSession(model, accuracy_level=0), config)
+    )
+    assert not entries(cache) and not list(cache.iterdir())
+
+
+def test_the_machine_is_part_of_a_saved_graphs_key(files, monkeypatch, lowerings):
+    config, model, cache = files
+    onnx_struct.InferenceSession(model, cache_dir=cache)
+    monkeypatch.setattr(session_cache, "machine", lambda: "another-cpu")
+    onnx_struct.InferenceSession(model, cache_dir=cache)
+    assert len(lowerings) == 2
+
+
+def test_threads_reach_the_sessions_own_options(files):
+    config, model, cache = files
+    session = onnx_struct.InferenceSession(model, threads=1, cache_dir=cache)
+    assert session.get_session_options().intra_op_num_threads == 1
+    hit = onnx_struct.InferenceSession(model, threads=2, cache_dir=cache)  # the count is not in the key
+    assert hit.get_session_options().intra_op_num_threads == 2
+    for bad, options in ((0, None), (True, None), ("2", None), (1, callers_options())):
+        with pytest.raises(onnx_struct.ValidationError) as caught:
+            onnx_struct.InferenceSession(model, options, threads=bad)
+        assert (caught.value.path, caught.value.code) == ("InferenceSession(threads)", "bad_argument")
 
 
 def test_a_generator_over_a_hit_generates_the_float64_forwards_tokens(files, lowerings):
@@ -131,23 +209,23 @@ def test_the_settings_are_part_of_the_key(files, lowerings):
     assert levels == {0}
 
 
-@pytest.mark.parametrize("damage", ["truncate", "garbage", "no_model"])
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "no_model", "no_lowered"])
 def test_a_broken_entry_is_made_again(files, lowerings, damage):
     config, model, cache = files
     expected = logits(onnx_struct.InferenceSession(model, cache_dir=cache), config)
     (entry,) = entries(cache)
-    size = (entry / "weights.bin").stat().st_size
+    size = (entry / "model.data").stat().st_size
     if damage == "truncate":
-        os.truncate(entry / "weights.bin", size // 2)
+        os.truncate(entry / "model.data", size // 2)
     elif damage == "garbage":
         (entry / "model.onnx").write_bytes(b"\x08\xff\xff" * 100)
     else:
-        (entry / "model.onnx").unlink()
+        (entry / ("model.onnx" if damage == "no_model" else "lowered.onnx")).unlink()
     session = onnx_struct.InferenceSession(model, cache_dir=cache)
     assert len(lowerings) == 2
     np.testing.assert_array_equal(logits(session, config), expected)
     (again,) = entries(cache)
-    assert (again / "weights.bin").stat().st_size == size
+    assert (again / "model.data").stat().st_size == size
 
 
 def test_the_cache_needs_the_model_as_a_path(files):

@@ -19,19 +19,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 import numpy as np
 from onnx import numpy_helper
 
-from onnx_struct import limits
 from onnx_struct.errors import ValidationError
 from onnx_struct.formats.gguf.metadata import checked_context_length, decode_metadata
 from onnx_struct.llm.kv_cache import KVCache
 from onnx_struct.llm.tokenizer.tokenizer import load_tokenizer
-from onnx_struct.runtime.ort import load_onnxruntime
 from onnx_struct.runtime.session import InferenceSession
+from onnx_struct.runtime.threads import checked_threads
 from onnx_struct.schema.model import ModelLike, load_model
 
-ROPE_LENGTH = "rope/length"
-THREAD_STACK_DEFAULT = (
-    8 << 20
-)  # glibc's thread stack without a RLIMIT_STACK  # the initializer from-gguf --graph gives the RoPE tables' length
+ROPE_LENGTH = "rope/length"  # the initializer from-gguf --graph gives the RoPE tables' length
 
 
 STOP_REASONS = ("eog", "max_new_tokens", "context_full", "interrupted")
@@ -137,30 +133,6 @@ def _graph_input_names(model: ModelLike) -> set[str]:
     return {i.name for i in load_model(model).proto.graph.input}
 
 
-def _check_thread_room(threads: int) -> None:
-    """Refuse a pool whose thread stacks do not fit the process's address-space limit (RLIMIT_AS):
-    onnxruntime starts the whole intra-op pool when the session is created, and a thread it cannot
-    create left it waiting forever (1,000 threads under a 4 GB limit hung) instead of failing."""
-    try:
-        import resource  # noqa: PLC0415 - POSIX only
-    except ImportError:  # pragma: no cover - Windows: no such limit
-        return
-    space = resource.getrlimit(resource.RLIMIT_AS)[0]
-    if space == resource.RLIM_INFINITY:
-        return
-    stack = resource.getrlimit(resource.RLIMIT_STACK)[0]
-    if stack in (resource.RLIM_INFINITY, 0):
-        stack = THREAD_STACK_DEFAULT
-    # Half the address space for the stacks: the weights, onnxruntime's arenas and Python need the rest.
-    if threads * stack > space // 2:
-        raise ValidationError(
-            "generate(threads)",
-            f"{threads} threads of {stack >> 20} MiB stacks do not fit in half the process's "
-            f"{space >> 20} MiB address-space limit (RLIMIT_AS)",
-            code="bad_argument",
-        )
-
-
 def _check_cache_layout(graph, inputs: Mapping[str, object], cache: Sequence[object]) -> None:
     """Every KV cache input is shaped as layer 0's (one buffer shape serves them all), and each
     GroupQueryAttention's ``kv_num_heads`` is the head count its past inputs declare: a model
@@ -226,7 +198,6 @@ class Generator:
         chat_renderer: ChatRenderer | None = None,
         cache_dir: str | os.PathLike | None = None,
     ) -> None:
-        options = None
         if accuracy_level is not None and (
             isinstance(accuracy_level, bool)
             or not isinstance(accuracy_level, (int, np.integer))
@@ -237,25 +208,9 @@ class Generator:
                 f"{accuracy_level!r} is not None or an integer from 0 to 4",
                 code="bad_argument",
             )
-        if threads is not None and (
-            isinstance(threads, bool)
-            or not isinstance(threads, (int, np.integer))
-            or not 1 <= threads <= limits.MAX_INTRA_OP_THREADS  # onnxruntime starts the whole pool at once
-        ):
-            raise ValidationError(
-                "generate(threads)",
-                f"{threads!r} is not None or an integer from 1 to {limits.MAX_INTRA_OP_THREADS}",
-                code="bad_argument",
-            )
-        if threads is not None:
-            _check_thread_room(int(threads))
-            # onnxruntime takes a thread count only through SessionOptions, which InferenceSession
-            # leaves as given and runs on the same low-memory route (docs/llm.md, "Threads").
-            options = load_onnxruntime().SessionOptions()
-            options.intra_op_num_threads = int(threads)
-            options.log_severity_level = 3
+        threads = checked_threads(threads, "generate(threads)")
         try:
-            self.session = InferenceSession(model, options, accuracy_level=accuracy_level, cache_dir=cache_dir)
+            self.session = InferenceSession(model, accuracy_level=accuracy_level, cache_dir=cache_dir, threads=threads)
         except ValidationError as error:
             # onnxruntime refuses a graph without nodes (from-gguf without --graph) as it refuses
             # any empty graph: name what is missing instead of its initialization failure.

@@ -24,9 +24,11 @@ from google.protobuf.message import EncodeError
 from onnx_struct.errors import ValidationError
 from onnx_struct.payload import external
 from onnx_struct.runtime.heap import release_free_memory
+from onnx_struct.runtime.ort import ort_errors
 from onnx_struct.runtime.weights_file import is_placeholder, write_weights_file
 
 ACCURACY_LEVEL_KEY = "session.qdq_matmulnbits_accuracy_level"
+SAVED_WEIGHTS_FILE = "model.data"  # beside a graph onnxruntime saves (save_graph_options)
 
 
 def deliver(
@@ -37,32 +39,50 @@ def deliver(
     sess_options,
     providers: Sequence[str] | None,
     ort_kwargs: dict[str, Any],
+    *,
+    threads: int | None = None,
+    save_to: str | None = None,
 ) -> tuple[Any, bool]:
     """An ``onnxruntime.InferenceSession`` over ``model`` (repacked weights in ``arrays``, emptied
     here), and whether onnxruntime can re-create it from what it holds (self-contained model
-    bytes): False once weights went outside them. ``model`` is left as it was given."""
+    bytes): False once weights went outside them. ``model`` is left as it was given.
+
+    With the session's own options (no ``sess_options``; ``threads`` its intra-op count) and
+    ``save_to``, onnxruntime also saves the graph it holds after its optimizations there
+    (:func:`save_graph_options`); a session that cannot save is made again without saving, so
+    whether ``save_to`` exists afterwards is the caller's to check."""
     providers = list(providers or ["CPUExecutionProvider"])
     if sess_options is not None:
         return _with_callers_options(ort, model, arrays, base_dir, sess_options, providers, ort_kwargs)
-    options = session_options(ort)
     weights = write_weights_file(model, arrays, base_dir) if arrays else None
     # Onnxruntime copies the in-memory tensors while it creates the session; the options keep
     # pointing at them, which is why this session cannot be re-created (deliver's second value).
     files = external_tensors_in_memory(model, base_dir, weights.moved if weights else placeholders(model, arrays))
     self_contained = not (arrays or files)
     try:
+        folder = _folder_name(weights.directory) if weights is not None else None
         if weights is not None:
-            # where onnxruntime finds the repacked weights of a model it is given as bytes
-            options.add_session_config_entry(
-                "session.model_external_initializers_file_folder_path", _folder_name(weights.directory)
-            )
             arrays.clear()
             release_free_memory()  # the arrays are in the file now: their pages, before onnxruntime's
-        add_in_memory(ort, options, files, arrays)
         model_bytes = serialized(model)
         if weights is not None:
             weights.restore()  # ``lowered`` shows the placeholders, not a file about to be removed
-        session = ort.InferenceSession(model_bytes, options, providers=providers, **ort_kwargs)
+
+        def create(saving: str | None):
+            options = session_options(ort, threads) if saving is None else save_graph_options(ort, threads, saving)
+            if folder is not None:  # where onnxruntime finds the repacked weights of a model given as bytes
+                options.add_session_config_entry("session.model_external_initializers_file_folder_path", folder)
+            add_in_memory(ort, options, files, arrays)
+            return ort.InferenceSession(model_bytes, options, providers=providers, **ort_kwargs)
+
+        session = None
+        if save_to is not None:
+            try:
+                session = create(save_to)
+            except (*ort_errors(), OSError):  # e.g. a full disk: made again below, without saving
+                session = None
+        if session is None:
+            session = create(None)
     finally:
         arrays.clear()
         if weights is not None:
@@ -70,7 +90,9 @@ def deliver(
     return session, self_contained
 
 
-def deliver_into(ort, model, arrays, base_dir, sess_options, providers, ort_kwargs, directory: str) -> Any | None:
+def deliver_into(
+    ort, model, arrays, base_dir, sess_options, providers, ort_kwargs, directory: str, threads: int | None = None
+) -> Any | None:
     """:func:`deliver` for a session cache's entry: ``model`` and every external tensor it has
     (the repacked arrays, emptied here, and the model's own, copied) written to the empty
     ``directory`` as ``model.onnx`` and its weights file, and the session made from that path
@@ -80,7 +102,7 @@ def deliver_into(ort, model, arrays, base_dir, sess_options, providers, ort_kwar
     if weights is None:
         return None
     try:
-        return _session_beside_weights(ort, weights, model, arrays, sess_options, providers, ort_kwargs)
+        return _session_beside_weights(ort, weights, model, arrays, sess_options, providers, ort_kwargs, threads)
     except OSError:  # the model file could not be written (the arrays are intact): no entry
         weights.restore()
         weights.remove()
@@ -90,27 +112,40 @@ def deliver_into(ort, model, arrays, base_dir, sess_options, providers, ort_kwar
         raise
 
 
-def _session_beside_weights(ort, weights, model, arrays, sess_options, providers, ort_kwargs):
+def _session_beside_weights(ort, weights, model, arrays, sess_options, providers, ort_kwargs, threads=None):
     """``model`` written beside its weights file, its references restored, the arrays freed, then
     onnxruntime's session from that path."""
     path = weights.write_model(model)
     weights.restore()
     arrays.clear()
     release_free_memory()
-    return session_from_path(ort, path, sess_options, providers, ort_kwargs)
+    return session_from_path(ort, path, sess_options, providers, ort_kwargs, threads)
 
 
-def session_from_path(ort, path: str, sess_options, providers, ort_kwargs):
+def session_from_path(ort, path: str, sess_options, providers, ort_kwargs, threads: int | None = None):
     """onnxruntime's session over a model file whose external data is beside it: with the caller's
     options, never changed, or the session's own."""
-    options = sess_options if sess_options is not None else session_options(ort)
+    options = sess_options if sess_options is not None else session_options(ort, threads)
     return ort.InferenceSession(path, options, providers=list(providers or ["CPUExecutionProvider"]), **ort_kwargs)
 
 
-def session_options(ort):
-    """The options a session without a caller's gets."""
+def session_options(ort, threads: int | None = None):
+    """The options a session without a caller's gets (``threads``: its intra-op count, None:
+    onnxruntime's default)."""
     options = ort.SessionOptions()
     options.log_severity_level = 3  # compact lowering makes onnxruntime warn per leaf
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    return options
+
+
+def save_graph_options(ort, threads: int | None, path: str):
+    """:func:`session_options` that also save onnxruntime's optimized graph to ``path`` with every
+    initializer of 1 KiB or more in one file beside it, :data:`SAVED_WEIGHTS_FILE`."""
+    options = session_options(ort, threads)
+    options.optimized_model_filepath = path
+    options.add_session_config_entry("session.optimized_model_external_initializers_file_name", SAVED_WEIGHTS_FILE)
+    options.add_session_config_entry("session.optimized_model_external_initializers_min_size_in_bytes", "1024")
     return options
 
 

@@ -64,6 +64,14 @@ def ort_errors() -> tuple[type[BaseException], ...]:
     return tuple(getattr(state, n) for n in names if hasattr(state, n))
 
 
+@functools.cache
+def ort_file_errors() -> tuple[type[BaseException], ...]:
+    """:func:`ort_errors` and onnxruntime's classes for a model file it cannot read or parse."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as state  # noqa: PLC0415, TID251
+
+    return ort_errors() + tuple(getattr(state, n) for n in ("NoSuchFile", "InvalidProtobuf") if hasattr(state, n))
+
+
 # The onnx_struct classes a refusal may also be (the dual classes of docs/errors.md), by name.
 _BASES = {cls.__name__: cls for cls in (ValidationError, ModelFileNotFoundError, NotRegularFileError, ModelValueError)}
 # What onnxruntime raises where loading the model file fails: the class each of our load refusals

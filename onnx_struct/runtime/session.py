@@ -30,7 +30,8 @@ from onnx_struct.runtime import session_cache
 from onnx_struct.runtime.delivery import configured_accuracy_level, deliver, deliver_into, session_from_path
 from onnx_struct.runtime.feeds import Feed, leaf_feeds, ortvalue_to_numpy
 from onnx_struct.runtime.file_backed import held_lightly, inline_own_file_tensors
-from onnx_struct.runtime.ort import load_onnxruntime, load_refusal, ort_errors, refusal_class
+from onnx_struct.runtime.ort import load_onnxruntime, load_refusal, ort_errors, ort_file_errors, refusal_class
+from onnx_struct.runtime.threads import checked_threads
 from onnx_struct.schema.model import ModelLike, StructProto, StructTypeProto, load, read_model_file
 
 
@@ -52,7 +53,8 @@ class InferenceSession:
     onnxruntime reads (removed once the session exists), so the model bytes stay small and no
     Python copy outlives the creation; ``lowered`` shows those initializers as placeholders
     (external data at ``onnx_struct.in_memory``). A caller's ``sess_options`` is never changed
-    (the model then goes to onnxruntime by path, beside that file): set thread counts there.
+    (the model then goes to onnxruntime by path, beside that file): set thread counts there, or
+    give ``threads`` for the session's own.
     docs/execution.md, "Memory". A model without struct parts is handed to onnxruntime as it is,
     and the stock part of any model is onnxruntime's to judge (docs/semantics.md, "Drop-in
     behaviour"); onnxruntime's refusal is a ValidationError that is also its own exception class.
@@ -65,16 +67,20 @@ class InferenceSession:
         base_dir: the directory external payloads are read from (default: the model file's).
         execution: "quantized" (default) or "decode", as for :func:`onnx_struct.lower`.
         accuracy_level: MatMulNBits' ``accuracy_level`` (None: onnxruntime's choice).
-        cache_dir: a session cache directory (None: none): the lowered model and its weights are
-            kept there, and a later session over the same model file and files loads them without
-            checking, lowering or repacking (runtime/session_cache.py; docs/llm.md, "Start-up
-            and the session cache"). The model must be given as a path.
+        cache_dir: a session cache directory (None: none): what onnxruntime loads (its optimized
+            graph, or the lowered model) and its weights are kept there, and a later session over
+            the same model file and files loads them without checking, lowering or repacking
+            (runtime/session_cache.py; docs/llm.md, "Start-up and the session cache"). The model
+            must be given as a path.
+        threads: onnxruntime's intra-op thread count in the session's own options (None: its
+            default); with ``sess_options``, set it there instead.
         **ort_kwargs: passed to ``onnxruntime.InferenceSession``.
 
     Raises:
         ValidationError: the model is invalid, or onnxruntime refuses it or would refuse its
             file (then also an instance of onnxruntime's own exception class: docs/errors.md);
-            ``cache_dir`` with a model that is not a path (``bad_argument``).
+            ``cache_dir`` with a model that is not a path, ``threads`` that is not an integer from
+            1 to MAX_INTRA_OP_THREADS or is given with ``sess_options`` (``bad_argument``).
         ValueError: ``execution`` is neither "decode" nor "quantized" (for a model with struct
             parts).
 
@@ -104,19 +110,33 @@ class InferenceSession:
         execution: str = "quantized",
         accuracy_level: int | None = None,
         cache_dir: str | os.PathLike | None = None,
+        threads: int | None = None,
         **ort_kwargs: Any,
     ) -> None:
         ort = load_onnxruntime()
+        threads = checked_threads(threads, "InferenceSession(threads)")
+        if threads is not None and sess_options is not None:
+            raise ValidationError(
+                "InferenceSession(threads)",
+                "give the thread count in sess_options (intra_op_num_threads), which are never changed",
+                code="bad_argument",
+            )
         in_memory = execution == "quantized"
         if in_memory and accuracy_level is None and sess_options is not None:
             accuracy_level = configured_accuracy_level(sess_options)
         cache = None
+        # Onnxruntime's optimized graph is what an entry keeps when nothing but the key shapes it:
+        # the session's own options, the CPU provider, no other onnxruntime arguments.
+        saves_graph = (
+            sess_options is None and not ort_kwargs and list(providers or []) in ([], ["CPUExecutionProvider"])
+        )
         if cache_dir is not None:
             level = (4 if accuracy_level is None else int(accuracy_level)) if in_memory else None
             settings = {"execution": execution, "compact": bool(compact), "accuracy_level": level,
-                        "base_dir": base_dir and str(base_dir)}  # fmt: skip
+                        "base_dir": base_dir and str(base_dir),
+                        "graph": session_cache.machine() if saves_graph else "lowered"}  # fmt: skip
             cache = _cache_slot(cache_dir, model_or_path, settings, ort)
-            if cache.usable() and self._open_cached(ort, cache, sess_options, providers, ort_kwargs):
+            if cache.usable() and self._open_cached(ort, cache, sess_options, providers, ort_kwargs, threads):
                 return
         try:
             loaded = load(model_or_path, base_dir)
@@ -180,12 +200,20 @@ class InferenceSession:
         try:
             delivery = (ort, lowering.model, arrays, self._base_dir, sess_options, providers, ort_kwargs)
             entry = cache.new_directory() if cache is not None else None
-            session = deliver_into(*delivery, entry) if entry is not None else None
+            session = None
+            if entry is not None and saves_graph:  # onnxruntime saves its graph into the entry
+                saved = os.path.join(entry, session_cache.MODEL_FILE)
+                self._session, self._recreatable = deliver(*delivery, threads=threads, save_to=saved)
+                session_cache.publish_saved_graph(cache, entry, lowering.model, referenced)
+            elif entry is not None:
+                session = deliver_into(*delivery, entry, threads)
+                if session is None:  # the entry could not be written: the session without it
+                    self._session, self._recreatable = deliver(*delivery, threads=threads)
+            else:
+                self._session, self._recreatable = deliver(*delivery, threads=threads)
             if session is not None:  # a cache's new entry: published once the session exists
                 self._session, self._recreatable = session, False
                 cache.publish(entry, referenced)
-            else:
-                self._session, self._recreatable = deliver(*delivery)
         except ort_errors() as error:  # e.g. a decoder needing a kernel onnxruntime lacks (FLOAT4E2M1 Cast)
             message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             what, hint = "the model", ""
@@ -209,14 +237,13 @@ class InferenceSession:
         self._session.disable_fallback()
         self._session._sess_options_initial = None  # noqa: SLF001
 
-    def _open_cached(self, ort, cache: session_cache.CacheSlot, sess_options, providers, ort_kwargs) -> bool:
+    def _open_cached(self, ort, cache: session_cache.CacheSlot, sess_options, providers, ort_kwargs, threads) -> bool:
         """The session from the cache's entry (runtime/session_cache.py); False, with the entry
         removed, when onnxruntime cannot load it (the session is then made as on a miss)."""
-        path = cache.model_path()
         try:
-            lowered = onnx.load_model(path, load_external_data=False)
-            session = session_from_path(ort, path, sess_options, providers, ort_kwargs)
-        except (OSError, DecodeError, *ort_errors()):  # a truncated or foreign entry
+            lowered = onnx.load_model(cache.lowered_path(), load_external_data=False)
+            session = session_from_path(ort, cache.model_path(), sess_options, providers, ort_kwargs, threads)
+        except (OSError, DecodeError, *ort_file_errors()):  # a truncated or foreign entry
             cache.remove()
             return False
         self._base_dir = cache.directory

@@ -3,14 +3,19 @@
 Rule: ``InferenceSession(path, cache_dir=D)`` (and ``Generator``, ``generate``, the CLI's
 ``--cache-dir``) looks in D for the entry keyed by the SHA-256 of the model file's bytes, the
 settings that shape the lowered model (execution, compact, MatMulNBits' accuracy level) and the
-versions of onnx_struct and onnxruntime. An entry is used only while every file the model
+versions of onnx_struct and onnxruntime (and, for a saved graph, the machine). An entry is used only while every file the model
 referenced when the entry was written is still that file (device, inode, size, modification and
 change times, as payload/file_identity.py judges a file it verified): onnxruntime then loads the
 entry's model, and nothing is checked, lowered or repacked again (the model's bytes and files are
-the ones that passed). Otherwise the session is made as without a cache, its lowered model and
-weights (every external tensor copied, so the entry reads nothing outside its own directory) are
-written to a new directory under D that is renamed into place once complete, and older entries
-made from the same model path are removed. An entry onnxruntime cannot load is removed, and the
+the ones that passed). Otherwise the session is made as without a cache and its entry is written
+to a new directory under D that is renamed into place once complete, and older entries made from
+the same model path are removed. With the session's own options on the CPU, the entry is the graph
+onnxruntime saved after its optimizations (``model.onnx``, its weights in ``model.data``: no
+function to inline, no constant to fold at the next load) beside the lowered model without its
+weights (``lowered.onnx``, what ``InferenceSession.lowered`` shows); with a caller's options or
+other providers, which shape onnxruntime's graph in ways the key cannot name, it is the lowered
+model and its weights (every external tensor copied). Either way the entry reads nothing outside
+its own directory. An entry onnxruntime cannot load is removed, and the
 session is made as on a miss. A model with struct-typed graph inputs is not cached (its inputs
 are split through the lowering's views at run time). docs/llm.md, "Start-up and the session cache".
 """
@@ -25,14 +30,18 @@ import pathlib
 import shutil
 import warnings
 
+import onnx
+from google.protobuf.message import DecodeError
+
 from onnx_struct._version import __version__
 from onnx_struct.errors import ValidationError
 from onnx_struct.limits import MAX_CACHE_RECORD_BYTES
 from onnx_struct.payload import external, file_identity
 
-ENTRY_FORMAT = 1
+ENTRY_FORMAT = 2
 ENTRY_FILE = "entry.json"  # written last: a directory without it is not an entry
-MODEL_FILE = "model.onnx"  # the name WeightsFile.write_model gives the lowered model
+MODEL_FILE = "model.onnx"  # what onnxruntime loads (WeightsFile.write_model's name for a lowered model)
+LOWERED_FILE = "lowered.onnx"  # beside a saved graph: the lowered model, its weights placeholders
 TEMPORARY_PREFIX = ".tmp-"
 
 
@@ -53,13 +62,19 @@ class CacheSlot:
         record = _read_record(self.directory)
         if record is None or record.get("format") != ENTRY_FORMAT or record.get("source") != self.source:
             return False
-        files = record.get("files")
-        if not isinstance(files, list) or not (self.directory / MODEL_FILE).is_file():
+        files, lowered = record.get("files"), record.get("lowered")
+        if not isinstance(files, list) or lowered not in (MODEL_FILE, LOWERED_FILE):
+            return False
+        if not ((self.directory / MODEL_FILE).is_file() and (self.directory / lowered).is_file()):
             return False
         return all(isinstance(f, list) and len(f) == 2 and _stat_key(f[0]) == f[1] for f in files)
 
     def model_path(self) -> str:
         return str(self.directory / MODEL_FILE)
+
+    def lowered_path(self) -> str:
+        """The entry's lowered model (``usable()`` has checked its record)."""
+        return str(self.directory / _read_record(self.directory)["lowered"])
 
     def new_directory(self) -> str | None:
         """A new private directory under the cache for an entry being written; None, with a
@@ -78,14 +93,16 @@ class CacheSlot:
             )
             return None
 
-    def publish(self, directory: str, files: list[pathlib.Path]) -> bool:
-        """Record ``files`` in ``directory`` and rename it into place; remove older entries of the
-        same model path. False (``directory`` removed) when another process published first or
-        the cache cannot be written: the session works either way."""
+    def publish(self, directory: str, files: list[pathlib.Path], lowered: str = MODEL_FILE) -> bool:
+        """Record ``files`` (and which file is the ``lowered`` model) in ``directory`` and rename it
+        into place; remove older entries of the same model path. False (``directory`` removed)
+        when another process published first or the cache cannot be written: the session works
+        either way."""
         record = {
             "format": ENTRY_FORMAT,
             "source": self.source,
             "files": [[str(f), _stat_key(f)] for f in files],
+            "lowered": lowered,
         }
         try:
             with open(os.path.join(directory, ENTRY_FILE), "x", encoding="utf-8") as handle:
@@ -149,6 +166,47 @@ def slot(
     digest.update(model_bytes)
     source = str(pathlib.Path(model_path).resolve())
     return CacheSlot(pathlib.Path(cache_dir).expanduser().resolve(), digest.hexdigest()[:40], source)
+
+
+def publish_saved_graph(cache: CacheSlot, directory: str, lowered, files: list[pathlib.Path]) -> bool:
+    """Publish ``directory`` once onnxruntime's saved graph in it is whole and self-contained (every
+    external tensor in its own weights file, within the file) and ``lowered`` is written beside
+    it; otherwise remove it. True when published."""
+    from onnx_struct.runtime.delivery import SAVED_WEIGHTS_FILE  # noqa: PLC0415 - delivery imports this module
+
+    try:
+        saved = onnx.load_model(os.path.join(directory, MODEL_FILE), load_external_data=False)
+        size = os.path.getsize(os.path.join(directory, SAVED_WEIGHTS_FILE))
+        for _, tensor in external.model_tensors(saved):
+            if not external.is_external(tensor):
+                continue
+            entries = {e.key: e.value for e in tensor.external_data}
+            end = int(entries.get("offset", "0")) + int(entries.get("length", "-1"))
+            if entries.get("location") != SAVED_WEIGHTS_FILE or not 0 <= end <= size:
+                raise ValueError(f"{tensor.name!r} is not in the entry's weights file")
+        del saved
+        with open(os.path.join(directory, LOWERED_FILE), "xb") as handle:
+            handle.write(lowered.SerializeToString())
+    except (OSError, ValueError, DecodeError):  # no graph saved (a full disk), or one that reads outside
+        shutil.rmtree(directory, ignore_errors=True)
+        return False
+    return cache.publish(directory, files, lowered=LOWERED_FILE)
+
+
+def machine() -> str:
+    """What names this machine's CPU for a saved graph's key: onnxruntime's optimizations at its
+    default level may fit the graph to the instruction set (its NCHWc layouts, for one)."""
+    import platform  # noqa: PLC0415
+
+    identity = [platform.machine(), platform.processor()]
+    try:
+        with open("/proc/cpuinfo", "rb") as handle:
+            lines = handle.read(1 << 20).splitlines()
+        identity += sorted({line.decode(errors="replace") for line in lines if line.split(b":")[0].strip()
+                            in (b"vendor_id", b"model name", b"flags", b"Features", b"CPU part")})  # fmt: skip
+    except OSError:  # not Linux: the platform's names
+        pass
+    return hashlib.sha256("\n".join(identity).encode()).hexdigest()[:16]
 
 
 def referenced_files(loaded) -> list[pathlib.Path]:
