@@ -197,6 +197,23 @@ def test_decode_metadata_takes_the_model_or_its_metadata_props_as_documented(tin
     assert S.formats.gguf.decode_metadata is decode_metadata
 
 
+@pytest.mark.parametrize(
+    "label, value",
+    [
+        ("ARRAY[STRING]", ["ok", "\U0001f600", "a\ud800"]),  # a pair is fine, a lone half is not
+        ("ARRAY[STRING]", ["\udc00"]),
+        ("ARRAY[ARRAY[STRING]]", [["ok"], ["b\udfff"]]),
+    ],
+)
+def test_decode_metadata_refuses_a_lone_surrogate_anywhere(label, value):
+    props = {VALUE_TYPES_KEY: json.dumps({"k": label}), "k": json.dumps(value)}  # ensure_ascii: \\u escapes
+    with pytest.raises(S.ValidationError, match="surrogates not allowed") as caught:
+        decode_metadata(props)
+    assert caught.value.path == "metadata_props['k']"
+    paired = {VALUE_TYPES_KEY: json.dumps({"k": "ARRAY[STRING]"}), "k": json.dumps(["\U0001f600", "\x01"])}
+    assert decode_metadata(paired)["k"] == ["\U0001f600", "\x01"]
+
+
 def test_progress_bar_shows_a_stage_before_the_tensor_count_is_known():
     terminal = _Terminal()
     bar = ProgressBar(terminal, width=10)

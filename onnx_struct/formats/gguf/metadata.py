@@ -144,10 +144,19 @@ def decode_metadata(
             if label != "STRING" and "\\u" in text:
                 # JSON escapes a lone surrogate (\ud800), which no UTF-8 GGUF string holds and
                 # nothing downstream can encode: checked by encoding what was read.
-                json.dumps(out[key], ensure_ascii=False).encode()
+                _encode_strings(out[key])
         except (ValueError, RecursionError) as error:  # UnicodeEncodeError is a ValueError
             raise ValidationError(f"metadata_props[{key!r}]", f"not the JSON of a {label} value: {error}") from None
     return out
+
+
+def _encode_strings(value: object) -> None:
+    """Encode every string in ``value`` as UTF-8 (a UnicodeEncodeError at a lone surrogate): an
+    array of strings joined, in C, anything else through its JSON."""
+    if isinstance(value, list) and set(map(type, value)) <= {str}:
+        "".join(value).encode()
+    else:
+        json.dumps(value, ensure_ascii=False).encode()
 
 
 def checked_context_length(metadata: Mapping[str, object], arch: object) -> int:
