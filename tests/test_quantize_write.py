@@ -142,6 +142,21 @@ def test_a_link_at_the_data_file_is_refused_before_any_work(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["float.onnx", "q.onnx.data", "victim"]  # no temporary left
 
 
+def test_another_models_data_file_is_not_replaced_by_external_out(tmp_path, capsys):
+    float_model(tmp_path / "float.onnx")
+    argv = ["quantize", str(tmp_path / "float.onnx"), str(tmp_path / "q.onnx"), "--format", "Q8_0", "--external"]
+    (tmp_path / "q.onnx.data").write_bytes(b"another model's weights")  # and no q.onnx that references it
+    assert main([*argv, "--quiet"]) == 2
+    assert "q.onnx.data: exists and is not the external data of" in capsys.readouterr().err
+    assert (tmp_path / "q.onnx.data").read_bytes() == b"another model's weights"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["float.onnx", "q.onnx.data"]  # no temporary left
+    (tmp_path / "q.onnx.data").unlink()
+    assert main([*argv, "--quiet"]) == 0
+    first = (tmp_path / "q.onnx.data").read_bytes()
+    assert main([*argv, "--quiet"]) == 0  # OUT's own data file is replaced with OUT
+    assert (tmp_path / "q.onnx.data").read_bytes() == first
+
+
 def test_an_input_with_external_data_is_read_one_weight_at_a_time(tmp_path, monkeypatch, capsys):
     """A model past 2 GiB keeps its weights in an external file: quantize leaves them there (the
     skeleton holds no weight) and reads each back when it encodes or copies it."""

@@ -9,6 +9,7 @@ import os
 import stat
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import onnx
@@ -131,6 +132,18 @@ def test_a_graph_onnxruntime_cannot_save_leaves_no_entry_and_the_session_works(f
         logits(session, config), logits(onnx_struct.InferenceSession(model, accuracy_level=0), config)
     )
     assert not entries(cache) and not list(cache.iterdir())
+
+
+def test_a_session_that_fails_leaves_no_partial_entry(files, monkeypatch):
+    config, model, cache = files
+
+    def refused(*args, **kwargs):  # as onnxruntime refusing the lowered model
+        raise MemoryError("no room for the session")
+
+    monkeypatch.setattr(session_module, "deliver", refused)
+    with pytest.raises(MemoryError):
+        onnx_struct.InferenceSession(model, cache_dir=cache)
+    assert list(cache.iterdir()) == []  # not even a .tmp-* directory
 
 
 def test_the_machine_is_part_of_a_saved_graphs_key(files, monkeypatch, lowerings):
@@ -257,6 +270,19 @@ def test_a_cache_that_cannot_be_written_is_a_warning_and_the_session_works(files
         logits(session, config), logits(onnx_struct.InferenceSession(model, accuracy_level=0), config)
     )
     assert not_a_directory.read_bytes() == b"x"
+
+
+def test_the_cli_prints_an_unwritable_cache_as_one_warning_line(files, tmp_path, capsys):
+    config, model, _ = files
+    not_a_directory = tmp_path / "a_file"
+    not_a_directory.write_bytes(b"x")
+    args = ["generate", str(model), "--prompt", "hello", "--max-new-tokens", "2", "--quiet"]
+    before = warnings.showwarning
+    assert main([*args, "--cache-dir", str(not_a_directory)]) == 0
+    assert warnings.showwarning is before  # main() restores Python's (a program may call it)
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"onnx-struct generate: warning: the session cache {str(not_a_directory)!r} cannot be written "
+                   "(File exists): this session is not kept"]  # fmt: skip
 
 
 def test_the_cache_directory_is_private(files):

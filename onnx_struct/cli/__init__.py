@@ -16,6 +16,7 @@ import importlib
 import json
 import math
 import sys
+import warnings
 from collections.abc import Sequence
 
 import onnx.checker
@@ -66,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    with warnings.catch_warnings():  # restored on return: main() may run inside another program
+        warnings.showwarning = _warning_line(args)
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return args.run(args)
     except UsageError as error:
@@ -76,6 +83,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return fail(args, error, EXIT_INVALID, with_input=True)
     except KeyboardInterrupt:
         return 130
+
+
+def _warning_line(args: argparse.Namespace):
+    """Python's warnings printed as the command's other messages are, one line on stderr
+    (``onnx-struct generate: warning: ...``), not as Python's two lines with the source line."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        text = one_line(message).removeprefix("onnx_struct: ")  # the command names itself
+        print(f"onnx-struct {args.command}: warning: {text}", file=file or sys.stderr)
+
+    return show
 
 
 def one_line(text: object) -> str:

@@ -45,6 +45,21 @@ def refuse_inputs(
     return output
 
 
+def refuse_foreign_data(output: pathlib.Path, data: pathlib.Path) -> None:
+    """A UsageError when ``data`` (the external-data file the result will write) exists and is not
+    one ``output`` references: it is another model's (``b.onnx.data`` of a model that is not
+    OUT), and replacing it would destroy that model's weights. OUT's own data file, re-written
+    with OUT, is replaced as OUT is."""
+    if not os.path.lexists(data):
+        return
+    if os.path.isfile(output) and any(_same_file(data, file) for _, file in _referenced_files(output)):
+        return
+    raise UsageError(
+        f"{data}: exists and is not the external data of {output}; it may be another model's: "
+        f"remove it or write the result to another file"
+    )
+
+
 def _same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
     try:
         return os.path.samefile(a, b)

@@ -17,7 +17,7 @@ import sys
 
 from onnx_struct.check.checker import check_model
 from onnx_struct.cli import EXIT_OK, UsageError, print_json
-from onnx_struct.cli.output import as_usage, refuse_inputs
+from onnx_struct.cli.output import as_usage, refuse_foreign_data, refuse_inputs
 from onnx_struct.errors import ValidationError
 from onnx_struct.passes.quantize_plan import DEFAULT_OP_TYPES, WEIGHT_INPUT, resolve_format
 from onnx_struct.passes.quantize_report import DEFAULT_THRESHOLD, quantize_with_report
@@ -130,6 +130,8 @@ def run(args: argparse.Namespace) -> int:
     except ValidationError as error:
         raise as_usage(output, error) from None
     with destination:
+        if args.external:  # OUT.data is replaced only when it is OUT's own (a link is refused above)
+            refuse_foreign_data(output, output.with_name(f"{output.name}.data"))
         model, report = quantize_with_report(
             args.input,  # a path: its large weights are read from the file one at a time
             fmt,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shutil
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -203,7 +204,11 @@ class InferenceSession:
             session = None
             if entry is not None and saves_graph:  # onnxruntime saves its graph into the entry
                 saved = os.path.join(entry, session_cache.MODEL_FILE)
-                self._session, self._recreatable = deliver(*delivery, threads=threads, save_to=saved)
+                try:
+                    self._session, self._recreatable = deliver(*delivery, threads=threads, save_to=saved)
+                except BaseException:
+                    shutil.rmtree(entry, ignore_errors=True)
+                    raise
                 session_cache.publish_saved_graph(cache, entry, lowering.model, referenced)
             elif entry is not None:
                 session = deliver_into(*delivery, entry, threads)

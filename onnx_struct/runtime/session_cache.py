@@ -198,7 +198,7 @@ def machine() -> str:
     default level may fit the graph to the instruction set (its NCHWc layouts, for one)."""
     import platform  # noqa: PLC0415
 
-    identity = [platform.machine(), platform.processor()]
+    identity = [platform.system(), platform.machine()]  # not platform.processor(): it runs uname
     try:
         with open("/proc/cpuinfo", "rb") as handle:
             lines = handle.read(1 << 20).splitlines()
