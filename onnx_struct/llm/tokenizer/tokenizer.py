@@ -16,7 +16,6 @@ import numbers
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
-from itertools import compress
 
 from onnx_struct.errors import ValidationError, limit_exceeded
 from onnx_struct.limits import MAX_TOKENIZE_CHARS
@@ -83,8 +82,10 @@ class Tokenizer:
         self.eos_ids = vocab.eog
         self.add_bos = vocab.add_bos and vocab.bos is not None
         if vocab.model in ("spm", "ugm", "bpe"):
-            for i in compress(range(len(vocab.attrs)), map(int(Attr.BYTE).__and__, vocab.attrs)):
-                _byte_value(vocab.tokens[i], i)
+            byte = int(Attr.BYTE)
+            for i, attr in enumerate(vocab.attrs):
+                if attr & byte:
+                    _byte_value(vocab.tokens[i], i)
         self._partition = SpecialPartition(vocab)
         self._session = _session(vocab)
         self._pieces: dict[int, bytes] = {}

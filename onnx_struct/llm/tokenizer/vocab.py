@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Mapping
-from itertools import compress, repeat
 
 from onnx_struct.errors import ValidationError
 
@@ -239,16 +238,14 @@ def load_vocab(metadata: Mapping[str, object]) -> Vocab:
     flags["add_space_prefix"] = _flag(metadata, "tokenizer.ggml.add_space_prefix", flags.get("add_space_prefix", False))
     flags["remove_extra_whitespaces"] = _flag(metadata, "tokenizer.ggml.remove_extra_whitespaces", False)
 
-    # Passes over the whole vocabulary run in C (map, zip, compress): 262,144 tokens in Python
-    # loops took ~0.1 s of every start.
     tokens = _strings(metadata, "tokenizer.ggml.tokens")
     n = len(tokens)
-    tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)] if "" in tokens else list(tokens)
+    tokens = [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
     scores = _numbers(metadata, "tokenizer.ggml.scores", n)
     types = _integers(metadata, "tokenizer.ggml.token_type", n)
     type_attrs = {t: int(a) for t, a in _TYPE_ATTRS.items()}
-    attrs = list(map(type_attrs.get, types, repeat(0))) if types is not None else [int(Attr.NORMAL)] * n
-    token_to_id = dict(zip(tokens, range(n), strict=True))  # the last of duplicated pieces, as llama.cpp's map
+    attrs = [type_attrs.get(t, 0) for t in types] if types is not None else [int(Attr.NORMAL)] * n
+    token_to_id = {t: i for i, t in enumerate(tokens)}  # the last of duplicated pieces, as llama.cpp's map
     if name == "hybriddna" and "<oov>" in token_to_id:  # k-mers decode without their marker
         tokens = [
             t[: -len(DNA_MARKER)] if i > token_to_id["<oov>"] and len(t) > 1 and t.endswith(DNA_MARKER) else t
@@ -277,8 +274,8 @@ def load_vocab(metadata: Mapping[str, object]) -> Vocab:
                 specials[field] = found
                 attrs[found] |= Attr.CONTROL
     control, unused = int(Attr.CONTROL), int(Attr.UNUSED)
-    for i in compress(range(n), map(control.__and__, attrs)):
-        if "unused" in tokens[i]:
+    for i, text in enumerate(tokens):
+        if attrs[i] & control and "unused" in text:
             attrs[i] |= unused
     eog = _eog(specials, token_to_id, tokens, attrs)
     for text in _ALWAYS_RENDERED:
@@ -286,7 +283,7 @@ def load_vocab(metadata: Mapping[str, object]) -> Vocab:
             attrs[token_to_id[text]] = int(Attr.USER_DEFINED)
 
     matched = int(Attr.CONTROL | Attr.USER_DEFINED | Attr.UNKNOWN)
-    special_ids = list(compress(range(n), map(matched.__and__, attrs)))
+    special_ids = [i for i in range(n) if attrs[i] & matched]
     # longest text first (llama.cpp's std::sort leaves equal lengths in no set order: here by id)
     special_ids.sort(key=lambda i: -len(tokens[i].encode("utf-8")))
     _name_attrs(metadata, token_to_id, attrs, special_ids)
