@@ -146,6 +146,25 @@ def test_a_session_that_fails_leaves_no_partial_entry(files, monkeypatch):
     assert list(cache.iterdir()) == []  # not even a .tmp-* directory
 
 
+def test_a_model_without_a_large_tensor_is_kept_without_a_weights_file(tmp_path, lowerings):
+    from onnx import TensorProto, helper  # noqa: PLC0415
+
+    x = helper.make_tensor_value_info("X", TensorProto.FLOAT, [1, 1])
+    y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 32])
+    graph = helper.make_graph([helper.make_node("MatMul", ["X", "W"], ["Y"])], "g", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    block = bytes([0x00, 0x3C]) + bytes([0x9A]) * 16  # Q4_0: d = 1.0; 16 weights 2.0, 16 weights 1.0
+    onnx_struct.add_struct_values(model, onnx_struct.formats.get("Q4_0").make_value(model, "W", (1, 32), block))
+    onnx.save(model, tmp_path / "tiny.onnx")
+    feed = {"X": np.full((1, 1), 2.0, np.float32)}
+    for _ in range(2):
+        session = onnx_struct.InferenceSession(tmp_path / "tiny.onnx", accuracy_level=0, cache_dir=tmp_path / "cache")
+        np.testing.assert_array_equal(session.run(None, feed)[0], [[4.0] * 16 + [2.0] * 16])  # 2 x the weights
+    assert len(lowerings) == 1  # the second was a hit
+    (entry,) = entries(tmp_path / "cache")
+    assert sorted(p.name for p in entry.iterdir()) == ["entry.json", "lowered.onnx", "model.onnx"]
+
+
 def test_the_machine_is_part_of_a_saved_graphs_key(files, monkeypatch, lowerings):
     config, model, cache = files
     onnx_struct.InferenceSession(model, cache_dir=cache)

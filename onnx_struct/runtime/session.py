@@ -137,7 +137,10 @@ class InferenceSession:
                         "base_dir": base_dir and str(base_dir),
                         "graph": session_cache.machine() if saves_graph else "lowered"}  # fmt: skip
             cache = _cache_slot(cache_dir, model_or_path, settings, ort)
-            if cache.usable() and self._open_cached(ort, cache, sess_options, providers, ort_kwargs, threads):
+            lowered_path = cache.usable()
+            if lowered_path and self._open_cached(
+                ort, cache, lowered_path, sess_options, providers, ort_kwargs, threads
+            ):
                 return
         try:
             loaded = load(model_or_path, base_dir)
@@ -242,11 +245,12 @@ class InferenceSession:
         self._session.disable_fallback()
         self._session._sess_options_initial = None  # noqa: SLF001
 
-    def _open_cached(self, ort, cache: session_cache.CacheSlot, sess_options, providers, ort_kwargs, threads) -> bool:
+    def _open_cached(self, ort, cache: session_cache.CacheSlot, lowered_path: str, sess_options, providers, ort_kwargs,
+                     threads) -> bool:  # fmt: skip
         """The session from the cache's entry (runtime/session_cache.py); False, with the entry
         removed, when onnxruntime cannot load it (the session is then made as on a miss)."""
         try:
-            lowered = onnx.load_model(cache.lowered_path(), load_external_data=False)
+            lowered = onnx.load_model(lowered_path, load_external_data=False)
             session = session_from_path(ort, cache.model_path(), sess_options, providers, ort_kwargs, threads)
         except (OSError, DecodeError, *ort_file_errors()):  # a truncated or foreign entry
             cache.remove()

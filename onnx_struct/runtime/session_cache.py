@@ -57,24 +57,24 @@ class CacheSlot:
     def directory(self) -> pathlib.Path:
         return self.cache_dir / self.key
 
-    def usable(self) -> bool:
-        """The entry exists, is complete, and every file it records is unchanged."""
+    def usable(self) -> str | None:
+        """The path of the entry's lowered model when the entry exists, is complete, and every
+        file it records is unchanged; None otherwise. (Read once: a record replaced by another
+        process afterwards is not read again.)"""
         record = _read_record(self.directory)
         if record is None or record.get("format") != ENTRY_FORMAT or record.get("source") != self.source:
-            return False
+            return None
         files, lowered = record.get("files"), record.get("lowered")
         if not isinstance(files, list) or lowered not in (MODEL_FILE, LOWERED_FILE):
-            return False
+            return None
         if not ((self.directory / MODEL_FILE).is_file() and (self.directory / lowered).is_file()):
-            return False
-        return all(isinstance(f, list) and len(f) == 2 and _stat_key(f[0]) == f[1] for f in files)
+            return None
+        if not all(isinstance(f, list) and len(f) == 2 and _stat_key(f[0]) == f[1] for f in files):
+            return None
+        return str(self.directory / lowered)
 
     def model_path(self) -> str:
         return str(self.directory / MODEL_FILE)
-
-    def lowered_path(self) -> str:
-        """The entry's lowered model (``usable()`` has checked its record)."""
-        return str(self.directory / _read_record(self.directory)["lowered"])
 
     def new_directory(self) -> str | None:
         """A new private directory under the cache for an entry being written; None, with a
@@ -176,10 +176,11 @@ def publish_saved_graph(cache: CacheSlot, directory: str, lowered, files: list[p
 
     try:
         saved = onnx.load_model(os.path.join(directory, MODEL_FILE), load_external_data=False)
-        size = os.path.getsize(os.path.join(directory, SAVED_WEIGHTS_FILE))
+        size = None  # the weights file: none where every initializer is under the 1 KiB threshold
         for _, tensor in external.model_tensors(saved):
             if not external.is_external(tensor):
                 continue
+            size = os.path.getsize(os.path.join(directory, SAVED_WEIGHTS_FILE)) if size is None else size
             entries = {e.key: e.value for e in tensor.external_data}
             end = int(entries.get("offset", "0")) + int(entries.get("length", "-1"))
             if entries.get("location") != SAVED_WEIGHTS_FILE or not 0 <= end <= size:
