@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -114,7 +115,7 @@ def test_a_saved_graph_that_reads_outside_its_entry_is_not_published(files, tmp_
     staged.mkdir()
     onnx.save(saved, staged / "model.onnx")
     (staged / "model.data").write_bytes((entry / "model.data").read_bytes())
-    slot = session_cache.CacheSlot(cache, "another-key", slot_record["source"])
+    slot = session_cache.CacheSlot(cache, "another-key", slot_record["source"], slot_record["files"][0])
     assert not session_cache.publish_saved_graph(slot, str(staged), saved, [])
     assert not staged.exists() and not (cache / "another-key").exists()
 
@@ -207,7 +208,9 @@ def test_a_touched_gguf_is_a_miss_and_replaces_the_entry(files, lowerings):
     (new,) = entries(cache)
     assert new == old  # the same key (same model bytes), made again for the file as it is now
     record = json.loads((new / "entry.json").read_text())
-    assert [f[1][3] for f in record["files"]] == [gguf.stat().st_mtime_ns]
+    model_file, gguf_file = record["files"]  # [path looked up, file it resolved to, stat key]
+    assert model_file[:2] == [str(model), str(model)] and gguf_file[:2] == [str(gguf), str(gguf)]
+    assert gguf_file[2][3] == gguf.stat().st_mtime_ns
 
 
 def test_a_replaced_gguf_is_refused_not_served_from_the_cache(files):
@@ -346,3 +349,121 @@ def test_two_processes_starting_at_once_both_work_and_leave_one_entry(files):
     assert [o.decode().strip() for o in outputs] == [expected, expected]
     assert len(entries(cache)) == 1
     assert not [p for p in cache.iterdir() if p.name.startswith(".tmp-")]  # the loser removed its own
+
+
+# Red-team findings (2026-12-07): an entry is used only while every location still leads to the
+# file it recorded, and that file and the model file are as they were before they were read.
+
+
+def refused_code(model, **kwargs) -> str | None:
+    try:
+        onnx_struct.InferenceSession(model, **kwargs)
+    except onnx_struct.ValidationError as error:
+        return error.code
+    return None
+
+
+def test_a_repointed_gguf_link_is_a_miss_and_refused_as_without_a_cache(files):
+    config, model, cache = files
+    gguf = model.parent / "model.gguf"
+    os.rename(gguf, model.parent / "v1.gguf")
+    os.symlink("v1.gguf", gguf)
+    write_gguf(model.parent / "v2.gguf", TinyLlama(**spm_vocab(), seed=8))
+    onnx_struct.InferenceSession(model, cache_dir=cache)
+    os.remove(gguf)
+    os.symlink("v2.gguf", gguf)  # the same location now leads to another model's file
+    assert refused_code(model) == "file_changed"
+    assert refused_code(model, cache_dir=cache) == "file_changed"
+
+
+def test_one_model_through_links_in_two_directories_uses_each_directorys_files(files, tmp_path):
+    config, model, cache = files
+    for name, seed in (("a", 7), ("c", 8)):
+        (tmp_path / name).mkdir()
+        write_gguf(tmp_path / name / "model.gguf", TinyLlama(**spm_vocab(), seed=seed))
+        os.symlink(model, tmp_path / name / "model.onnx")
+    onnx_struct.InferenceSession(tmp_path / "a" / "model.onnx", cache_dir=cache)
+    assert refused_code(tmp_path / "c" / "model.onnx") == "file_changed"
+    assert refused_code(tmp_path / "c" / "model.onnx", cache_dir=cache) == "file_changed"
+
+
+def test_a_relative_base_dir_is_keyed_by_the_directory_it_names(files, tmp_path, monkeypatch):
+    config, model, cache = files
+    for name, seed in (("run1", 7), ("run2", 8)):
+        (tmp_path / name / "w").mkdir(parents=True)
+        write_gguf(tmp_path / name / "w" / "model.gguf", TinyLlama(**spm_vocab(), seed=seed))
+    monkeypatch.chdir(tmp_path / "run1")
+    onnx_struct.InferenceSession(model, base_dir="w", cache_dir=cache)
+    monkeypatch.chdir(tmp_path / "run2")
+    assert refused_code(model, base_dir="w") == "file_changed"
+    assert refused_code(model, base_dir="w", cache_dir=cache) == "file_changed"
+
+
+def test_a_gguf_rewritten_while_the_session_is_made_is_not_recorded_as_the_new_file(files, monkeypatch):
+    config, model, cache = files
+    real = session_cache.publish_saved_graph
+
+    def rewritten_first(*args, **kwargs):  # a download finishing during the session's creation
+        write_gguf(model.parent / "model.gguf", TinyLlama(**spm_vocab(), seed=8))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(session_cache, "publish_saved_graph", rewritten_first)
+    onnx_struct.InferenceSession(model, cache_dir=cache)
+    monkeypatch.undo()
+    assert refused_code(model) == "file_changed"
+    assert refused_code(model, cache_dir=cache) == "file_changed"
+
+
+def test_a_model_file_swapped_after_its_hash_does_not_poison_the_entry(tmp_path, monkeypatch):
+    configs = {}
+    for name, seed in (("a", 7), ("b", 8)):
+        configs[name] = TinyLlama(**spm_vocab(), seed=seed)
+        write_gguf(tmp_path / f"{name}.gguf", configs[name])
+        onnx.save(convert(tmp_path / f"{name}.gguf", graph=True, reference=True), tmp_path / f"{name}.onnx")
+    model, cache = tmp_path / "model.onnx", tmp_path / "cache"
+    shutil.copy(tmp_path / "a.onnx", model)
+    real = session_module._cache_slot
+
+    def swapped(*args, **kwargs):  # B written over the file between the key's read and the load
+        slot = real(*args, **kwargs)
+        shutil.copy(tmp_path / "b.onnx", model)
+        return slot
+
+    monkeypatch.setattr(session_module, "_cache_slot", swapped)
+    onnx_struct.InferenceSession(model, cache_dir=cache)
+    monkeypatch.undo()
+    shutil.copy(tmp_path / "a.onnx", model)
+    hit = logits(onnx_struct.InferenceSession(model, cache_dir=cache), configs["a"])
+    np.testing.assert_array_equal(hit, logits(onnx_struct.InferenceSession(tmp_path / "a.onnx"), configs["a"]))
+
+
+def test_a_failure_with_a_callers_options_leaves_no_partial_entry(files, monkeypatch):
+    config, model, cache = files
+
+    def failing(*args, **kwargs):  # as a referenced file found too short while it is copied
+        raise onnx_struct.ValidationError("gguf", "shrank", code="file_too_short")
+
+    monkeypatch.setattr(session_module, "deliver_into", failing)
+    assert refused_code(model, sess_options=callers_options(), cache_dir=cache) == "file_too_short"
+    assert list(cache.iterdir()) == []
+
+
+@pytest.mark.parametrize("record", ["nested", "huge_int", "fifo", "junk_directory"])
+def test_a_record_that_is_not_an_entrys_is_ignored(files, lowerings, record):
+    config, model, cache = files
+    expected = logits(onnx_struct.InferenceSession(model, cache_dir=cache), config)
+    (entry,) = entries(cache)
+    path = entry / "entry.json"
+    if record == "nested":
+        path.write_text("[" * 100_000)
+    elif record == "huge_int":
+        path.write_text(json.dumps({**json.loads(path.read_text()), "files": [[10**30, None, None]]}))
+    elif record == "fifo":
+        path.unlink()
+        os.mkfifo(path)  # opened without O_NONBLOCK it blocked every start
+    else:
+        (cache / "junk").mkdir()
+        (cache / "junk" / "entry.json").write_text("[" * 100_000)  # read by every publish
+        path.unlink()
+    np.testing.assert_array_equal(logits(onnx_struct.InferenceSession(model, cache_dir=cache), config), expected)
+    assert len(lowerings) == 2  # a miss, made again

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pathlib
 import re
 import shutil
 from collections.abc import Mapping, Sequence
@@ -134,7 +135,7 @@ class InferenceSession:
         if cache_dir is not None:
             level = (4 if accuracy_level is None else int(accuracy_level)) if in_memory else None
             settings = {"execution": execution, "compact": bool(compact), "accuracy_level": level,
-                        "base_dir": base_dir and str(base_dir),
+                        "base_dir": None if base_dir is None else str(pathlib.Path(base_dir).resolve()),
                         "graph": session_cache.machine() if saves_graph else "lowered"}  # fmt: skip
             cache = _cache_slot(cache_dir, model_or_path, settings, ort)
             lowered_path = cache.usable()
@@ -147,6 +148,10 @@ class InferenceSession:
         except ValidationError as error:  # also onnxruntime's class for the same refusal of the file
             raise load_refusal(error) from None
         self._base_dir = loaded.base_dir
+        # The referenced files as they are before the check reads them (session_cache.referenced_files).
+        referenced = session_cache.referenced_files(loaded) if cache is not None else []
+        if referenced is None:
+            cache = None
         owned = loaded is not model_or_path  # read or parsed here: nobody else holds it
         model_file = model_or_path if isinstance(model_or_path, (str, os.PathLike)) else None
 
@@ -180,7 +185,6 @@ class InferenceSession:
         arrays = lowering.arrays
         if lowering.struct_inputs:
             cache = None  # split through the lowering's views at run time: not cached
-        referenced = session_cache.referenced_files(loaded) if cache is not None else []  # checked files
         del loaded  # a model read from a file holds its bytes and inline payloads: not needed any more
         self._struct_inputs: dict[str, StructInput] = {
             name: dataclasses.replace(
@@ -201,17 +205,14 @@ class InferenceSession:
                 actual=lowering.model.ByteSize(),
                 limit=PROTOBUF_LIMIT,
             )
+        entry = None
         try:
             delivery = (ort, lowering.model, arrays, self._base_dir, sess_options, providers, ort_kwargs)
             entry = cache.new_directory() if cache is not None else None
             session = None
             if entry is not None and saves_graph:  # onnxruntime saves its graph into the entry
                 saved = os.path.join(entry, session_cache.MODEL_FILE)
-                try:
-                    self._session, self._recreatable = deliver(*delivery, threads=threads, save_to=saved)
-                except BaseException:
-                    shutil.rmtree(entry, ignore_errors=True)
-                    raise
+                self._session, self._recreatable = deliver(*delivery, threads=threads, save_to=saved)
                 session_cache.publish_saved_graph(cache, entry, lowering.model, referenced)
             elif entry is not None:
                 session = deliver_into(*delivery, entry, threads)
@@ -235,6 +236,8 @@ class InferenceSession:
             ) from None
         finally:
             arrays.clear()  # the Python copies go now; only onnxruntime's remain
+            if entry is not None:  # an entry not published (a failure, no room): nothing left of it
+                shutil.rmtree(entry, ignore_errors=True)
         if not self._recreatable:
             self._forbid_recreation()
 
@@ -368,11 +371,12 @@ class InferenceSession:
 def _cache_slot(cache_dir, model_or_path, settings: dict, ort) -> session_cache.CacheSlot:
     """The cache slot of a model given by path (the key reads the file's bytes once)."""
     session_cache.check_arguments(cache_dir, model_or_path)
+    record = session_cache.file_record(os.path.abspath(model_or_path))  # before the bytes: a later change is a miss
     try:
         model_bytes = read_model_file(model_or_path)
     except ValidationError as error:
         raise load_refusal(error) from None
-    return session_cache.slot(cache_dir, model_or_path, model_bytes, settings, ort.__version__)
+    return session_cache.slot(cache_dir, model_or_path, record, model_bytes, settings, ort.__version__)
 
 
 def _refuse_unnameable_signature(graph) -> None:

@@ -28,6 +28,7 @@ import json
 import os
 import pathlib
 import shutil
+import stat
 import warnings
 
 import onnx
@@ -38,7 +39,7 @@ from onnx_struct.errors import ValidationError
 from onnx_struct.limits import MAX_CACHE_RECORD_BYTES
 from onnx_struct.payload import external, file_identity
 
-ENTRY_FORMAT = 2
+ENTRY_FORMAT = 3
 ENTRY_FILE = "entry.json"  # written last: a directory without it is not an entry
 MODEL_FILE = "model.onnx"  # what onnxruntime loads (WeightsFile.write_model's name for a lowered model)
 LOWERED_FILE = "lowered.onnx"  # beside a saved graph: the lowered model, its weights placeholders
@@ -51,7 +52,8 @@ class CacheSlot:
 
     cache_dir: pathlib.Path
     key: str
-    source: str  # the model file's resolved path: entries of one path replace each other
+    source: str  # the model file's absolute path as given: entries of one path replace each other
+    model_file: list  # the model file's record (see file_record), taken before its bytes were read
 
     @property
     def directory(self) -> pathlib.Path:
@@ -69,7 +71,7 @@ class CacheSlot:
             return None
         if not ((self.directory / MODEL_FILE).is_file() and (self.directory / lowered).is_file()):
             return None
-        if not all(isinstance(f, list) and len(f) == 2 and _stat_key(f[0]) == f[1] for f in files):
+        if not all(_unchanged(f) for f in files):
             return None
         return str(self.directory / lowered)
 
@@ -93,15 +95,15 @@ class CacheSlot:
             )
             return None
 
-    def publish(self, directory: str, files: list[pathlib.Path], lowered: str = MODEL_FILE) -> bool:
-        """Record ``files`` (and which file is the ``lowered`` model) in ``directory`` and rename it
-        into place; remove older entries of the same model path. False (``directory`` removed)
-        when another process published first or the cache cannot be written: the session works
-        either way."""
+    def publish(self, directory: str, files: list[list], lowered: str = MODEL_FILE) -> bool:
+        """Record the model file and ``files`` (:func:`referenced_files`' records, and which file is
+        the ``lowered`` model) in ``directory`` and rename it into place; remove older entries of
+        the same model path. False (``directory`` removed) when another process published first or
+        the cache cannot be written: the session works either way."""
         record = {
             "format": ENTRY_FORMAT,
             "source": self.source,
-            "files": [[str(f), _stat_key(f)] for f in files],
+            "files": [self.model_file, *files],
             "lowered": lowered,
         }
         try:
@@ -155,20 +157,23 @@ def check_arguments(cache_dir, model) -> None:
 def slot(
     cache_dir: str | os.PathLike,
     model_path: str | os.PathLike,
+    model_record: list,
     model_bytes: bytes,
     settings: dict,
     ort_version: str,
 ) -> CacheSlot:
-    """The slot of a model file (its bytes read once by the caller) with these session settings."""
+    """The slot of a model file (its :func:`file_record` taken first, then its bytes read once by
+    the caller) with these session settings."""
+    source = os.path.abspath(model_path)  # its directory is where the model's locations are looked up
     digest = hashlib.sha256()
-    head = {"format": ENTRY_FORMAT, "onnx_struct": __version__, "onnxruntime": ort_version, **settings}
+    head = {"format": ENTRY_FORMAT, "onnx_struct": __version__, "onnxruntime": ort_version, "source": source,
+            **settings}  # fmt: skip
     digest.update(json.dumps(head, sort_keys=True).encode())
     digest.update(model_bytes)
-    source = str(pathlib.Path(model_path).resolve())
-    return CacheSlot(pathlib.Path(cache_dir).expanduser().resolve(), digest.hexdigest()[:40], source)
+    return CacheSlot(pathlib.Path(cache_dir).expanduser().resolve(), digest.hexdigest()[:40], source, model_record)
 
 
-def publish_saved_graph(cache: CacheSlot, directory: str, lowered, files: list[pathlib.Path]) -> bool:
+def publish_saved_graph(cache: CacheSlot, directory: str, lowered, files: list[list]) -> bool:
     """Publish ``directory`` once onnxruntime's saved graph in it is whole and self-contained (every
     external tensor in its own weights file, within the file) and ``lowered`` is written beside
     it; otherwise remove it. True when published."""
@@ -210,17 +215,42 @@ def machine() -> str:
     return hashlib.sha256("\n".join(identity).encode()).hexdigest()[:16]
 
 
-def referenced_files(loaded) -> list[pathlib.Path]:
-    """Every file the model's external payloads and external tensors name, resolved under the
-    model-directory rules (the check has already accepted each)."""
+def file_record(path: str | os.PathLike, resolved: str | os.PathLike | None = None) -> list:
+    """What an entry records of a file it was made from: ``path`` as it is looked up, the file it
+    resolved to (``resolved``, or ``path`` with its links resolved now), and that file's stat key
+    (file_identity's). An entry is used only while ``path`` still leads to that file and the file
+    is unchanged (:func:`_unchanged`): a re-pointed link or another lookup directory is a miss."""
+    resolved = pathlib.Path(resolved) if resolved is not None else pathlib.Path(path).resolve()
+    return [str(path), str(resolved), _stat_key(resolved)]
+
+
+def referenced_files(loaded) -> list[list] | None:
+    """The :func:`file_record` of every file the model's external payloads and external tensors
+    name, taken before the check reads them (a file changed afterwards is a later miss, never an
+    entry recording the changed file); None when a location cannot be resolved (the check then
+    refuses the model)."""
     if loaded.base_dir is None:
         return []
     referenced = file_identity.referenced_locations(loaded.struct_values, external.model_tensors(loaded.proto))
-    files = {}
-    for location, where in referenced.items():
-        file, _ = external.resolve(external.ExternalRef(location, 0, None), loaded.base_dir, where)
-        files[pathlib.Path(file)] = None
-    return list(files)
+    root = pathlib.Path(loaded.base_dir).resolve()
+    records = {}
+    try:
+        for location, where in referenced.items():
+            file, _ = external.resolve(external.ExternalRef(location, 0, None), loaded.base_dir, where)
+            records[(location, str(file))] = file_record(root / location, file)
+    except ValidationError:
+        return None
+    return list(records.values())
+
+
+def _unchanged(record: object) -> bool:
+    """The file a record names is still where its path leads, with the recorded stat key."""
+    if not (isinstance(record, list) and len(record) == 3 and all(isinstance(r, str) for r in record[:2])):
+        return False
+    try:
+        return str(pathlib.Path(record[0]).resolve()) == record[1] and _stat_key(record[1]) == record[2]
+    except (OSError, RuntimeError, ValueError):  # a link loop (RuntimeError on 3.11), a NUL
+        return False
 
 
 def _stat_key(path) -> list[int] | None:
@@ -232,10 +262,20 @@ def _stat_key(path) -> list[int] | None:
 
 
 def _read_record(directory: pathlib.Path) -> dict | None:
+    """An entry's record, or None for anything that is not one: no file, not a regular file (a
+    FIFO would block the open), too large, not JSON (nested past the parser's recursion)."""
     try:
-        with open(directory / ENTRY_FILE, "rb") as handle:
-            data = handle.read(MAX_CACHE_RECORD_BYTES + 1)
-        record = json.loads(data) if len(data) <= MAX_CACHE_RECORD_BYTES else None
+        fd = os.open(directory / ENTRY_FILE, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except (OSError, ValueError):
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            data = handle.read(MAX_CACHE_RECORD_BYTES + 1)
+        record = json.loads(data) if len(data) <= MAX_CACHE_RECORD_BYTES else None
+    except (OSError, ValueError, RecursionError):
+        return None
+    finally:
+        os.close(fd)
     return record if isinstance(record, dict) else None
