@@ -103,18 +103,23 @@ def test_with_a_callers_options_the_entry_is_the_lowered_model(files, lowerings)
     assert locations == {"weights.bin"}
 
 
-def test_a_saved_graph_that_reads_outside_its_entry_is_not_published(files, tmp_path):
+@pytest.mark.parametrize("edit", [("location", "../model.gguf"), ("location", "other.bin"), ("length", "past_end")])
+def test_a_saved_graph_that_reads_outside_its_entry_is_not_published(files, tmp_path, edit):
     config, model, cache = files
     onnx_struct.InferenceSession(model, cache_dir=cache)
     (entry,) = entries(cache)
     slot_record = json.loads((entry / "entry.json").read_text())
     saved = onnx.load(entry / "model.onnx", load_external_data=False)
     outside = next(t for t in saved.graph.initializer if t.external_data)
-    next(e for e in outside.external_data if e.key == "location").value = "../model.gguf"
+    key, value = edit
+    if value == "past_end":
+        value = str((entry / "model.data").stat().st_size + 1)
+    next(e for e in outside.external_data if e.key == key).value = value
     staged = tmp_path / "staged"
     staged.mkdir()
     onnx.save(saved, staged / "model.onnx")
     (staged / "model.data").write_bytes((entry / "model.data").read_bytes())
+    (staged / "other.bin").write_bytes((entry / "model.data").read_bytes())  # inside, but not the weights file
     slot = session_cache.CacheSlot(cache, "another-key", slot_record["source"], slot_record["files"][0])
     assert not session_cache.publish_saved_graph(slot, str(staged), saved, [])
     assert not staged.exists() and not (cache / "another-key").exists()

@@ -78,8 +78,9 @@ def add_sampling_arguments(parser: argparse.ArgumentParser) -> None:
         "--cache-dir",
         default=os.environ.get(CACHE_ENV) or None,
         metavar="DIR",
-        help=f"keep the lowered model and its repacked weights in DIR, so that the next start over the same "
-        f"files skips the check and the repack (default: ${CACHE_ENV}, else none; 1.1-1.6x the .gguf per model)",
+        help=f"keep what onnxruntime loads (its optimized graph and weights) in DIR, so that the next start over "
+        f"the same files skips the check and the repack (default: ${CACHE_ENV}, else none; 1.1-2.2x the .gguf "
+        f"per model)",
     )
 
 

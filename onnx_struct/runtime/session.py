@@ -209,20 +209,17 @@ class InferenceSession:
         try:
             delivery = (ort, lowering.model, arrays, self._base_dir, sess_options, providers, ort_kwargs)
             entry = cache.new_directory() if cache is not None else None
-            session = None
             if entry is not None and saves_graph:  # onnxruntime saves its graph into the entry
                 saved = os.path.join(entry, session_cache.MODEL_FILE)
                 self._session, self._recreatable = deliver(*delivery, threads=threads, save_to=saved)
                 session_cache.publish_saved_graph(cache, entry, lowering.model, referenced)
-            elif entry is not None:
-                session = deliver_into(*delivery, entry, threads)
-                if session is None:  # the entry could not be written: the session without it
-                    self._session, self._recreatable = deliver(*delivery, threads=threads)
             else:
-                self._session, self._recreatable = deliver(*delivery, threads=threads)
-            if session is not None:  # a cache's new entry: published once the session exists
-                self._session, self._recreatable = session, False
-                cache.publish(entry, referenced)
+                session = deliver_into(*delivery, entry, threads) if entry is not None else None
+                if session is not None:  # the lowered model's entry: published once the session exists
+                    self._session, self._recreatable = session, False
+                    cache.publish(entry, referenced)
+                else:  # no cache, or an entry that could not be written: the session without it
+                    self._session, self._recreatable = deliver(*delivery, threads=threads)
         except ort_errors() as error:  # e.g. a decoder needing a kernel onnxruntime lacks (FLOAT4E2M1 Cast)
             message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
             what, hint = "the model", ""
@@ -376,7 +373,7 @@ def _cache_slot(cache_dir, model_or_path, settings: dict, ort) -> session_cache.
         model_bytes = read_model_file(model_or_path)
     except ValidationError as error:
         raise load_refusal(error) from None
-    return session_cache.slot(cache_dir, model_or_path, record, model_bytes, settings, ort.__version__)
+    return session_cache.slot(cache_dir, record, model_bytes, settings, ort.__version__)
 
 
 def _refuse_unnameable_signature(graph) -> None:

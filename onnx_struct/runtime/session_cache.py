@@ -1,28 +1,32 @@
-"""The session cache: the plain model a quantized session hands onnxruntime, kept on disk.
+"""The session cache: what onnxruntime loads for a quantized session, kept on disk.
 
 Rule: ``InferenceSession(path, cache_dir=D)`` (and ``Generator``, ``generate``, the CLI's
-``--cache-dir``) looks in D for the entry keyed by the SHA-256 of the model file's bytes, the
-settings that shape the lowered model (execution, compact, MatMulNBits' accuracy level) and the
-versions of onnx_struct and onnxruntime (and, for a saved graph, the machine). An entry is used only while every file the model
-referenced when the entry was written is still that file (device, inode, size, modification and
-change times, as payload/file_identity.py judges a file it verified): onnxruntime then loads the
-entry's model, and nothing is checked, lowered or repacked again (the model's bytes and files are
-the ones that passed). Otherwise the session is made as without a cache and its entry is written
-to a new directory under D that is renamed into place once complete, and older entries made from
-the same model path are removed. With the session's own options on the CPU, the entry is the graph
-onnxruntime saved after its optimizations (``model.onnx``, its weights in ``model.data``: no
-function to inline, no constant to fold at the next load) beside the lowered model without its
-weights (``lowered.onnx``, what ``InferenceSession.lowered`` shows); with a caller's options or
-other providers, which shape onnxruntime's graph in ways the key cannot name, it is the lowered
-model and its weights (every external tensor copied). Either way the entry reads nothing outside
-its own directory. An entry onnxruntime cannot load is removed, and the
-session is made as on a miss. A model with struct-typed graph inputs is not cached (its inputs
-are split through the lowering's views at run time). docs/llm.md, "Start-up and the session cache".
+``--cache-dir``) looks in D for the entry keyed by the SHA-256 of the model file's bytes, its
+absolute path, the settings that shape the lowered model (execution, compact, MatMulNBits'
+accuracy level, the resolved base_dir), the kind of entry (for a saved graph, the machine) and
+the versions of onnx_struct and onnxruntime. An entry is used only while the model file and every
+file the model referenced are still the files it recorded (:func:`file_record`: each path still
+leads to the same file, with the same device, inode, size, modification and change times, as
+payload/file_identity.py judges a file it verified, taken before the file was read): onnxruntime
+then loads the entry's model, and nothing is checked, lowered or repacked again (the model's
+bytes and files are the ones that passed). Otherwise the session is made as without a cache and
+its entry is written to a new directory under D that is renamed into place once complete, and
+older entries made from the same model path are removed. With the session's own options on the
+CPU, the entry is the graph onnxruntime saved after its optimizations (``model.onnx``, its
+weights in ``model.data``: no function to inline, no constant to fold at the next load) beside
+the lowered model without its weights (``lowered.onnx``, what ``InferenceSession.lowered``
+shows); with a caller's options or other providers, which shape onnxruntime's graph in ways the
+key cannot name, it is the lowered model and its weights (every external tensor copied). Either
+way the entry reads nothing outside its own directory. An entry onnxruntime cannot load is
+removed, and the session is made as on a miss. A model with struct-typed graph inputs is not
+cached (its inputs are split through the lowering's views at run time). docs/llm.md, "Start-up
+and the session cache".
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import os
@@ -38,6 +42,7 @@ from onnx_struct._version import __version__
 from onnx_struct.errors import ValidationError
 from onnx_struct.limits import MAX_CACHE_RECORD_BYTES
 from onnx_struct.payload import external, file_identity
+from onnx_struct.runtime.delivery import SAVED_WEIGHTS_FILE
 
 ENTRY_FORMAT = 3
 ENTRY_FILE = "entry.json"  # written last: a directory without it is not an entry
@@ -155,16 +160,11 @@ def check_arguments(cache_dir, model) -> None:
 
 
 def slot(
-    cache_dir: str | os.PathLike,
-    model_path: str | os.PathLike,
-    model_record: list,
-    model_bytes: bytes,
-    settings: dict,
-    ort_version: str,
+    cache_dir: str | os.PathLike, model_record: list, model_bytes: bytes, settings: dict, ort_version: str
 ) -> CacheSlot:
-    """The slot of a model file (its :func:`file_record` taken first, then its bytes read once by
-    the caller) with these session settings."""
-    source = os.path.abspath(model_path)  # its directory is where the model's locations are looked up
+    """The slot of a model file (its :func:`file_record` at its absolute path taken first, then its
+    bytes read once by the caller) with these session settings."""
+    source = model_record[0]  # the absolute path: its directory is where the model's locations are looked up
     digest = hashlib.sha256()
     head = {"format": ENTRY_FORMAT, "onnx_struct": __version__, "onnxruntime": ort_version, "source": source,
             **settings}  # fmt: skip
@@ -177,28 +177,26 @@ def publish_saved_graph(cache: CacheSlot, directory: str, lowered, files: list[l
     """Publish ``directory`` once onnxruntime's saved graph in it is whole and self-contained (every
     external tensor in its own weights file, within the file) and ``lowered`` is written beside
     it; otherwise remove it. True when published."""
-    from onnx_struct.runtime.delivery import SAVED_WEIGHTS_FILE  # noqa: PLC0415 - delivery imports this module
-
     try:
         saved = onnx.load_model(os.path.join(directory, MODEL_FILE), load_external_data=False)
         size = None  # the weights file: none where every initializer is under the 1 KiB threshold
-        for _, tensor in external.model_tensors(saved):
+        for where, tensor in external.model_tensors(saved):
             if not external.is_external(tensor):
                 continue
             size = os.path.getsize(os.path.join(directory, SAVED_WEIGHTS_FILE)) if size is None else size
-            entries = {e.key: e.value for e in tensor.external_data}
-            end = int(entries.get("offset", "0")) + int(entries.get("length", "-1"))
-            if entries.get("location") != SAVED_WEIGHTS_FILE or not 0 <= end <= size:
-                raise ValueError(f"{tensor.name!r} is not in the entry's weights file")
+            ref = external.parse_external_data(tensor.external_data, where)
+            if ref.location != SAVED_WEIGHTS_FILE or ref.offset + (ref.length or 0) > size:
+                raise ValueError(f"{where} is not in the entry's weights file")
         del saved
         with open(os.path.join(directory, LOWERED_FILE), "xb") as handle:
             handle.write(lowered.SerializeToString())
-    except (OSError, ValueError, DecodeError):  # no graph saved (a full disk), or one that reads outside
+    except (OSError, ValueError, ValidationError, DecodeError):  # no graph saved (a full disk), or one reading outside
         shutil.rmtree(directory, ignore_errors=True)
         return False
     return cache.publish(directory, files, lowered=LOWERED_FILE)
 
 
+@functools.cache
 def machine() -> str:
     """What names this machine's CPU for a saved graph's key: onnxruntime's optimizations at its
     default level may fit the graph to the instruction set (its NCHWc layouts, for one)."""
