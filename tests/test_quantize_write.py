@@ -157,6 +157,28 @@ def test_another_models_data_file_is_not_replaced_by_external_out(tmp_path, caps
     assert (tmp_path / "q.onnx.data").read_bytes() == first
 
 
+def test_another_models_data_file_is_not_replaced_by_an_automatic_external_out(tmp_path, monkeypatch, capsys):
+    """A result made external by its estimate (past the inline limit) refuses an existing OUT.data
+    that OUT does not reference, as --external does: nothing is replaced, nothing left behind."""
+    float_model(tmp_path / "float.onnx")
+    monkeypatch.setattr(limits, "INLINE_RESULT_LIMIT", 100_000)  # the result is about 0.3 MB
+    argv = ["quantize", str(tmp_path / "float.onnx"), str(tmp_path / "q.onnx"), "--format", "Q8_0", "--quiet"]
+    (tmp_path / "q.onnx.data").write_bytes(b"another model's weights")
+    assert main(argv) == 2
+    assert "q.onnx.data: exists and is not the external data of" in capsys.readouterr().err
+    assert (tmp_path / "q.onnx.data").read_bytes() == b"another model's weights"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["float.onnx", "q.onnx.data"]
+    (tmp_path / "q.onnx.data").unlink()
+    assert main(argv) == 0 and (tmp_path / "q.onnx.data").stat().st_size > 100_000  # made external
+    first = (tmp_path / "q.onnx.data").read_bytes()
+    assert main(argv) == 0  # OUT's own data file is replaced with OUT
+    assert (tmp_path / "q.onnx.data").read_bytes() == first
+    monkeypatch.setattr(limits, "INLINE_RESULT_LIMIT", 1 << 40)  # an inline result never writes OUT.data
+    (tmp_path / "other.onnx.data").write_bytes(b"x")
+    assert main([*argv[:2], str(tmp_path / "other.onnx"), *argv[3:]]) == 0
+    assert (tmp_path / "other.onnx.data").read_bytes() == b"x"
+
+
 def test_an_input_with_external_data_is_read_one_weight_at_a_time(tmp_path, monkeypatch, capsys):
     """A model past 2 GiB keeps its weights in an external file: quantize leaves them there (the
     skeleton holds no weight) and reads each back when it encodes or copies it."""

@@ -125,13 +125,20 @@ def run(args: argparse.Namespace) -> int:
     options["pad"] = not args.no_pad
     # --external, or a result estimated past protobuf's 2 GiB: its payloads are appended to OUT.data
     # as they are encoded, and OUT is the skeleton (passes/quantize_write.py)
+    # OUT.data is replaced only when it is OUT's own (a link is refused by QuantizeOutput): with
+    # --external checked before any work, made external by the estimate checked then
+    data_file = output.with_name(f"{output.name}.data")
     try:
-        destination = QuantizeOutput(output, external=True if args.external else None)
+        destination = QuantizeOutput(
+            output,
+            external=True if args.external else None,
+            check_data=lambda: refuse_foreign_data(output, data_file),
+        )
     except ValidationError as error:
         raise as_usage(output, error) from None
     with destination:
-        if args.external:  # OUT.data is replaced only when it is OUT's own (a link is refused above)
-            refuse_foreign_data(output, output.with_name(f"{output.name}.data"))
+        if args.external:
+            refuse_foreign_data(output, data_file)
         model, report = quantize_with_report(
             args.input,  # a path: its large weights are read from the file one at a time
             fmt,

@@ -43,12 +43,21 @@ class QuantizeOutput:
             a directory, or OUT.data is).
         external: True: OUT and OUT.data; False: one inline file; None (default): external when
             the result's estimate reaches :data:`onnx_struct.limits.INLINE_RESULT_LIMIT`.
+        check_data: called (None: nothing) when the result is made external by its estimate,
+            before OUT.data is opened: it raises to refuse an existing OUT.data (another model's).
     """
 
-    def __init__(self, output: str | os.PathLike, *, external: bool | None = None) -> None:
+    def __init__(
+        self,
+        output: str | os.PathLike,
+        *,
+        external: bool | None = None,
+        check_data: Callable[[], None] | None = None,
+    ) -> None:
         self.output = pathlib.Path(output)
         self.location = f"{self.output.name}.data"
         self.external = external
+        self._check_data = check_data
         self.base_dir = self.output.absolute().parent
         self._writer = DirectoryWriter(self.base_dir)
         self._data = None
@@ -77,6 +86,8 @@ class QuantizeOutput:
         file the payloads go to; True when the result is external."""
         if self.external is None:
             self.external = estimate() >= limits.INLINE_RESULT_LIMIT
+            if self.external and self._check_data is not None:
+                self._check_data()  # before any payload is written: nothing is replaced yet
         if self._data is None and self.external:
             self._check_location()
             self._data = self._writer.open(self.location, "OUT.data", exclusive=True, model_location=False)
