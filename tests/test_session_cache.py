@@ -442,6 +442,36 @@ def test_a_model_file_swapped_after_its_hash_does_not_poison_the_entry(tmp_path,
     np.testing.assert_array_equal(hit, logits(onnx_struct.InferenceSession(tmp_path / "a.onnx"), configs["a"]))
 
 
+def test_a_miss_reads_the_model_file_once_and_a_hit_holds_no_copy_of_it(files, monkeypatch, lowerings):
+    """The key's hash and the load share one read of the model file (a miss parsed it again
+    before); a hit reads it for the key and keeps nothing of it while onnxruntime loads."""
+    from onnx_struct.schema import model as model_module  # noqa: PLC0415
+
+    config, model, cache = files
+    reads, real = [], model_module._read_model_file
+
+    def counted(path):
+        reads.append(os.path.abspath(path))
+        return real(path)
+
+    monkeypatch.setattr(model_module, "_read_model_file", counted)
+    miss = logits(onnx_struct.InferenceSession(model, cache_dir=cache), config)
+    assert reads == [str(model)] and lowerings == [1]
+    reads.clear()
+    held = []
+    real_open = session_module.InferenceSession._open_cached
+
+    def opened(self, *args, **kwargs):  # what the hit's frame still holds while onnxruntime loads
+        frame = sys._getframe(1)
+        held.append(frame.f_locals.get("model_bytes"))
+        return real_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(session_module.InferenceSession, "_open_cached", opened)
+    hit = logits(onnx_struct.InferenceSession(model, cache_dir=cache), config)
+    assert reads == [str(model)] and lowerings == [1] and held == [None]
+    np.testing.assert_array_equal(hit, miss)
+
+
 def test_a_failure_with_a_callers_options_leaves_no_partial_entry(files, monkeypatch):
     config, model, cache = files
 

@@ -137,16 +137,19 @@ class InferenceSession:
             settings = {"execution": execution, "compact": bool(compact), "accuracy_level": level,
                         "base_dir": None if base_dir is None else str(pathlib.Path(base_dir).resolve()),
                         "graph": session_cache.machine() if saves_graph else "lowered"}  # fmt: skip
-            cache = _cache_slot(cache_dir, model_or_path, settings, ort)
+            cache, model_bytes = _cache_slot(cache_dir, model_or_path, settings, ort)
             lowered_path = cache.usable()
-            if lowered_path and self._open_cached(
-                ort, cache, lowered_path, sess_options, providers, ort_kwargs, threads
-            ):
-                return
-        try:
-            loaded = load(model_or_path, base_dir)
+            if lowered_path:
+                model_bytes = None  # a hit holds no copy of the file; a broken entry's miss reads it again
+                if self._open_cached(ort, cache, lowered_path, sess_options, providers, ort_kwargs, threads):
+                    return
+        else:
+            model_bytes = None
+        try:  # a miss parses the bytes its key hashed: the file is read once, and what is kept is what was hashed
+            loaded = load(model_or_path, base_dir, serialized=model_bytes)
         except ValidationError as error:  # also onnxruntime's class for the same refusal of the file
             raise load_refusal(error) from None
+        del model_bytes  # held by the loaded model as long as it needs them
         self._base_dir = loaded.base_dir
         # The referenced files as they are before the check reads them (session_cache.referenced_files).
         referenced = session_cache.referenced_files(loaded) if cache is not None else []
@@ -365,15 +368,16 @@ class InferenceSession:
         return view(value, self._declarations, base_dir=self._base_dir)
 
 
-def _cache_slot(cache_dir, model_or_path, settings: dict, ort) -> session_cache.CacheSlot:
-    """The cache slot of a model given by path (the key reads the file's bytes once)."""
+def _cache_slot(cache_dir, model_or_path, settings: dict, ort) -> tuple[session_cache.CacheSlot, bytes]:
+    """The cache slot of a model given by path and the file's bytes its key hashed (a miss
+    parses them instead of reading the file again)."""
     session_cache.check_arguments(cache_dir, model_or_path)
     record = session_cache.file_record(os.path.abspath(model_or_path))  # before the bytes: a later change is a miss
     try:
         model_bytes = read_model_file(model_or_path)
     except ValidationError as error:
         raise load_refusal(error) from None
-    return session_cache.slot(cache_dir, record, model_bytes, settings, ort.__version__)
+    return session_cache.slot(cache_dir, record, model_bytes, settings, ort.__version__), model_bytes
 
 
 def _refuse_unnameable_signature(graph) -> None:

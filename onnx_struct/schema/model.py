@@ -236,7 +236,8 @@ def load(
     """Parse any accepted model form into the overlay object model (no payload is read).
 
     An ``onnx.ModelProto`` is not serialized until something needs more than its struct parts;
-    ``serialized``: its serialization, when the caller has made it (not made again).
+    ``serialized``: its serialization, when the caller has made it (not made again). For a path,
+    ``serialized`` is the file's bytes as :func:`read_model_file` read them (not read again).
     """
     # A relative base_dir is resolved here, once, as a model's own directory is: a later os.chdir
     # must not change which file a call reads.
@@ -259,7 +260,8 @@ def load(
         return LoadedModel(_parse(data, "<bytes>"), directory, data)
     if isinstance(model, (str, os.PathLike)):
         path = pathlib.Path(model)
-        data = _read_model_file(path)  # a FIFO, device or directory is refused unopened
+        # a FIFO, device or directory is refused unopened
+        data = serialized if serialized is not None else _read_model_file(path)
         if not data:  # parses as an empty ModelProto, which onnx.checker would blame for its ir_version
             raise ValidationError("", f"{path}: the file is empty (0 bytes), not an ONNX model", code="not_parsable")
         return LoadedModel(_parse(data, str(path)), directory if directory is not None else model_directory(path), data)
