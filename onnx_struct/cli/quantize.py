@@ -124,9 +124,9 @@ def run(args: argparse.Namespace) -> int:
     options = {"op_types": op_types, "min_elements": args.min_elements, "group_axis": args.group_axis}
     options["pad"] = not args.no_pad
     # --external, or a result estimated past protobuf's 2 GiB: its payloads are appended to OUT.data
-    # as they are encoded, and OUT is the skeleton (passes/quantize_write.py)
-    # OUT.data is replaced only when it is OUT's own (a link is refused by QuantizeOutput): with
-    # --external checked before any work, made external by the estimate checked then
+    # as they are encoded, and OUT is the skeleton (passes/quantize_write.py). OUT.data is replaced
+    # only when it is OUT's own (a link is refused by QuantizeOutput): checked before any work with
+    # --external, and when the estimate makes the result external otherwise.
     data_file = output.with_name(f"{output.name}.data")
     try:
         destination = QuantizeOutput(

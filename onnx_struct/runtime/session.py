@@ -127,6 +127,7 @@ class InferenceSession:
         if in_memory and accuracy_level is None and sess_options is not None:
             accuracy_level = configured_accuracy_level(sess_options)
         cache = None
+        model_bytes = None  # the model file's bytes as the cache key read them (a miss parses them)
         # Onnxruntime's optimized graph is what an entry keeps when nothing but the key shapes it:
         # the session's own options, the CPU provider, no other onnxruntime arguments.
         saves_graph = (
@@ -143,8 +144,6 @@ class InferenceSession:
                 model_bytes = None  # a hit holds no copy of the file; a broken entry's miss reads it again
                 if self._open_cached(ort, cache, lowered_path, sess_options, providers, ort_kwargs, threads):
                     return
-        else:
-            model_bytes = None
         try:  # a miss parses the bytes its key hashed: the file is read once, and what is kept is what was hashed
             loaded = load(model_or_path, base_dir, serialized=model_bytes)
         except ValidationError as error:  # also onnxruntime's class for the same refusal of the file

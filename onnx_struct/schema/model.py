@@ -260,7 +260,7 @@ def load(
         return LoadedModel(_parse(data, "<bytes>"), directory, data)
     if isinstance(model, (str, os.PathLike)):
         path = pathlib.Path(model)
-        # a FIFO, device or directory is refused unopened
+        # read unless the caller read it (read_model_file): a FIFO, device or directory is refused unopened
         data = serialized if serialized is not None else _read_model_file(path)
         if not data:  # parses as an empty ModelProto, which onnx.checker would blame for its ir_version
             raise ValidationError("", f"{path}: the file is empty (0 bytes), not an ONNX model", code="not_parsable")
