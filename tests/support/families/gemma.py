@@ -499,9 +499,13 @@ CONFIGS: dict[str, GemmaConfig] = configs()
 # choosing the other neighbour there takes its distance from 3.3e-6 to 1.9e-7). With post-norms
 # (gemma2, gemma3) each such rounding moves the residual by ~1e-5 of its row, and the moved rows
 # shift more pre-activations across midpoints in later layers: the distance grows with depth
-# (measured 1e-5 at 2 layers, 4e-5 to 7e-5 at 4-6, 4e-4 at 62). So 1e-5 holds where there are few
-# opportunities (one layer, or no post-norms) and deeper configs get a depth-aware bar.
-STRICT = 1e-5
+# (measured 1e-5 at 2 layers, 4e-5 to 7e-5 at 4-6, 4e-4 at 62). Which pre-activations land on a
+# midpoint also depends on ggml's build, whose kernels for each instruction set sum in their own
+# order (measured under 1e-5 on earlier machines; 1.09e-5 and 1.15e-5 for gemma3-linear-1layer and
+# gemma2-defaults with an AVX2-only build, also on CI). So 3e-5 holds where there are few
+# opportunities (one or two layers), still 5x under the exact GELU's distance (1.6e-4 to 2.3e-4
+# for those), and deeper configs get a depth-aware bar.
+STRICT = 3e-5
 DEEP = {
     "gemma3-no-swa": 1e-4,
     "gemma3-swa": 2e-4,
