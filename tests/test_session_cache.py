@@ -25,7 +25,7 @@ import onnx_struct  # noqa: E402
 from onnx_struct.cli import main  # noqa: E402
 from onnx_struct.convert import convert  # noqa: E402
 from onnx_struct.llm.generation import Generator  # noqa: E402
-from onnx_struct.runtime import delivery, session_cache  # noqa: E402
+from onnx_struct.runtime import delivery, session_build, session_cache  # noqa: E402
 from onnx_struct.runtime import session as session_module  # noqa: E402
 
 PROMPT = [1, 17, 42, 5, 63, 9]
@@ -43,13 +43,13 @@ def files(tmp_path):
 def lowerings(monkeypatch):
     """How many times a session lowered a model (the work a cache hit skips)."""
     calls = []
-    real = session_module.lower_checked
+    real = session_build.lower_checked
 
     def counted(*args, **kwargs):
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(session_module, "lower_checked", counted)
+    monkeypatch.setattr(session_build, "lower_checked", counted)
     return calls
 
 
@@ -146,7 +146,7 @@ def test_a_session_that_fails_leaves_no_partial_entry(files, monkeypatch):
     def refused(*args, **kwargs):  # as onnxruntime refusing the lowered model
         raise MemoryError("no room for the session")
 
-    monkeypatch.setattr(session_module, "deliver", refused)
+    monkeypatch.setattr(session_build, "deliver", refused)
     with pytest.raises(MemoryError):
         onnx_struct.InferenceSession(model, cache_dir=cache)
     assert list(cache.iterdir()) == []  # not even a .tmp-* directory
@@ -381,6 +381,26 @@ def test_a_repointed_gguf_link_is_a_miss_and_refused_as_without_a_cache(files):
     assert refused_code(model, cache_dir=cache) == "file_changed"
 
 
+def test_a_gguf_linked_from_outside_the_model_directory_is_cached(tmp_path, lowerings):
+    # from-gguf --reference records the identity of the file a link reaches (a download cache's
+    # blob): the check follows that link, and so does the cache (it was a silent miss every time)
+    config = TinyLlama(**spm_vocab(), seed=7)
+    (tmp_path / "downloads").mkdir()
+    (tmp_path / "model").mkdir()
+    write_gguf(tmp_path / "downloads" / "blob", config)
+    os.symlink(tmp_path / "downloads" / "blob", tmp_path / "model" / "model.gguf")
+    model, cache = tmp_path / "model" / "model.onnx", tmp_path / "cache"
+    onnx.save(convert(tmp_path / "model" / "model.gguf", graph=True, reference=True), model)
+    first = onnx_struct.InferenceSession(model, accuracy_level=0, cache_dir=cache)
+    second = onnx_struct.InferenceSession(model, accuracy_level=0, cache_dir=cache)
+    assert len(lowerings) == 1 and len(entries(cache)) == 1  # the second session was a hit
+    np.testing.assert_array_equal(logits(second, config), logits(first, config))
+    os.remove(tmp_path / "model" / "model.gguf")
+    write_gguf(tmp_path / "downloads" / "other", TinyLlama(**spm_vocab(), seed=8))
+    os.symlink(tmp_path / "downloads" / "other", tmp_path / "model" / "model.gguf")
+    assert refused_code(model, cache_dir=cache) == "file_changed"  # re-pointed: a miss, then the check
+
+
 def test_one_model_through_links_in_two_directories_uses_each_directorys_files(files, tmp_path):
     config, model, cache = files
     for name, seed in (("a", 7), ("c", 8)):
@@ -478,7 +498,7 @@ def test_a_failure_with_a_callers_options_leaves_no_partial_entry(files, monkeyp
     def failing(*args, **kwargs):  # as a referenced file found too short while it is copied
         raise onnx_struct.ValidationError("gguf", "shrank", code="file_too_short")
 
-    monkeypatch.setattr(session_module, "deliver_into", failing)
+    monkeypatch.setattr(session_build, "deliver_into", failing)
     assert refused_code(model, sess_options=callers_options(), cache_dir=cache) == "file_too_short"
     assert list(cache.iterdir()) == []
 

@@ -226,9 +226,11 @@ def referenced_files(loaded) -> list[list] | None:
     """The :func:`file_record` of every file the model's external payloads and external tensors
     name, taken before the check reads them (a file changed afterwards is a later miss, never an
     entry recording the changed file); None when a location cannot be resolved (the check then
-    refuses the model)."""
+    refuses the model). A link the model records the identity of (a ``.gguf`` linked in from a
+    download cache) is followed as the check follows it: admitted before it is resolved."""
     if loaded.base_dir is None:
         return []
+    file_identity.admit_recorded_links(loaded.proto.metadata_props, loaded.base_dir)
     referenced = file_identity.referenced_locations(loaded.struct_values, external.model_tensors(loaded.proto))
     root = pathlib.Path(loaded.base_dir).resolve()
     records = {}
