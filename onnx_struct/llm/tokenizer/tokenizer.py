@@ -21,7 +21,7 @@ from onnx_struct.errors import ValidationError, limit_exceeded
 from onnx_struct.limits import MAX_TOKENIZE_CHARS
 from onnx_struct.llm.tokenizer.bpe import CHAR_BYTES, BpeSession, HybridDnaSession, WhitespaceSession
 from onnx_struct.llm.tokenizer.special import SpecialPartition
-from onnx_struct.llm.tokenizer.vocab import Attr, Vocab, load_vocab
+from onnx_struct.llm.tokenizer.vocab import Attr, Vocab, ids_with, load_vocab
 
 SPACE = "\u2581"  # SentencePiece's escaped space
 _HIDDEN = Attr.UNKNOWN | Attr.CONTROL  # pieces shown only with special=True
@@ -82,10 +82,8 @@ class Tokenizer:
         self.eos_ids = vocab.eog
         self.add_bos = vocab.add_bos and vocab.bos is not None
         if vocab.model in ("spm", "ugm", "bpe"):
-            byte = int(Attr.BYTE)
-            for i, attr in enumerate(vocab.attrs):
-                if attr & byte:
-                    _byte_value(vocab.tokens[i], i)
+            for i in ids_with(vocab.attrs, Attr.BYTE):
+                _byte_value(vocab.tokens[i], i)
         self._partition = SpecialPartition(vocab)
         self._session = _session(vocab)
         self._pieces: dict[int, bytes] = {}
