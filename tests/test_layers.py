@@ -10,6 +10,7 @@ architecture.
 from __future__ import annotations
 
 import ast
+import json
 import os
 import pathlib
 import subprocess
@@ -311,6 +312,42 @@ def imported_modules(code: str) -> tuple[subprocess.CompletedProcess, set[str]]:
 def test_import_onnx_struct_leaves_onnxruntime_out():
     _, modules = imported_modules("import onnx_struct")
     assert "onnxruntime" not in modules
+
+
+@pytest.mark.slow
+def test_import_onnx_struct_imports_only_the_facades_foundation():
+    _, modules = imported_modules("import onnx_struct")
+    ours = {m for m in modules if m.startswith("onnx_struct.")}
+    assert not {m for m in ours if m.split(".")[1] in ("check", "lowering", "passes", "runtime", "llm")}, ours
+
+
+@pytest.mark.slow
+def test_a_cached_start_imports_no_checker_lowering_or_quantize(tmp_path):
+    # A Generator over a cache hit loads onnxruntime's saved graph: the check, the lowering, the
+    # repacking (runtime/session_build.py) and quantize are what a miss runs, not imported here.
+    import onnx  # noqa: PLC0415
+    from support.llm import TinyLlama, spm_vocab, write_gguf  # noqa: PLC0415
+
+    from onnx_struct.convert import convert  # noqa: PLC0415
+
+    write_gguf(tmp_path / "model.gguf", TinyLlama(**spm_vocab(), seed=7))
+    onnx.save(convert(tmp_path / "model.gguf", graph=True, reference=True), tmp_path / "model.onnx")
+    start = (
+        "import json\nfrom onnx_struct.llm.generation import Generator\n"
+        f"g = Generator({str(tmp_path / 'model.onnx')!r}, cache_dir={str(tmp_path / 'cache')!r})\n"
+        "print(json.dumps(g.generate([1, 17, 42], max_new_tokens=3, stop_at_eos=False).tokens))"
+    )
+    miss, missed = imported_modules(start)
+    hit, modules = imported_modules(start)
+    assert hit.stdout == miss.stdout and len(json.loads(hit.stdout)) == 3
+    heavy = ("check", "lowering.lower", "lowering.execution", "passes", "functions", "runtime.session_build")
+    assert not {m for m in modules if m.startswith(tuple(f"onnx_struct.{h}" for h in heavy))}
+    assert "onnx_struct.runtime.session_build" in missed  # the first start made the entry: a miss
+    # The CLI builds only the parser of the command it runs: not the checker for check's options.
+    argv = ["generate", str(tmp_path / "model.onnx"), "--prompt", "ab", "--cache-dir", str(tmp_path / "cache")]
+    code = f"import runpy, sys; sys.argv[1:] = {argv!r}; runpy.run_module('onnx_struct', run_name='__main__')"
+    _, modules = imported_modules(code)
+    assert not {m for m in modules if m.startswith(tuple(f"onnx_struct.{h}" for h in heavy))}
 
 
 @pytest.mark.slow

@@ -60,6 +60,16 @@ def test_public_names_are_exactly_the_pinned_ones():
         assert hasattr(S, name), name
 
 
+def test_every_public_name_is_a_lazy_one_or_imported_with_the_package():
+    # The facade imports a name's module on first use (its TYPE_CHECKING block lists them): a
+    # name in __all__ that is in neither would be an AttributeError only when someone uses it.
+    eager = {"ValidationError", "LeafNotFoundError"}
+    assert set(S._lazy_names()) | eager == set(S.__all__)
+    assert set(S.__all__) <= set(dir(S))
+    with pytest.raises(AttributeError, match="no attribute 'check_modle'"):
+        S.check_modle  # noqa: B018
+
+
 def test_formats_names_are_exactly_the_pinned_ones():
     from onnx_struct import formats
 

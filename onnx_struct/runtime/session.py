@@ -9,32 +9,26 @@ created: their leaves (hence the lowered graph's inputs) are unknown until run t
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import pathlib
-import re
-import shutil
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
-from onnx_struct.check.checked import checked_model
 from onnx_struct.errors import ValidationError
-from onnx_struct.layout.table import element_label
-from onnx_struct.limits import PROTOBUF_LIMIT
-from onnx_struct.lowering.lower import StructInput, lower_checked, lower_model
-from onnx_struct.lowering.scope import has_struct_parts
-from onnx_struct.payload.view import StructView, view, view_buffer
 from onnx_struct.runtime import session_cache
-from onnx_struct.runtime.delivery import configured_accuracy_level, deliver, deliver_into, session_from_path
-from onnx_struct.runtime.feeds import Feed, leaf_feeds, ortvalue_to_numpy
-from onnx_struct.runtime.file_backed import held_lightly, inline_own_file_tensors
-from onnx_struct.runtime.ort import load_onnxruntime, load_refusal, ort_errors, ort_file_errors, refusal_class
+from onnx_struct.runtime.delivery import configured_accuracy_level, session_from_path
+from onnx_struct.runtime.ort import load_onnxruntime, load_refusal, ort_file_errors
 from onnx_struct.runtime.threads import checked_threads
-from onnx_struct.schema.model import ModelLike, StructProto, StructTypeProto, load, read_model_file
+from onnx_struct.schema.model import ModelLike, StructProto, read_model_file
+
+if TYPE_CHECKING:  # the struct-input path's, imported where it runs (runtime/session_build.py too)
+    from onnx_struct.lowering.lower import StructInput
+    from onnx_struct.payload.view import StructView
+    from onnx_struct.runtime.feeds import Feed
 
 
 class InferenceSession:
@@ -144,99 +138,18 @@ class InferenceSession:
                 model_bytes = None  # a hit holds no copy of the file; a broken entry's miss reads it again
                 if self._open_cached(ort, cache, lowered_path, sess_options, providers, ort_kwargs, threads):
                     return
-        try:  # a miss parses the bytes its key hashed: the file is read once, and what is kept is what was hashed
-            loaded = load(model_or_path, base_dir, serialized=model_bytes)
-        except ValidationError as error:  # also onnxruntime's class for the same refusal of the file
-            raise load_refusal(error) from None
-        del model_bytes  # held by the loaded model as long as it needs them
-        self._base_dir = loaded.base_dir
-        # The referenced files as they are before the check reads them (session_cache.referenced_files).
-        referenced = session_cache.referenced_files(loaded) if cache is not None else []
-        if referenced is None:
-            cache = None
-        owned = loaded is not model_or_path  # read or parsed here: nobody else holds it
-        model_file = model_or_path if isinstance(model_or_path, (str, os.PathLike)) else None
+        from onnx_struct.runtime import session_build  # noqa: PLC0415 - what a cache hit skips
 
-        # The quantized weights' MatMulNBits nodes are emitted directly (what onnxruntime's fusion
-        # would make of DequantizeLinear + MatMul, at its default accuracy level 4) and their
-        # repacked arrays handed to onnxruntime outside the model bytes (docs/execution.md,
-        # "Memory"), with or without a caller's options: those are never changed (runtime/delivery.py).
-        backed = False  # whether the checked model was made file-backed
-        self._declarations: list[StructTypeProto] = []
-        if not has_struct_parts(loaded):
-            cache = None  # onnxruntime loads it as it is: nothing to keep
-            lowering = lower_model(loaded)  # as given: onnxruntime judges it
-        else:
-            # The stock part is onnxruntime's to judge (docs/semantics.md). The table is built over
-            # standalone copies of the declarations: a message parsed with the model keeps the
-            # whole parse (inline payloads included) alive for as long as it is referenced.
-            checked = checked_model(loaded, stock_check=False, standalone=True)
-            self._declarations = checked.table.declarations
-            if owned:  # read or parsed here: hold less while the weights are repacked
-                lighter = held_lightly(checked.loaded, model_file)  # runtime/file_backed.py
-                backed = lighter is not checked.loaded
-                checked = checked.replaced(lighter)
-            lowering = lower_checked(
-                checked,
-                compact=compact,
-                execution=execution,
-                accuracy_level=(4 if accuracy_level is None else int(accuracy_level)) if in_memory else None,
-                in_memory=in_memory,
-            )
-            del checked
-        arrays = lowering.arrays
-        if lowering.struct_inputs:
-            cache = None  # split through the lowering's views at run time: not cached
-        del loaded  # a model read from a file holds its bytes and inline payloads: not needed any more
-        self._struct_inputs: dict[str, StructInput] = {
-            name: dataclasses.replace(
-                info, declaration=StructTypeProto.FromString(info.declaration.SerializeToString())
-            )
-            for name, info in lowering.struct_inputs.items()
-        }
-        if backed:
-            inline_own_file_tensors(lowering.model, self._base_dir, model_file)
-        self.lowered: onnx.ModelProto = lowering.model
-        _refuse_unnameable_signature(lowering.model.graph)
-        if lowering.model.ByteSize() > PROTOBUF_LIMIT:
-            raise ValidationError(
-                "",
-                "the lowered model exceeds protobuf's 2 GiB limit; store the struct payloads externally "
-                "(save_with_external_data) so that their leaves are referenced, not copied",
-                code="limit_exceeded",
-                actual=lowering.model.ByteSize(),
-                limit=PROTOBUF_LIMIT,
-            )
-        entry = None
-        try:
-            delivery = (ort, lowering.model, arrays, self._base_dir, sess_options, providers, ort_kwargs)
-            entry = cache.new_directory() if cache is not None else None
-            if entry is not None and saves_graph:  # onnxruntime saves its graph into the entry
-                saved = os.path.join(entry, session_cache.MODEL_FILE)
-                self._session, self._recreatable = deliver(*delivery, threads=threads, save_to=saved)
-                session_cache.publish_saved_graph(cache, entry, lowering.model, referenced)
-            else:
-                session = deliver_into(*delivery, entry, threads) if entry is not None else None
-                if session is not None:  # the lowered model's entry: published once the session exists
-                    self._session, self._recreatable = session, False
-                    cache.publish(entry, referenced)
-                else:  # no cache, or an entry that could not be written: the session without it
-                    self._session, self._recreatable = deliver(*delivery, threads=threads)
-        except ort_errors() as error:  # e.g. a decoder needing a kernel onnxruntime lacks (FLOAT4E2M1 Cast)
-            message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            what, hint = "the model", ""
-            if lowering.has_decoders:
-                what = "the lowered model"
-                hint = " (onnx_struct.decode falls back to onnx's reference evaluator for such decoders)"
-            raise refusal_class(type(error))(
-                _refused_tensor(lowering.model.graph, message),
-                f"onnxruntime {ort.__version__} cannot load {what}: {message}{hint}",
-                code="runtime_failure",
-            ) from None
-        finally:
-            arrays.clear()  # the Python copies go now; only onnxruntime's remain
-            if entry is not None:  # an entry not published (a failure, no room): nothing left of it
-                shutil.rmtree(entry, ignore_errors=True)
+        handed = [model_bytes]  # emptied by the miss: no frame here holds the bytes while onnxruntime loads
+        del model_bytes
+        built = session_build.build(
+            ort, model_or_path, handed, cache, base_dir=base_dir, compact=compact, execution=execution,
+            accuracy_level=accuracy_level, in_memory=in_memory, saves_graph=saves_graph,
+            sess_options=sess_options, providers=providers, ort_kwargs=ort_kwargs, threads=threads,
+        )  # fmt: skip
+        self.lowered: onnx.ModelProto = built.lowered
+        self._session, self._recreatable, self._base_dir = built.session, built.recreatable, built.base_dir
+        self._declarations, self._struct_inputs = built.declarations, built.struct_inputs
         if not self._recreatable:
             self._forbid_recreation()
 
@@ -328,6 +241,8 @@ class InferenceSession:
                 plain[name] = value
         if not feeds:
             return self._session.run(output_names, plain, run_options)
+        from onnx_struct.runtime.feeds import ortvalue_to_numpy  # noqa: PLC0415 - struct inputs only
+
         ort = load_onnxruntime()
         values = {name: feed.ort_value() for name, feed in feeds.items()}
         for name, value in plain.items():
@@ -337,6 +252,9 @@ class InferenceSession:
         return [ortvalue_to_numpy(r) if r.is_tensor() else r for r in results]
 
     def _split(self, info: StructInput, value) -> dict[str, Feed]:
+        from onnx_struct.payload.view import view_buffer  # noqa: PLC0415 - struct inputs only
+        from onnx_struct.runtime.feeds import leaf_feeds  # noqa: PLC0415
+
         where = f"input {info.name!r}"
         if isinstance(value, StructProto):
             struct_view = self._view_of_value(info, value, where)
@@ -364,6 +282,8 @@ class InferenceSession:
                 f"expects a value of struct_types[{info.type_index}]; the StructProto has another type",
                 code="type_mismatch",
             )
+        from onnx_struct.payload.view import view  # noqa: PLC0415 - struct inputs only
+
         return view(value, self._declarations, base_dir=self._base_dir)
 
 
@@ -377,19 +297,6 @@ def _cache_slot(cache_dir, model_or_path, settings: dict, ort) -> tuple[session_
     except ValidationError as error:
         raise load_refusal(error) from None
     return session_cache.slot(cache_dir, record, model_bytes, settings, ort.__version__), model_bytes
-
-
-def _refuse_unnameable_signature(graph) -> None:
-    """onnxruntime creates a session whose input or output name is not valid UTF-8, and its
-    Python API then fails on every run (UnicodeDecodeError reading the names): refused here."""
-    for kind in ("input", "output"):
-        for i, info in enumerate(getattr(graph, kind)):
-            if not isinstance(info.name, str):
-                raise ValidationError(
-                    f"graph.{kind}[{i}] ({info.name!r}).name",
-                    "name is not valid UTF-8: onnxruntime's Python API cannot feed or fetch it",
-                    code="invalid_utf8",
-                )
 
 
 def _payload_bytes(value, where: str) -> bytes | np.ndarray:
@@ -414,21 +321,7 @@ def _payload_bytes(value, where: str) -> bytes | np.ndarray:
 def _plain_feed(value) -> Feed:
     from onnx import helper  # noqa: PLC0415
 
+    from onnx_struct.runtime.feeds import Feed  # noqa: PLC0415 - struct inputs only
+
     array = np.asarray(value)
     return Feed(helper.np_dtype_to_tensor_dtype(array.dtype), array.shape, array=array)
-
-
-# onnxruntime names the tensor it refuses: "TensorProto: W external data size mismatch",
-# "Deserialize tensor W failed".
-_TENSOR_IN_MESSAGE = re.compile(r"(?:TensorProto:|[Tt]ensor)\s+'?([^\s':]+)'?")
-
-
-def _refused_tensor(graph: onnx.GraphProto, message: str) -> str:
-    """The path of the main-graph initializer onnxruntime's refusal ``message`` names ("" if none):
-    ``graph.initializer[3] ('W')``, with ``.external_data`` when the refusal is about its external data."""
-    positions = {tensor.name: i for i, tensor in enumerate(graph.initializer)}
-    for name in _TENSOR_IN_MESSAGE.findall(message):
-        if name in positions:
-            path = element_label(f"graph.initializer[{positions[name]}]", name)
-            return path + (".external_data" if "external data" in message else "")
-    return ""

@@ -25,7 +25,7 @@ import onnx
 
 from onnx_struct import limits
 from onnx_struct.limits import PROTOBUF_LIMIT
-from onnx_struct.lowering.execution.emit import IN_MEMORY_LOCATION
+from onnx_struct.lowering.in_memory import IN_MEMORY_LOCATION
 from onnx_struct.payload.external import (
     is_external,
     is_main_initializer,

@@ -17,10 +17,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnx_struct.lowering.execution.contrib_layouts import GatherLayout, MatMulNBitsLayout
 from onnx_struct.lowering.execution.repack import DequantizeLayout, Part
+from onnx_struct.lowering.in_memory import IN_MEMORY_LOCATION
 
 MS_DOMAIN = "com.microsoft"
-# The external-data location of an initializer whose array is handed to onnxruntime in memory.
-IN_MEMORY_LOCATION = "onnx_struct.in_memory"
 
 
 def in_memory_placeholder(name: str, data_type: int, dims, nbytes: int) -> TensorProto:
