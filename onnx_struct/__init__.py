@@ -18,6 +18,11 @@ from onnx_struct import (
 from onnx_struct._version import __version__  # noqa: F401 - onnx_struct.__version__
 from onnx_struct.errors import LeafNotFoundError, ValidationError
 
+# Imported with the package for what they install on import, before any module can be used: the
+# reader every model file is read with (external, into schema.model) and the admission of links
+# a model records the identity of (file_identity, into external).
+from onnx_struct.payload import external, file_identity  # noqa: F401
+
 if TYPE_CHECKING:
     from onnx_struct.check.checker import check_model, validate
     from onnx_struct.check.hooks import install, uninstall

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 
+import onnx
 import pytest
 
 import onnx_struct
@@ -315,8 +316,17 @@ def test_import_onnx_struct_leaves_onnxruntime_out():
 
 
 @pytest.mark.slow
-def test_import_onnx_struct_imports_only_the_facades_foundation():
-    _, modules = imported_modules("import onnx_struct")
+def test_import_onnx_struct_imports_only_the_facades_foundation(tmp_path):
+    # and what the foundation installs on import is in place: load_model reads a file with
+    # payload's reader (a FIFO refused unopened), a recorded link is admitted by file_identity
+    onnx.save(onnx.ModelProto(ir_version=10), tmp_path / "m.onnx")
+    code = (
+        "import onnx_struct, sys\n"
+        f"onnx_struct.load_model({str(tmp_path / 'm.onnx')!r})\n"
+        "print(sys.modules['onnx_struct.payload.external']._admits_link.__module__)"
+    )
+    result, modules = imported_modules(code)
+    assert result.stdout.split() == ["onnx_struct.payload.file_identity"]
     ours = {m for m in modules if m.startswith("onnx_struct.")}
     assert not {m for m in ours if m.split(".")[1] in ("check", "lowering", "passes", "runtime", "llm")}, ours
 
