@@ -243,7 +243,7 @@ def load_vocab(metadata: Mapping[str, object]) -> Vocab:
 
     tokens = _strings(metadata, "tokenizer.ggml.tokens")
     n = len(tokens)
-    # The passes over every token iterate in C (map, compress, all): a 262,144-token vocabulary's
+    # The passes over every token iterate in C (map, all, numpy): a 262,144-token vocabulary's
     # Python loops took 0.2 s of a start, these take milliseconds.
     tokens = list(tokens) if all(tokens) else [t if t else f"[EMPTY_{i}]" for i, t in enumerate(tokens)]
     scores = _numbers(metadata, "tokenizer.ggml.scores", n)
