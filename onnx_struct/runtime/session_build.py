@@ -64,7 +64,7 @@ def build(
         loaded = load(model_or_path, base_dir, serialized=handed.pop())
     except ValidationError as error:  # also onnxruntime's class for the same refusal of the file
         raise load_refusal(error) from None
-    base_dir = loaded.base_dir
+    model_dir = loaded.base_dir  # the directory its external files are read from
     # The referenced files as they are before the check reads them (session_cache.referenced_files).
     referenced = session_cache.referenced_files(loaded) if cache is not None else []
     if referenced is None:
@@ -108,7 +108,7 @@ def build(
         for name, info in lowering.struct_inputs.items()
     }
     if backed:
-        inline_own_file_tensors(lowering.model, base_dir, model_file)
+        inline_own_file_tensors(lowering.model, model_dir, model_file)
     lowered = lowering.model
     _refuse_unnameable_signature(lowering.model.graph)
     if lowering.model.ByteSize() > PROTOBUF_LIMIT:
@@ -122,7 +122,7 @@ def build(
         )
     entry = None
     try:
-        delivery = (ort, lowering.model, arrays, base_dir, sess_options, providers, ort_kwargs)
+        delivery = (ort, lowering.model, arrays, model_dir, sess_options, providers, ort_kwargs)
         entry = cache.new_directory() if cache is not None else None
         if entry is not None and saves_graph:  # onnxruntime saves its graph into the entry
             saved = os.path.join(entry, session_cache.MODEL_FILE)
@@ -150,7 +150,7 @@ def build(
         arrays.clear()  # the Python copies go now; only onnxruntime's remain
         if entry is not None:  # an entry not published (a failure, no room): nothing left of it
             shutil.rmtree(entry, ignore_errors=True)
-    return Built(session, recreatable, lowered, base_dir, declarations, struct_inputs)
+    return Built(session, recreatable, lowered, model_dir, declarations, struct_inputs)
 
 
 def _refuse_unnameable_signature(graph) -> None:
